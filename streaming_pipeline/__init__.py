@@ -1,0 +1,1 @@
+"""A Dagster asset-based streaming lakehouse: Kafka + Avro -> Spark Structured Streaming -> Delta Lake."""

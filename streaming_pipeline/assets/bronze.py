@@ -1,0 +1,118 @@
+"""Bronze assets: Kafka topics -> Delta, exactly once, undecodable records to dead letters."""
+
+
+import dagster as dg
+from pyspark.sql import functions as F
+
+from streaming_pipeline.assets import tables
+from streaming_pipeline.assets.metadata import OWNERS, delta_table_metadata
+from streaming_pipeline.delta_tables import read_table, table_exists
+from streaming_pipeline.kafka_ingestion import DEAD_LETTER_TABLE, BronzeRunResult, checkpoint_kafka_offsets, dead_letter_schema_ddl, ingest_topic
+from streaming_pipeline.resources import KafkaResource, LakehouseResource, SchemaRegistryResource, SparkResource
+from streaming_pipeline.settings import PICKUPS_TOPIC, RIDES_TOPIC
+
+BRONZE = "bronze"
+
+
+def _bronze_result(
+    context: dg.AssetExecutionContext, spark_resource: SparkResource, lakehouse: LakehouseResource, run: BronzeRunResult, asset_name: str, topic: str
+) -> dg.MaterializeResult:
+    spark = spark_resource.get_session()
+    offsets = run.kafka_offset_ranges()
+    context.log.info(
+        f"{asset_name}: {run.report.input_rows} Kafka records in {run.report.batches} micro-batch(es): "
+        f"{run.rows_written} rows written, {run.dead_letters} dead letter(s)"
+    )
+    return dg.MaterializeResult(
+        metadata={
+            "rows_read": dg.MetadataValue.int(run.report.input_rows),
+            "rows_written": dg.MetadataValue.int(run.rows_written),
+            "dead_letters": dg.MetadataValue.int(run.dead_letters),
+            "micro_batches": dg.MetadataValue.int(run.report.batches),
+            "kafka_offsets": dg.MetadataValue.json(offsets),
+            "consumed_offsets": dg.MetadataValue.json(
+                {str(p): o for p, o in checkpoint_kafka_offsets(lakehouse.checkpoint_path(asset_name)).get(topic, {}).items()}
+            ),
+            **delta_table_metadata(spark, lakehouse.table_path(asset_name), preview_order=["kafka_partition", "kafka_offset"]),
+        }
+    )
+
+
+@dg.asset(
+    group_name=BRONZE,
+    kinds={"kafka", "spark", "delta"},
+    owners=OWNERS,
+    tags={"layer": "bronze"},
+    metadata={"dagster/column_schema": tables.RAW_RIDES, "source_topic": RIDES_TOPIC},
+)
+def raw_rides(
+    context: dg.AssetExecutionContext,
+    spark: SparkResource,
+    kafka: KafkaResource,
+    schema_registry: SchemaRegistryResource,
+    lakehouse: LakehouseResource,
+) -> dg.MaterializeResult:
+    """Every ride from the `rides` topic, decoded with its writer schema and resolved to the latest
+    registered schema, with its Kafka coordinates. Exactly once across re-runs and crashes."""
+    run = ingest_topic(
+        spark.get_session(), kafka, schema_registry, lakehouse, topic=RIDES_TOPIC, asset_name="raw_rides", log=context.log
+    )
+    return _bronze_result(context, spark, lakehouse, run, "raw_rides", RIDES_TOPIC)
+
+
+@dg.asset(
+    group_name=BRONZE,
+    kinds={"kafka", "spark", "delta"},
+    owners=OWNERS,
+    tags={"layer": "bronze"},
+    metadata={"dagster/column_schema": tables.RAW_PICKUP_LOCATIONS, "source_topic": PICKUPS_TOPIC},
+)
+def raw_pickup_locations(
+    context: dg.AssetExecutionContext,
+    spark: SparkResource,
+    kafka: KafkaResource,
+    schema_registry: SchemaRegistryResource,
+    lakehouse: LakehouseResource,
+) -> dg.MaterializeResult:
+    """Every pickup event from the `pickup_locations` topic with its Kafka coordinates."""
+    run = ingest_topic(
+        spark.get_session(),
+        kafka,
+        schema_registry,
+        lakehouse,
+        topic=PICKUPS_TOPIC,
+        asset_name="raw_pickup_locations",
+        log=context.log,
+    )
+    return _bronze_result(context, spark, lakehouse, run, "raw_pickup_locations", PICKUPS_TOPIC)
+
+
+@dg.asset(
+    group_name=BRONZE,
+    deps=[raw_rides, raw_pickup_locations],
+    kinds={"spark", "delta"},
+    owners=OWNERS,
+    tags={"layer": "bronze"},
+    metadata={"dagster/column_schema": tables.DEAD_LETTER_RECORDS},
+)
+def dead_letter_records(
+    context: dg.AssetExecutionContext, spark: SparkResource, lakehouse: LakehouseResource
+) -> dg.MaterializeResult:
+    """Kafka records that could not be decoded (bad magic byte, unknown schema id, corrupt body), kept
+    with raw bytes and the reason. The bronze ingestion appends them in the same micro-batch as the
+    good rows; this asset makes sure the table exists and reports what is in it."""
+    session = spark.get_session()
+    path = lakehouse.table_path(DEAD_LETTER_TABLE)
+    if not table_exists(session, path):
+        session.createDataFrame([], dead_letter_schema_ddl()).write.format("delta").mode("append").save(path)
+    frame = read_table(session, path)
+    by_topic = {r["kafka_topic"]: r["count"] for r in frame.groupBy("kafka_topic").count().collect()}
+    by_error = frame.select(F.regexp_replace("error", r"\d+", "N").alias("reason")).groupBy("reason").count()
+    context.log.info(f"dead letters per topic: {by_topic or 'none'}")
+    return dg.MaterializeResult(
+        metadata={
+            "dead_letters_by_topic": dg.MetadataValue.json(by_topic),
+            "dead_letters_by_reason": dg.MetadataValue.json({r["reason"]: r["count"] for r in by_error.collect()}),
+            **delta_table_metadata(session, path, preview_order=["kafka_topic", "kafka_partition", "kafka_offset"]),
+        }
+    )

@@ -1,0 +1,120 @@
+"""Silver/gold assets: streams from the bronze Delta tables (true lineage in the asset graph)."""
+
+
+import dagster as dg
+from pyspark.sql import functions as F
+
+from streaming_pipeline.assets import tables
+from streaming_pipeline.assets.bronze import raw_pickup_locations, raw_rides
+from streaming_pipeline.assets.metadata import OWNERS, delta_table_metadata
+from streaming_pipeline.charts import png_markdown, window_chart_png
+from streaming_pipeline.delta_streams import (
+    JOINS,
+    RAW_PICKUPS,
+    RAW_RIDES,
+    VENDOR_COUNTS,
+    WINDOWS,
+    update_ride_pickup_joins,
+    update_ride_window_aggregates,
+    update_vendor_counts,
+)
+from streaming_pipeline.delta_tables import read_table, table_exists
+from streaming_pipeline.resources import LakehouseResource, SparkResource
+
+MAX_CHART_WINDOWS = 200
+
+
+def _sources_missing(context: dg.AssetExecutionContext, spark, lakehouse: LakehouseResource, *names: str) -> list[str]:
+    missing = [n for n in names if not table_exists(spark, lakehouse.table_path(n))]
+    if missing:
+        context.log.warning(f"source table(s) {', '.join(missing)} not created yet: nothing to stream")
+    return missing
+
+
+def _stream_metadata(report) -> dict:
+    return {
+        "rows_read": dg.MetadataValue.int(report.input_rows),
+        "micro_batches": dg.MetadataValue.int(report.batches),
+    }
+
+
+@dg.asset(
+    group_name="gold",
+    deps=[raw_rides],
+    kinds={"spark", "delta"},
+    owners=OWNERS,
+    tags={"layer": "gold"},
+    metadata={"dagster/column_schema": tables.VENDOR_COUNTS},
+)
+def vendor_counts(context: dg.AssetExecutionContext, spark: SparkResource, lakehouse: LakehouseResource) -> dg.MaterializeResult:
+    """Number of rides per vendor over everything ingested (a running count, stream/table duality)."""
+    session = spark.get_session()
+    if _sources_missing(context, session, lakehouse, RAW_RIDES):
+        return dg.MaterializeResult(metadata={"skipped": "raw_rides does not exist yet"})
+    report = update_vendor_counts(session, lakehouse, log=context.log)
+    return dg.MaterializeResult(
+        metadata={**_stream_metadata(report), **delta_table_metadata(session, lakehouse.table_path(VENDOR_COUNTS), preview_order=["vendor_id"])}
+    )
+
+
+@dg.asset(
+    group_name="gold",
+    deps=[raw_rides],
+    kinds={"spark", "delta"},
+    owners=OWNERS,
+    tags={"layer": "gold"},
+    metadata={"dagster/column_schema": tables.RIDE_WINDOW_AGGREGATES},
+)
+def ride_window_aggregates(
+    context: dg.AssetExecutionContext, spark: SparkResource, lakehouse: LakehouseResource
+) -> dg.MaterializeResult:
+    """Trips and revenue per vendor in event-time tumbling windows of RIDE_WINDOW_DURATION on pickup
+    time, upserted as they change; `is_final` once the watermark (RIDE_WATERMARK_DELAY) passed the
+    window end; rides arriving after that are counted in `late_trip_count`, never dropped silently."""
+    session = spark.get_session()
+    if _sources_missing(context, session, lakehouse, RAW_RIDES):
+        return dg.MaterializeResult(metadata={"skipped": "raw_rides does not exist yet"})
+    result = update_ride_window_aggregates(session, lakehouse, log=context.log)
+    path = lakehouse.table_path(WINDOWS)
+    metadata = {**_stream_metadata(result.report), **delta_table_metadata(session, path, preview_order=["window_start", "vendor_id"])}
+    if table_exists(session, path):
+        frame = read_table(session, path)
+        totals = frame.agg(F.sum("late_trip_count").alias("late"), F.sum(F.col("is_final").cast("int")).alias("final")).collect()[0]
+        recent = frame.orderBy(F.col("window_start").desc()).limit(MAX_CHART_WINDOWS * 3).toPandas()
+        png = window_chart_png(recent.sort_values("window_start"))
+        metadata.update(
+            {
+                "watermark": dg.MetadataValue.text(str(result.watermark)),
+                "late_rides_total": dg.MetadataValue.int(int(totals["late"] or 0)),
+                "late_rides_dropped_by_watermark_this_run": dg.MetadataValue.int(result.report.rows_dropped_by_watermark()),
+                "final_windows": dg.MetadataValue.int(int(totals["final"] or 0)),
+                "windows_reconciled": dg.MetadataValue.int(result.windows_changed_by_reconcile),
+                "chart": dg.MetadataValue.md(png_markdown(png, "trips per window and vendor")),
+            }
+        )
+    return dg.MaterializeResult(metadata=metadata)
+
+
+@dg.asset(
+    group_name="silver",
+    deps=[raw_rides, raw_pickup_locations],
+    kinds={"spark", "delta"},
+    owners=OWNERS,
+    tags={"layer": "silver"},
+    metadata={"dagster/column_schema": tables.RIDE_PICKUP_JOINS},
+)
+def ride_pickup_joins(
+    context: dg.AssetExecutionContext, spark: SparkResource, lakehouse: LakehouseResource
+) -> dg.MaterializeResult:
+    """Rides joined with pickups at their dropoff zone within JOIN_MAX_GAP (inclusive) of the
+    dropoff, one row per matching pair (stream-stream join, watermarked on both sides)."""
+    session = spark.get_session()
+    if _sources_missing(context, session, lakehouse, RAW_RIDES, RAW_PICKUPS):
+        return dg.MaterializeResult(metadata={"skipped": "raw_rides or raw_pickup_locations does not exist yet"})
+    report = update_ride_pickup_joins(session, lakehouse, log=context.log)
+    return dg.MaterializeResult(
+        metadata={
+            **_stream_metadata(report),
+            **delta_table_metadata(session, lakehouse.table_path(JOINS), preview_order=["pickup_datetime", "vendor_id"]),
+        }
+    )

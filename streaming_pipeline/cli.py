@@ -1,0 +1,109 @@
+"""`streaming-pipeline`: the embedded stack, the producer, the demo and the benchmark."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+
+from streaming_pipeline.errors import StreamingPipelineError
+
+
+def _add_connection_flags(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--bootstrap-servers", help="Kafka bootstrap servers (default: KAFKA_BOOTSTRAP_SERVERS or 127.0.0.1:9092)")
+    parser.add_argument("--schema-registry-url", help="Schema registry URL (default: SCHEMA_REGISTRY_URL or http://127.0.0.1:8081)")
+    parser.add_argument("--timeout", type=float, default=10.0, help="seconds to wait for the broker before giving up (default 10)")
+
+
+def _add_produce_parser(subparsers: argparse._SubParsersAction) -> None:
+    produce = subparsers.add_parser("produce", help="produce rides or pickup events to Kafka as Avro")
+    produce.add_argument("kind", choices=["rides", "pickups"], help="rides -> topic rides; pickups -> topic pickup_locations")
+    source = produce.add_mutually_exclusive_group(required=True)
+    source.add_argument("--csv", type=Path, help="a CSV file with the NYC TLC header")
+    source.add_argument("--synthetic", type=int, metavar="N", help="N synthetic records")
+    produce.add_argument("--rate", type=float, help="events per second (default: as fast as possible)")
+    produce.add_argument("--acks", choices=["0", "1", "all"], default="all", help="producer acks (default all)")
+    produce.add_argument("--seed", type=int, default=42, help="seed of the synthetic generator (default 42)")
+    produce.add_argument("--partitions", type=int, default=2, help="partitions when the topic is created (default 2)")
+    produce.add_argument("--schema", type=Path, help="value schema .avsc to use instead of the default (e.g. schemas/ride_value_v2.avsc)")
+    produce.add_argument("--out-of-order-fraction", type=float, default=0.0, help="synthetic: share of rides up to 5 min out of order")
+    produce.add_argument("--late-fraction", type=float, default=0.0, help="synthetic: share of rides that arrive late")
+    produce.add_argument("--late-by-seconds", type=float, default=3600.0, help="synthetic: how late the late rides are")
+    produce.add_argument("--no-progress", action="store_true", help="no progress bar")
+    _add_connection_flags(produce)
+    produce.set_defaults(handler=_run_produce)
+
+
+def _run_produce(args: argparse.Namespace) -> int:
+    from streaming_pipeline.producer import produce, rows_from_records
+    from streaming_pipeline.records import read_pickups_csv, read_rides_csv
+    from streaming_pipeline.resources import KafkaResource, SchemaRegistryResource
+    from streaming_pipeline.settings import PICKUPS_TOPIC, RIDES_TOPIC, PipelineSettings
+    from streaming_pipeline.synthetic import SyntheticOptions, synthetic_pickups, synthetic_rides
+
+    settings = PipelineSettings.from_env()
+    kafka = KafkaResource(bootstrap_servers=args.bootstrap_servers or settings.bootstrap_servers, timeout_seconds=args.timeout)
+    registry = SchemaRegistryResource(url=args.schema_registry_url or settings.schema_registry_url)
+    topic = RIDES_TOPIC if args.kind == "rides" else PICKUPS_TOPIC
+    if args.csv is not None:
+        rows = (read_rides_csv if args.kind == "rides" else read_pickups_csv)(args.csv)
+        total = None
+    else:
+        options = SyntheticOptions(
+            seed=args.seed,
+            out_of_order_fraction=args.out_of_order_fraction,
+            late_fraction=args.late_fraction,
+            late_by_seconds=args.late_by_seconds,
+        )
+        generate = synthetic_rides if args.kind == "rides" else synthetic_pickups
+        rows = rows_from_records(generate(args.synthetic, options))
+        total = args.synthetic
+    value_schema = None
+    if args.schema is not None:
+        if not args.schema.is_file():
+            raise StreamingPipelineError(f"schema file not found: {args.schema}")
+        value_schema = args.schema.read_text()
+    result = produce(
+        kafka,
+        registry,
+        topic,
+        rows,
+        total=total,
+        rate=args.rate,
+        acks=args.acks,
+        partitions=args.partitions,
+        value_schema=value_schema,
+        show_progress=not args.no_progress,
+    )
+    for message in result.errors:
+        print(f"failed: {message}", file=sys.stderr)
+    print(f"{topic}: {result.sent} sent, {result.failed} failed")
+    return 1 if result.failed else 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    from streaming_pipeline.embedded.stack_cli import add_stack_parser
+
+    parser = argparse.ArgumentParser(prog="streaming-pipeline", description=__doc__)
+    subparsers = parser.add_subparsers(dest="command", required=True)
+    add_stack_parser(subparsers)
+    _add_produce_parser(subparsers)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    try:
+        return int(args.handler(args) or 0)
+    except StreamingPipelineError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        print("interrupted", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

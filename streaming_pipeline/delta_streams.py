@@ -1,0 +1,191 @@
+"""Streams from the bronze Delta tables into the silver/gold tables (Spark and Delta I/O around the
+pure transformations)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from delta.tables import DeltaTable
+from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import functions as F
+
+from streaming_pipeline.delta_tables import read_table, table_exists
+from streaming_pipeline.resources.lakehouse import LakehouseResource
+from streaming_pipeline.settings import interval_seconds
+from streaming_pipeline.streaming import StreamRunReport, run_available_now
+from streaming_pipeline.transformations import late_ride_counts, ride_pickup_joins, ride_window_aggregates, vendor_counts
+
+RAW_RIDES = "raw_rides"
+RAW_PICKUPS = "raw_pickup_locations"
+VENDOR_COUNTS = "vendor_counts"
+WINDOWS = "ride_window_aggregates"
+JOINS = "ride_pickup_joins"
+
+_WINDOW_KEY = "t.window_start = s.window_start AND t.vendor_id <=> s.vendor_id"
+
+
+def _delta_stream(spark: SparkSession, lakehouse: LakehouseResource, table: str) -> DataFrame:
+    return (
+        spark.readStream.format("delta")
+        .option("maxFilesPerTrigger", lakehouse.max_files_per_trigger)
+        .load(lakehouse.table_path(table))
+    )
+
+
+def update_vendor_counts(spark: SparkSession, lakehouse: LakehouseResource, log: Any = None) -> StreamRunReport:
+    """Complete-mode running count: every micro-batch rewrites the small table from Spark's state."""
+
+    def start_writer():
+        counts = vendor_counts(_delta_stream(spark, lakehouse, RAW_RIDES))
+        return (
+            counts.writeStream.format("delta")
+            .outputMode("complete")
+            .option("checkpointLocation", lakehouse.checkpoint_path(VENDOR_COUNTS))
+            .option("path", lakehouse.table_path(VENDOR_COUNTS))
+        )
+
+    return run_available_now(VENDOR_COUNTS, start_writer, log=log)
+
+
+@dataclass
+class WindowUpsert:
+    """foreachBatch handler: upsert the windows Spark updated in this micro-batch (absolute values,
+    so replaying a batch after a crash writes the same rows again)."""
+
+    table_path: str
+
+    def __call__(self, batch: DataFrame, batch_id: int) -> None:
+        spark = batch.sparkSession
+        updates = batch.select(
+            "window_start",
+            "window_end",
+            "vendor_id",
+            "trip_count",
+            "total_amount_sum",
+            "max_pickup_datetime",
+            F.lit(0).cast("long").alias("late_trip_count"),
+            F.lit(False).alias("is_final"),
+        )
+        if not table_exists(spark, self.table_path):
+            updates.write.format("delta").mode("append").save(self.table_path)
+            return
+        (
+            DeltaTable.forPath(spark, self.table_path)
+            .alias("t")
+            .merge(updates.alias("s"), _WINDOW_KEY)
+            .whenMatchedUpdate(
+                set={
+                    "trip_count": "s.trip_count",
+                    "total_amount_sum": "s.total_amount_sum",
+                    "max_pickup_datetime": "s.max_pickup_datetime",
+                }
+            )
+            .whenNotMatchedInsertAll()
+            .execute()
+        )
+
+
+@dataclass
+class WindowRunResult:
+    report: StreamRunReport
+    watermark: Any
+    windows_changed_by_reconcile: int
+
+
+def update_ride_window_aggregates(
+    spark: SparkSession, lakehouse: LakehouseResource, log: Any = None
+) -> WindowRunResult:
+    """Stream the windows, then make late rides and finality visible.
+
+    Spark's watermark drops rides that arrive after their window was finalized. After the stream,
+    every window's `late_trip_count` is set to the rides of `raw_rides` that the on-time count left
+    out, windows made only of late rides are added, and `is_final` is set where the watermark
+    (latest pickup seen minus RIDE_WATERMARK_DELAY) has passed the window's end.
+    """
+    table_path = lakehouse.table_path(WINDOWS)
+    handler = WindowUpsert(table_path)
+
+    def start_writer():
+        windows = ride_window_aggregates(
+            _delta_stream(spark, lakehouse, RAW_RIDES), lakehouse.window_duration, lakehouse.watermark_delay
+        )
+        return (
+            windows.writeStream.outputMode("update")
+            .foreachBatch(handler)
+            .option("checkpointLocation", lakehouse.checkpoint_path(WINDOWS))
+        )
+
+    report = run_available_now(WINDOWS, start_writer, log=log)
+    if not table_exists(spark, table_path):
+        return WindowRunResult(report, None, 0)
+    watermark, changed = _reconcile_windows(spark, lakehouse, table_path)
+    return WindowRunResult(report, watermark, changed)
+
+
+def _reconcile_windows(spark: SparkSession, lakehouse: LakehouseResource, table_path: str) -> tuple[Any, int]:
+    current = read_table(spark, table_path)
+    latest_pickup = current.agg(F.max("max_pickup_datetime")).collect()[0][0]
+    delay = interval_seconds(lakehouse.ride_watermark_delay, name="RIDE_WATERMARK_DELAY")
+    watermark = None if latest_pickup is None else F.lit(latest_pickup) - F.expr(f"INTERVAL {delay} seconds")
+    all_windows = ride_window_aggregates(read_table(spark, lakehouse.table_path(RAW_RIDES)), lakehouse.window_duration)
+    late = late_ride_counts(all_windows, current).alias("l")
+    is_final = (F.col("window_end") <= watermark) if watermark is not None else F.lit(False)
+    existing = current.alias("c").join(
+        late, (F.col("c.window_start") == F.col("l.window_start")) & F.col("c.vendor_id").eqNullSafe(F.col("l.vendor_id")), "left"
+    ).select(
+        F.col("c.window_start").alias("window_start"),
+        F.col("c.window_end").alias("window_end"),
+        F.col("c.vendor_id").alias("vendor_id"),
+        F.col("c.trip_count").alias("trip_count"),
+        F.col("c.total_amount_sum").alias("total_amount_sum"),
+        F.col("c.max_pickup_datetime").alias("max_pickup_datetime"),
+        F.coalesce(F.col("l.late_trip_count"), F.lit(0)).cast("long").alias("late_trip_count"),
+        F.col("c.late_trip_count").alias("old_late"),
+        F.col("c.is_final").alias("old_final"),
+    ).withColumn("is_final", is_final)
+    changed_existing = existing.where(
+        (F.col("late_trip_count") != F.col("old_late")) | (F.col("is_final") != F.col("old_final"))
+    ).drop("old_late", "old_final")
+    late_only = late.join(current.select("window_start", "vendor_id").alias("c2"),
+                          (F.col("l.window_start") == F.col("c2.window_start")) & F.col("l.vendor_id").eqNullSafe(F.col("c2.vendor_id")),
+                          "left_anti").select(
+        "l.window_start", "l.window_end", "l.vendor_id",
+        F.lit(0).cast("long").alias("trip_count"),
+        F.lit(0.0).alias("total_amount_sum"),
+        F.lit(None).cast("timestamp").alias("max_pickup_datetime"),
+        F.col("l.late_trip_count").cast("long").alias("late_trip_count"),
+    ).withColumn("is_final", is_final)
+    changes = changed_existing.unionByName(late_only).localCheckpoint()
+    count = changes.count()
+    if count:
+        (
+            DeltaTable.forPath(spark, table_path)
+            .alias("t")
+            .merge(changes.alias("s"), _WINDOW_KEY)
+            .whenMatchedUpdate(set={"late_trip_count": "s.late_trip_count", "is_final": "s.is_final"})
+            .whenNotMatchedInsertAll()
+            .execute()
+        )
+    final_watermark = None if latest_pickup is None else spark.range(1).select(watermark.alias("w")).collect()[0][0]
+    return final_watermark, count
+
+
+def update_ride_pickup_joins(spark: SparkSession, lakehouse: LakehouseResource, log: Any = None) -> StreamRunReport:
+    """Stream-stream inner join, both sides watermarked, appended to Delta (exactly once via the checkpoint)."""
+
+    def start_writer():
+        joined = ride_pickup_joins(
+            _delta_stream(spark, lakehouse, RAW_RIDES),
+            _delta_stream(spark, lakehouse, RAW_PICKUPS),
+            lakehouse.join_gap,
+            lakehouse.watermark_delay,
+        )
+        return (
+            joined.writeStream.format("delta")
+            .outputMode("append")
+            .option("checkpointLocation", lakehouse.checkpoint_path(JOINS))
+            .option("path", lakehouse.table_path(JOINS))
+        )
+
+    return run_available_now(JOINS, start_writer, log=log)

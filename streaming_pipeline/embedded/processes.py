@@ -1,0 +1,262 @@
+"""Process helpers: find Java, start a detached background process, check and stop it by pid."""
+
+from __future__ import annotations
+
+import functools
+import os
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+
+from streaming_pipeline.errors import JavaNotFoundError, StackError
+
+MIN_JAVA_VERSION = 17
+
+# Processes this Python process started, so that stopping one also reaps it (no zombie).
+_CHILDREN: dict[int, subprocess.Popen[bytes]] = {}
+
+START_MARKER = "=== "
+
+
+# --------------------------------------------------------------------------- Java
+
+
+@functools.lru_cache(maxsize=16)
+def java_major_version(java: str) -> int | None:
+    """The major version `java -version` reports (8 for "1.8.0_x", 17 for "17.0.15"), None if unknown."""
+    try:
+        done = subprocess.run(
+            [java, "-version"], capture_output=True, text=True, timeout=60, check=False
+        )
+    except (OSError, subprocess.SubprocessError):
+        return None
+    match = re.search(r'version "(\d+)(?:\.(\d+))?', done.stderr + done.stdout)
+    if not match:
+        return None
+    major = int(match.group(1))
+    if major == 1 and match.group(2):
+        major = int(match.group(2))
+    return major
+
+
+def find_java() -> Path:
+    """The `java` executable to run the broker with: $JAVA_HOME/bin/java, else `java` on PATH.
+
+    Raises JavaNotFoundError (saying where it looked) when there is none or it is older than 17.
+    """
+    looked: list[str] = []
+    candidates: list[Path] = []
+    java_home = os.environ.get("JAVA_HOME")
+    if java_home:
+        home_java = Path(java_home) / "bin" / ("java.exe" if os.name == "nt" else "java")
+        if home_java.is_file() and os.access(home_java, os.X_OK):
+            candidates.append(home_java)
+        else:
+            looked.append(f"JAVA_HOME={java_home} has no executable bin/java")
+    else:
+        looked.append("JAVA_HOME is not set")
+    on_path = shutil.which("java")
+    if on_path:
+        candidates.append(Path(on_path))
+    else:
+        looked.append(f"no `java` on PATH ({os.environ.get('PATH', '')!r})")
+
+    too_old: list[str] = []
+    for java in candidates:
+        major = java_major_version(str(java))
+        if major is None:
+            too_old.append(f"{java} did not report a version")
+        elif major < MIN_JAVA_VERSION:
+            too_old.append(f"{java} is Java {major}")
+        else:
+            return java
+    detail = "; ".join(looked + too_old)
+    raise JavaNotFoundError(
+        f"Java {MIN_JAVA_VERSION}+ is needed to run the embedded Kafka broker, but none was found "
+        f"({detail}). Install a JDK/JRE {MIN_JAVA_VERSION} or newer "
+        "(e.g. `apt-get install openjdk-17-jre-headless`) and put it on PATH or set JAVA_HOME."
+    )
+
+
+# --------------------------------------------------------------------------- processes
+
+
+def start_background(
+    command: Sequence[str],
+    output_file: Path,
+    *,
+    env: Mapping[str, str] | None = None,
+    cwd: Path | None = None,
+    label: str | None = None,
+) -> subprocess.Popen[bytes]:
+    """Start ``command`` detached (own session), stdout+stderr appended to ``output_file``.
+
+    A header line ``=== <time> starting <label>`` is written first, so that
+    :func:`output_since_last_start` can show what the latest run printed.
+    """
+    output_file.parent.mkdir(parents=True, exist_ok=True)
+    with open(output_file, "ab") as out:
+        out.write(f"{START_MARKER}{time.strftime('%Y-%m-%d %H:%M:%S')} starting {label or ' '.join(command)}\n".encode())
+        out.flush()
+        try:
+            proc = subprocess.Popen(
+                list(command),
+                stdin=subprocess.DEVNULL,
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                env=dict(env) if env is not None else None,
+                cwd=str(cwd) if cwd else None,
+                start_new_session=True,
+                close_fds=True,
+            )
+        except OSError as exc:
+            raise StackError(f"could not run {command[0]}: {exc}") from exc
+    _CHILDREN[proc.pid] = proc
+    return proc
+
+
+def _proc_stat_state(pid: int) -> str | None:
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    # "pid (comm) S ..." - comm may contain spaces and parentheses
+    return stat[stat.rfind(")") + 2 :].split(" ", 1)[0]
+
+
+def pid_alive(pid: int | None) -> bool:
+    """True when ``pid`` is a live (not zombie) process."""
+    if not pid or pid <= 0:
+        return False
+    child = _CHILDREN.get(pid)
+    if child is not None and child.poll() is not None:
+        _CHILDREN.pop(pid, None)
+        return False
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    state = _proc_stat_state(pid)
+    if state is None and sys.platform != "linux":
+        try:
+            state = subprocess.run(
+                ["ps", "-o", "stat=", "-p", str(pid)], capture_output=True, text=True, check=False
+            ).stdout.strip()[:1]
+        except OSError:
+            state = None
+    return state != "Z"
+
+
+def process_command_line(pid: int) -> str | None:
+    """The command line of ``pid`` (arguments joined by spaces), None if it cannot be read."""
+    try:
+        raw = Path(f"/proc/{pid}/cmdline").read_bytes()
+        return raw.replace(b"\0", b" ").decode(errors="replace").strip()
+    except OSError:
+        pass
+    try:
+        done = subprocess.run(
+            ["ps", "-ww", "-o", "args=", "-p", str(pid)], capture_output=True, text=True, check=False
+        )
+    except OSError:
+        return None
+    return done.stdout.strip() or None
+
+
+def pid_matches(pid: int | None, marker: str) -> bool:
+    """True when ``pid`` is alive and its command line contains ``marker`` (guards against pid reuse)."""
+    if not pid_alive(pid):
+        return False
+    assert pid is not None
+    cmdline = process_command_line(pid)
+    return cmdline is None or marker in cmdline
+
+
+def _signal(pid: int, sig: int) -> None:
+    try:
+        if os.getpgid(pid) == pid:  # started with start_new_session: signal the whole group
+            os.killpg(pid, sig)
+        else:
+            os.kill(pid, sig)
+    except (ProcessLookupError, PermissionError):
+        pass
+
+
+def _wait_gone(pid: int, timeout: float) -> bool:
+    child = _CHILDREN.get(pid)
+    if child is not None:
+        try:
+            child.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            return False
+        _CHILDREN.pop(pid, None)
+        return True
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if not pid_alive(pid):
+            return True
+        time.sleep(0.1)
+    return not pid_alive(pid)
+
+
+def stop_pid(pid: int | None, timeout: float = 30.0) -> bool:
+    """SIGTERM ``pid`` (its process group if it leads one), SIGKILL after ``timeout`` s.
+
+    Returns True when it had to be killed.
+    """
+    if not pid or not pid_alive(pid):
+        if pid:
+            _reap(pid)
+        return False
+    _signal(pid, signal.SIGTERM)
+    if _wait_gone(pid, timeout):
+        return False
+    _signal(pid, signal.SIGKILL)
+    _wait_gone(pid, 10.0)
+    return True
+
+
+def _reap(pid: int) -> None:
+    child = _CHILDREN.pop(pid, None)
+    if child is not None:
+        child.poll()
+
+
+def tail(path: Path, lines: int = 20) -> str:
+    """The last ``lines`` lines of a text file ('' if it does not exist)."""
+    try:
+        with open(path, "rb") as handle:
+            handle.seek(0, os.SEEK_END)
+            size = handle.tell()
+            handle.seek(max(0, size - 64 * 1024))
+            data = handle.read().decode(errors="replace")
+    except OSError:
+        return ""
+    return "\n".join(data.splitlines()[-lines:])
+
+
+def output_since_last_start(path: Path, lines: int = 20) -> str:
+    """The last ``lines`` lines a background process wrote to ``path`` since its latest start header."""
+    text = tail(path, 400)
+    kept = text.splitlines()
+    for index in range(len(kept) - 1, -1, -1):
+        if kept[index].startswith(START_MARKER):
+            kept = kept[index + 1 :]
+            break
+    return "\n".join(kept[-lines:])
+
+
+def python_env_with_project() -> dict[str, str]:
+    """os.environ with this package's parent folder first on PYTHONPATH (works without an install)."""
+    env = dict(os.environ)
+    root = str(Path(__file__).resolve().parents[2])
+    current = env.get("PYTHONPATH")
+    env["PYTHONPATH"] = root + (os.pathsep + current if current else "")
+    return env

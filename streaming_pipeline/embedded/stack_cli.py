@@ -1,0 +1,140 @@
+"""`streaming-pipeline stack up|down|status|env [--dir DIR]`.
+
+Wiring into the main CLI::
+
+    subparsers = parser.add_subparsers(dest="command")
+    add_stack_parser(subparsers)
+    args = parser.parse_args(argv)
+    return args.handler(args)          # run_stack_command; also set as args.func
+
+Also runnable alone: ``python -m streaming_pipeline.embedded.stack_cli stack up``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+from typing import Any
+
+from streaming_pipeline.embedded.stack import STACK_DIR_ENV, EmbeddedStack, StackInfo, default_stack_dir
+from streaming_pipeline.errors import StreamingPipelineError
+
+
+def add_stack_parser(subparsers: Any) -> argparse.ArgumentParser:
+    """Register ``stack`` (with ``up``, ``down``, ``status``, ``env`` and ``--dir``) on ``subparsers``."""
+    dir_help = f"stack directory (default: ${STACK_DIR_ENV} or .stack/ in the current directory)"
+    parser: argparse.ArgumentParser = subparsers.add_parser(
+        "stack",
+        help="run the embedded Kafka broker + schema registry in the background",
+        description="Start, stop and inspect the embedded stack: a Kafka broker (KRaft) and the schema "
+        "registry, running in the background with their data and logs under one directory.",
+    )
+    parser.add_argument("--dir", dest="stack_dir", type=Path, default=None, help=dir_help)
+    commands = parser.add_subparsers(dest="stack_command", metavar="{up,down,status,env}")
+    commands.required = True
+
+    def sub(name: str, help_text: str) -> argparse.ArgumentParser:
+        child: argparse.ArgumentParser = commands.add_parser(name, help=help_text, description=help_text)
+        # SUPPRESS: `stack --dir X up` and `stack up --dir X` both work.
+        child.add_argument("--dir", dest="stack_dir", type=Path, default=argparse.SUPPRESS, help=dir_help)
+        return child
+
+    up = sub("up", "start the broker and the registry (reusing their ports and data) and print their addresses")
+    up.add_argument("--timeout", type=float, default=120.0, help="seconds to wait for both to answer (default 120)")
+    up.add_argument(
+        "--free-ports",
+        action="store_true",
+        help="use free ports instead of the standard 9092/9093/8081 for a stack started the first time",
+    )
+    down = sub("down", "stop the broker and the registry (their data is kept)")
+    down.add_argument("--timeout", type=float, default=30.0, help="seconds before a component is killed (default 30)")
+    sub("status", "show whether each component runs, its pid, address and log file")
+    sub("env", 'print export lines for the running stack: eval "$(streaming-pipeline stack env)"')
+    parser.set_defaults(handler=run_stack_command, func=run_stack_command)
+    return parser
+
+
+def _progress(message: str) -> None:
+    print(message, flush=True)
+
+
+def _print_info(info: StackInfo, stack: EmbeddedStack) -> None:
+    state = "already running" if info.already_running else "running"
+    dir_arg = "" if stack.directory == default_stack_dir().resolve() else f" --dir {stack.directory}"
+    print(f"Embedded stack {state} in {stack.directory}")
+    print(f"  KAFKA_BOOTSTRAP_SERVERS={info.bootstrap_servers}")
+    print(f"  SCHEMA_REGISTRY_URL={info.schema_registry_url}")
+    print(f"  logs: {stack.logs_dir}")
+    print(f'Export them in this shell with: eval "$(streaming-pipeline stack env{dir_arg})"')
+
+
+def _print_status(stack: EmbeddedStack) -> None:
+    status = stack.status()
+    rows = [("COMPONENT", "STATE", "PID", "ADDRESS", "LOG")]
+    for component in status.components:
+        rows.append(
+            (
+                component.name,
+                "running" if component.running else "stopped",
+                str(component.pid) if component.pid else "-",
+                component.address or "-",
+                str(component.log_file),
+            )
+        )
+    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]) - 1)]
+    print(f"Embedded stack in {status.directory}")
+    for row in rows:
+        print("  ".join(cell.ljust(width) for cell, width in zip(row, widths)) + "  " + row[-1])
+
+
+def run_stack_command(args: argparse.Namespace) -> int:
+    """Run ``stack <command>``; returns the exit code (errors: one ``error:`` line on stderr, code 1)."""
+    directory = getattr(args, "stack_dir", None) or default_stack_dir()
+    command = getattr(args, "stack_command", None)
+    try:
+        if command == "up":
+            stack = EmbeddedStack(directory, prefer_standard_ports=not args.free_ports)
+            info = stack.up(timeout=args.timeout, progress=_progress)
+            _print_info(info, stack)
+        elif command == "down":
+            stack = EmbeddedStack(directory)
+            if stack.down(timeout=args.timeout, progress=_progress):
+                print(f"Embedded stack stopped (data kept in {stack.directory})")
+            else:
+                print(f"Embedded stack in {stack.directory} was not running")
+        elif command == "status":
+            _print_status(EmbeddedStack(directory))
+        elif command == "env":
+            for line in EmbeddedStack(directory).env_lines():
+                print(line)
+        else:
+            print("error: choose a stack command: up, down, status or env", file=sys.stderr)
+            return 1
+    except StreamingPipelineError as exc:
+        print(f"error: {_one_line(exc)}", file=sys.stderr)
+        return 1
+    except OSError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        print("error: interrupted", file=sys.stderr)
+        return 130
+    return 0
+
+
+def _one_line(exc: BaseException) -> str:
+    lines = [line.strip() for line in str(exc).splitlines() if line.strip()]
+    return lines[0] if lines else type(exc).__name__
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="streaming-pipeline")
+    subparsers = parser.add_subparsers(dest="command", required=True)
+    add_stack_parser(subparsers)
+    args = parser.parse_args(argv)
+    return int(args.handler(args))
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

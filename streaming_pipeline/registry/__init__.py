@@ -1,0 +1,12 @@
+"""The project's own small Confluent-Schema-Registry-compatible server (Avro only).
+
+`create_app(data_dir)` builds the FastAPI app; `python -m streaming_pipeline.registry`
+serves it with uvicorn (see `__main__.py`).
+"""
+
+from __future__ import annotations
+
+from streaming_pipeline.registry.app import SCHEMA_REGISTRY_MEDIA_TYPE, create_app
+from streaming_pipeline.registry.exceptions import RegistryError
+
+__all__ = ["SCHEMA_REGISTRY_MEDIA_TYPE", "RegistryError", "create_app"]

@@ -1,0 +1,157 @@
+"""Kafka resource: producer, consumer and admin clients from one set of connection settings."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import dagster as dg
+from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
+from confluent_kafka.admin import AdminClient, NewTopic
+from pydantic import Field
+
+from streaming_pipeline.errors import BrokerUnavailableError, ConfigurationError
+
+_SECURITY_PROTOCOLS = ("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL")
+
+
+class KafkaResource(dg.ConfigurableResource):
+    """Connection to a Kafka cluster (embedded broker, compose, or Confluent Cloud via SASL_SSL).
+
+    Secrets (the SASL password) are meant to come from `dg.EnvVar` and are never logged.
+    """
+
+    bootstrap_servers: str = Field(description="Comma-separated host:port list.")
+    security_protocol: str = Field(default="PLAINTEXT", description="PLAINTEXT, SSL, SASL_PLAINTEXT or SASL_SSL.")
+    sasl_mechanism: str | None = Field(default=None, description="e.g. PLAIN (Confluent Cloud), SCRAM-SHA-512.")
+    sasl_username: str | None = None
+    sasl_password: str | None = None
+    timeout_seconds: float = Field(default=10.0, description="Bound on metadata and offset requests.")
+
+    def _check(self) -> None:
+        if self.security_protocol.upper() not in _SECURITY_PROTOCOLS:
+            raise ConfigurationError(
+                f"Kafka security_protocol={self.security_protocol!r} is not one of {', '.join(_SECURITY_PROTOCOLS)}"
+            )
+
+    def client_config(self) -> dict[str, Any]:
+        """librdkafka settings shared by every client."""
+        self._check()
+        config: dict[str, Any] = {
+            "bootstrap.servers": self.bootstrap_servers,
+            "security.protocol": self.security_protocol.upper(),
+        }
+        if self.sasl_mechanism:
+            config["sasl.mechanism"] = self.sasl_mechanism
+        if self.sasl_username is not None:
+            config["sasl.username"] = self.sasl_username
+        if self.sasl_password is not None:
+            config["sasl.password"] = self.sasl_password
+        return config
+
+    def spark_options(self) -> dict[str, str]:
+        """The same connection as options of Spark's Kafka source (`kafka.`-prefixed Java client settings)."""
+        self._check()
+        options = {
+            "kafka.bootstrap.servers": self.bootstrap_servers,
+            "kafka.security.protocol": self.security_protocol.upper(),
+        }
+        if self.sasl_mechanism:
+            options["kafka.sasl.mechanism"] = self.sasl_mechanism
+            if self.sasl_username is not None and self.sasl_password is not None:
+                login_module = (
+                    "org.apache.kafka.common.security.scram.ScramLoginModule"
+                    if self.sasl_mechanism.upper().startswith("SCRAM")
+                    else "org.apache.kafka.common.security.plain.PlainLoginModule"
+                )
+                options["kafka.sasl.jaas.config"] = (
+                    f'{login_module} required username="{self.sasl_username}" password="{self.sasl_password}";'
+                )
+        return options
+
+    def producer(self, **overrides: Any) -> Producer:
+        return Producer({**self.client_config(), **overrides})
+
+    def consumer(self, group_id: str, **overrides: Any) -> Consumer:
+        config = {
+            **self.client_config(),
+            "group.id": group_id,
+            "auto.offset.reset": "earliest",
+            "enable.auto.commit": False,
+            **overrides,
+        }
+        return Consumer(config)
+
+    def admin(self) -> AdminClient:
+        return AdminClient(self.client_config())
+
+    def topic_partitions(self, topic: str) -> list[int]:
+        """Partition ids of `topic`; empty when the topic does not exist. Bounded by timeout_seconds."""
+        admin = self.admin()
+        try:
+            metadata = admin.list_topics(topic=topic, timeout=self.timeout_seconds)
+        except KafkaException as exc:
+            raise BrokerUnavailableError(
+                f"Kafka at {self.bootstrap_servers} did not answer within {self.timeout_seconds:g} s: {exc}"
+            ) from exc
+        topic_metadata = metadata.topics.get(topic)
+        if topic_metadata is None or topic_metadata.error is not None:
+            if topic_metadata is not None and topic_metadata.error.code() not in (
+                KafkaError.UNKNOWN_TOPIC_OR_PART,
+                KafkaError._UNKNOWN_TOPIC,
+            ):
+                raise BrokerUnavailableError(f"Kafka metadata for topic {topic!r}: {topic_metadata.error}")
+            return []
+        return sorted(topic_metadata.partitions)
+
+    def ensure_topic(
+        self,
+        topic: str,
+        *,
+        partitions: int = 2,
+        replication_factor: int = 1,
+        retention_ms: int | None = None,
+        cleanup_policy: str | None = None,
+    ) -> bool:
+        """Create `topic` when absent; return True when it was created."""
+        if self.topic_partitions(topic):
+            return False
+        topic_config: dict[str, str] = {}
+        if retention_ms is not None:
+            topic_config["retention.ms"] = str(retention_ms)
+        if cleanup_policy is not None:
+            topic_config["cleanup.policy"] = cleanup_policy
+        admin = self.admin()  # keep a reference: the futures die with the client
+        futures = admin.create_topics(
+            [NewTopic(topic, num_partitions=partitions, replication_factor=replication_factor, config=topic_config)],
+            operation_timeout=self.timeout_seconds,
+            request_timeout=self.timeout_seconds,
+        )
+        try:
+            futures[topic].result(timeout=self.timeout_seconds)
+        except KafkaException as exc:
+            if exc.args and exc.args[0].code() == KafkaError.TOPIC_ALREADY_EXISTS:
+                return False
+            raise BrokerUnavailableError(f"could not create topic {topic!r} on {self.bootstrap_servers}: {exc}") from exc
+        return True
+
+    def end_offsets(self, topic: str) -> dict[int, int]:
+        """Next offset to be written (high watermark) per partition of `topic`; {} when it does not exist."""
+        partitions = self.topic_partitions(topic)
+        if not partitions:
+            return {}
+        consumer = self.consumer(group_id="streaming-pipeline-offset-probe")
+        try:
+            offsets: dict[int, int] = {}
+            for partition in partitions:
+                try:
+                    _, high = consumer.get_watermark_offsets(
+                        TopicPartition(topic, partition), timeout=self.timeout_seconds, cached=False
+                    )
+                except KafkaException as exc:
+                    raise BrokerUnavailableError(
+                        f"could not read end offset of {topic}[{partition}] from {self.bootstrap_servers}: {exc}"
+                    ) from exc
+                offsets[partition] = high
+            return offsets
+        finally:
+            consumer.close()

@@ -1,0 +1,128 @@
+"""Run a Structured Streaming query once with trigger(availableNow=True), logging progress."""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from pyspark.errors import StreamingQueryException
+from pyspark.sql.streaming import DataStreamWriter
+
+from streaming_pipeline.errors import StreamingPipelineError
+
+_LOG = logging.getLogger(__name__)
+# Delta asks to restart a stream whose source table changed schema (e.g. a v2 column was added).
+_RESTART_MARKERS = ("DELTA_SCHEMA_CHANGED", "Detected schema change", "DELTA_STREAMING_METADATA_EVOLUTION")
+MAX_SCHEMA_RESTARTS = 3
+
+
+class StreamingRunError(StreamingPipelineError):
+    """A streaming query failed; the message names the query and Spark's reason."""
+
+
+@dataclass
+class StreamRunReport:
+    """What one availableNow run did, from Spark's progress reports."""
+
+    query_name: str
+    batches: int = 0
+    input_rows: int = 0
+    progresses: list[dict[str, Any]] = field(default_factory=list)
+    restarts: int = 0
+
+    def add(self, progress: dict[str, Any]) -> None:
+        self.progresses.append(progress)
+        self.input_rows += int(progress.get("numInputRows") or 0)
+        self.batches += 1
+
+    def source_offsets(self) -> list[dict[str, Any]]:
+        """Per source: description, start offset of the first batch, end offset of the last batch."""
+        if not self.progresses:
+            return []
+        first, last = self.progresses[0], self.progresses[-1]
+        offsets = []
+        for start_source, end_source in zip(first.get("sources", []), last.get("sources", [])):
+            offsets.append(
+                {
+                    "description": end_source.get("description"),
+                    "start": _as_json(start_source.get("startOffset")),
+                    "end": _as_json(end_source.get("endOffset")),
+                }
+            )
+        return offsets
+
+    def rows_dropped_by_watermark(self) -> int:
+        return sum(
+            int(op.get("numRowsDroppedByWatermark") or 0)
+            for progress in self.progresses
+            for op in progress.get("stateOperators", [])
+        )
+
+    def max_event_time(self) -> str | None:
+        times = [p.get("eventTime", {}).get("max") for p in self.progresses]
+        times = [t for t in times if t]
+        return max(times) if times else None
+
+
+def _as_json(value: Any) -> Any:
+    if isinstance(value, str):
+        try:
+            return json.loads(value)
+        except json.JSONDecodeError:
+            return value
+    return value
+
+
+def run_available_now(
+    query_name: str,
+    start_writer: Callable[[], DataStreamWriter],
+    *,
+    log: logging.Logger | Any = None,
+    poll_seconds: float = 2.0,
+) -> StreamRunReport:
+    """Start the query built by `start_writer()` with availableNow, wait until it has drained, report.
+
+    A Delta source whose schema changed makes Spark stop and ask for a restart: the query is started
+    again (the checkpoint resumes where it stopped), at most MAX_SCHEMA_RESTARTS times.
+    """
+    log = log or _LOG
+    report = StreamRunReport(query_name=query_name)
+    while True:
+        query = start_writer().queryName(query_name).trigger(availableNow=True).start()
+        seen: set[int] = set()
+        try:
+            while not query.awaitTermination(poll_seconds):
+                _collect(query, report, seen, log)
+            _collect(query, report, seen, log)
+            return report
+        except StreamingQueryException as exc:
+            _collect(query, report, seen, log)
+            message = str(exc)
+            if any(marker in message for marker in _RESTART_MARKERS) and report.restarts < MAX_SCHEMA_RESTARTS:
+                report.restarts += 1
+                log.info(f"{query_name}: source schema changed, restarting the query ({report.restarts})")
+                continue
+            raise StreamingRunError(f"streaming query {query_name!r} failed: {message.splitlines()[0]}") from exc
+        finally:
+            if query.isActive:
+                query.stop()
+
+
+def _collect(query: Any, report: StreamRunReport, seen: set[int], log: Any) -> None:
+    for progress in query.recentProgress:
+        data = json.loads(progress.json)
+        batch_id = int(data.get("batchId", -1))
+        if batch_id in seen:
+            continue
+        seen.add(batch_id)
+        if int(data.get("numInputRows") or 0) == 0 and not data.get("stateOperators"):
+            continue
+        report.add(data)
+        rate = data.get("processedRowsPerSecond") or 0
+        log.info(
+            f"{report.query_name}: micro-batch {batch_id}: {data.get('numInputRows', 0)} rows "
+            f"({float(rate):,.0f} rows/s)"
+        )

@@ -1,0 +1,214 @@
+"""Pure Spark transformations: DataFrame in, DataFrame out; no session, no I/O.
+
+They work the same on static DataFrames (unit tests) and on streaming DataFrames (the assets).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from functools import reduce
+
+from pyspark.sql import Column, DataFrame
+from pyspark.sql import functions as F
+from pyspark.sql.avro.functions import from_avro
+
+#: Columns every bronze table carries besides the decoded Avro fields.
+KAFKA_COLUMNS = ["kafka_topic", "kafka_partition", "kafka_offset", "kafka_timestamp", "schema_id"]
+DEAD_LETTER_COLUMNS = ["kafka_topic", "kafka_partition", "kafka_offset", "raw_key", "raw_value", "error", "failed_at"]
+CONFLUENT_HEADER_BYTES = 5
+
+
+def _byte_at(value: Column, position: int, length: int) -> Column:
+    """Unsigned big-endian integer of `length` bytes starting at 1-based `position`."""
+    return F.conv(F.hex(F.substring(value, position, length)), 16, 10).cast("long")
+
+
+def split_confluent_frames(kafka_records: DataFrame) -> DataFrame:
+    """Split Kafka `value`s in Confluent wire format into schema id and Avro body.
+
+    Input: the Kafka source's columns (key, value, topic, partition, offset, timestamp).
+    Output adds `schema_id` (int), `avro_body` (binary) and `frame_error` (null when the frame is well formed).
+    """
+    value = F.col("value")
+    length = F.length(value)
+    magic = _byte_at(value, 1, 1)
+    frame_error = (
+        F.when(value.isNull(), F.lit("message value is null (tombstone); expected a Confluent Avro frame"))
+        .when(
+            length < CONFLUENT_HEADER_BYTES + 1,
+            F.format_string("message value is %d bytes; a Confluent Avro frame has a 5-byte header and a body", length),
+        )
+        .when(magic != 0, F.format_string("wrong magic byte %d; the Confluent wire format starts with 0", magic))
+    )
+    return kafka_records.select(
+        "*",
+        F.when(frame_error.isNull(), _byte_at(value, 2, 4).cast("int")).alias("schema_id"),
+        F.when(frame_error.isNull(), F.expr(f"substring(value, {CONFLUENT_HEADER_BYTES + 1})")).alias("avro_body"),
+        frame_error.alias("frame_error"),
+    )
+
+
+def decode_avro_frames(
+    frames: DataFrame, writer_schemas: Mapping[int, str], reader_schema: str
+) -> DataFrame:
+    """Decode each frame's body with its own writer schema, resolved to `reader_schema`.
+
+    `writer_schemas` maps every schema id the registry knows to its schema text; an id missing from
+    it is unknown. Output: the frame columns plus `payload` (struct of the reader schema, null when
+    decoding failed) and `error` (why the record cannot be used, null for good records).
+    """
+    payload: Column | None = None
+    for schema_id, writer_schema in sorted(writer_schemas.items()):
+        decoded = from_avro(
+            F.col("avro_body"), writer_schema, {"mode": "PERMISSIVE", "avroSchema": reader_schema}
+        )
+        payload = (
+            F.when(F.col("schema_id") == schema_id, decoded)
+            if payload is None
+            else payload.when(F.col("schema_id") == schema_id, decoded)
+        )
+    if payload is None:  # no known writer schema: a typed null of the reader schema
+        payload = F.when(F.lit(False), from_avro(F.col("avro_body"), reader_schema, {"mode": "PERMISSIVE"}))
+    reader_fields = json.loads(reader_schema)["fields"]
+    required = [f["name"] for f in reader_fields if not _is_nullable(f["type"])]
+    # In PERMISSIVE mode Spark turns a body it cannot decode into a struct of nulls; a good record has
+    # every required field set and at least one field set.
+    undecodable = F.col("payload").isNull() | ~reduce(
+        lambda a, b: a | b, [F.col(f"payload.{f['name']}").isNotNull() for f in reader_fields]
+    )
+    for name in required:
+        undecodable = undecodable | F.col(f"payload.{name}").isNull()
+    known = F.col("schema_id").isin(list(writer_schemas)) if writer_schemas else F.lit(False)
+    with_payload = frames.withColumn("payload", payload)
+    error = (
+        F.when(F.col("frame_error").isNotNull(), F.col("frame_error"))
+        .when(~known, F.format_string("unknown schema id %d: the schema registry has no schema with this id", F.col("schema_id")))
+        .when(
+            undecodable,
+            F.format_string(
+                "Avro body (%d bytes) cannot be decoded with writer schema id %d (truncated or corrupt)",
+                F.length("avro_body"),
+                F.col("schema_id"),
+            ),
+        )
+    )
+    return with_payload.withColumn("error", error)
+
+
+
+def _is_nullable(avro_type: object) -> bool:
+    return isinstance(avro_type, list) and "null" in avro_type
+
+
+def bronze_rows(decoded: DataFrame) -> DataFrame:
+    """Good records: the Avro fields as columns plus their Kafka coordinates and writer schema id."""
+    return decoded.where(F.col("error").isNull()).select(
+        "payload.*",
+        F.col("topic").alias("kafka_topic"),
+        F.col("partition").alias("kafka_partition"),
+        F.col("offset").alias("kafka_offset"),
+        F.col("timestamp").alias("kafka_timestamp"),
+        F.col("schema_id"),
+    )
+
+
+def dead_letter_rows(decoded: DataFrame, failed_at: Column | None = None) -> DataFrame:
+    """Records that cannot be decoded, with their raw bytes, coordinates and the reason."""
+    return decoded.where(F.col("error").isNotNull()).select(
+        F.col("topic").alias("kafka_topic"),
+        F.col("partition").alias("kafka_partition"),
+        F.col("offset").alias("kafka_offset"),
+        F.col("key").alias("raw_key"),
+        F.col("value").alias("raw_value"),
+        F.col("error"),
+        (failed_at if failed_at is not None else F.current_timestamp()).alias("failed_at"),
+    )
+
+
+def vendor_counts(rides: DataFrame) -> DataFrame:
+    """Running number of rides per vendor."""
+    return rides.groupBy("vendor_id").agg(F.count(F.lit(1)).alias("trip_count"))
+
+
+def ride_window_aggregates(rides: DataFrame, window_duration: str, watermark_delay: str | None = None) -> DataFrame:
+    """Rides and revenue per vendor in tumbling event-time windows of `window_duration` on pickup time.
+
+    With `watermark_delay` (streaming), windows are finalized once the watermark passes their end and
+    later rides are left out of the aggregate (they are counted by `late_ride_counts`).
+    """
+    if watermark_delay is not None:
+        rides = rides.withWatermark("pickup_datetime", watermark_delay)
+    return (
+        rides.groupBy(F.window("pickup_datetime", window_duration), F.col("vendor_id"))
+        .agg(
+            F.count(F.lit(1)).alias("trip_count"),
+            F.sum("total_amount").alias("total_amount_sum"),
+            F.max("pickup_datetime").alias("max_pickup_datetime"),
+        )
+        .select(
+            F.col("window.start").alias("window_start"),
+            F.col("window.end").alias("window_end"),
+            "vendor_id",
+            "trip_count",
+            "total_amount_sum",
+            "max_pickup_datetime",
+        )
+    )
+
+
+def late_ride_counts(all_rides_per_window: DataFrame, aggregates: DataFrame) -> DataFrame:
+    """Rides that the streaming aggregate left out because they arrived after the watermark.
+
+    `all_rides_per_window`: `ride_window_aggregates(...)` of every ingested ride (batch, no watermark).
+    `aggregates`: the current `ride_window_aggregates` table. Output per (window_start, vendor_id) with
+    late rides: window_start, window_end, vendor_id, late_trip_count.
+    """
+    everything = all_rides_per_window.select(
+        "window_start", "window_end", "vendor_id", F.col("trip_count").alias("all_trip_count")
+    )
+    on_time = aggregates.select(
+        F.col("window_start").alias("a_window_start"),
+        F.col("vendor_id").alias("a_vendor_id"),
+        F.col("trip_count").alias("on_time_trip_count"),
+    )
+    joined = everything.join(
+        on_time,
+        (F.col("window_start") == F.col("a_window_start")) & F.col("vendor_id").eqNullSafe(F.col("a_vendor_id")),
+        "left",
+    )
+    late = F.col("all_trip_count") - F.coalesce(F.col("on_time_trip_count"), F.lit(0))
+    return joined.where(late > 0).select("window_start", "window_end", "vendor_id", late.alias("late_trip_count"))
+
+
+def ride_pickup_joins(
+    rides: DataFrame, pickups: DataFrame, max_gap: str, watermark_delay: str | None = None
+) -> DataFrame:
+    """Pair a ride that dropped off at zone L at time d with each pickup at L at time p, |p - d| <= max_gap.
+
+    The bound is inclusive. With `watermark_delay` (streaming) both sides carry an event-time
+    watermark, so Spark can drop join state that no future event can match.
+    """
+    ride_side = rides.select(
+        F.col("vendor_id"),
+        F.col("do_location_id").alias("ride_location_id"),
+        F.col("dropoff_datetime"),
+        *[F.col(c).alias(f"ride_{c}") for c in ("kafka_partition", "kafka_offset") if c in rides.columns],
+    )
+    pickup_side = pickups.select(
+        F.col("pu_location_id").alias("location_id"),
+        F.col("pickup_datetime"),
+        *[F.col(c).alias(f"pickup_{c}") for c in ("kafka_partition", "kafka_offset") if c in pickups.columns],
+    )
+    if watermark_delay is not None:
+        ride_side = ride_side.withWatermark("dropoff_datetime", watermark_delay)
+        pickup_side = pickup_side.withWatermark("pickup_datetime", watermark_delay)
+    gap = F.expr(f"INTERVAL {max_gap}")
+    condition = (
+        (F.col("ride_location_id") == F.col("location_id"))
+        & (F.col("pickup_datetime") >= F.col("dropoff_datetime") - gap)
+        & (F.col("pickup_datetime") <= F.col("dropoff_datetime") + gap)
+    )
+    joined = ride_side.join(pickup_side, condition, "inner")
+    extra = [c for c in joined.columns if c.startswith(("ride_kafka", "pickup_kafka"))]
+    return joined.select("vendor_id", "location_id", "pickup_datetime", "dropoff_datetime", *extra)
