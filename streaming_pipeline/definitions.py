@@ -38,6 +38,7 @@ def build_resources(settings: PipelineSettings) -> dict[str, dg.ConfigurableReso
             ride_window_duration=settings.ride_window_duration,
             ride_watermark_delay=settings.ride_watermark_delay,
             join_max_gap=settings.join_max_gap,
+            max_offsets_per_trigger=settings.max_offsets_per_trigger,
         ),
     }
 

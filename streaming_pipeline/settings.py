@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -44,6 +45,15 @@ def normalize_interval(text: str, *, name: str) -> str:
     return f"{interval_seconds(text, name=name)} seconds"
 
 
+def _positive_int(env: Mapping[str, str], name: str, default: int) -> int:
+    text = env.get(name)
+    if not text:
+        return default
+    if not text.isdigit() or int(text) <= 0:
+        raise ConfigurationError(f"{name}={text!r} is not a positive whole number")
+    return int(text)
+
+
 @dataclass(frozen=True)
 class PipelineSettings:
     bootstrap_servers: str
@@ -53,9 +63,10 @@ class PipelineSettings:
     ride_window_duration: str
     ride_watermark_delay: str
     join_max_gap: str
+    max_offsets_per_trigger: int = DEFAULT_MAX_OFFSETS_PER_TRIGGER
 
     @classmethod
-    def from_env(cls, environ: dict[str, str] | None = None) -> "PipelineSettings":
+    def from_env(cls, environ: Mapping[str, str] | None = None) -> "PipelineSettings":
         env = os.environ if environ is None else environ
         settings = cls(
             bootstrap_servers=env.get("KAFKA_BOOTSTRAP_SERVERS") or DEFAULT_BOOTSTRAP_SERVERS,
@@ -65,6 +76,7 @@ class PipelineSettings:
             ride_window_duration=env.get("RIDE_WINDOW_DURATION") or DEFAULT_RIDE_WINDOW_DURATION,
             ride_watermark_delay=env.get("RIDE_WATERMARK_DELAY") or DEFAULT_RIDE_WATERMARK_DELAY,
             join_max_gap=env.get("JOIN_MAX_GAP") or DEFAULT_JOIN_MAX_GAP,
+            max_offsets_per_trigger=_positive_int(env, "MAX_OFFSETS_PER_TRIGGER", DEFAULT_MAX_OFFSETS_PER_TRIGGER),
         )
         for name, value in (
             ("RIDE_WINDOW_DURATION", settings.ride_window_duration),

@@ -31,3 +31,40 @@ def spark() -> Iterator[object]:
     session = resource.get_session()
     yield session
     session.stop()
+
+
+SPARK_TEST_CONF = {"spark.master": "local[2]", "spark.driver.memory": "2g", "spark.sql.shuffle.partitions": "2"}
+
+
+@pytest.fixture()
+def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[object]:
+    """A fresh embedded Kafka broker + schema registry on free ports, stopped after the test."""
+    from streaming_pipeline.embedded.stack import running_stack
+
+    with running_stack(tmp_path_factory.mktemp("stack")) as info:
+        yield info
+
+
+@pytest.fixture()
+def lakehouse_dir(tmp_path: Path) -> Path:
+    return tmp_path / "lakehouse"
+
+
+@pytest.fixture()
+def pipeline_resources(stack, lakehouse_dir: Path, spark) -> dict[str, object]:
+    """The resources `definitions.py` builds, pointed at the test's stack and lakehouse, sharing the
+    session-wide SparkSession."""
+    from streaming_pipeline.definitions import build_resources
+    from streaming_pipeline.resources import SparkResource
+    from streaming_pipeline.settings import PipelineSettings
+
+    settings = PipelineSettings.from_env(
+        {
+            "KAFKA_BOOTSTRAP_SERVERS": stack.bootstrap_servers,
+            "SCHEMA_REGISTRY_URL": stack.schema_registry_url,
+            "LAKEHOUSE_DIR": str(lakehouse_dir),
+        }
+    )
+    resources = build_resources(settings)
+    resources["spark"] = SparkResource(stop_on_teardown=False, conf=SPARK_TEST_CONF)
+    return resources

@@ -16,7 +16,6 @@ from pathlib import Path
 import fastavro
 import pytest
 from pyspark.sql import functions as F
-from pyspark.testing import assertDataFrameEqual
 
 from streaming_pipeline.transformations import (
     DEAD_LETTER_COLUMNS,
@@ -96,8 +95,20 @@ def decode(spark, rows, writers, reader):
     return decode_avro_frames(split_confluent_frames(kafka_records(spark, rows)), writers, reader)
 
 
-def assert_exact(actual, expected, **kwargs):
-    assertDataFrameEqual(actual, expected, rtol=0.0, atol=0.0, **kwargs)
+def _sort_key(row) -> tuple:
+    # None sorts first; every other value compares with values of its own column
+    return tuple((value is not None, value if value is not None else 0) for value in row)
+
+
+def assert_exact(actual, expected) -> None:
+    """Same column names and types, same multiset of rows, values compared exactly (no tolerance).
+
+    (pyspark.testing.assertDataFrameEqual imports pyspark.pandas, which fails with the installed pandas.)
+    """
+    assert [(f.name, f.dataType) for f in actual.schema] == [(f.name, f.dataType) for f in expected.schema]
+    got = sorted((tuple(r) for r in actual.collect()), key=_sort_key)
+    want = sorted((tuple(r) for r in expected.collect()), key=_sort_key)
+    assert got == want
 
 
 def field_names(schema_text: str) -> list[str]:

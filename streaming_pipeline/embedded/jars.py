@@ -196,7 +196,9 @@ def _resolve_with_maven(mvn: str, directory: Path, coords: list[tuple[str, str, 
     try:
         text = output.read_text().strip()
     except OSError as exc:
-        raise ArtifactResolutionError(f"Maven wrote no classpath file ({output}); see {directory / 'resolve.log'}") from exc
+        raise ArtifactResolutionError(
+            f"Maven wrote no classpath file ({output}); see {directory / 'resolve.log'}"
+        ) from exc
     return [Path(entry) for entry in text.split(os.pathsep) if entry]
 
 

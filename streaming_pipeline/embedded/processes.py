@@ -101,7 +101,8 @@ def start_background(
     """
     output_file.parent.mkdir(parents=True, exist_ok=True)
     with open(output_file, "ab") as out:
-        out.write(f"{START_MARKER}{time.strftime('%Y-%m-%d %H:%M:%S')} starting {label or ' '.join(command)}\n".encode())
+        header = f"{START_MARKER}{time.strftime('%Y-%m-%d %H:%M:%S')} starting {label or ' '.join(command)}\n"
+        out.write(header.encode())
         out.flush()
         try:
             proc = subprocess.Popen(

@@ -303,7 +303,10 @@ class EmbeddedStack:
                         heap=self.kafka_heap,
                         progress=say,
                     )
-                    say(f"Starting Kafka {jars.KAFKA_VERSION} broker on {broker.bootstrap_servers} (log: {broker.log_file})")
+                    say(
+                        f"Starting Kafka {jars.KAFKA_VERSION} broker on {broker.bootstrap_servers} "
+                        f"(log: {broker.log_file})"
+                    )
                     t0 = time.monotonic()
                     broker.start(timeout=max(10.0, deadline - time.monotonic()))
                     started.append(("kafka", broker))
@@ -317,7 +320,8 @@ class EmbeddedStack:
                         "started_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
                     }
                     self._save(state)
-                    say(f"Kafka broker ready on {broker.bootstrap_servers} (pid {broker.pid}, {time.monotonic() - t0:.1f}s)")
+                    elapsed = time.monotonic() - t0
+                    say(f"Kafka broker ready on {broker.bootstrap_servers} (pid {broker.pid}, {elapsed:.1f}s)")
                 if not registry_up:
                     registry = SchemaRegistryProcess(
                         self.registry_dir, registry_port, self.host, log_dir=self.logs_dir, module=self.registry_module
@@ -371,9 +375,10 @@ class EmbeddedStack:
         """The addresses of the running stack; StackError when it is not (fully) running."""
         state = self._load()
         if not (self._kafka_running(state) and self._registry_running(state)):
+            dir_arg = "" if self.directory == default_stack_dir().resolve() else f" --dir {self.directory}"
             raise StackError(
-                f"the embedded stack in {self.directory} is not running; start it with `streaming-pipeline stack up`"
-                + ("" if self.directory == default_stack_dir().resolve() else f" --dir {self.directory}")
+                f"the embedded stack in {self.directory} is not running; "
+                f"start it with `streaming-pipeline stack up{dir_arg}`"
             )
         return self._info(state, already_running=True)
 

@@ -85,7 +85,7 @@ def _print_status(stack: EmbeddedStack) -> None:
     widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]) - 1)]
     print(f"Embedded stack in {status.directory}")
     for row in rows:
-        print("  ".join(cell.ljust(width) for cell, width in zip(row, widths)) + "  " + row[-1])
+        print("  ".join(cell.ljust(width) for cell, width in zip(row[:-1], widths, strict=True)) + "  " + row[-1])
 
 
 def run_stack_command(args: argparse.Namespace) -> int:

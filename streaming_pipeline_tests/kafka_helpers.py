@@ -1,0 +1,103 @@
+"""Helpers for the fault-injection tests: raw Kafka I/O, offsets, Delta log inspection, CSV writing."""
+
+from __future__ import annotations
+
+import csv
+import struct
+from collections.abc import Iterable, Mapping, Sequence
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+from confluent_kafka import Consumer, Producer, TopicPartition
+from confluent_kafka.serialization import MessageField, SerializationContext
+
+from streaming_pipeline.records import RIDE_CSV_COLUMNS
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
+SCHEMA_DIR = REPO_ROOT / "schemas"
+
+
+def end_offsets(bootstrap_servers: str, topic: str, timeout: float = 15.0) -> dict[int, int]:
+    """High watermark of every partition of `topic`, read with a plain confluent-kafka consumer."""
+    consumer = Consumer({"bootstrap.servers": bootstrap_servers, "group.id": "faults-offset-probe"})
+    try:
+        metadata = consumer.list_topics(topic, timeout=timeout)
+        partitions = sorted(metadata.topics[topic].partitions)
+        return {
+            p: consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=timeout, cached=False)[1]
+            for p in partitions
+        }
+    finally:
+        consumer.close()
+
+
+def all_coordinates(topic: str, offsets: Mapping[int, int]) -> set[tuple[str, int, int]]:
+    """Every (topic, partition, offset) below the end offsets (offsets start at 0: nothing was deleted)."""
+    return {(topic, p, o) for p, end in offsets.items() for o in range(end)}
+
+
+def produce_raw(
+    bootstrap_servers: str, topic: str, messages: Sequence[tuple[bytes | None, bytes | None]], partition: int | None = None
+) -> list[tuple[int, int]]:
+    """Send raw key/value bytes; return the (partition, offset) each one was written to, in order."""
+    producer = Producer({"bootstrap.servers": bootstrap_servers, "acks": "all", "enable.idempotence": True})
+    delivered: dict[int, tuple[int, int]] = {}
+    errors: list[str] = []
+
+    def on_delivery(index: int):
+        def callback(err, msg) -> None:  # type: ignore[no-untyped-def]
+            if err is not None:
+                errors.append(str(err))
+            else:
+                delivered[index] = (msg.partition(), msg.offset())
+
+        return callback
+
+    for index, (key, value) in enumerate(messages):
+        kwargs: dict[str, Any] = {"key": key, "value": value, "on_delivery": on_delivery(index)}
+        if partition is not None:
+            kwargs["partition"] = partition
+        producer.produce(topic, **kwargs)
+    assert producer.flush(30) == 0, "records still undelivered after 30 s"
+    assert not errors, errors
+    return [delivered[i] for i in range(len(messages))]
+
+
+def avro_frame(registry_resource: Any, schema_str: str, record: Mapping[str, Any], topic: str, field: MessageField = MessageField.VALUE) -> bytes:
+    """Confluent wire-format bytes of `record` (the schema must already be registered)."""
+    return registry_resource.serializer(schema_str)(dict(record), SerializationContext(topic, field))
+
+
+def confluent_header(frame: bytes) -> tuple[int, int]:
+    """(magic byte, schema id) of a Confluent frame."""
+    magic, schema_id = struct.unpack(">bI", frame[:5])
+    return magic, schema_id
+
+
+def delta_log_versions(table_path: str | Path) -> list[int]:
+    """Versions with a commit file in the table's _delta_log (empty when the table does not exist)."""
+    log_dir = Path(str(table_path).removeprefix("file:")) / "_delta_log"
+    if not log_dir.is_dir():
+        return []
+    return sorted(int(p.name.split(".")[0]) for p in log_dir.glob("*.json") if p.name.split(".")[0].isdigit())
+
+
+def write_rides_csv(path: Path, rides: Iterable[Mapping[str, Any]]) -> Path:
+    """Write ride records (Avro field names) as a CSV with the NYC TLC header."""
+    header = list(RIDE_CSV_COLUMNS)
+    with path.open("w", newline="") as handle:
+        writer = csv.writer(handle)
+        writer.writerow(header)
+        for ride in rides:
+            row = []
+            for name in header:
+                value = ride.get(RIDE_CSV_COLUMNS[name][0])
+                if value is None:
+                    row.append("")
+                elif isinstance(value, datetime):
+                    row.append(value.strftime("%Y-%m-%d %H:%M:%S"))
+                else:
+                    row.append(str(value))
+            writer.writerow(row)
+    return path

@@ -1,0 +1,415 @@
+"""Fault injection on the real embedded stack: killed runs, schema evolution, bad bytes, late events,
+registry outage. Every expectation is computed in the test from what the test produced."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from datetime import datetime, timedelta, timezone
+from pathlib import Path
+
+import dagster as dg
+import pandas as pd
+import pytest
+from confluent_kafka.serialization import MessageField
+from pyspark.sql import functions as F
+
+from streaming_pipeline.assets import dead_letter_records, raw_rides, ride_window_aggregates, vendor_counts
+from streaming_pipeline.cli import main as cli_main
+from streaming_pipeline.records import read_rides_csv
+from streaming_pipeline.resources import SchemaRegistryResource
+from streaming_pipeline.synthetic import SyntheticOptions, synthetic_rides
+from streaming_pipeline_tests.kafka_helpers import (
+    REPO_ROOT,
+    SCHEMA_DIR,
+    all_coordinates,
+    avro_frame,
+    confluent_header,
+    delta_log_versions,
+    end_offsets,
+    produce_raw,
+    write_rides_csv,
+)
+
+pytestmark = pytest.mark.integration
+
+TOPIC = "rides"
+VALUE_SUBJECT = "rides-value"
+
+
+# ----------------------------------------------------------------------------- helpers
+
+
+def _produce(stack, *args: str) -> None:
+    code = cli_main(
+        ["produce", "rides", *args, "--no-progress",
+         "--bootstrap-servers", stack.bootstrap_servers, "--schema-registry-url", stack.schema_registry_url]
+    )
+    assert code == 0, f"produce {args} exited with {code}"
+
+
+def _materialize(assets, resources) -> dg.ExecuteInProcessResult:
+    result = dg.materialize(assets, resources=resources, raise_on_error=False)
+    assert result.success, "\n".join(_failure_messages(result))
+    return result
+
+
+def _failure_messages(result: dg.ExecuteInProcessResult) -> list[str]:
+    """Messages of every step failure and of the exceptions chained under it."""
+    messages = []
+    for event in result.all_events:
+        if event.is_step_failure:
+            error = event.step_failure_data.error
+            while error is not None:
+                messages.append(f"{error.cls_name}: {error.message}")
+                error = error.cause
+    return messages
+
+
+def _coordinates(frame) -> list[tuple[str, int, int]]:
+    return [(r.kafka_topic, r.kafka_partition, r.kafka_offset)
+            for r in frame.select("kafka_topic", "kafka_partition", "kafka_offset").collect()]
+
+
+def _read(spark, resources, table: str):
+    return spark.read.format("delta").load(resources["lakehouse"].table_path(table))
+
+
+def _registry(stack) -> SchemaRegistryResource:
+    return SchemaRegistryResource(url=stack.schema_registry_url)
+
+
+# ----------------------------------------------------------------------------- 1. killed run
+
+
+def _dagster_command() -> list[str]:
+    return [sys.executable, "-m", "dagster", "asset", "materialize",
+            "-m", "streaming_pipeline.definitions", "--select", "raw_rides"]
+
+
+def _kill_group(pgid: int) -> None:
+    try:
+        os.killpg(pgid, signal.SIGKILL)
+    except ProcessLookupError:
+        return
+    deadline = time.monotonic() + 20
+    while time.monotonic() < deadline:
+        try:
+            os.killpg(pgid, 0)
+        except ProcessLookupError:
+            return
+        time.sleep(0.1)
+    raise AssertionError(f"process group {pgid} still alive 20 s after SIGKILL")
+
+
+def test_killed_materialization_rerun_loses_and_duplicates_nothing(stack, pipeline_resources, lakehouse_dir, spark, tmp_path):
+    count, seed, per_trigger = 30_000, 1234, 3_000
+    _produce(stack, "--synthetic", str(count), "--seed", str(seed))
+    offsets = end_offsets(stack.bootstrap_servers, TOPIC)
+    assert sum(offsets.values()) == count
+
+    dagster_home = tmp_path / "dagster_home"
+    dagster_home.mkdir()
+    (dagster_home / "dagster.yaml").write_text("")
+    env = {k: v for k, v in os.environ.items()
+           if k not in ("SPARK_MASTER", "RIDE_WINDOW_DURATION", "RIDE_WATERMARK_DELAY", "JOIN_MAX_GAP", "SPARK_PROFILE")}
+    env.update(
+        KAFKA_BOOTSTRAP_SERVERS=stack.bootstrap_servers,
+        SCHEMA_REGISTRY_URL=stack.schema_registry_url,
+        LAKEHOUSE_DIR=str(lakehouse_dir),
+        MAX_OFFSETS_PER_TRIGGER=str(per_trigger),
+        DAGSTER_HOME=str(dagster_home),
+    )
+    table_path = pipeline_resources["lakehouse"].table_path("raw_rides")
+    first_log = tmp_path / "first_run.log"
+
+    # First run: SIGKILL the whole process group (Python + Spark's JVM) once two batches are committed.
+    with first_log.open("wb") as out:
+        proc = subprocess.Popen(_dagster_command(), cwd=REPO_ROOT, env=env, stdout=out, stderr=subprocess.STDOUT,
+                                stdin=subprocess.DEVNULL, start_new_session=True)
+        try:
+            deadline = time.monotonic() + 150
+            while len(delta_log_versions(table_path)) < 2:
+                assert proc.poll() is None, (
+                    f"the first run ended (code {proc.returncode}) before 2 Delta commits:\n{first_log.read_text()[-4000:]}"
+                )
+                assert time.monotonic() < deadline, f"no 2 Delta commits within 150 s:\n{first_log.read_text()[-4000:]}"
+                time.sleep(0.05)
+        finally:
+            _kill_group(proc.pid)
+            proc.wait(timeout=30)
+    commits_at_kill = delta_log_versions(table_path)
+    assert proc.returncode == -signal.SIGKILL, "the first run had finished before it could be killed"
+    assert len(commits_at_kill) < count // per_trigger, f"the run was not killed half-way: {commits_at_kill}"
+    killed_rows = _read(spark, pipeline_resources, "raw_rides").count()
+    assert 0 < killed_rows < count
+
+    # Second run, to completion.
+    second = subprocess.run(_dagster_command(), cwd=REPO_ROOT, env=env, capture_output=True, text=True,
+                            stdin=subprocess.DEVNULL, timeout=240, start_new_session=True)
+    assert second.returncode == 0, f"re-run failed ({second.returncode}):\n{second.stdout[-3000:]}\n{second.stderr[-6000:]}"
+
+    raw = _read(spark, pipeline_resources, "raw_rides")
+    coordinates = _coordinates(raw)
+    assert len(coordinates) == count
+    assert len(set(coordinates)) == count
+    assert set(coordinates) == all_coordinates(TOPIC, offsets)
+
+    # Contents, not only coordinates: the multiset of rides equals what was produced.
+    produced = list(synthetic_rides(count, SyntheticOptions(seed=seed)))
+    expected_rides = sorted(
+        (int(r["pickup_datetime"].timestamp()) * 1_000_000, r["vendor_id"], r["total_amount"], r["pu_location_id"])
+        for r in produced
+    )
+    got_rides = sorted(
+        (row.pickup_us, row.vendor_id, row.total_amount, row.pu_location_id)
+        for row in raw.select(F.expr("unix_micros(pickup_datetime)").alias("pickup_us"),
+                              "vendor_id", "total_amount", "pu_location_id").collect()
+    )
+    assert got_rides == expected_rides
+
+    _materialize([vendor_counts], pipeline_resources)
+    expected_counts = pd.Series([r["vendor_id"] for r in produced]).value_counts()
+    got_counts = {r.vendor_id: r.trip_count for r in _read(spark, pipeline_resources, "vendor_counts").collect()}
+    assert got_counts == {int(v): int(n) for v, n in expected_counts.items()}
+
+
+# ----------------------------------------------------------------------------- 2. schema evolution
+
+
+def test_v2_rides_after_v1_add_a_column_null_for_old_rows(stack, pipeline_resources, spark, rides_csv):
+    _produce(stack, "--csv", str(rides_csv))
+    old_offsets = end_offsets(stack.bootstrap_servers, TOPIC)
+    old_coordinates = all_coordinates(TOPIC, old_offsets)
+    assert len(old_coordinates) == 266
+    _materialize([raw_rides, vendor_counts], pipeline_resources)
+    assert _read(spark, pipeline_resources, "raw_rides").count() == 266
+
+    registry = _registry(stack)
+    v1_id, _ = registry.latest(VALUE_SUBJECT)
+    v2_schema = (SCHEMA_DIR / "ride_value_v2.avsc").read_text()
+    key_schema = (SCHEMA_DIR / "ride_key.avsc").read_text()
+    v2_id = registry.register(VALUE_SUBJECT, v2_schema)
+    assert v2_id != v1_id
+
+    fees = [1.25, 0.0, 2.5, 17.75, 0.5]
+    new_rides = [{**ride, "airport_fee": fee}
+                 for ride, fee in zip(synthetic_rides(len(fees), SyntheticOptions(seed=5)), fees)]
+    messages = []
+    for ride in new_rides:
+        value = avro_frame(registry, v2_schema, ride, TOPIC)
+        assert confluent_header(value) == (0, v2_id)
+        messages.append((avro_frame(registry, key_schema, ride["vendor_id"], TOPIC, MessageField.KEY), value))
+    placed = produce_raw(stack.bootstrap_servers, TOPIC, messages)
+    expected_new = {(TOPIC, p, o): ride for (p, o), ride in zip(placed, new_rides)}
+
+    _materialize([raw_rides, vendor_counts], pipeline_resources)
+
+    raw = _read(spark, pipeline_resources, "raw_rides")
+    assert "airport_fee" in raw.columns
+    rows = {(r.kafka_topic, r.kafka_partition, r.kafka_offset): r
+            for r in raw.select("kafka_topic", "kafka_partition", "kafka_offset", "airport_fee", "schema_id",
+                                "vendor_id", "total_amount", "trip_distance").collect()}
+    assert len(rows) == raw.count() == 271
+    assert set(rows) == old_coordinates | set(expected_new)
+    for coordinate in old_coordinates:
+        assert rows[coordinate].airport_fee is None, coordinate
+        assert rows[coordinate].schema_id == v1_id, coordinate
+    for coordinate, ride in expected_new.items():
+        row = rows[coordinate]
+        assert (row.airport_fee, row.schema_id) == (ride["airport_fee"], v2_id), coordinate
+        assert (row.vendor_id, row.total_amount, row.trip_distance) == (
+            ride["vendor_id"], ride["total_amount"], ride["trip_distance"]), coordinate
+
+    csv_vendors = pd.read_csv(rides_csv)["VendorID"].tolist()
+    expected_counts = pd.Series(csv_vendors + [r["vendor_id"] for r in new_rides]).value_counts()
+    got_counts = {r.vendor_id: r.trip_count for r in _read(spark, pipeline_resources, "vendor_counts").collect()}
+    assert sum(got_counts.values()) == 271
+    assert got_counts == {int(v): int(n) for v, n in expected_counts.items()}
+
+
+# ----------------------------------------------------------------------------- 3. bad bytes
+
+
+def test_undecodable_records_go_to_dead_letters_and_nothing_is_lost(stack, pipeline_resources, spark, rides_csv):
+    _produce(stack, "--csv", str(rides_csv))
+    registry = _registry(stack)
+    v1_id, v1_schema = registry.latest(VALUE_SUBJECT)
+    assert registry.schema_by_id(9999) is None
+    first_ride = next(row.record for row in read_rides_csv(rides_csv) if row.record is not None)
+    valid = avro_frame(registry, v1_schema, first_ride, TOPIC)
+    assert confluent_header(valid) == (0, v1_id) and len(valid) > 8
+
+    bad = {
+        "garbage": (b"garbage-key", b"not avro at all"),
+        "unknown_id": (None, b"\x00" + (9999).to_bytes(4, "big") + valid[5:]),
+        "wrong_magic": (b"\x00\x00\x00\x00\x01\x02", b"\x01" + valid[1:]),
+        "truncated": (b"k4", valid[:8]),
+    }
+    placed = produce_raw(stack.bootstrap_servers, TOPIC, list(bad.values()))
+    sent = {(TOPIC, p, o): (name, *bad[name]) for (p, o), name in zip(placed, bad)}
+    offsets = end_offsets(stack.bootstrap_servers, TOPIC)
+    assert sum(offsets.values()) == 266 + 4
+
+    _materialize([raw_rides, dead_letter_records], pipeline_resources)
+
+    raw = _read(spark, pipeline_resources, "raw_rides")
+    raw_coordinates = _coordinates(raw)
+    assert len(raw_coordinates) == len(set(raw_coordinates)) == 266
+    dead = _read(spark, pipeline_resources, "dead_letter_records").collect()
+    assert len(dead) == 4
+    by_coordinate = {(r.kafka_topic, r.kafka_partition, r.kafka_offset): r for r in dead}
+    assert set(by_coordinate) == set(sent)
+    assert set(raw_coordinates) | set(by_coordinate) == all_coordinates(TOPIC, offsets)
+    assert len(raw_coordinates) + len(dead) == sum(offsets.values())
+
+    expected_error = {
+        "garbage": "magic byte 110",
+        "unknown_id": "unknown schema id 9999",
+        "wrong_magic": "magic byte 1",
+        "truncated": "truncated",
+    }
+    for coordinate, (name, key, value) in sent.items():
+        row = by_coordinate[coordinate]
+        assert bytes(row.raw_value) == value, name
+        assert (None if row.raw_key is None else bytes(row.raw_key)) == key, name
+        assert expected_error[name] in row.error, (name, row.error)
+        assert row.failed_at is not None, name
+
+    raw_path = pipeline_resources["lakehouse"].table_path("raw_rides")
+    dead_path = pipeline_resources["lakehouse"].table_path("dead_letter_records")
+    versions = (delta_log_versions(raw_path), delta_log_versions(dead_path))
+    _materialize([raw_rides, dead_letter_records], pipeline_resources)
+    assert (delta_log_versions(raw_path), delta_log_versions(dead_path)) == versions
+    assert _read(spark, pipeline_resources, "raw_rides").count() == 266
+    assert _read(spark, pipeline_resources, "dead_letter_records").count() == 4
+
+
+# ----------------------------------------------------------------------------- 4. late events
+
+
+def _hand_made_rides(start: datetime, count: int) -> list[dict]:
+    rides = []
+    for k in range(count):
+        pickup = start + timedelta(minutes=4 * k, seconds=(37 * k) % 60)
+        rides.append(_ride(pickup, vendor_id=1 if k % 3 == 0 else 2, total_amount=5.0 + 0.25 * k))
+    return rides
+
+
+def _ride(pickup: datetime, *, vendor_id: int, total_amount: float) -> dict:
+    # Amounts are multiples of 1/4, so every sum is exact in binary floating point.
+    return {
+        "vendor_id": vendor_id, "pickup_datetime": pickup, "dropoff_datetime": pickup + timedelta(minutes=9),
+        "passenger_count": 1, "trip_distance": 2.5, "rate_code_id": 1, "store_and_fwd_flag": "N",
+        "pu_location_id": 161, "do_location_id": 236, "payment_type": 1, "fare_amount": total_amount - 1.0,
+        "extra": 0.5, "mta_tax": 0.5, "tip_amount": 0.0, "tolls_amount": 0.0, "improvement_surcharge": 0.0,
+        "total_amount": total_amount, "congestion_surcharge": 0.0,
+    }
+
+
+def _window_rows(spark, resources) -> dict[tuple[int, int], object]:
+    frame = _read(spark, resources, "ride_window_aggregates").select(
+        F.expr("unix_seconds(window_start)").alias("ws"), F.expr("unix_seconds(window_end)").alias("we"),
+        "vendor_id", "trip_count", "late_trip_count", "total_amount_sum", "is_final",
+    )
+    rows = frame.collect()
+    keyed = {(r.ws, r.vendor_id): r for r in rows}
+    assert len(keyed) == len(rows), "duplicate (window_start, vendor_id) rows"
+    return keyed
+
+
+def _per_window(rides: list[dict]) -> pd.DataFrame:
+    frame = pd.DataFrame({
+        "ws": [int(r["pickup_datetime"].timestamp()) // 600 * 600 for r in rides],
+        "vendor_id": [r["vendor_id"] for r in rides],
+        "total_amount": [r["total_amount"] for r in rides],
+    })
+    return frame.groupby(["ws", "vendor_id"]).agg(n=("total_amount", "size"), s=("total_amount", "sum"))
+
+
+def test_late_ride_is_counted_not_dropped(stack, pipeline_resources, spark, tmp_path):
+    lakehouse = pipeline_resources["lakehouse"]
+    assert (lakehouse.window_duration, lakehouse.watermark_delay) == ("600 seconds", "900 seconds")
+    on_time = _hand_made_rides(datetime(2020, 7, 1, 8, 0, tzinfo=timezone.utc), 60)  # 4 hours
+    _produce(stack, "--csv", str(write_rides_csv(tmp_path / "on_time.csv", on_time)))
+    _materialize([raw_rides, ride_window_aggregates], pipeline_resources)
+
+    max_pickup = max(int(r["pickup_datetime"].timestamp()) for r in on_time)
+    watermark = max_pickup - 15 * 60
+    expected_on_time = _per_window(on_time)
+    first = _window_rows(spark, pipeline_resources)
+    assert set(first) == set(expected_on_time.index)
+    for (ws, vendor), expected in expected_on_time.iterrows():
+        row = first[(ws, vendor)]
+        assert (row.trip_count, row.late_trip_count, row.total_amount_sum) == (expected.n, 0, expected.s)
+        assert row.we == ws + 600
+        assert row.is_final == (row.we <= watermark), (ws, vendor)
+
+    # One ride 2 hours before the latest pickup: its window ended long before the watermark.
+    late_pickup = datetime.fromtimestamp(max_pickup - 2 * 3600, tz=timezone.utc)
+    late = _ride(late_pickup, vendor_id=2, total_amount=99.5)
+    late_key = (int(late_pickup.timestamp()) // 600 * 600, 2)
+    assert late_key in first and first[late_key].is_final, "precondition: the late ride's window is final already"
+    _produce(stack, "--csv", str(write_rides_csv(tmp_path / "late.csv", [late])))
+    _materialize([raw_rides, ride_window_aggregates], pipeline_resources)
+
+    everything = _per_window(on_time + [late])
+    second = _window_rows(spark, pipeline_resources)
+    assert set(second) == set(everything.index)
+    late_row = second[late_key]
+    assert late_row.late_trip_count == 1
+    assert late_row.trip_count == first[late_key].trip_count
+    assert late_row.total_amount_sum == first[late_key].total_amount_sum
+    for key, expected in everything.iterrows():
+        row = second[key]
+        assert row.trip_count + row.late_trip_count == expected.n, key
+        assert row.late_trip_count == (1 if key == late_key else 0), key
+        assert row.total_amount_sum == expected_on_time.loc[key].s, key
+        assert row.is_final == (row.we <= watermark), key
+
+
+# ----------------------------------------------------------------------------- 5. registry down
+
+
+def test_registry_down_fails_run_clearly_and_loses_nothing(stack, pipeline_resources, spark, rides_csv):
+    from streaming_pipeline.embedded.processes import pid_alive, stop_pid
+    from streaming_pipeline.embedded.registry_process import registry_answers
+    from streaming_pipeline.embedded.stack import EmbeddedStack
+
+    _produce(stack, "--csv", str(rides_csv))
+    offsets = end_offsets(stack.bootstrap_servers, TOPIC)
+    assert sum(offsets.values()) == 266
+
+    stop_pid(stack.registry_pid, timeout=15)
+    assert not pid_alive(stack.registry_pid) and not registry_answers(stack.schema_registry_url)
+
+    failed = dg.materialize([raw_rides], resources=pipeline_resources, raise_on_error=False)
+    assert not failed.success
+    messages = _failure_messages(failed)
+    assert messages, "the failed run reported no step failure"
+    # The error the product raises (the first one under Dagster's wrapper) must say what is wrong,
+    # not only a Spark stack trace further down.
+    product_error = messages[1].splitlines()[0] if len(messages) > 1 else messages[0].splitlines()[0]
+    assert "registry" in product_error.lower(), messages[:2]
+    assert stack.schema_registry_url in product_error, messages[:2]
+    lakehouse = pipeline_resources["lakehouse"]
+    for table in ("raw_rides", "dead_letter_records"):
+        path = lakehouse.table_path(table)
+        if delta_log_versions(path):
+            assert spark.read.format("delta").load(path).count() == 0, f"{table} got rows while the registry was down"
+
+    restarted = EmbeddedStack(stack.directory, prefer_standard_ports=False).up(timeout=60)
+    assert restarted.schema_registry_url == stack.schema_registry_url
+    assert restarted.registry_pid != stack.registry_pid
+    assert registry_answers(stack.schema_registry_url)
+
+    _materialize([raw_rides], pipeline_resources)
+    coordinates = _coordinates(_read(spark, pipeline_resources, "raw_rides"))
+    assert len(coordinates) == len(set(coordinates)) == 266
+    assert set(coordinates) == all_coordinates(TOPIC, offsets)
+    dead_path = lakehouse.table_path("dead_letter_records")
+    if delta_log_versions(dead_path):
+        assert spark.read.format("delta").load(dead_path).count() == 0
