@@ -13,7 +13,7 @@ import pandas as pd  # noqa: E402
 
 
 def window_chart_png(windows: pd.DataFrame, title: str = "Trips per window and vendor") -> bytes:
-    """Bar chart of trip_count (on time) and late_trip_count per window_start, one colour per vendor."""
+    """Stacked bars of trip_count per window_start, one colour per vendor, late rides on top in grey."""
     figure, axis = plt.subplots(figsize=(10, 4), dpi=100)
     if windows.empty:
         axis.text(0.5, 0.5, "no windows yet", ha="center", va="center", transform=axis.transAxes)
@@ -21,12 +21,17 @@ def window_chart_png(windows: pd.DataFrame, title: str = "Trips per window and v
         frame = windows.copy()
         frame["vendor"] = frame["vendor_id"].map(lambda v: "unknown" if pd.isna(v) else f"vendor {int(v)}")
         pivot = frame.pivot_table(index="window_start", columns="vendor", values="trip_count", aggfunc="sum").fillna(0)
-        pivot.plot(kind="bar", stacked=True, ax=axis, width=0.9)
+        positions = list(range(len(pivot)))
+        bottom = [0.0] * len(pivot)
+        for vendor in pivot.columns:
+            heights = pivot[vendor].tolist()
+            axis.bar(positions, heights, bottom=bottom, width=0.9, label=vendor)
+            bottom = [b + h for b, h in zip(bottom, heights)]
         if "late_trip_count" in frame and frame["late_trip_count"].sum() > 0:
             late = frame.groupby("window_start")["late_trip_count"].sum().reindex(pivot.index).fillna(0)
-            axis.bar(range(len(late)), late, bottom=pivot.sum(axis=1), color="black", alpha=0.5, width=0.9, label="late")
+            axis.bar(positions, late.tolist(), bottom=bottom, width=0.9, color="black", alpha=0.5, label="late")
         step = max(1, len(pivot) // 12)
-        axis.set_xticks(range(0, len(pivot), step))
+        axis.set_xticks(positions[::step])
         axis.set_xticklabels([pd.Timestamp(t).strftime("%m-%d %H:%M") for t in pivot.index[::step]], rotation=30, ha="right")
         axis.legend(loc="upper right")
     axis.set_title(title)

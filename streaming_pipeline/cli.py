@@ -82,6 +82,34 @@ def _run_produce(args: argparse.Namespace) -> int:
     return 1 if result.failed else 0
 
 
+def _add_demo_parser(subparsers: argparse._SubParsersAction) -> None:
+    demo = subparsers.add_parser("demo", help="start the embedded stack, produce, materialize everything, summarize")
+    demo.add_argument("--rides", type=int, default=5000, help="synthetic rides (and pickups) to produce (default 5000)")
+    demo.add_argument("--csv", type=Path, help="produce rides from this TLC CSV instead (pickups at their dropoffs)")
+    demo.add_argument("--seed", type=int, default=42)
+    demo.add_argument("--dir", type=Path, default=None, help="embedded stack directory (default .stack/)")
+    demo.add_argument("--lakehouse-dir", type=Path, default=None, help="Delta tables (default LAKEHOUSE_DIR or .lakehouse/)")
+    demo.add_argument("--output-dir", type=Path, default=Path("demo-output"), help="where the chart PNG goes")
+    demo.set_defaults(handler=_run_demo)
+
+
+def _run_demo(args: argparse.Namespace) -> int:
+    from streaming_pipeline.demo import DemoOptions, run_demo
+    from streaming_pipeline.embedded.stack import default_stack_dir
+    from streaming_pipeline.settings import PipelineSettings
+
+    return run_demo(
+        DemoOptions(
+            stack_dir=args.dir or default_stack_dir(),
+            lakehouse_dir=args.lakehouse_dir or Path(PipelineSettings.from_env().lakehouse_dir),
+            output_dir=args.output_dir,
+            rides=args.rides,
+            csv=args.csv,
+            seed=args.seed,
+        )
+    )
+
+
 def build_parser() -> argparse.ArgumentParser:
     from streaming_pipeline.embedded.stack_cli import add_stack_parser
 
@@ -89,6 +117,7 @@ def build_parser() -> argparse.ArgumentParser:
     subparsers = parser.add_subparsers(dest="command", required=True)
     add_stack_parser(subparsers)
     _add_produce_parser(subparsers)
+    _add_demo_parser(subparsers)
     return parser
 
 

@@ -7,7 +7,9 @@ import os
 import dagster as dg
 
 from streaming_pipeline.assets import ALL_ASSETS
+from streaming_pipeline.checks import ALL_CHECKS
 from streaming_pipeline.resources import KafkaResource, LakehouseResource, SchemaRegistryResource, SparkResource
+from streaming_pipeline.sensors import build_sensors
 from streaming_pipeline.settings import PipelineSettings
 
 
@@ -47,6 +49,8 @@ def build_definitions(settings: PipelineSettings | None = None) -> dg.Definition
     settings = settings or PipelineSettings.from_env()
     return dg.Definitions(
         assets=ALL_ASSETS,
+        asset_checks=ALL_CHECKS,
+        sensors=build_sensors(),
         resources=build_resources(settings),
         # One process and one Spark session per run: steps share the session instead of each
         # starting a JVM (the multiprocess executor would start one per asset).

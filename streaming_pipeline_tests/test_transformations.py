@@ -92,7 +92,18 @@ def kafka_records(spark, rows):
 
 
 def decode(spark, rows, writers, reader):
-    return decode_avro_frames(split_confluent_frames(kafka_records(spark, rows)), writers, reader)
+    """split + decode, materialized once (the decode plan is expensive to compile; bronze_rows and
+    dead_letter_rows then run on the same decoded rows without recompiling it)."""
+    decoded = decode_avro_frames(split_confluent_frames(kafka_records(spark, rows)), writers, reader)
+    return decoded.localCheckpoint(eager=True)
+
+
+def _plain(value):
+    if isinstance(value, dt.datetime):
+        return naive(value)
+    if isinstance(value, bytearray):
+        return bytes(value)
+    return value
 
 
 def _sort_key(row) -> tuple:
@@ -100,15 +111,18 @@ def _sort_key(row) -> tuple:
     return tuple((value is not None, value if value is not None else 0) for value in row)
 
 
-def assert_exact(actual, expected) -> None:
-    """Same column names and types, same multiset of rows, values compared exactly (no tolerance).
+def assert_exact(spark, actual, expected_rows, ddl: str) -> list[tuple]:
+    """`actual` has exactly the columns and types of `ddl` and, in any order, exactly `expected_rows`
+    (no float tolerance; aware datetimes in `expected_rows` are compared as naive UTC). Returns the rows.
 
     (pyspark.testing.assertDataFrameEqual imports pyspark.pandas, which fails with the installed pandas.)
     """
-    assert [(f.name, f.dataType) for f in actual.schema] == [(f.name, f.dataType) for f in expected.schema]
-    got = sorted((tuple(r) for r in actual.collect()), key=_sort_key)
-    want = sorted((tuple(r) for r in expected.collect()), key=_sort_key)
+    expected_schema = spark.createDataFrame([], ddl).schema
+    assert [(f.name, f.dataType) for f in actual.schema] == [(f.name, f.dataType) for f in expected_schema]
+    got = sorted((tuple(_plain(v) for v in r) for r in actual.collect()), key=_sort_key)
+    want = sorted((tuple(_plain(v) for v in r) for r in expected_rows), key=_sort_key)
     assert got == want
+    return got
 
 
 def field_names(schema_text: str) -> list[str]:
@@ -177,7 +191,10 @@ def test_mixed_v1_and_v2_batch_decoded_with_reader_v2_nulls_airport_fee_only_for
     decoded = decode(spark, rows, RIDE_WRITERS, RIDE_V2)
 
     bronze = bronze_rows(decoded)
-    expected = spark.createDataFrame(
+    assert bronze.columns == field_names(RIDE_V2) + KAFKA_COLUMNS
+    got = assert_exact(
+        spark,
+        bronze,
         [
             expected_ride_row(r1, "rides", 0, 10, KAFKA_TS, RIDE_V1_ID),
             expected_ride_row(r2, "rides", 1, 7, ts2, RIDE_V2_ID),
@@ -186,11 +203,9 @@ def test_mixed_v1_and_v2_batch_decoded_with_reader_v2_nulls_airport_fee_only_for
         ],
         f"{RIDE_V2_DDL}, {KAFKA_DDL}",
     )
-    assert bronze.columns == field_names(RIDE_V2) + KAFKA_COLUMNS
-    assert_exact(bronze, expected)
-    # airport_fee: null for the v1 rows (no such field), the written value for v2 rows
-    fees = sorted((r.kafka_offset, r.airport_fee) for r in bronze.select("kafka_offset", "airport_fee").collect())
-    assert fees == [(7, 1.75), (8, None), (10, None), (11, None)]
+    # airport_fee: null for the v1 rows (the writer has no such field), the written value for v2 rows
+    fee, offset = bronze.columns.index("airport_fee"), bronze.columns.index("kafka_offset")
+    assert sorted((row[offset], row[fee]) for row in got) == [(7, 1.75), (8, None), (10, None), (11, None)]
     assert dead_letter_rows(decoded).count() == 0
 
 
@@ -199,7 +214,7 @@ def test_v2_record_decoded_with_reader_v1_drops_airport_fee(spark):
     rows = [(b"k", confluent_frame(RIDE_V2_ID, avro_body(RIDE_V2, record)), "rides", 3, 99, KAFKA_TS)]
     bronze = bronze_rows(decode(spark, rows, RIDE_WRITERS, RIDE_V1))
     assert bronze.columns == field_names(RIDE_V1) + KAFKA_COLUMNS
-    row = bronze.collect()[0].asDict()
+    [row] = [r.asDict() for r in bronze.collect()]
     assert "airport_fee" not in row
     assert row["total_amount"] == 22.8
     assert row["pickup_datetime"] == dt.datetime(2024, 3, 10, 8, 1, 2, 345678)
@@ -213,20 +228,20 @@ def test_split_confluent_frames_reads_big_endian_schema_id_and_body(spark):
         (b"b", confluent_frame(0x01020304, body), "rides", 0, 1, KAFKA_TS),
         (b"c", confluent_frame(256, b"\x02"), "rides", 0, 2, KAFKA_TS),
     ]
-    frames = split_confluent_frames(kafka_records(spark, rows))
-    got = sorted(
-        (r.offset, r.schema_id, bytes(r.avro_body), r.frame_error)
-        for r in frames.select("offset", "schema_id", "avro_body", "frame_error").collect()
+    frames = split_confluent_frames(kafka_records(spark, rows)).select("offset", "schema_id", "avro_body", "frame_error")
+    assert_exact(
+        spark,
+        frames,
+        [(0, 1, body, None), (1, 16909060, body, None), (2, 256, b"\x02", None)],
+        "offset long, schema_id int, avro_body binary, frame_error string",
     )
-    assert got == [(0, 1, body, None), (1, 16909060, body, None), (2, 256, b"\x02", None)]
 
 
 def test_pickup_frames_decode_to_bronze_and_truncated_pickup_goes_to_dead_letters(spark):
     p1 = {"pu_location_id": 132, "pickup_datetime": at(7, 0, 0)}
     p2 = {"pu_location_id": 1, "pickup_datetime": at(7, 10, 0, 1)}
     p3 = {"pu_location_id": 265, "pickup_datetime": at(7, 59, 59, 999999)}
-    frame3 = confluent_frame(PICKUP_ID, avro_body(PICKUP, p3))
-    cut = frame3[:-2]
+    cut = confluent_frame(PICKUP_ID, avro_body(PICKUP, p3))[:-2]
     rows = [
         (b"\x00\x00\x00\x00\x03\x84\x02", confluent_frame(PICKUP_ID, avro_body(PICKUP, p1)), "pickup_locations", 0, 0, KAFKA_TS),
         (b"\x00\x00\x00\x00\x03\x02", confluent_frame(PICKUP_ID, avro_body(PICKUP, p2)), "pickup_locations", 1, 0, KAFKA_TS),
@@ -236,29 +251,35 @@ def test_pickup_frames_decode_to_bronze_and_truncated_pickup_goes_to_dead_letter
 
     bronze = bronze_rows(decoded)
     assert bronze.columns == field_names(PICKUP) + KAFKA_COLUMNS
-    expected = spark.createDataFrame(
+    assert_exact(
+        spark,
+        bronze,
         [
             (132, at(7, 0, 0), "pickup_locations", 0, 0, KAFKA_TS, PICKUP_ID),
             (1, at(7, 10, 0, 1), "pickup_locations", 1, 0, KAFKA_TS, PICKUP_ID),
         ],
         f"{PICKUP_DDL}, {KAFKA_DDL}",
     )
-    assert_exact(bronze, expected)
 
-    dead = dead_letter_rows(decoded, F.lit(FAILED_AT)).collect()
-    assert len(dead) == 1
-    assert (dead[0].kafka_topic, dead[0].kafka_partition, dead[0].kafka_offset) == ("pickup_locations", 1, 1)
-    assert bytes(dead[0].raw_key) == b"key3" and bytes(dead[0].raw_value) == cut
-    assert f"Avro body ({len(cut) - 5} bytes) cannot be decoded with writer schema id {PICKUP_ID}" in dead[0].error
+    dead = dead_letter_rows(decoded, F.lit(FAILED_AT))
+    [error] = [r.error for r in dead.select("error").collect()]
+    assert f"Avro body ({len(cut) - 5} bytes) cannot be decoded with writer schema id {PICKUP_ID}" in error
+    assert_exact(
+        spark,
+        dead,
+        [("pickup_locations", 1, 1, b"key3", cut, error, FAILED_AT)],
+        DEAD_LETTER_DDL,
+    )
 
 
 # ---------------------------------------------------------------- decoding: dead letters
 
 _RIDE_BODY = avro_body(RIDE_V1, ride_v1(congestion_surcharge=None))
-_TRUNCATED = confluent_frame(RIDE_V1_ID, _RIDE_BODY)[: 5 + len(_RIDE_BODY) // 2]
+_FULL_FRAME = confluent_frame(RIDE_V1_ID, _RIDE_BODY)
+_TRUNCATED = _FULL_FRAME[: 5 + len(_RIDE_BODY) // 2]
 
 BAD_FRAMES = [
-    # (id, key, value, distinctive substring of the error)
+    # (case id, key, value, distinctive substring of the error)
     ("wrong_magic_byte", b"k", confluent_frame(RIDE_V1_ID, _RIDE_BODY, magic=1), "wrong magic byte 1"),
     ("magic_byte_255", b"k", confluent_frame(RIDE_V1_ID, _RIDE_BODY, magic=0xFF), "wrong magic byte 255"),
     ("too_short_4_bytes", b"k", b"\x00\x00\x00\x01", "message value is 4 bytes"),
@@ -275,7 +296,7 @@ BAD_FRAMES = [
     (
         "truncated_by_one_byte",
         b"k",
-        confluent_frame(RIDE_V1_ID, _RIDE_BODY)[:-1],
+        _FULL_FRAME[:-1],
         f"Avro body ({len(_RIDE_BODY) - 1} bytes) cannot be decoded with writer schema id {RIDE_V1_ID}",
     ),
     ("garbage_body", b"k", confluent_frame(RIDE_V1_ID, b"garbage!"), "Avro body (8 bytes) cannot be decoded with writer schema id 1"),
@@ -285,68 +306,82 @@ BAD_FRAMES = [
         confluent_frame(RIDE_V2_ID, b"\xff" * 12),
         "Avro body (12 bytes) cannot be decoded with writer schema id 2",
     ),
-    # A schema id whose top bit is set (e.g. 0xFFFFFFFF) is not a registry id: it is unknown, and must
-    # not fail the whole batch.
-    ("schema_id_above_int_range", b"k", b"\x00\xff\xff\xff\xff" + _RIDE_BODY, "unknown schema id"),
 ]
+GOOD_VALUES = [
+    confluent_frame(RIDE_V1_ID, avro_body(RIDE_V1, ride_v1(vendor_id=v, total_amount=t)))
+    for v, t in ((1, 10.0), (2, 20.0), (None, 30.0))
+] + [confluent_frame(RIDE_V2_ID, avro_body(RIDE_V2, ride_v2(vendor_id=2, total_amount=40.0)))]
+GOOD_COUNT = len(GOOD_VALUES)
+
+
+@pytest.fixture(scope="module")
+def mixed_batch(spark):
+    """Good rides at offsets 0..3 (partition 0), then every bad frame of BAD_FRAMES (partition 1)."""
+    rows = [(b"good%d" % i, value, "rides", 0, i, KAFKA_TS) for i, value in enumerate(GOOD_VALUES)]
+    rows += [(key, value, "rides", 1, GOOD_COUNT + i, KAFKA_TS) for i, (_, key, value, _) in enumerate(BAD_FRAMES)]
+    decoded = decode(spark, rows, RIDE_WRITERS, RIDE_V2)
+    before = dt.datetime.now(UTC).replace(tzinfo=None) - dt.timedelta(seconds=1)
+    dead = dead_letter_rows(decoded)  # default failed_at: current time
+    assert dead.columns == DEAD_LETTER_COLUMNS
+    dead_rows = {r.kafka_offset: r for r in dead.collect()}
+    after = dt.datetime.now(UTC).replace(tzinfo=None) + dt.timedelta(seconds=1)
+    bronze = bronze_rows(decoded).select("kafka_partition", "kafka_offset", "vendor_id", "total_amount", "schema_id")
+    return {
+        "rows": rows,
+        "bronze": sorted(tuple(r) for r in bronze.collect()),
+        "dead": dead_rows,
+        "window": (before, after),
+    }
 
 
 @pytest.mark.parametrize(
-    ("key", "value", "error_text"), [case[1:] for case in BAD_FRAMES], ids=[case[0] for case in BAD_FRAMES]
+    ("index", "key", "value", "error_text"),
+    [(i, *case[1:]) for i, case in enumerate(BAD_FRAMES)],
+    ids=[case[0] for case in BAD_FRAMES],
 )
-def test_bad_frame_goes_to_dead_letters_with_raw_bytes_and_reason(spark, key, value, error_text):
-    rows = [
-        (b"good", GOOD_RIDE_FRAME, "rides", 0, 41, KAFKA_TS),
-        (key, value, "rides", 2, 42, KAFKA_TS),
-    ]
-    decoded = decode(spark, rows, RIDE_WRITERS, RIDE_V2)
-
-    dead = dead_letter_rows(decoded, F.lit(FAILED_AT))
-    assert dead.columns == DEAD_LETTER_COLUMNS
-    got = dead.collect()
-    assert len(got) == 1
-    row = got[0]
-    assert (row.kafka_topic, row.kafka_partition, row.kafka_offset, row.failed_at) == (
-        "rides", 2, 42, naive(FAILED_AT),
-    )
+def test_bad_frame_goes_to_dead_letters_with_raw_bytes_and_reason(mixed_batch, index, key, value, error_text):
+    row = mixed_batch["dead"][GOOD_COUNT + index]
+    assert (row.kafka_topic, row.kafka_partition) == ("rides", 1)
     assert (None if row.raw_key is None else bytes(row.raw_key)) == key
     assert (None if row.raw_value is None else bytes(row.raw_value)) == value
     assert error_text in row.error, row.error
 
-    good = bronze_rows(decoded).select("kafka_partition", "kafka_offset", "vendor_id", "schema_id").collect()
-    assert [tuple(r) for r in good] == [(0, 41, 1, RIDE_V1_ID)]
+
+def test_good_frames_beside_bad_ones_reach_bronze_and_every_record_is_bronze_or_dead(mixed_batch):
+    assert mixed_batch["bronze"] == [
+        (0, 0, 1, 10.0, RIDE_V1_ID),
+        (0, 1, 2, 20.0, RIDE_V1_ID),
+        (0, 2, None, 30.0, RIDE_V1_ID),
+        (0, 3, 2, 40.0, RIDE_V2_ID),
+    ]
+    dead_offsets = sorted(mixed_batch["dead"])
+    assert dead_offsets == list(range(GOOD_COUNT, GOOD_COUNT + len(BAD_FRAMES)))
+    assert len(mixed_batch["bronze"]) + len(dead_offsets) == len(mixed_batch["rows"])
 
 
-def test_every_input_record_is_either_bronze_or_dead_letter(spark):
-    good_frames = [
-        confluent_frame(RIDE_V1_ID, avro_body(RIDE_V1, ride_v1(vendor_id=v))) for v in (1, 2, None)
-    ] + [confluent_frame(RIDE_V2_ID, avro_body(RIDE_V2, ride_v2(vendor_id=2)))]
-    bad_frames = [value for _, _, value, _ in BAD_FRAMES if value is None or value[1:5] != b"\xff\xff\xff\xff"]
-    values = good_frames + bad_frames
-    rows = [(b"k%d" % i, v, "rides", i % 2, i, KAFKA_TS) for i, v in enumerate(values)]
+def test_dead_letter_failed_at_defaults_to_current_time(mixed_batch):
+    before, after = mixed_batch["window"]
+    assert all(before <= row.failed_at <= after for row in mixed_batch["dead"].values())
+
+
+def test_schema_id_above_int_range_goes_to_dead_letters_instead_of_failing_the_batch(spark):
+    # Header bytes 00 FF FF FF FF: magic byte fine, schema id 4294967295 (no registry id is that large).
+    # One such message must be dead-lettered as an unknown schema id, not abort the whole micro-batch.
+    bad = b"\x00\xff\xff\xff\xff" + _RIDE_BODY
+    rows = [(b"good", GOOD_RIDE_FRAME, "rides", 0, 0, KAFKA_TS), (b"bad", bad, "rides", 0, 1, KAFKA_TS)]
     decoded = decode(spark, rows, RIDE_WRITERS, RIDE_V2)
-
-    bronze_offsets = sorted(r.kafka_offset for r in bronze_rows(decoded).select("kafka_offset").collect())
-    dead = dead_letter_rows(decoded, F.lit(FAILED_AT))
-    expected_dead = spark.createDataFrame(
-        [
-            ("rides", i % 2, i, b"k%d" % i, v)
-            for i, v in enumerate(values)
-            if i >= len(good_frames)
-        ],
-        "kafka_topic string, kafka_partition int, kafka_offset long, raw_key binary, raw_value binary",
-    )
-    assert bronze_offsets == list(range(len(good_frames)))
-    assert_exact(dead.drop("error", "failed_at"), expected_dead)
-    assert len(bronze_offsets) + dead.count() == len(rows)
-    assert dead.where(F.col("error").isNull() | (F.col("error") == "")).count() == 0
+    [dead] = dead_letter_rows(decoded, F.lit(FAILED_AT)).collect()
+    assert (dead.kafka_offset, bytes(dead.raw_key), bytes(dead.raw_value)) == (1, b"bad", bad)
+    assert "unknown schema id" in dead.error, dead.error
+    assert [r.kafka_offset for r in bronze_rows(decoded).select("kafka_offset").collect()] == [0]
 
 
 def test_no_known_writer_schema_sends_every_record_to_dead_letters(spark):
     bad = confluent_frame(RIDE_V1_ID, _RIDE_BODY, magic=1)
+    v2_frame = confluent_frame(RIDE_V2_ID, avro_body(RIDE_V2, ride_v2()))
     rows = [
         (b"a", GOOD_RIDE_FRAME, "rides", 0, 0, KAFKA_TS),
-        (b"b", confluent_frame(RIDE_V2_ID, avro_body(RIDE_V2, ride_v2())), "rides", 0, 1, KAFKA_TS),
+        (b"b", v2_frame, "rides", 0, 1, KAFKA_TS),
         (b"c", bad, "rides", 0, 2, KAFKA_TS),
     ]
     decoded = decode(spark, rows, {}, RIDE_V2)
@@ -355,23 +390,14 @@ def test_no_known_writer_schema_sends_every_record_to_dead_letters(spark):
     assert bronze.columns == field_names(RIDE_V2) + KAFKA_COLUMNS
     assert bronze.count() == 0
     dead = sorted(dead_letter_rows(decoded, F.lit(FAILED_AT)).collect(), key=lambda r: r.kafka_offset)
-    assert [(r.kafka_offset, bytes(r.raw_key), bytes(r.raw_value)) for r in dead] == [
-        (0, b"a", GOOD_RIDE_FRAME),
-        (1, b"b", rows[1][1]),
-        (2, b"c", bad),
+    assert [(r.kafka_offset, bytes(r.raw_key), bytes(r.raw_value), r.failed_at) for r in dead] == [
+        (0, b"a", GOOD_RIDE_FRAME, naive(FAILED_AT)),
+        (1, b"b", v2_frame, naive(FAILED_AT)),
+        (2, b"c", bad, naive(FAILED_AT)),
     ]
     assert "unknown schema id 1" in dead[0].error
     assert "unknown schema id 2" in dead[1].error
     assert "wrong magic byte 1" in dead[2].error
-
-
-def test_dead_letter_failed_at_defaults_to_current_time(spark):
-    before = dt.datetime.now(UTC).replace(tzinfo=None) - dt.timedelta(seconds=1)
-    rows = [(b"k", b"\x01\x00\x00\x00\x01\x02\x03", "rides", 0, 0, KAFKA_TS)]
-    got = dead_letter_rows(decode(spark, rows, RIDE_WRITERS, RIDE_V2)).collect()
-    after = dt.datetime.now(UTC).replace(tzinfo=None) + dt.timedelta(seconds=1)
-    assert len(got) == 1
-    assert before <= got[0].failed_at <= after
 
 
 # ---------------------------------------------------------------- vendor_counts
@@ -382,13 +408,12 @@ def test_vendor_counts_counts_rides_per_vendor_including_null_vendor(spark):
         [(1, 10.0), (2, 5.0), (1, 3.0), (None, 1.0), (1, 2.0), (None, 4.0), (7, 0.0)],
         "vendor_id int, total_amount double",
     )
-    expected = spark.createDataFrame([(1, 3), (2, 1), (None, 2), (7, 1)], "vendor_id int, trip_count long")
-    assert_exact(vendor_counts(rides), expected)
+    assert_exact(spark, vendor_counts(rides), [(1, 3), (2, 1), (None, 2), (7, 1)], "vendor_id int, trip_count long")
 
 
 def test_vendor_counts_of_no_rides_is_empty(spark):
     rides = spark.createDataFrame([], "vendor_id int, total_amount double")
-    assert vendor_counts(rides).count() == 0
+    assert_exact(spark, vendor_counts(rides), [], "vendor_id int, trip_count long")
 
 
 # ---------------------------------------------------------------- ride_window_aggregates
@@ -409,7 +434,9 @@ def test_window_aggregates_split_per_vendor_with_ride_on_boundary_in_later_windo
         ],
         RIDES_DDL,
     )
-    expected = spark.createDataFrame(
+    assert_exact(
+        spark,
+        ride_window_aggregates(rides, "600 seconds"),
         [
             (at(0, 0), at(0, 10), 1, 2, 12.5, at(0, 9, 59, 999999)),
             (at(0, 10), at(0, 20), 1, 1, 4.0, at(0, 10, 0)),
@@ -420,14 +447,10 @@ def test_window_aggregates_split_per_vendor_with_ride_on_boundary_in_later_windo
         ],
         WINDOW_DDL,
     )
-    actual = ride_window_aggregates(rides, "600 seconds")
-    assert actual.columns == expected.columns
-    assert_exact(actual, expected)
 
 
-def test_window_aggregates_windows_are_aligned_to_the_epoch_not_to_the_first_ride(spark):
-    # 420 s does not divide an hour, so epoch alignment differs from hour or first-ride alignment.
-    duration = 420
+def test_window_aggregates_windows_are_aligned_to_the_epoch_not_to_the_hour_or_first_ride(spark):
+    duration = 420  # does not divide an hour: epoch-aligned windows start at odd minutes
     pickups = [
         (1, at(6, 3, 17), 1.5),
         (1, at(6, 4, 0), 2.0),
@@ -445,21 +468,23 @@ def test_window_aggregates_windows_are_aligned_to_the_epoch_not_to_the_first_rid
         (start, start + dt.timedelta(seconds=duration), vendor, len(items), sum(t for _, t in items), max(p for p, _ in items))
         for (start, vendor), items in groups.items()
     ]
-    # the windows here are not aligned to the hour (3600 is not a multiple of 420)
+    # none of these windows is aligned to the hour or to the first ride (06:03:17)
     assert all((start - start.replace(minute=0, second=0)).total_seconds() % duration != 0 for start, _ in groups)
+    assert all((start - at(6, 3, 17)).total_seconds() % duration != 0 for start, _ in groups)
     actual = ride_window_aggregates(spark.createDataFrame(pickups, RIDES_DDL), f"{duration} seconds")
-    assert_exact(actual, spark.createDataFrame(expected_rows, WINDOW_DDL))
+    assert_exact(spark, actual, expected_rows, WINDOW_DDL)
 
 
 # ---------------------------------------------------------------- late_ride_counts
 
 LATE_DDL = "window_start timestamp, window_end timestamp, vendor_id int, late_trip_count long"
+TEN_MIN = dt.timedelta(minutes=10)
 
 
 def _window_rows(spark, rows):
     """Rows (window start, vendor, trip_count) in the shape of ride_window_aggregates' output."""
     return spark.createDataFrame(
-        [(start, start + dt.timedelta(minutes=10), vendor, count, 1.0 * count, start) for start, vendor, count in rows],
+        [(start, start + TEN_MIN, vendor, count, 1.0 * count, start) for start, vendor, count in rows],
         WINDOW_DDL,
     )
 
@@ -480,40 +505,28 @@ def test_late_ride_counts_reports_missing_and_undercounted_windows_null_safely(s
     )
     aggregates = _window_rows(
         spark,
-        [
-            (w1, 1, 3),
-            (w1, 2, 2),
-            (w2, None, 1),
-            (w2, 1, 1),
-            (w4, None, 3),
-            (w4, 1, 9),  # a window only the aggregate has: no row
-        ],
-    )
-    expected = spark.createDataFrame(
-        [
-            (w1, w1 + dt.timedelta(minutes=10), 1, 2),
-            (w2, w2 + dt.timedelta(minutes=10), None, 3),
-            (w3, w3 + dt.timedelta(minutes=10), 2, 1),
-            (w3, w3 + dt.timedelta(minutes=10), None, 2),
-        ],
-        LATE_DDL,
+        [(w1, 1, 3), (w1, 2, 2), (w2, None, 1), (w2, 1, 1), (w4, None, 3), (w4, 1, 9)],  # (w4, 1) only here: no row
     )
     actual = late_ride_counts(all_rides, aggregates)
     assert actual.columns == ["window_start", "window_end", "vendor_id", "late_trip_count"]
-    assert_exact(actual, expected)
+    assert_exact(
+        spark,
+        actual,
+        [(w1, w1 + TEN_MIN, 1, 2), (w2, w2 + TEN_MIN, None, 3), (w3, w3 + TEN_MIN, 2, 1), (w3, w3 + TEN_MIN, None, 2)],
+        LATE_DDL,
+    )
 
 
 def test_late_ride_counts_null_vendor_is_not_matched_with_another_vendor(spark):
     w = at(1, 0)
     all_rides = _window_rows(spark, [(w, None, 2), (w, 1, 2)])
     aggregates = _window_rows(spark, [(w, 1, 2)])  # vendor 1 complete, null vendor absent
-    expected = spark.createDataFrame([(w, w + dt.timedelta(minutes=10), None, 2)], LATE_DDL)
-    assert_exact(late_ride_counts(all_rides, aggregates), expected)
+    assert_exact(spark, late_ride_counts(all_rides, aggregates), [(w, w + TEN_MIN, None, 2)], LATE_DDL)
 
 
 def test_late_ride_counts_equal_counts_give_no_rows(spark):
     rows = [(at(0, 0), 1, 3), (at(0, 0), None, 1), (at(0, 10), 2, 4)]
-    assert late_ride_counts(_window_rows(spark, rows), _window_rows(spark, rows)).count() == 0
+    assert_exact(spark, late_ride_counts(_window_rows(spark, rows), _window_rows(spark, rows)), [], LATE_DDL)
 
 
 # ---------------------------------------------------------------- ride_pickup_joins
@@ -540,10 +553,10 @@ JOIN_PICKUPS = [
     # pu_location, pickup time, partition, offset
     (100, DROP - dt.timedelta(minutes=10), 0, 1),  # exactly 10 min before ride 1: joins
     (100, DROP - dt.timedelta(minutes=10, seconds=1), 0, 2),  # 10 min 1 s before: no
-    (100, DROP + dt.timedelta(minutes=10), 1, 1),  # exactly 10 min after: joins ride 1 (and ride 3: 10 min before)
+    (100, DROP + dt.timedelta(minutes=10), 1, 1),  # exactly 10 min after ride 1: joins (and ride 3: 10 min before)
     (100, DROP + dt.timedelta(minutes=10, seconds=1), 1, 2),  # 10:01 after ride 1: no; 9:59 before ride 3: joins
-    (100, DROP, 0, 3),  # same instant as ride 1
-    (7, DROP, 2, 1),  # location 7 = ride 1's pickup zone: no match for ride 1; ride 2 drops off at 7, 5 min gap
+    (100, DROP, 0, 3),  # same instant as ride 1's dropoff
+    (7, DROP, 2, 1),  # zone 7 = ride 1's pickup zone: no match for ride 1; ride 2 drops off at 7, 5 min later
     (101, DROP, 2, 2),  # no ride drops off at 101
     (300, at(12, 1), 2, 3),  # ride 3 picked up at 300 but dropped off at 100: no match
 ]
@@ -552,7 +565,9 @@ JOIN_PICKUPS = [
 def test_pickup_join_bound_is_inclusive_before_and_after_dropoff(spark):
     rides = spark.createDataFrame([JOIN_RIDES[0]], JOIN_RIDES_DDL)
     pickups = spark.createDataFrame(JOIN_PICKUPS[:5], JOIN_PICKUPS_DDL)
-    expected = spark.createDataFrame(
+    assert_exact(
+        spark,
+        ride_pickup_joins(rides, pickups, "600 seconds"),
         [
             (1, 100, at(11, 50, 0), DROP, 0, 10, 0, 1),
             (1, 100, at(12, 10, 0), DROP, 0, 10, 1, 1),
@@ -560,28 +575,25 @@ def test_pickup_join_bound_is_inclusive_before_and_after_dropoff(spark):
         ],
         JOIN_OUT_KAFKA_DDL,
     )
-    assert_exact(ride_pickup_joins(rides, pickups, "600 seconds"), expected)
 
 
 @pytest.mark.parametrize("max_gap", ["600 seconds", "10 minutes"])
 def test_pickup_join_matches_dropoff_location_one_row_per_pair(spark, max_gap):
     rides = spark.createDataFrame(JOIN_RIDES, JOIN_RIDES_DDL)
     pickups = spark.createDataFrame(JOIN_PICKUPS, JOIN_PICKUPS_DDL)
-    gap = dt.timedelta(minutes=10)
     expected_rows = [
-        (vendor, loc, p_time, d_time, r_part, r_off, p_part, p_off)
-        for vendor, _, d_time, _, do_loc, _, r_part, r_off in JOIN_RIDES
-        for loc, p_time, p_part, p_off in JOIN_PICKUPS
-        if do_loc == loc and abs(p_time - d_time) <= gap
+        (vendor, location, p_time, d_time, r_part, r_off, p_part, p_off)
+        for vendor, _, d_time, _, do_location, _, r_part, r_off in JOIN_RIDES
+        for location, p_time, p_part, p_off in JOIN_PICKUPS
+        if do_location == location and abs(p_time - d_time) <= TEN_MIN
     ]
-    # by hand: ride 1 -> 3 pickups, ride 2 -> 1, ride 3 (null vendor) -> 2
-    assert len(expected_rows) == 6
+    assert len(expected_rows) == 6  # by hand: ride 1 -> 3 pickups, ride 2 -> 1, ride 3 (null vendor) -> 2
     actual = ride_pickup_joins(rides, pickups, max_gap)
     assert actual.columns == [
         "vendor_id", "location_id", "pickup_datetime", "dropoff_datetime",
         "ride_kafka_partition", "ride_kafka_offset", "pickup_kafka_partition", "pickup_kafka_offset",
     ]
-    assert_exact(actual, spark.createDataFrame(expected_rows, JOIN_OUT_KAFKA_DDL))
+    assert_exact(spark, actual, expected_rows, JOIN_OUT_KAFKA_DDL)
 
 
 def test_pickup_join_ride_matching_two_pickups_gives_two_rows_without_kafka_columns(spark):
@@ -594,10 +606,6 @@ def test_pickup_join_ride_matching_two_pickups_gives_two_rows_without_kafka_colu
         [(60, at(9, 25)), (60, at(9, 25)), (60, at(9, 41)), (50, at(9, 30))],
         "pu_location_id int, pickup_datetime timestamp",
     )
-    expected = spark.createDataFrame(
-        [(3, 60, at(9, 25), at(9, 30)), (3, 60, at(9, 25), at(9, 30))],
-        JOIN_OUT_DDL,
-    )
     actual = ride_pickup_joins(rides, pickups, "600 seconds")
     assert actual.columns == ["vendor_id", "location_id", "pickup_datetime", "dropoff_datetime"]
-    assert_exact(actual, expected)
+    assert_exact(spark, actual, [(3, 60, at(9, 25), at(9, 30)), (3, 60, at(9, 25), at(9, 30))], JOIN_OUT_DDL)

@@ -93,6 +93,7 @@ def raw_pickup_locations(
     kinds={"spark", "delta"},
     owners=OWNERS,
     tags={"layer": "bronze"},
+    automation_condition=dg.AutomationCondition.eager(),
     metadata={"dagster/column_schema": tables.DEAD_LETTER_RECORDS},
 )
 def dead_letter_records(

@@ -44,6 +44,7 @@ def _stream_metadata(report) -> dict:
     kinds={"spark", "delta"},
     owners=OWNERS,
     tags={"layer": "gold"},
+    automation_condition=dg.AutomationCondition.eager(),
     metadata={"dagster/column_schema": tables.VENDOR_COUNTS},
 )
 def vendor_counts(context: dg.AssetExecutionContext, spark: SparkResource, lakehouse: LakehouseResource) -> dg.MaterializeResult:
@@ -63,6 +64,7 @@ def vendor_counts(context: dg.AssetExecutionContext, spark: SparkResource, lakeh
     kinds={"spark", "delta"},
     owners=OWNERS,
     tags={"layer": "gold"},
+    automation_condition=dg.AutomationCondition.eager(),
     metadata={"dagster/column_schema": tables.RIDE_WINDOW_AGGREGATES},
 )
 def ride_window_aggregates(
@@ -101,6 +103,7 @@ def ride_window_aggregates(
     kinds={"spark", "delta"},
     owners=OWNERS,
     tags={"layer": "silver"},
+    automation_condition=dg.AutomationCondition.eager(),
     metadata={"dagster/column_schema": tables.RIDE_PICKUP_JOINS},
 )
 def ride_pickup_joins(

@@ -1,0 +1,112 @@
+"""Asset checks: reconciliation with Kafka, uniqueness, consistency between tables, lag."""
+
+import dagster as dg
+from pyspark.sql import functions as F
+
+from streaming_pipeline.delta_tables import read_table, table_exists
+from streaming_pipeline.errors import StreamingPipelineError
+from streaming_pipeline.kafka_ingestion import DEAD_LETTER_TABLE, checkpoint_kafka_offsets
+from streaming_pipeline.resources import KafkaResource, LakehouseResource, SparkResource
+from streaming_pipeline.sensors import consumer_lag
+from streaming_pipeline.settings import PICKUPS_TOPIC, RIDES_TOPIC
+
+DEFAULT_MAX_LAG = 100_000
+KAFKA_KEY = ["kafka_topic", "kafka_partition", "kafka_offset"]
+
+
+def _count(spark, lakehouse: LakehouseResource, table: str, condition=None) -> int:
+    path = lakehouse.table_path(table)
+    if not table_exists(spark, path):
+        return 0
+    frame = read_table(spark, path)
+    return (frame.where(condition) if condition is not None else frame).count()
+
+
+def _duplicates(spark, lakehouse: LakehouseResource, table: str, key: list[str]) -> int:
+    path = lakehouse.table_path(table)
+    if not table_exists(spark, path):
+        return 0
+    return read_table(spark, path).groupBy(*key).count().where(F.col("count") > 1).count()
+
+
+def _bronze_checks(asset_name: str, topic: str) -> list[dg.AssetChecksDefinition]:
+    @dg.asset_check(
+        asset=asset_name,
+        name="reconciles_with_kafka_offsets",
+        description=f"Rows of {asset_name} plus its dead letters equal the {topic} offsets the checkpoint has consumed.",
+    )
+    def reconciles(spark: SparkResource, lakehouse: LakehouseResource) -> dg.AssetCheckResult:
+        session = spark.get_session()
+        consumed = checkpoint_kafka_offsets(lakehouse.checkpoint_path(asset_name)).get(topic, {})
+        expected = sum(consumed.values())
+        rows = _count(session, lakehouse, asset_name)
+        dead = _count(session, lakehouse, DEAD_LETTER_TABLE, F.col("kafka_topic") == topic)
+        return dg.AssetCheckResult(
+            passed=rows + dead == expected,
+            metadata={"rows": rows, "dead_letters": dead, "consumed_offsets_total": expected},
+        )
+
+    @dg.asset_check(
+        asset=asset_name,
+        name="unique_kafka_coordinates",
+        description="No (kafka_topic, kafka_partition, kafka_offset) appears twice: exactly once.",
+    )
+    def unique(spark: SparkResource, lakehouse: LakehouseResource) -> dg.AssetCheckResult:
+        duplicates = _duplicates(spark.get_session(), lakehouse, asset_name, KAFKA_KEY)
+        return dg.AssetCheckResult(passed=duplicates == 0, metadata={"duplicated_keys": duplicates})
+
+    @dg.asset_check(
+        asset=asset_name,
+        name="consumer_lag_below_bound",
+        description=f"Records of {topic} not yet in {asset_name} stay below {DEFAULT_MAX_LAG} (warning).",
+    )
+    def lag(kafka: KafkaResource, lakehouse: LakehouseResource) -> dg.AssetCheckResult:
+        try:
+            end_offsets = kafka.end_offsets(topic)
+        except StreamingPipelineError as exc:
+            return dg.AssetCheckResult(passed=False, severity=dg.AssetCheckSeverity.WARN, metadata={"error": str(exc)})
+        consumed = checkpoint_kafka_offsets(lakehouse.checkpoint_path(asset_name)).get(topic, {})
+        by_partition = consumer_lag(end_offsets, consumed)
+        total = sum(by_partition.values())
+        return dg.AssetCheckResult(
+            passed=total <= DEFAULT_MAX_LAG,
+            severity=dg.AssetCheckSeverity.WARN,
+            metadata={"lag": total, "lag_by_partition": {str(p): n for p, n in by_partition.items()}, "bound": DEFAULT_MAX_LAG},
+        )
+
+    return [reconciles, unique, lag]
+
+
+@dg.asset_check(asset="ride_window_aggregates", description="One row per (window_start, vendor_id).")
+def unique_window_per_vendor(spark: SparkResource, lakehouse: LakehouseResource) -> dg.AssetCheckResult:
+    session = spark.get_session()
+    path = lakehouse.table_path("ride_window_aggregates")
+    if not table_exists(session, path):
+        return dg.AssetCheckResult(passed=True, metadata={"note": "table not created yet"})
+    duplicates = (
+        read_table(session, path)
+        .groupBy("window_start", F.coalesce(F.col("vendor_id"), F.lit(-1)))
+        .count()
+        .where(F.col("count") > 1)
+        .count()
+    )
+    return dg.AssetCheckResult(passed=duplicates == 0, metadata={"duplicated_keys": duplicates})
+
+
+@dg.asset_check(asset="vendor_counts", description="The vendors' trip counts add up to the rows of raw_rides.")
+def vendor_counts_match_raw_rides(spark: SparkResource, lakehouse: LakehouseResource) -> dg.AssetCheckResult:
+    session = spark.get_session()
+    rides = _count(session, lakehouse, "raw_rides")
+    path = lakehouse.table_path("vendor_counts")
+    counted = 0
+    if table_exists(session, path):
+        counted = int(read_table(session, path).agg(F.sum("trip_count")).collect()[0][0] or 0)
+    return dg.AssetCheckResult(passed=counted == rides, metadata={"sum_trip_count": counted, "raw_rides_rows": rides})
+
+
+ALL_CHECKS = [
+    *_bronze_checks("raw_rides", RIDES_TOPIC),
+    *_bronze_checks("raw_pickup_locations", PICKUPS_TOPIC),
+    unique_window_per_vendor,
+    vendor_counts_match_raw_rides,
+]
