@@ -33,6 +33,7 @@ def split_confluent_frames(kafka_records: DataFrame) -> DataFrame:
     value = F.col("value")
     length = F.length(value)
     magic = _byte_at(value, 1, 1)
+    raw_schema_id = _byte_at(value, 2, 4)
     frame_error = (
         F.when(value.isNull(), F.lit("message value is null (tombstone); expected a Confluent Avro frame"))
         .when(
@@ -40,36 +41,47 @@ def split_confluent_frames(kafka_records: DataFrame) -> DataFrame:
             F.format_string("message value is %d bytes; a Confluent Avro frame has a 5-byte header and a body", length),
         )
         .when(magic != 0, F.format_string("wrong magic byte %d; the Confluent wire format starts with 0", magic))
+        .when(
+            raw_schema_id > 2**31 - 1,
+            F.format_string("unknown schema id %d: outside the registry's id range", raw_schema_id),
+        )
     )
     return kafka_records.select(
         "*",
-        F.when(frame_error.isNull(), _byte_at(value, 2, 4).cast("int")).alias("schema_id"),
+        F.when(frame_error.isNull(), raw_schema_id.cast("int")).alias("schema_id"),
         F.when(frame_error.isNull(), F.expr(f"substring(value, {CONFLUENT_HEADER_BYTES + 1})")).alias("avro_body"),
         frame_error.alias("frame_error"),
     )
 
 
-def decode_avro_frames(
-    frames: DataFrame, writer_schemas: Mapping[int, str], reader_schema: str
-) -> DataFrame:
+def decode_avro_frames(frames: DataFrame, writer_schemas: Mapping[int, str], reader_schema: str) -> DataFrame:
     """Decode each frame's body with its own writer schema, resolved to `reader_schema`.
 
     `writer_schemas` maps every schema id the registry knows to its schema text; an id missing from
-    it is unknown. Output: the frame columns plus `payload` (struct of the reader schema, null when
-    decoding failed) and `error` (why the record cannot be used, null for good records).
+    it is unknown. Output: the frame columns plus `payload` (struct of the reader schema) and `error`
+    (why the record cannot be used, null for good records).
     """
+    return classify_decoded(attach_avro_payload(frames, writer_schemas, reader_schema), writer_schemas, reader_schema)
+
+
+def attach_avro_payload(frames: DataFrame, writer_schemas: Mapping[int, str], reader_schema: str) -> DataFrame:
+    """Add `payload`: the body decoded in the JVM by `from_avro` with the frame's writer schema."""
     payload: Column | None = None
     for schema_id, writer_schema in sorted(writer_schemas.items()):
-        decoded = from_avro(
-            F.col("avro_body"), writer_schema, {"mode": "PERMISSIVE", "avroSchema": reader_schema}
-        )
-        payload = (
-            F.when(F.col("schema_id") == schema_id, decoded)
-            if payload is None
-            else payload.when(F.col("schema_id") == schema_id, decoded)
-        )
+        decoded = from_avro(F.col("avro_body"), writer_schema, {"mode": "PERMISSIVE", "avroSchema": reader_schema})
+        condition = F.col("schema_id") == schema_id
+        payload = F.when(condition, decoded) if payload is None else payload.when(condition, decoded)
     if payload is None:  # no known writer schema: a typed null of the reader schema
         payload = F.when(F.lit(False), from_avro(F.col("avro_body"), reader_schema, {"mode": "PERMISSIVE"}))
+    return frames.withColumn("payload", payload)
+
+
+def classify_decoded(with_payload: DataFrame, writer_schemas: Mapping[int, str], reader_schema: str) -> DataFrame:
+    """Add `error` to the output of `attach_avro_payload`: why a record cannot be used, null when good.
+
+    Cache `with_payload` first when the result is used more than once: each payload field referenced
+    here would otherwise repeat the Avro decoding.
+    """
     reader_fields = json.loads(reader_schema)["fields"]
     required = [f["name"] for f in reader_fields if not _is_nullable(f["type"])]
     # In PERMISSIVE mode Spark turns a body it cannot decode into a struct of nulls; a good record has
@@ -80,7 +92,6 @@ def decode_avro_frames(
     for name in required:
         undecodable = undecodable | F.col(f"payload.{name}").isNull()
     known = F.col("schema_id").isin(list(writer_schemas)) if writer_schemas else F.lit(False)
-    with_payload = frames.withColumn("payload", payload)
     error = (
         F.when(F.col("frame_error").isNotNull(), F.col("frame_error"))
         .when(~known, F.format_string("unknown schema id %d: the schema registry has no schema with this id", F.col("schema_id")))
@@ -94,7 +105,6 @@ def decode_avro_frames(
         )
     )
     return with_payload.withColumn("error", error)
-
 
 
 def _is_nullable(avro_type: object) -> bool:

@@ -64,9 +64,9 @@ def produce_raw(
     return [delivered[i] for i in range(len(messages))]
 
 
-def avro_frame(registry_resource: Any, schema_str: str, record: Mapping[str, Any], topic: str, field: MessageField = MessageField.VALUE) -> bytes:
-    """Confluent wire-format bytes of `record` (the schema must already be registered)."""
-    return registry_resource.serializer(schema_str)(dict(record), SerializationContext(topic, field))
+def avro_frame(registry_resource: Any, schema_str: str, datum: Any, topic: str, field: MessageField = MessageField.VALUE) -> bytes:
+    """Confluent wire-format bytes of `datum` (a record or, for keys, a plain value); the schema must be registered."""
+    return registry_resource.serializer(schema_str)(datum, SerializationContext(topic, field))
 
 
 def confluent_header(frame: bytes) -> tuple[int, int]:
