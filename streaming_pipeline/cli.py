@@ -110,6 +110,13 @@ def _run_demo(args: argparse.Namespace) -> int:
     )
 
 
+def _add_bench_parser(subparsers: argparse._SubParsersAction) -> None:
+    bench = subparsers.add_parser("bench", help="measure ingestion throughput beside the raw consume rate")
+    bench.add_argument("--rides", type=int, default=1_000_000, help="synthetic rides to produce (default 1,000,000)")
+    bench.add_argument("--json", type=Path, help="also write every figure to this JSON file")
+    bench.set_defaults(handler=lambda args: (__import__("streaming_pipeline.bench", fromlist=["run_bench"]).run_bench(args.rides, args.json), 0)[1])
+
+
 def build_parser() -> argparse.ArgumentParser:
     from streaming_pipeline.embedded.stack_cli import add_stack_parser
 
@@ -118,6 +125,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_stack_parser(subparsers)
     _add_produce_parser(subparsers)
     _add_demo_parser(subparsers)
+    _add_bench_parser(subparsers)
     return parser
 
 

@@ -54,6 +54,10 @@ class StreamRunReport:
             )
         return offsets
 
+    def trigger_seconds(self) -> float:
+        """Time Spark spent executing micro-batches (the rest of a run is overhead)."""
+        return sum(float(p.get("durationMs", {}).get("triggerExecution", 0)) for p in self.progresses) / 1000
+
     def rows_dropped_by_watermark(self) -> int:
         return sum(
             int(op.get("numRowsDroppedByWatermark") or 0)

@@ -29,6 +29,7 @@ def _bronze_result(
             "rows_written": dg.MetadataValue.int(run.rows_written),
             "dead_letters": dg.MetadataValue.int(run.dead_letters),
             "micro_batches": dg.MetadataValue.int(run.report.batches),
+            "streaming_seconds": dg.MetadataValue.float(round(run.report.trigger_seconds(), 3)),
             "kafka_offsets": dg.MetadataValue.json(offsets),
             "consumed_offsets": dg.MetadataValue.json(
                 {str(p): o for p, o in checkpoint_kafka_offsets(lakehouse.checkpoint_path(asset_name)).get(topic, {}).items()}
