@@ -159,9 +159,16 @@ def test_killed_materialization_rerun_loses_and_duplicates_nothing(stack, pipeli
     assert 0 < killed_rows < count
 
     # Second run, to completion.
-    second = subprocess.run(_dagster_command(), cwd=REPO_ROOT, env=env, capture_output=True, text=True,
-                            stdin=subprocess.DEVNULL, timeout=240, start_new_session=True)
-    assert second.returncode == 0, f"re-run failed ({second.returncode}):\n{second.stdout[-3000:]}\n{second.stderr[-6000:]}"
+    second_log = tmp_path / "second_run.log"
+    with second_log.open("wb") as out:
+        second = subprocess.Popen(_dagster_command(), cwd=REPO_ROOT, env=env, stdout=out, stderr=subprocess.STDOUT,
+                                  stdin=subprocess.DEVNULL, start_new_session=True)
+        try:
+            second.wait(timeout=240)
+        finally:
+            if second.returncode is None:
+                _kill_group(second)
+    assert second.returncode == 0, f"re-run failed ({second.returncode}):\n{second_log.read_text()[-6000:]}"
 
     raw = _read(spark, pipeline_resources, "raw_rides")
     coordinates = _coordinates(raw)
