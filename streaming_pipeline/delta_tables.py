@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from typing import Any
-
 from delta.tables import DeltaTable
 from pyspark.sql import DataFrame, SparkSession
 
@@ -32,6 +30,3 @@ def preview_markdown(frame: DataFrame, rows: int = 10) -> str:
             sample[column] = sample[column].map(lambda v: v.hex() if isinstance(v, (bytes, bytearray)) else v)
     return sample.to_markdown(index=False)
 
-
-def column_schema(frame: DataFrame) -> list[dict[str, Any]]:
-    return [{"name": f.name, "type": f.dataType.simpleString(), "nullable": f.nullable} for f in frame.schema.fields]

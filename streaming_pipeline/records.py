@@ -42,9 +42,6 @@ PICKUP_CSV_COLUMNS: dict[str, tuple[str, str, bool]] = {
     "tpep_pickup_datetime": ("pickup_datetime", _TS, False),
 }
 
-RIDE_FIELDS = [field for field, _, _ in RIDE_CSV_COLUMNS.values()]
-PICKUP_FIELDS = [field for field, _, _ in PICKUP_CSV_COLUMNS.values()]
-
 
 def parse_timestamp(text: str) -> datetime:
     """TLC times are naive wall-clock strings; the lakehouse reads them as UTC (DESIGN section 4)."""

@@ -65,11 +65,6 @@ class StreamRunReport:
             for op in progress.get("stateOperators", [])
         )
 
-    def max_event_time(self) -> str | None:
-        times = [p.get("eventTime", {}).get("max") for p in self.progresses]
-        times = [t for t in times if t]
-        return max(times) if times else None
-
 
 def _as_json(value: Any) -> Any:
     if isinstance(value, str):
