@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import logging
+import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -104,10 +105,30 @@ def run_available_now(
                 report.restarts += 1
                 log.info(f"{query_name}: source schema changed, restarting the query ({report.restarts})")
                 continue
-            raise StreamingRunError(f"streaming query {query_name!r} failed: {message.splitlines()[0]}") from exc
+            raise StreamingRunError(f"streaming query {query_name!r} failed: {root_cause(message)}") from exc
         finally:
             if query.isActive:
                 query.stop()
+
+
+_EXCEPTION_LINE = re.compile(r"^\s*([\w.]*(?:Error|Exception)): (.+)$")
+
+
+def root_cause(message: str) -> str:
+    """The most telling line of a Spark streaming failure.
+
+    An error raised in a foreachBatch handler reaches us wrapped in Spark's STREAM_FAILED text, with
+    the Python traceback inside; prefer this project's own exception line, then the last exception
+    line of the traceback, then Spark's first line.
+    """
+    lines = message.splitlines()
+    found = [m.group(1).rsplit(".", 1)[-1] + ": " + m.group(2) for line in lines if (m := _EXCEPTION_LINE.match(line))]
+    ours = [line for line in lines if "streaming_pipeline.errors." in line and _EXCEPTION_LINE.match(line)]
+    if ours:
+        match = _EXCEPTION_LINE.match(ours[-1])
+        assert match is not None
+        return f"{match.group(1).rsplit('.', 1)[-1]}: {match.group(2)}"
+    return found[-1] if found else (lines[0] if lines else "unknown error")
 
 
 def _collect(query: Any, report: StreamRunReport, seen: set[int], log: Any) -> None:
