@@ -114,7 +114,15 @@ def _add_bench_parser(subparsers: argparse._SubParsersAction) -> None:
     bench = subparsers.add_parser("bench", help="measure ingestion throughput beside the raw consume rate")
     bench.add_argument("--rides", type=int, default=1_000_000, help="synthetic rides to produce (default 1,000,000)")
     bench.add_argument("--json", type=Path, help="also write every figure to this JSON file")
-    bench.set_defaults(handler=lambda args: (__import__("streaming_pipeline.bench", fromlist=["run_bench"]).run_bench(args.rides, args.json), 0)[1])
+    bench.add_argument("--probes", type=int, default=20, help="freshness probes through the sensor path (default 20)")
+    bench.set_defaults(handler=_run_bench)
+
+
+def _run_bench(args: argparse.Namespace) -> int:
+    from streaming_pipeline.bench import run_bench
+
+    run_bench(args.rides, args.json, probes=args.probes)
+    return 0
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -22,10 +22,9 @@ from streaming_pipeline.resources.schema_registry import SchemaRegistryResource
 from streaming_pipeline.schemas import TOPIC_SCHEMA_FILES, load_schema, value_subject
 from streaming_pipeline.streaming import StreamRunReport, run_available_now
 from streaming_pipeline.transformations import (
-    attach_avro_payload,
     bronze_rows,
-    classify_decoded,
     dead_letter_rows,
+    decode_avro_frames,
     split_confluent_frames,
 )
 
@@ -66,26 +65,22 @@ class BronzeBatchWriter:
 
     def __call__(self, batch: DataFrame, batch_id: int) -> None:
         frames = split_confluent_frames(batch).persist()
+        decoded = None
         try:
             schema_ids = sorted(
                 row.schema_id
                 for row in frames.where(F.col("frame_error").isNull()).select("schema_id").distinct().collect()
             )
-            writer_schemas = self._writer_schemas(schema_ids)
-            reader_schema = self._reader_schema()
-            # Cache the decoded payload so the JVM decodes each body once, not once per field checked.
-            with_payload = attach_avro_payload(frames, writer_schemas, reader_schema).persist()
-            decoded = classify_decoded(with_payload, writer_schemas, reader_schema).persist()
-            good = bronze_rows(decoded)
-            dead = dead_letter_rows(decoded)
-            good_count, dead_count = good.count(), dead.count()
+            decoded = decode_avro_frames(frames, self._writer_schemas(schema_ids), self._reader_schema()).persist()
+            counts = {row.good: row["count"] for row in decoded.groupBy(F.col("error").isNull().alias("good")).count().collect()}
+            good_count, dead_count = counts.get(True, 0), counts.get(False, 0)
             if good_count:
-                self._append(good, self.table_path, self.app_id, batch_id, merge_schema=True)
+                self._append(bronze_rows(decoded), self.table_path, self.app_id, batch_id, merge_schema=True)
             if dead_count:
-                self._append(dead, self.dead_letter_path, f"{self.app_id}->{DEAD_LETTER_TABLE}", batch_id)
-            decoded.unpersist()
-            with_payload.unpersist()
+                self._append(dead_letter_rows(decoded), self.dead_letter_path, f"{self.app_id}->{DEAD_LETTER_TABLE}", batch_id)
         finally:
+            if decoded is not None:
+                decoded.unpersist()
             frames.unpersist()
         self.batches.append(BatchCounts(batch_id, good_count, dead_count, schema_ids))
         if self.log is not None and dead_count:

@@ -79,18 +79,19 @@ def attach_avro_payload(frames: DataFrame, writer_schemas: Mapping[int, str], re
 def classify_decoded(with_payload: DataFrame, writer_schemas: Mapping[int, str], reader_schema: str) -> DataFrame:
     """Add `error` to the output of `attach_avro_payload`: why a record cannot be used, null when good.
 
-    Cache `with_payload` first when the result is used more than once: each payload field referenced
-    here would otherwise repeat the Avro decoding.
+    Cache the result when it is used more than once, so that each body is decoded once.
     """
     reader_fields = json.loads(reader_schema)["fields"]
     required = [f["name"] for f in reader_fields if not _is_nullable(f["type"])]
-    # In PERMISSIVE mode Spark turns a body it cannot decode into a struct of nulls; a good record has
-    # every required field set and at least one field set.
-    undecodable = F.col("payload").isNull() | ~reduce(
-        lambda a, b: a | b, [F.col(f"payload.{f['name']}").isNotNull() for f in reader_fields]
-    )
-    for name in required:
-        undecodable = undecodable | F.col(f"payload.{name}").isNull()
+    # In PERMISSIVE mode Spark turns a body it cannot decode into a struct of nulls, so one required
+    # field tells; with none, a record whose fields are all null counts as undecodable. Few payload
+    # references keep the generated code small (each one may repeat the decoding).
+    if required:
+        undecodable = F.col("payload").isNull() | F.col(f"payload.{required[0]}").isNull()
+    else:
+        undecodable = F.col("payload").isNull() | ~reduce(
+            lambda a, b: a | b, [F.col(f"payload.{f['name']}").isNotNull() for f in reader_fields]
+        )
     known = F.col("schema_id").isin(list(writer_schemas)) if writer_schemas else F.lit(False)
     error = (
         F.when(F.col("frame_error").isNotNull(), F.col("frame_error"))
