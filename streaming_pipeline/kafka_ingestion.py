@@ -9,13 +9,15 @@ from __future__ import annotations
 
 import json
 import logging
+import uuid
 from pathlib import Path
 from dataclasses import dataclass, field
 from typing import Any
 
-from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import DataFrame, Observation, SparkSession
 from pyspark.sql import functions as F
 
+from streaming_pipeline.delta_tables import table_exists
 from streaming_pipeline.resources.kafka import KafkaResource
 from streaming_pipeline.resources.lakehouse import LakehouseResource
 from streaming_pipeline.resources.schema_registry import SchemaRegistryResource
@@ -41,7 +43,12 @@ class BatchCounts:
 
 @dataclass
 class BronzeBatchWriter:
-    """The foreachBatch handler of one bronze table."""
+    """The foreachBatch handler of one bronze table.
+
+    One pass decodes the micro-batch and appends the good rows while an Observation counts the
+    rest; only a batch with undecodable records is decoded again, for the dead letters. Writer schemas are the versions of the topic's value subject (topic name strategy); a record
+    whose schema id is not one of them is a dead letter.
+    """
 
     registry: SchemaRegistryResource
     subject: str
@@ -50,41 +57,37 @@ class BronzeBatchWriter:
     dead_letter_path: str
     app_id: str
     log: Any = None
-    writer_schemas: dict[int, str | None] = field(default_factory=dict)
     batches: list[BatchCounts] = field(default_factory=list)
 
-    def _writer_schemas(self, schema_ids: list[int]) -> dict[int, str]:
-        for schema_id in schema_ids:
-            if schema_id not in self.writer_schemas:
-                self.writer_schemas[schema_id] = self.registry.schema_by_id(schema_id)
-        return {i: s for i in schema_ids if (s := self.writer_schemas[i]) is not None}
-
-    def _reader_schema(self) -> str:
-        latest = self.registry.latest(self.subject)
-        return latest[1] if latest else self.fallback_reader_schema
-
     def __call__(self, batch: DataFrame, batch_id: int) -> None:
-        frames = split_confluent_frames(batch).persist()
-        decoded = None
-        try:
-            schema_ids = sorted(
-                row.schema_id
-                for row in frames.where(F.col("frame_error").isNull()).select("schema_id").distinct().collect()
-            )
-            decoded = decode_avro_frames(frames, self._writer_schemas(schema_ids), self._reader_schema()).persist()
-            counts = {row.good: row["count"] for row in decoded.groupBy(F.col("error").isNull().alias("good")).count().collect()}
-            good_count, dead_count = counts.get(True, 0), counts.get(False, 0)
-            if good_count:
-                self._append(bronze_rows(decoded), self.table_path, self.app_id, batch_id, merge_schema=True)
-            if dead_count:
-                self._append(dead_letter_rows(decoded), self.dead_letter_path, f"{self.app_id}->{DEAD_LETTER_TABLE}", batch_id)
-        finally:
-            if decoded is not None:
-                decoded.unpersist()
-            frames.unpersist()
-        self.batches.append(BatchCounts(batch_id, good_count, dead_count, schema_ids))
-        if self.log is not None and dead_count:
-            self.log.warning(f"micro-batch {batch_id}: {dead_count} record(s) sent to {DEAD_LETTER_TABLE}")
+        spark = batch.sparkSession
+        writer_schemas = self.registry.subject_schemas(self.subject)
+        latest = self.registry.latest(self.subject)
+        reader_schema = latest[1] if latest else self.fallback_reader_schema
+        decoded = decode_avro_frames(split_confluent_frames(batch), writer_schemas, reader_schema)
+        dead_letters_path_app = f"{self.app_id}->{DEAD_LETTER_TABLE}"
+        committed = committed_txn_version(spark, self.table_path, self.app_id)
+        if committed is not None and committed >= batch_id:
+            # A replay after a crash between the two appends: the good rows are in already; Delta
+            # skips the dead letters too if they made it, and writes them otherwise.
+            self._append(dead_letter_rows(decoded), self.dead_letter_path, dead_letters_path_app, batch_id)
+            self.batches.append(BatchCounts(batch_id, 0, 0, sorted(writer_schemas)))
+            return
+        observation = Observation(f"{self.app_id}:{batch_id}:{uuid.uuid4().hex}")
+        observed = decoded.observe(
+            observation,
+            F.count(F.lit(1)).alias("records"),
+            F.count(F.when(F.col("error").isNull(), 1)).alias("good"),
+        )
+        self._append(bronze_rows(observed), self.table_path, self.app_id, batch_id, merge_schema=True)
+        metrics = observation.get
+        good_count = int(metrics["good"])
+        dead_count = int(metrics["records"]) - good_count
+        if dead_count:
+            self._append(dead_letter_rows(decoded), self.dead_letter_path, dead_letters_path_app, batch_id)
+            if self.log is not None:
+                self.log.warning(f"micro-batch {batch_id}: {dead_count} record(s) sent to {DEAD_LETTER_TABLE}")
+        self.batches.append(BatchCounts(batch_id, good_count, dead_count, sorted(writer_schemas)))
 
     @staticmethod
     def _append(frame: DataFrame, path: str, app_id: str, batch_id: int, merge_schema: bool = False) -> None:
@@ -122,6 +125,21 @@ class BronzeRunResult:
                     begin = (start.get(topic) or {}).get(partition, 0) if isinstance(start, dict) else 0
                     ranges[f"{topic}[{partition}]"] = {"from": begin, "until": until}
         return ranges
+
+
+def committed_txn_version(spark: SparkSession, path: str, app_id: str) -> int | None:
+    """The last txnVersion Delta recorded for `app_id` in the table at `path` (None if none).
+
+    Delta skips an append whose txnVersion is not newer, without running its query; knowing that
+    beforehand lets the handler wait for the Observation only when the write really runs.
+    """
+    if not table_exists(spark, path):
+        return None
+    jvm = spark._jvm
+    delta_log = jvm.org.apache.spark.sql.delta.DeltaLog.forTable(spark._jsparkSession, path)
+    snapshot = delta_log.update(False, jvm.scala.Option.empty(), jvm.scala.Option.empty())
+    version = snapshot.transactions().get(app_id)
+    return int(version.get()) if version.isDefined() else None
 
 
 def ingest_topic(

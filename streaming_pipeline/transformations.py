@@ -73,7 +73,9 @@ def attach_avro_payload(frames: DataFrame, writer_schemas: Mapping[int, str], re
         payload = F.when(condition, decoded) if payload is None else payload.when(condition, decoded)
     if payload is None:  # no known writer schema: a typed null of the reader schema
         payload = F.when(F.lit(False), from_avro(F.col("avro_body"), reader_schema, {"mode": "PERMISSIVE"}))
-    return frames.withColumn("payload", payload)
+    # explode(array(x)) yields x once per row from a Generate node, which the optimizer cannot inline
+    # into the projections above it: without it every `payload.<field>` would decode the body again.
+    return frames.select("*", F.explode(F.array(payload)).alias("payload"))
 
 
 def classify_decoded(with_payload: DataFrame, writer_schemas: Mapping[int, str], reader_schema: str) -> DataFrame:
@@ -95,7 +97,10 @@ def classify_decoded(with_payload: DataFrame, writer_schemas: Mapping[int, str],
     known = F.col("schema_id").isin(list(writer_schemas)) if writer_schemas else F.lit(False)
     error = (
         F.when(F.col("frame_error").isNotNull(), F.col("frame_error"))
-        .when(~known, F.format_string("unknown schema id %d: the schema registry has no schema with this id", F.col("schema_id")))
+        .when(
+            ~known,
+            F.format_string("unknown schema id %d: not a registered schema of this topic's subject", F.col("schema_id")),
+        )
         .when(
             undecodable,
             F.format_string(

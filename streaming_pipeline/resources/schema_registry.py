@@ -59,6 +59,24 @@ class SchemaRegistryResource(dg.ConfigurableResource):
         except Exception as exc:
             raise self._unavailable(exc) from exc
 
+    def subject_schemas(self, subject: str) -> dict[int, str]:
+        """{schema id: schema text} of every version of `subject`, soft-deleted ones included so that
+        records written with them stay readable; {} when the subject does not exist."""
+        client = self.client()
+        try:
+            versions = client.get_versions(subject, deleted=True)
+            schemas: dict[int, str] = {}
+            for version in versions:
+                registered = client.get_version(subject, version, deleted=True)
+                schemas[registered.schema_id] = registered.schema.schema_str
+            return schemas
+        except SchemaRegistryError as exc:
+            if exc.http_status_code == 404:
+                return {}
+            raise self._unavailable(exc) from exc
+        except Exception as exc:
+            raise self._unavailable(exc) from exc
+
     def latest(self, subject: str) -> tuple[int, str] | None:
         """(id, schema text) of the newest version of `subject`, or None when the subject does not exist."""
         try:
