@@ -1,4 +1,5 @@
-"""Offset sensors: request a bronze run when enough new Kafka records wait, or when they wait too long.
+"""Offset sensors: request a bronze run when enough new Kafka records wait, or when the oldest of
+them (by its Kafka timestamp) has waited too long.
 
 Spark keeps the Kafka offsets a bronze query has processed in its checkpoint and commits none to
 Kafka, so the sensor reads them from the checkpoint's offset log and compares with the topic's end
@@ -25,6 +26,21 @@ def consumer_lag(end_offsets: dict[int, int], consumed: dict[int, int]) -> dict[
     return {partition: max(0, end - consumed.get(partition, 0)) for partition, end in sorted(end_offsets.items())}
 
 
+_IN_FLIGHT = [dg.DagsterRunStatus.QUEUED, dg.DagsterRunStatus.NOT_STARTED, dg.DagsterRunStatus.STARTING, dg.DagsterRunStatus.STARTED]
+
+
+def _run_in_flight(context: dg.SensorEvaluationContext, topic: str) -> bool:
+    """Whether a run requested for `topic` is still going: two queries must never share a checkpoint."""
+    try:
+        instance = context.instance
+    except Exception:  # evaluated without an instance (unit tests)
+        return False
+    runs = instance.get_runs(
+        filters=dg.RunsFilter(statuses=_IN_FLIGHT, tags={"source_topic": topic}), limit=1
+    )
+    return bool(runs)
+
+
 def build_offset_sensor(
     asset_key: dg.AssetKey,
     topic: str,
@@ -39,7 +55,7 @@ def build_offset_sensor(
         name=f"{asset_name}_offset_sensor",
         description=(
             f"Materializes {asset_name} when at least {min_new_records} new records wait in topic {topic}, "
-            f"or when new records have waited {max_wait_seconds:g} s."
+            f"or when the oldest waiting record is {max_wait_seconds:g} s old."
         ),
         asset_selection=[asset_key],
         minimum_interval_seconds=minimum_interval_seconds,
@@ -69,11 +85,23 @@ def build_offset_sensor(
                 cursor=json.dumps({}),
                 asset_events=[observation] if cursor.get("lag") else [],
             )
-        waiting_since = float(cursor.get("waiting_since", now))
-        waited = now - waiting_since
         snapshot = ",".join(f"{p}:{o}" for p, o in sorted(end_offsets.items()))
-        new_cursor = {"waiting_since": waiting_since, "lag": waiting}
-        if waiting >= min_new_records or waited >= max_wait_seconds:
+        new_cursor = {"lag": waiting}
+        oldest_age = 0.0
+        if waiting < min_new_records:
+            first_waiting = {p: consumed.get(p, 0) for p, n in lag.items() if n > 0}
+            try:
+                timestamps = kafka.record_timestamps(topic, first_waiting)
+            except StreamingPipelineError as exc:
+                return dg.SkipReason(f"Kafka is not reachable, will try again: {exc}")
+            oldest_age = now - min(timestamps.values()) if timestamps else 0.0
+        if waiting >= min_new_records or oldest_age >= max_wait_seconds:
+            if _run_in_flight(context, topic):
+                return dg.SensorResult(
+                    skip_reason=dg.SkipReason(f"a run of {asset_name} is still in progress; {waiting} record(s) wait"),
+                    cursor=json.dumps(new_cursor),
+                    asset_events=[observation],
+                )
             if cursor.get("requested") == snapshot:
                 return dg.SensorResult(
                     skip_reason=dg.SkipReason(f"a run for offsets {snapshot} of {topic} was already requested"),
@@ -89,8 +117,8 @@ def build_offset_sensor(
             )
         return dg.SensorResult(
             skip_reason=dg.SkipReason(
-                f"{waiting} new record(s) in {topic}, waiting for {min_new_records} or {max_wait_seconds:g} s "
-                f"(waited {waited:.0f} s)"
+                f"{waiting} new record(s) in {topic}, waiting for {min_new_records} of them or for the oldest "
+                f"to be {max_wait_seconds:g} s old (it is {oldest_age:.0f} s old)"
             ),
             cursor=json.dumps(new_cursor),
             asset_events=[observation],

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-import json
+import time
 
 import dagster as dg
 import pytest
@@ -72,16 +72,24 @@ def test_sensor_waits_for_enough_records_then_requests_one_run_per_offset_snapsh
 
 
 @pytest.mark.integration
-def test_sensor_waits_at_most_max_wait_seconds(pipeline_resources) -> None:
-    resources = {"kafka": pipeline_resources["kafka"], "lakehouse": pipeline_resources["lakehouse"]}
-    sensor = build_offset_sensor(dg.AssetKey("raw_rides"), RIDES_TOPIC, min_new_records=1000, max_wait_seconds=60)
-    _produce_rides(pipeline_resources, 3, seed=3)
-    first = sensor(dg.build_sensor_context(resources=resources))
-    assert not first.run_requests
-    cursor = json.loads(first.cursor)
-    cursor["waiting_since"] -= 61  # the records have now waited longer than max_wait_seconds
-    later = sensor(dg.build_sensor_context(resources=resources, cursor=json.dumps(cursor)))
-    assert len(later.run_requests) == 1
+def test_sensor_requests_a_run_when_the_oldest_waiting_record_is_older_than_max_wait(pipeline_resources) -> None:
+    from confluent_kafka import Producer
+
+    kafka = pipeline_resources["kafka"]
+    resources = {"kafka": kafka, "lakehouse": pipeline_resources["lakehouse"]}
+    kafka.ensure_topic(RIDES_TOPIC)
+    producer = Producer({"bootstrap.servers": kafka.bootstrap_servers})
+    producer.produce(RIDES_TOPIC, value=b"fresh", partition=0, timestamp=int(time.time() * 1000))
+    producer.flush(10)
+    patient = build_offset_sensor(dg.AssetKey("raw_rides"), RIDES_TOPIC, min_new_records=1000, max_wait_seconds=60)
+    fresh = patient(dg.build_sensor_context(resources=resources))
+    assert not fresh.run_requests
+    assert "waiting for 1000" in fresh.skip_reason.skip_message
+
+    producer.produce(RIDES_TOPIC, value=b"old", partition=1, timestamp=int((time.time() - 120) * 1000))
+    producer.flush(10)
+    stale = patient(dg.build_sensor_context(resources=resources, cursor=fresh.cursor))
+    assert len(stale.run_requests) == 1
 
 
 @pytest.mark.integration

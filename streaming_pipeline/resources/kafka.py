@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 import dagster as dg
@@ -133,6 +134,30 @@ class KafkaResource(dg.ConfigurableResource):
                 return False
             raise BrokerUnavailableError(f"could not create topic {topic!r} on {self.bootstrap_servers}: {exc}") from exc
         return True
+
+    def record_timestamps(self, topic: str, offsets: dict[int, int]) -> dict[int, float]:
+        """Kafka timestamp (epoch seconds) of the record at `offsets[partition]`, for each partition
+        where that record can be read within timeout_seconds."""
+        if not offsets:
+            return {}
+        consumer = self.consumer(group_id="streaming-pipeline-offset-probe", **{"enable.partition.eof": False})
+        try:
+            consumer.assign([TopicPartition(topic, p, o) for p, o in offsets.items()])
+            found: dict[int, float] = {}
+            deadline = time.monotonic() + self.timeout_seconds
+            while len(found) < len(offsets) and time.monotonic() < deadline:
+                message = consumer.poll(0.5)
+                if message is None or message.error() is not None:
+                    continue
+                partition = message.partition()
+                if partition not in found and message.offset() >= offsets[partition]:
+                    found[partition] = message.timestamp()[1] / 1000
+                    consumer.pause([TopicPartition(topic, partition)])
+            return found
+        except KafkaException as exc:
+            raise BrokerUnavailableError(f"could not read {topic} at {offsets} from {self.bootstrap_servers}: {exc}") from exc
+        finally:
+            consumer.close()
 
     def end_offsets(self, topic: str) -> dict[int, int]:
         """Next offset to be written (high watermark) per partition of `topic`; {} when it does not exist."""
