@@ -10,8 +10,8 @@ from __future__ import annotations
 import json
 import logging
 import uuid
-from pathlib import Path
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from pyspark.sql import DataFrame, Observation, SparkSession
@@ -38,7 +38,7 @@ class BatchCounts:
     batch_id: int
     rows_written: int
     dead_letters: int
-    schema_ids: list[int]
+    writer_schema_ids: list[int]
 
 
 @dataclass
