@@ -79,17 +79,7 @@ def _bronze_checks(asset_name: str, topic: str) -> list[dg.AssetChecksDefinition
 
 @dg.asset_check(asset="ride_window_aggregates", description="One row per (window_start, vendor_id).")
 def unique_window_per_vendor(spark: SparkResource, lakehouse: LakehouseResource) -> dg.AssetCheckResult:
-    session = spark.get_session()
-    path = lakehouse.table_path("ride_window_aggregates")
-    if not table_exists(session, path):
-        return dg.AssetCheckResult(passed=True, metadata={"note": "table not created yet"})
-    duplicates = (
-        read_table(session, path)
-        .groupBy("window_start", F.coalesce(F.col("vendor_id"), F.lit(-1)))
-        .count()
-        .where(F.col("count") > 1)
-        .count()
-    )
+    duplicates = _duplicates(spark.get_session(), lakehouse, "ride_window_aggregates", ["window_start", "vendor_id"])
     return dg.AssetCheckResult(passed=duplicates == 0, metadata={"duplicated_keys": duplicates})
 
 

@@ -4,6 +4,7 @@ pure transformations)."""
 from __future__ import annotations
 
 from dataclasses import dataclass
+from datetime import timedelta
 from typing import Any
 
 from delta.tables import DeltaTable
@@ -129,11 +130,11 @@ def update_ride_window_aggregates(
 def _reconcile_windows(spark: SparkSession, lakehouse: LakehouseResource, table_path: str) -> tuple[Any, int]:
     current = read_table(spark, table_path)
     latest_pickup = current.agg(F.max("max_pickup_datetime")).collect()[0][0]
-    delay = interval_seconds(lakehouse.ride_watermark_delay, name="RIDE_WATERMARK_DELAY")
-    watermark = None if latest_pickup is None else F.lit(latest_pickup) - F.expr(f"INTERVAL {delay} seconds")
+    delay = timedelta(seconds=interval_seconds(lakehouse.ride_watermark_delay, name="RIDE_WATERMARK_DELAY"))
+    watermark = None if latest_pickup is None else latest_pickup - delay
     all_windows = ride_window_aggregates(read_table(spark, lakehouse.table_path(RAW_RIDES)), lakehouse.window_duration)
     late = late_ride_counts(all_windows, current).alias("l")
-    is_final = (F.col("window_end") <= watermark) if watermark is not None else F.lit(False)
+    is_final = (F.col("window_end") <= F.lit(watermark)) if watermark is not None else F.lit(False)
     existing = current.alias("c").join(
         late, (F.col("c.window_start") == F.col("l.window_start")) & F.col("c.vendor_id").eqNullSafe(F.col("l.vendor_id")), "left"
     ).select(
@@ -170,8 +171,7 @@ def _reconcile_windows(spark: SparkSession, lakehouse: LakehouseResource, table_
             .whenNotMatchedInsertAll()
             .execute()
         )
-    final_watermark = None if latest_pickup is None else spark.range(1).select(watermark.alias("w")).collect()[0][0]
-    return final_watermark, count
+    return watermark, count
 
 
 def update_ride_pickup_joins(spark: SparkSession, lakehouse: LakehouseResource, log: Any = None) -> StreamRunReport:

@@ -56,6 +56,11 @@ def run_demo(options: DemoOptions) -> int:
             }
         )
         resources = build_resources(settings)
+        spark_resource = resources["spark"]
+        # Keep the run's session for printing the tables afterwards instead of starting a second one.
+        resources["spark"] = type(spark_resource)(
+            profile=spark_resource.profile, master=spark_resource.master, conf=spark_resource.conf, stop_on_teardown=False
+        )
         kafka, registry = resources["kafka"], resources["schema_registry"]
         synthetic = SyntheticOptions(seed=options.seed, out_of_order_fraction=0.05)
         if options.csv is not None:
@@ -97,7 +102,7 @@ def run_demo(options: DemoOptions) -> int:
         chart.write_bytes(window_chart_png(windows.tail(300)))
         print(f"window chart: {chart}")
         print(f"asset checks: {'all passed' if not failed_checks else 'failed: ' + ', '.join(failed_checks)}")
-        resources["spark"].teardown_after_execution(None)  # type: ignore[arg-type]
+        spark.stop()
         return 0
     finally:
         if not was_running:

@@ -46,8 +46,9 @@ class BronzeBatchWriter:
     """The foreachBatch handler of one bronze table.
 
     One pass decodes the micro-batch and appends the good rows while an Observation counts the
-    rest; only a batch with undecodable records is decoded again, for the dead letters. Writer schemas are the versions of the topic's value subject (topic name strategy); a record
-    whose schema id is not one of them is a dead letter.
+    rest; only a batch with undecodable records is decoded again, for the dead letters. Writer
+    schemas are the versions of the topic's value subject (topic name strategy); a record whose
+    schema id is not one of them is a dead letter.
     """
 
     registry: SchemaRegistryResource
@@ -65,12 +66,12 @@ class BronzeBatchWriter:
         latest = self.registry.latest(self.subject)
         reader_schema = latest[1] if latest else self.fallback_reader_schema
         decoded = decode_avro_frames(split_confluent_frames(batch), writer_schemas, reader_schema)
-        dead_letters_path_app = f"{self.app_id}->{DEAD_LETTER_TABLE}"
+        dead_letter_app_id = f"{self.app_id}->{DEAD_LETTER_TABLE}"
         committed = committed_txn_version(spark, self.table_path, self.app_id)
         if committed is not None and committed >= batch_id:
             # A replay after a crash between the two appends: the good rows are in already; Delta
             # skips the dead letters too if they made it, and writes them otherwise.
-            self._append(dead_letter_rows(decoded), self.dead_letter_path, dead_letters_path_app, batch_id)
+            self._append(dead_letter_rows(decoded), self.dead_letter_path, dead_letter_app_id, batch_id)
             self.batches.append(BatchCounts(batch_id, 0, 0, sorted(writer_schemas)))
             return
         observation = Observation(f"{self.app_id}:{batch_id}:{uuid.uuid4().hex}")
@@ -84,7 +85,7 @@ class BronzeBatchWriter:
         good_count = int(metrics["good"])
         dead_count = int(metrics["records"]) - good_count
         if dead_count:
-            self._append(dead_letter_rows(decoded), self.dead_letter_path, dead_letters_path_app, batch_id)
+            self._append(dead_letter_rows(decoded), self.dead_letter_path, dead_letter_app_id, batch_id)
             if self.log is not None:
                 self.log.warning(f"micro-batch {batch_id}: {dead_count} record(s) sent to {DEAD_LETTER_TABLE}")
         self.batches.append(BatchCounts(batch_id, good_count, dead_count, sorted(writer_schemas)))
