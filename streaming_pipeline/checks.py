@@ -1,13 +1,12 @@
 """Asset checks: reconciliation with Kafka, uniqueness, consistency between tables, lag."""
 
 import dagster as dg
-from pyspark.sql import functions as F
 
 from streaming_pipeline.delta_tables import read_table, table_exists
 from streaming_pipeline.errors import StreamingPipelineError
-from streaming_pipeline.kafka_ingestion import DEAD_LETTER_TABLE, checkpoint_kafka_offsets
+from streaming_pipeline.kafka_ingestion import DEAD_LETTER_TABLE
+from streaming_pipeline.offsets import checkpoint_kafka_offsets, consumer_lag
 from streaming_pipeline.resources import KafkaResource, LakehouseResource, SparkResource
-from streaming_pipeline.sensors import consumer_lag
 from streaming_pipeline.settings import PICKUPS_TOPIC, RIDES_TOPIC
 
 DEFAULT_MAX_LAG = 100_000
@@ -23,6 +22,8 @@ def _count(spark, lakehouse: LakehouseResource, table: str, condition=None) -> i
 
 
 def _duplicates(spark, lakehouse: LakehouseResource, table: str, key: list[str]) -> int:
+    from pyspark.sql import functions as F
+
     path = lakehouse.table_path(table)
     if not table_exists(spark, path):
         return 0
@@ -36,6 +37,8 @@ def _bronze_checks(asset_name: str, topic: str) -> list[dg.AssetChecksDefinition
         description=f"Rows of {asset_name} plus its dead letters equal the {topic} offsets the checkpoint has consumed.",
     )
     def reconciles(spark: SparkResource, lakehouse: LakehouseResource) -> dg.AssetCheckResult:
+        from pyspark.sql import functions as F
+
         session = spark.get_session()
         consumed = checkpoint_kafka_offsets(lakehouse.checkpoint_path(asset_name)).get(topic, {})
         expected = sum(consumed.values())
@@ -85,6 +88,8 @@ def unique_window_per_vendor(spark: SparkResource, lakehouse: LakehouseResource)
 
 @dg.asset_check(asset="vendor_counts", description="The vendors' trip counts add up to the rows of raw_rides.")
 def vendor_counts_match_raw_rides(spark: SparkResource, lakehouse: LakehouseResource) -> dg.AssetCheckResult:
+    from pyspark.sql import functions as F
+
     session = spark.get_session()
     rides = _count(session, lakehouse, "raw_rides")
     path = lakehouse.table_path("vendor_counts")

@@ -125,12 +125,41 @@ def _run_bench(args: argparse.Namespace) -> int:
     return 0
 
 
+def _add_jars_parser(subparsers: argparse._SubParsersAction) -> None:
+    jars = subparsers.add_parser(
+        "jars",
+        help="resolve the Java artifacts (Kafka broker, Spark's Delta/Kafka/Avro packages) once, for offline use",
+        description="Every Java artifact comes from Maven Central (or $STREAMING_PIPELINE_MAVEN_REPOSITORY) through "
+        "Apache Ivy into the project cache ($STREAMING_PIPELINE_CACHE_DIR or ~/.cache/streaming-pipeline).",
+    )
+    commands = jars.add_subparsers(dest="jars_command", required=True)
+    fetch = commands.add_parser("fetch", help="resolve every artifact set now (later runs work offline)")
+    fetch.add_argument("--force", action="store_true", help="resolve again even when the cache is complete")
+    path = commands.add_parser("path", help="print the classpath of one artifact set")
+    path.add_argument("set", choices=["kafka", "spark"])
+    jars.set_defaults(handler=_run_jars)
+
+
+def _run_jars(args: argparse.Namespace) -> int:
+    from streaming_pipeline.embedded import jars
+
+    sets = jars.artifact_sets()
+    if args.jars_command == "path":
+        print(":".join(str(jar) for jar in jars.resolve(sets[args.set])))
+        return 0
+    for artifacts in sets.values():
+        resolved = jars.resolve(artifacts, force=args.force)
+        print(f"{artifacts.name}: {len(resolved)} jars in {jars.set_dir(artifacts)}")
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     from streaming_pipeline.embedded.stack_cli import add_stack_parser
 
     parser = argparse.ArgumentParser(prog="streaming-pipeline", description=__doc__)
     subparsers = parser.add_subparsers(dest="command", required=True)
     add_stack_parser(subparsers)
+    _add_jars_parser(subparsers)
     _add_produce_parser(subparsers)
     _add_demo_parser(subparsers)
     _add_bench_parser(subparsers)

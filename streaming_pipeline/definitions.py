@@ -9,7 +9,7 @@ import dagster as dg
 from streaming_pipeline.assets import ALL_ASSETS
 from streaming_pipeline.checks import ALL_CHECKS
 from streaming_pipeline.resources import KafkaResource, LakehouseResource, SchemaRegistryResource, SparkResource
-from streaming_pipeline.sensors import build_sensors
+from streaming_pipeline.sensors import build_live_jobs_and_sensors
 from streaming_pipeline.settings import PipelineSettings
 
 
@@ -32,6 +32,7 @@ def build_resources(settings: PipelineSettings) -> dict[str, dg.ConfigurableReso
             basic_auth_user_info=_secret("SCHEMA_REGISTRY_BASIC_AUTH_USER_INFO"),
         ),
         "spark": SparkResource(
+            remote=settings.spark_remote,
             profile="cluster" if settings.spark_master else os.environ.get("SPARK_PROFILE", "local"),
             master=settings.spark_master,
         ),
@@ -47,10 +48,12 @@ def build_resources(settings: PipelineSettings) -> dict[str, dg.ConfigurableReso
 
 def build_definitions(settings: PipelineSettings | None = None) -> dg.Definitions:
     settings = settings or PipelineSettings.from_env()
+    jobs, sensors = build_live_jobs_and_sensors(settings.sensors)
     return dg.Definitions(
         assets=ALL_ASSETS,
         asset_checks=ALL_CHECKS,
-        sensors=build_sensors(),
+        jobs=jobs,
+        sensors=sensors,
         resources=build_resources(settings),
         # One process and one Spark session per run: steps share the session instead of each
         # starting a JVM (the multiprocess executor would start one per asset).

@@ -1,21 +1,22 @@
 """Streams from the bronze Delta tables into the silver/gold tables (Spark and Delta I/O around the
-pure transformations)."""
+pure transformations). Upserts are SQL MERGE INTO delta.`path`, which works over Spark Connect and in-process."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 from datetime import timedelta
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from delta.tables import DeltaTable
-from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
-from streaming_pipeline.delta_tables import read_table, table_exists
+from streaming_pipeline.delta_tables import delta_path_sql, read_table, table_exists
 from streaming_pipeline.resources.lakehouse import LakehouseResource
 from streaming_pipeline.settings import interval_seconds
 from streaming_pipeline.streaming import StreamRunReport, run_available_now
 from streaming_pipeline.transformations import late_ride_counts, ride_pickup_joins, ride_window_aggregates, vendor_counts
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame, SparkSession
 
 RAW_RIDES = "raw_rides"
 RAW_PICKUPS = "raw_pickup_locations"
@@ -37,7 +38,7 @@ def _delta_stream(spark: SparkSession, lakehouse: LakehouseResource, table: str)
 def update_vendor_counts(spark: SparkSession, lakehouse: LakehouseResource, log: Any = None) -> StreamRunReport:
     """Complete-mode running count: every micro-batch rewrites the small table from Spark's state."""
 
-    def start_writer():
+    def start_writer():  # type: ignore[no-untyped-def]
         counts = vendor_counts(_delta_stream(spark, lakehouse, RAW_RIDES))
         return (
             counts.writeStream.format("delta")
@@ -71,23 +72,17 @@ class WindowUpsert:
         if not table_exists(spark, self.table_path):
             updates.write.format("delta").mode("append").save(self.table_path)
             return
-        (
-            DeltaTable.forPath(spark, self.table_path)
-            .alias("t")
-            .merge(updates.alias("s"), _WINDOW_KEY)
-            # A final window is frozen: Spark can still add a late ride in the first micro-batch of a
-            # run (its late-event watermark lags one batch); the reconcile step counts it as late.
-            .whenMatchedUpdate(
-                condition="NOT t.is_final",
-                set={
-                    "trip_count": "s.trip_count",
-                    "total_amount_sum": "s.total_amount_sum",
-                    "max_pickup_datetime": "s.max_pickup_datetime",
-                }
-            )
-            .whenNotMatchedInsertAll()
-            .execute()
+        view = f"window_updates_{batch_id}"
+        updates.createOrReplaceTempView(view)
+        # A final window is frozen: Spark can still add a late ride in the first micro-batch of a run (its
+        # late-event watermark lags one batch); the reconcile step counts it as late.
+        spark.sql(
+            f"MERGE INTO {delta_path_sql(self.table_path)} t USING {view} s ON {_WINDOW_KEY} "
+            "WHEN MATCHED AND NOT t.is_final THEN UPDATE SET trip_count = s.trip_count, "
+            "total_amount_sum = s.total_amount_sum, max_pickup_datetime = s.max_pickup_datetime "
+            "WHEN NOT MATCHED THEN INSERT *"
         )
+        spark.catalog.dropTempView(view)
 
 
 @dataclass
@@ -163,14 +158,13 @@ def _reconcile_windows(spark: SparkSession, lakehouse: LakehouseResource, table_
     changes = changed_existing.unionByName(late_only).localCheckpoint()
     count = changes.count()
     if count:
-        (
-            DeltaTable.forPath(spark, table_path)
-            .alias("t")
-            .merge(changes.alias("s"), _WINDOW_KEY)
-            .whenMatchedUpdate(set={"late_trip_count": "s.late_trip_count", "is_final": "s.is_final"})
-            .whenNotMatchedInsertAll()
-            .execute()
+        changes.createOrReplaceTempView("window_reconcile_changes")
+        spark.sql(
+            f"MERGE INTO {delta_path_sql(table_path)} t USING window_reconcile_changes s ON {_WINDOW_KEY} "
+            "WHEN MATCHED THEN UPDATE SET late_trip_count = s.late_trip_count, is_final = s.is_final "
+            "WHEN NOT MATCHED THEN INSERT *"
         )
+        spark.catalog.dropTempView("window_reconcile_changes")
     return watermark, count
 
 

@@ -20,7 +20,11 @@ class JavaNotFoundError(StackError):
 
 
 class ArtifactResolutionError(StackError):
-    """Maven/Ivy could not resolve the broker's jars."""
+    """A Java artifact (the broker's jars, Spark's packages) could not be resolved from Maven Central."""
+
+
+class SparkUnavailableError(StreamingPipelineError):
+    """No Spark engine: the Spark Connect server does not answer, or a local driver JVM did not start."""
 
 
 class BrokerUnavailableError(StreamingPipelineError):

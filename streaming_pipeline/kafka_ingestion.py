@@ -3,118 +3,143 @@
 Exactly once: Spark keeps the Kafka offsets in the query checkpoint, and every Delta append of a
 micro-batch carries (txnAppId, txnVersion=batch id), so a batch replayed after a crash is skipped by
 the tables that already have it.
+
+The foreachBatch handler runs where Spark calls it: in this process for an in-process session, in a
+Python worker of the Spark Connect server otherwise. So it holds plain data only (no resource, session,
+client or logger), and what it did comes back through the Delta log: each commit carries a marker
+(`userMetadata`) naming the writer and the batch, and its row count.
 """
 
 from __future__ import annotations
 
-import json
 import logging
 import uuid
 from dataclasses import dataclass, field
-from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from pyspark.sql import DataFrame, Observation, SparkSession
-from pyspark.sql import functions as F
-
-from streaming_pipeline.delta_tables import table_exists
+from streaming_pipeline.delta_tables import table_history, table_version
 from streaming_pipeline.resources.kafka import KafkaResource
 from streaming_pipeline.resources.lakehouse import LakehouseResource
 from streaming_pipeline.resources.schema_registry import SchemaRegistryResource
 from streaming_pipeline.schemas import TOPIC_SCHEMA_FILES, load_schema, value_subject
 from streaming_pipeline.streaming import StreamRunReport, run_available_now
-from streaming_pipeline.transformations import (
-    bronze_rows,
-    dead_letter_rows,
-    decode_avro_frames,
-    split_confluent_frames,
-)
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame, SparkSession
 
 DEAD_LETTER_TABLE = "dead_letter_records"
+DEAD_LETTER_SCHEMA_DDL = (
+    "kafka_topic STRING, kafka_partition INT, kafka_offset BIGINT, raw_key BINARY, raw_value BINARY, "
+    "error STRING, failed_at TIMESTAMP"
+)
+
+_REGISTRIES: dict[tuple[str, str | None], SchemaRegistryResource] = {}
 
 
-@dataclass
-class BatchCounts:
-    batch_id: int
-    rows_written: int
-    dead_letters: int
-    writer_schema_ids: list[int]
+def _registry(url: str, basic_auth_user_info: str | None) -> SchemaRegistryResource:
+    """One registry client per worker process, reused across micro-batches (its schema cache too)."""
+    key = (url, basic_auth_user_info)
+    if key not in _REGISTRIES:
+        _REGISTRIES[key] = SchemaRegistryResource(url=url, basic_auth_user_info=basic_auth_user_info)
+    return _REGISTRIES[key]
 
 
 @dataclass
 class BronzeBatchWriter:
     """The foreachBatch handler of one bronze table.
 
-    One pass decodes the micro-batch and appends the good rows while an Observation counts the
-    rest; only a batch with undecodable records is decoded again, for the dead letters. Writer
-    schemas are the versions of the topic's value subject (topic name strategy); a record whose
-    schema id is not one of them is a dead letter.
+    One pass decodes the micro-batch and appends the good rows while an Observation counts the rest; only
+    a batch with undecodable records is decoded again, for the dead letters. Writer schemas are the versions
+    of the topic's value subject (topic name strategy), looked up per batch so that a version registered
+    mid-run is read with its own fields; a record whose schema id is not one of them is a dead letter.
     """
 
-    registry: SchemaRegistryResource
+    registry_url: str
+    registry_auth: str | None
     subject: str
     fallback_reader_schema: str
     table_path: str
     dead_letter_path: str
     app_id: str
-    log: Any = None
-    batches: list[BatchCounts] = field(default_factory=list)
+
+    @property
+    def dead_letter_app_id(self) -> str:
+        return f"{self.app_id}->{DEAD_LETTER_TABLE}"
 
     def __call__(self, batch: DataFrame, batch_id: int) -> None:
+        from pyspark.sql import Observation
+        from pyspark.sql import functions as F
+
+        from streaming_pipeline.transformations import (
+            bronze_rows,
+            dead_letter_rows,
+            decode_avro_frames,
+            split_confluent_frames,
+        )
+
         spark = batch.sparkSession
-        writer_schemas = self.registry.subject_schemas(self.subject)
-        latest = self.registry.latest(self.subject)
+        registry = _registry(self.registry_url, self.registry_auth)
+        writer_schemas = registry.subject_schemas(self.subject)
+        latest = registry.latest(self.subject)
         reader_schema = latest[1] if latest else self.fallback_reader_schema
         decoded = decode_avro_frames(split_confluent_frames(batch), writer_schemas, reader_schema)
-        dead_letter_app_id = f"{self.app_id}->{DEAD_LETTER_TABLE}"
-        committed = committed_txn_version(spark, self.table_path, self.app_id)
-        if committed is not None and committed >= batch_id:
-            # A replay after a crash between the two appends: the good rows are in already; Delta
-            # skips the dead letters too if they made it, and writes them otherwise.
-            self._append(dead_letter_rows(decoded), self.dead_letter_path, dead_letter_app_id, batch_id)
-            self.batches.append(BatchCounts(batch_id, 0, 0, sorted(writer_schemas)))
-            return
-        observation = Observation(f"{self.app_id}:{batch_id}:{uuid.uuid4().hex}")
+        attempt = uuid.uuid4().hex
+        observation = Observation(f"bronze-{batch_id}-{attempt}")
         observed = decoded.observe(
             observation,
             F.count(F.lit(1)).alias("records"),
             F.count(F.when(F.col("error").isNull(), 1)).alias("good"),
         )
-        self._append(bronze_rows(observed), self.table_path, self.app_id, batch_id, merge_schema=True)
-        metrics = observation.get
-        good_count = int(metrics["good"])
-        dead_count = int(metrics["records"]) - good_count
-        if dead_count:
-            self._append(dead_letter_rows(decoded), self.dead_letter_path, dead_letter_app_id, batch_id)
-            if self.log is not None:
-                self.log.warning(f"micro-batch {batch_id}: {dead_count} record(s) sent to {DEAD_LETTER_TABLE}")
-        self.batches.append(BatchCounts(batch_id, good_count, dead_count, sorted(writer_schemas)))
+        marker = {"app_id": self.app_id, "batch_id": batch_id, "attempt": attempt}
+        _append(bronze_rows(observed), self.table_path, self.app_id, batch_id, marker, merge_schema=True)
+        history = table_history(spark, self.table_path, limit=1) or []
+        written_now = bool(history) and history[0].user_metadata == marker
+        # Delta skips an append whose txnVersion it already has (a batch replayed after a crash) without running
+        # the query; the Observation is only read when this very attempt committed.
+        if written_now:
+            metrics = observation.get
+            if int(metrics["records"]) == int(metrics["good"]):
+                return
+        dead_marker = {"app_id": self.dead_letter_app_id, "batch_id": batch_id, "attempt": attempt}
+        _append(dead_letter_rows(decoded), self.dead_letter_path, self.dead_letter_app_id, batch_id, dead_marker)
 
-    @staticmethod
-    def _append(frame: DataFrame, path: str, app_id: str, batch_id: int, merge_schema: bool = False) -> None:
-        writer = (
-            frame.write.format("delta")
-            .mode("append")
-            .option("txnAppId", app_id)
-            .option("txnVersion", batch_id)
-        )
-        if merge_schema:
-            writer = writer.option("mergeSchema", "true")
-        writer.save(path)
+
+def _append(
+    frame: DataFrame, path: str, app_id: str, batch_id: int, marker: dict[str, Any], merge_schema: bool = False
+) -> None:
+    import json
+
+    writer = (
+        frame.write.format("delta")
+        .mode("append")
+        .option("txnAppId", app_id)
+        .option("txnVersion", batch_id)
+        .option("userMetadata", json.dumps(marker, sort_keys=True))
+    )
+    if merge_schema:
+        writer = writer.option("mergeSchema", "true")
+    writer.save(path)
+
+
+@dataclass
+class BatchCounts:
+    batch_id: int
+    rows: int
 
 
 @dataclass
 class BronzeRunResult:
     report: StreamRunReport
-    batches: list[BatchCounts]
+    batches: list[BatchCounts] = field(default_factory=list)
+    dead_letter_batches: list[BatchCounts] = field(default_factory=list)
 
     @property
     def rows_written(self) -> int:
-        return sum(b.rows_written for b in self.batches)
+        return sum(b.rows for b in self.batches)
 
     @property
     def dead_letters(self) -> int:
-        return sum(b.dead_letters for b in self.batches)
+        return sum(b.rows for b in self.dead_letter_batches)
 
     def kafka_offset_ranges(self) -> dict[str, Any]:
         """{partition: {"from": first offset read, "until": next offset}} from Spark's progress."""
@@ -128,19 +153,15 @@ class BronzeRunResult:
         return ranges
 
 
-def committed_txn_version(spark: SparkSession, path: str, app_id: str) -> int | None:
-    """The last txnVersion Delta recorded for `app_id` in the table at `path` (None if none).
-
-    Delta skips an append whose txnVersion is not newer, without running its query; knowing that
-    beforehand lets the handler wait for the Observation only when the write really runs.
-    """
-    if not table_exists(spark, path):
-        return None
-    jvm = spark._jvm
-    delta_log = jvm.org.apache.spark.sql.delta.DeltaLog.forTable(spark._jsparkSession, path)
-    snapshot = delta_log.update(False, jvm.scala.Option.empty(), jvm.scala.Option.empty())
-    version = snapshot.transactions().get(app_id)
-    return int(version.get()) if version.isDefined() else None
+def _commits_since(spark: SparkSession, path: str, version: int | None, app_id: str) -> list[BatchCounts]:
+    """Batches `app_id` committed to the table at `path` after `version`, oldest first."""
+    history = table_history(spark, path) or []
+    found = [
+        BatchCounts(int(c.user_metadata["batch_id"]), c.output_rows)
+        for c in history
+        if (version is None or c.version > version) and c.user_metadata and c.user_metadata.get("app_id") == app_id
+    ]
+    return sorted(found, key=lambda b: b.batch_id)
 
 
 def ingest_topic(
@@ -156,17 +177,21 @@ def ingest_topic(
     """Drain everything new in `topic` into the Delta table of `asset_name` and the dead-letter table."""
     kafka.ensure_topic(topic)
     _, value_file = TOPIC_SCHEMA_FILES[topic]
+    table_path = lakehouse.table_path(asset_name)
+    dead_letter_path = lakehouse.table_path(DEAD_LETTER_TABLE)
     handler = BronzeBatchWriter(
-        registry=registry,
+        registry_url=registry.url,
+        registry_auth=registry.basic_auth_user_info,
         subject=value_subject(topic),
         fallback_reader_schema=load_schema(value_file),
-        table_path=lakehouse.table_path(asset_name),
-        dead_letter_path=lakehouse.table_path(DEAD_LETTER_TABLE),
+        table_path=table_path,
+        dead_letter_path=dead_letter_path,
         app_id=f"bronze:{asset_name}",
-        log=log,
     )
+    table_before = table_version(spark, table_path)
+    dead_before = table_version(spark, dead_letter_path)
 
-    def start_writer():
+    def start_writer():  # type: ignore[no-untyped-def]
         source = (
             spark.readStream.format("kafka")
             .options(**kafka.spark_options())
@@ -180,34 +205,8 @@ def ingest_topic(
         )
 
     report = run_available_now(asset_name, start_writer, log=log)
-    return BronzeRunResult(report=report, batches=handler.batches)
-
-
-def dead_letter_schema_ddl() -> str:
-    return (
-        "kafka_topic STRING, kafka_partition INT, kafka_offset BIGINT, raw_key BINARY, raw_value BINARY, "
-        "error STRING, failed_at TIMESTAMP"
-    )
-
-
-def checkpoint_kafka_offsets(checkpoint_dir: str) -> dict[str, dict[int, int]]:
-    """Kafka offsets up to which a bronze query has committed, read from its checkpoint.
-
-    Spark writes `offsets/<batch>` before a micro-batch and `commits/<batch>` after it; the newest
-    batch with a commit file tells what is durably in Delta. Returns {topic: {partition: next offset}};
-    {} when nothing was committed yet. Local paths only.
-    """
-    root = Path(checkpoint_dir.removeprefix("file:"))
-    commits = root / "commits"
-    if not commits.is_dir():
-        return {}
-    done = sorted((int(p.name) for p in commits.iterdir() if p.name.isdigit()), reverse=True)
-    for batch in done:
-        offset_file = root / "offsets" / str(batch)
-        if not offset_file.is_file():
-            continue
-        lines = offset_file.read_text().splitlines()
-        for line in lines[2:]:
-            offsets = json.loads(line)
-            return {topic: {int(p): int(o) for p, o in parts.items()} for topic, parts in offsets.items()}
-    return {}
+    result = BronzeRunResult(report=report)
+    if report.batches:
+        result.batches = _commits_since(spark, table_path, table_before, handler.app_id)
+        result.dead_letter_batches = _commits_since(spark, dead_letter_path, dead_before, handler.dead_letter_app_id)
+    return result

@@ -1,67 +1,122 @@
-"""Offset sensors: request a bronze run when enough new Kafka records wait, or when the oldest of
-them (by its Kafka timestamp) has waited too long.
+"""Offset sensors: one run from Kafka to gold as soon as records wait and no run works on the checkpoint.
 
-Spark keeps the Kafka offsets a bronze query has processed in its checkpoint and commits none to
-Kafka, so the sensor reads them from the checkpoint's offset log and compares with the topic's end
-offsets. Each tick also reports the consumer lag per partition as an asset observation.
+Spark keeps the Kafka offsets a bronze query has processed in its checkpoint and commits none to Kafka,
+so a tick compares the topic's end offsets with the checkpoint's. The run it requests targets a job that
+selects the bronze asset and everything downstream of it, so gold follows in the same run. While a run that
+touches the bronze asset is in flight (a sensor run, a manual or a UI run) nothing is requested: new records
+batch up by themselves. A failed run is retried after a back-off that doubles with each consecutive failure.
+
+`decide` is the whole policy as a pure function; the sensor only gathers its inputs.
 """
+
+from __future__ import annotations
 
 import json
 import time
+from collections.abc import Sequence
+from dataclasses import dataclass
 
 import dagster as dg
 
 from streaming_pipeline.errors import StreamingPipelineError
-from streaming_pipeline.kafka_ingestion import checkpoint_kafka_offsets
-from streaming_pipeline.resources import KafkaResource, LakehouseResource
-from streaming_pipeline.settings import PICKUPS_TOPIC, RIDES_TOPIC
+from streaming_pipeline.offsets import checkpoint_kafka_offsets, consumer_lag
+from streaming_pipeline.resources.kafka import KafkaResource
+from streaming_pipeline.resources.lakehouse import LakehouseResource
+from streaming_pipeline.settings import PICKUPS_TOPIC, RIDES_TOPIC, SensorSettings
 
-DEFAULT_MIN_NEW_RECORDS = 1000
-DEFAULT_MAX_WAIT_SECONDS = 30.0
-DEFAULT_INTERVAL_SECONDS = 10
-
-
-def consumer_lag(end_offsets: dict[int, int], consumed: dict[int, int]) -> dict[int, int]:
-    """Records waiting per partition: end offset minus what the checkpoint says was processed."""
-    return {partition: max(0, end - consumed.get(partition, 0)) for partition, end in sorted(end_offsets.items())}
-
-
-_IN_FLIGHT = [dg.DagsterRunStatus.QUEUED, dg.DagsterRunStatus.NOT_STARTED, dg.DagsterRunStatus.STARTING, dg.DagsterRunStatus.STARTED]
+IN_FLIGHT = [
+    dg.DagsterRunStatus.QUEUED,
+    dg.DagsterRunStatus.NOT_STARTED,
+    dg.DagsterRunStatus.STARTING,
+    dg.DagsterRunStatus.STARTED,
+    dg.DagsterRunStatus.CANCELING,
+]
+FAILED = (dg.DagsterRunStatus.FAILURE, dg.DagsterRunStatus.CANCELED)
 
 
-def _run_in_flight(context: dg.SensorEvaluationContext, topic: str) -> bool:
-    """Whether a run requested for `topic` is still going: two queries must never share a checkpoint."""
-    try:
-        instance = context.instance
-    except Exception:  # evaluated without an instance (unit tests)
-        return False
-    runs = instance.get_runs(
-        filters=dg.RunsFilter(statuses=_IN_FLIGHT, tags={"source_topic": topic}), limit=1
+@dataclass(frozen=True)
+class Decision:
+    request: bool
+    reason: str
+
+
+def decide(
+    *,
+    waiting: int,
+    oldest_age_seconds: float | None,
+    run_in_flight: bool,
+    consecutive_failures: int,
+    seconds_since_failure: float | None,
+    policy: SensorSettings,
+) -> Decision:
+    """Whether to request a run now, and why (or why not)."""
+    if waiting == 0:
+        return Decision(False, "no new records")
+    if run_in_flight:
+        return Decision(False, f"{waiting} record(s) wait; a run on this checkpoint is in flight")
+    if consecutive_failures and seconds_since_failure is not None:
+        backoff = min(policy.retry_backoff_seconds * 2 ** (consecutive_failures - 1), policy.max_backoff_seconds)
+        if seconds_since_failure < backoff:
+            return Decision(
+                False,
+                f"{waiting} record(s) wait; the last {consecutive_failures} run(s) failed, retrying "
+                f"{backoff - seconds_since_failure:.0f} s from now",
+            )
+    if waiting >= policy.min_records:
+        return Decision(True, f"{waiting} record(s) wait")
+    if oldest_age_seconds is not None and oldest_age_seconds >= policy.max_wait_seconds:
+        return Decision(True, f"{waiting} record(s) wait, the oldest for {oldest_age_seconds:.0f} s")
+    age = f"{oldest_age_seconds:.0f} s" if oldest_age_seconds is not None else "unknown"
+    return Decision(
+        False,
+        f"{waiting} record(s) wait; waiting for {policy.min_records} of them or for the oldest to be "
+        f"{policy.max_wait_seconds:g} s old (it is {age})",
     )
-    return bool(runs)
+
+
+def _runs_on_checkpoint(context: dg.SensorEvaluationContext, asset_key: dg.AssetKey, job_name: str) -> bool:
+    """Whether any run that materializes `asset_key` is queued or running, whoever started it."""
+    for run in context.instance.get_runs(filters=dg.RunsFilter(statuses=IN_FLIGHT), limit=100):
+        if run.job_name == job_name or (run.asset_selection and asset_key in run.asset_selection):
+            return True
+    return False
+
+
+def _recent_failures(context: dg.SensorEvaluationContext, sensor_name: str) -> tuple[int, float | None]:
+    """(consecutive failed runs of this sensor, seconds since the newest ended)."""
+    records = context.instance.get_run_records(
+        filters=dg.RunsFilter(tags={"dagster/sensor_name": sensor_name}), limit=10
+    )
+    failures = 0
+    for record in records:
+        if record.dagster_run.status not in FAILED:
+            break
+        failures += 1
+    if not failures:
+        return 0, None
+    ended = records[0].end_time or records[0].update_timestamp.timestamp()
+    return failures, time.time() - ended
 
 
 def build_offset_sensor(
-    asset_key: dg.AssetKey,
-    topic: str,
-    *,
-    min_new_records: int = DEFAULT_MIN_NEW_RECORDS,
-    max_wait_seconds: float = DEFAULT_MAX_WAIT_SECONDS,
-    minimum_interval_seconds: int = DEFAULT_INTERVAL_SECONDS,
+    asset_key: dg.AssetKey, topic: str, job: dg.UnresolvedAssetJobDefinition, policy: SensorSettings
 ) -> dg.SensorDefinition:
     asset_name = asset_key.to_user_string()
+    sensor_name = f"{asset_name}_offset_sensor"
 
     @dg.sensor(
-        name=f"{asset_name}_offset_sensor",
+        name=sensor_name,
         description=(
-            f"Materializes {asset_name} when at least {min_new_records} new records wait in topic {topic}, "
-            f"or when the oldest waiting record is {max_wait_seconds:g} s old."
+            f"Runs {job.name} (bronze {asset_name} and everything downstream) as soon as records wait in topic "
+            f"{topic} and no run works on its checkpoint; retries failed runs with back-off."
         ),
-        asset_selection=[asset_key],
-        minimum_interval_seconds=minimum_interval_seconds,
+        job=job,
+        minimum_interval_seconds=policy.interval_seconds,
         default_status=dg.DefaultSensorStatus.RUNNING,
     )
-    def offset_sensor(context: dg.SensorEvaluationContext, kafka: KafkaResource, lakehouse: LakehouseResource):
+    def offset_sensor(
+        context: dg.SensorEvaluationContext, kafka: KafkaResource, lakehouse: LakehouseResource
+    ) -> dg.SensorResult | dg.SkipReason:
         cursor = json.loads(context.cursor) if context.cursor else {}
         try:
             end_offsets = kafka.end_offsets(topic)
@@ -70,67 +125,81 @@ def build_offset_sensor(
         consumed = checkpoint_kafka_offsets(lakehouse.checkpoint_path(asset_name)).get(topic, {})
         lag = consumer_lag(end_offsets, consumed)
         waiting = sum(lag.values())
-        observation = dg.AssetObservation(
-            asset_key=asset_key,
-            metadata={
-                "consumer_lag": dg.MetadataValue.int(waiting),
-                "consumer_lag_by_partition": dg.MetadataValue.json({str(p): n for p, n in lag.items()}),
-                "end_offsets": dg.MetadataValue.json({str(p): o for p, o in end_offsets.items()}),
-            },
-        )
-        now = time.time()
-        if waiting == 0:
-            return dg.SensorResult(
-                skip_reason=dg.SkipReason(f"no new records in topic {topic} (end offsets {end_offsets or 'none'})"),
-                cursor=json.dumps({}),
-                asset_events=[observation] if cursor.get("lag") else [],
+        events = []
+        if waiting != cursor.get("lag", 0):
+            events.append(
+                dg.AssetObservation(
+                    asset_key=asset_key,
+                    metadata={
+                        "consumer_lag": dg.MetadataValue.int(waiting),
+                        "consumer_lag_by_partition": dg.MetadataValue.json({str(p): n for p, n in lag.items()}),
+                        "end_offsets": dg.MetadataValue.json({str(p): o for p, o in end_offsets.items()}),
+                    },
+                )
             )
-        snapshot = ",".join(f"{p}:{o}" for p, o in sorted(end_offsets.items()))
-        new_cursor = {"lag": waiting}
-        oldest_age = 0.0
-        if waiting < min_new_records:
+        oldest_age = None
+        if 0 < waiting < policy.min_records:
             first_waiting = {p: consumed.get(p, 0) for p, n in lag.items() if n > 0}
             try:
                 timestamps = kafka.record_timestamps(topic, first_waiting)
             except StreamingPipelineError as exc:
                 return dg.SkipReason(f"Kafka is not reachable, will try again: {exc}")
-            oldest_age = now - min(timestamps.values()) if timestamps else 0.0
-        if waiting >= min_new_records or oldest_age >= max_wait_seconds:
-            if _run_in_flight(context, topic):
-                return dg.SensorResult(
-                    skip_reason=dg.SkipReason(f"a run of {asset_name} is still in progress; {waiting} record(s) wait"),
-                    cursor=json.dumps(new_cursor),
-                    asset_events=[observation],
-                )
-            if cursor.get("requested") == snapshot:
-                return dg.SensorResult(
-                    skip_reason=dg.SkipReason(f"a run for offsets {snapshot} of {topic} was already requested"),
-                    cursor=json.dumps({**new_cursor, "requested": snapshot}),
-                    asset_events=[observation],
-                )
+            oldest_age = time.time() - min(timestamps.values()) if timestamps else None
+        in_flight = waiting > 0 and _runs_on_checkpoint(context, asset_key, job.name)
+        failures, since_failure = _recent_failures(context, sensor_name) if waiting else (0, None)
+        decision = decide(
+            waiting=waiting,
+            oldest_age_seconds=oldest_age,
+            run_in_flight=in_flight,
+            consecutive_failures=failures,
+            seconds_since_failure=since_failure,
+            policy=policy,
+        )
+        requests = int(cursor.get("requests", 0))
+        new_cursor = {"lag": waiting, "requests": requests + int(decision.request)}
+        if not decision.request:
             return dg.SensorResult(
-                run_requests=[
-                    dg.RunRequest(run_key=f"{topic}@{snapshot}", asset_selection=[asset_key], tags={"source_topic": topic})
-                ],
-                cursor=json.dumps({**new_cursor, "requested": snapshot}),
-                asset_events=[observation],
+                skip_reason=dg.SkipReason(f"{topic}: {decision.reason}"),
+                cursor=json.dumps(new_cursor),
+                asset_events=events,
             )
+        snapshot = ",".join(f"{p}:{o}" for p, o in sorted(end_offsets.items()))
+        # The request number makes every key unique: a key never stands in the way of retrying a failed run.
         return dg.SensorResult(
-            skip_reason=dg.SkipReason(
-                f"{waiting} new record(s) in {topic}, waiting for {min_new_records} of them or for the oldest "
-                f"to be {max_wait_seconds:g} s old (it is {oldest_age:.0f} s old)"
-            ),
+            run_requests=[dg.RunRequest(run_key=f"{topic}@{snapshot}#{requests + 1}", tags={"source_topic": topic})],
             cursor=json.dumps(new_cursor),
-            asset_events=[observation],
+            asset_events=events,
         )
 
     return offset_sensor
 
 
-def build_sensors(min_new_records: int = DEFAULT_MIN_NEW_RECORDS, max_wait_seconds: float = DEFAULT_MAX_WAIT_SECONDS):
-    return [
-        build_offset_sensor(dg.AssetKey("raw_rides"), RIDES_TOPIC, min_new_records=min_new_records, max_wait_seconds=max_wait_seconds),
-        build_offset_sensor(
-            dg.AssetKey("raw_pickup_locations"), PICKUPS_TOPIC, min_new_records=min_new_records, max_wait_seconds=max_wait_seconds
-        ),
-    ]
+def live_job(asset_key: dg.AssetKey) -> dg.UnresolvedAssetJobDefinition:
+    """The bronze asset and everything downstream of it, without asset checks (they scan whole tables)."""
+    return dg.define_asset_job(
+        name=f"{asset_key.to_user_string()}_to_gold_job",
+        selection=dg.AssetSelection.assets(asset_key).downstream().without_checks(),
+        description=f"New records from Kafka through bronze {asset_key.to_user_string()} to every table downstream.",
+    )
+
+
+def build_live_jobs_and_sensors(
+    policy: SensorSettings,
+) -> tuple[list[dg.UnresolvedAssetJobDefinition], Sequence[dg.SensorDefinition]]:
+    jobs, sensors = [], []
+    for asset_name, topic in (("raw_rides", RIDES_TOPIC), ("raw_pickup_locations", PICKUPS_TOPIC)):
+        key = dg.AssetKey(asset_name)
+        job = live_job(key)
+        jobs.append(job)
+        sensors.append(build_offset_sensor(key, topic, job, policy))
+    # Ship Dagster's automation sensor running, so that a bronze run started by hand still propagates.
+    sensors.append(
+        dg.AutomationConditionSensorDefinition(
+            "default_automation_condition_sensor",
+            target=dg.AssetSelection.all(),
+            default_status=dg.DefaultSensorStatus.RUNNING,
+            minimum_interval_seconds=policy.interval_seconds * 5,
+            emit_backfills=False,
+        )
+    )
+    return jobs, sensors

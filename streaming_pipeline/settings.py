@@ -54,16 +54,56 @@ def _positive_int(env: Mapping[str, str], name: str, default: int) -> int:
     return int(text)
 
 
+def _positive_float(env: Mapping[str, str], name: str, default: float) -> float:
+    text = env.get(name)
+    if not text:
+        return default
+    try:
+        value = float(text)
+    except ValueError:
+        value = -1.0
+    if value <= 0:
+        raise ConfigurationError(f"{name}={text!r} is not a positive number")
+    return value
+
+
+@dataclass(frozen=True)
+class SensorSettings:
+    """When the offset sensors request a run (environment variables `OFFSET_SENSOR_*`)."""
+
+    interval_seconds: int = 2
+    min_records: int = 1
+    max_wait_seconds: float = 30.0
+    retry_backoff_seconds: float = 5.0
+    max_backoff_seconds: float = 300.0
+
+    @classmethod
+    def from_env(cls, environ: Mapping[str, str] | None = None) -> "SensorSettings":
+        env = os.environ if environ is None else environ
+        defaults = cls()
+        return cls(
+            interval_seconds=_positive_int(env, "OFFSET_SENSOR_INTERVAL_SECONDS", defaults.interval_seconds),
+            min_records=_positive_int(env, "OFFSET_SENSOR_MIN_RECORDS", defaults.min_records),
+            max_wait_seconds=_positive_float(env, "OFFSET_SENSOR_MAX_WAIT_SECONDS", defaults.max_wait_seconds),
+            retry_backoff_seconds=_positive_float(
+                env, "OFFSET_SENSOR_RETRY_BACKOFF_SECONDS", defaults.retry_backoff_seconds
+            ),
+            max_backoff_seconds=_positive_float(env, "OFFSET_SENSOR_MAX_BACKOFF_SECONDS", defaults.max_backoff_seconds),
+        )
+
+
 @dataclass(frozen=True)
 class PipelineSettings:
     bootstrap_servers: str
     schema_registry_url: str
     lakehouse_dir: str
     spark_master: str | None
+    spark_remote: str | None
     ride_window_duration: str
     ride_watermark_delay: str
     join_max_gap: str
     max_offsets_per_trigger: int = DEFAULT_MAX_OFFSETS_PER_TRIGGER
+    sensors: SensorSettings = SensorSettings()
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str] | None = None) -> "PipelineSettings":
@@ -73,10 +113,12 @@ class PipelineSettings:
             schema_registry_url=env.get("SCHEMA_REGISTRY_URL") or DEFAULT_SCHEMA_REGISTRY_URL,
             lakehouse_dir=env.get("LAKEHOUSE_DIR") or str(Path(DEFAULT_LAKEHOUSE_DIR).resolve()),
             spark_master=env.get("SPARK_MASTER") or None,
+            spark_remote=env.get("SPARK_REMOTE") or None,
             ride_window_duration=env.get("RIDE_WINDOW_DURATION") or DEFAULT_RIDE_WINDOW_DURATION,
             ride_watermark_delay=env.get("RIDE_WATERMARK_DELAY") or DEFAULT_RIDE_WATERMARK_DELAY,
             join_max_gap=env.get("JOIN_MAX_GAP") or DEFAULT_JOIN_MAX_GAP,
             max_offsets_per_trigger=_positive_int(env, "MAX_OFFSETS_PER_TRIGGER", DEFAULT_MAX_OFFSETS_PER_TRIGGER),
+            sensors=SensorSettings.from_env(env),
         )
         for name, value in (
             ("RIDE_WINDOW_DURATION", settings.ride_window_duration),

@@ -134,6 +134,9 @@ def root_cause(message: str) -> str:
 def _collect(query: Any, report: StreamRunReport, seen: set[int], log: Any) -> None:
     for progress in query.recentProgress:
         data = json.loads(progress.json)
+        # Over Spark Connect the JSON lacks the derived figures; the progress object has them.
+        data["numInputRows"] = int(progress.numInputRows or 0)
+        data["processedRowsPerSecond"] = float(progress.processedRowsPerSecond or 0.0)
         batch_id = int(data.get("batchId", -1))
         if batch_id in seen:
             continue

@@ -1,13 +1,12 @@
 """Bronze assets: Kafka topics -> Delta, exactly once, undecodable records to dead letters."""
 
-
 import dagster as dg
-from pyspark.sql import functions as F
 
 from streaming_pipeline.assets import tables
-from streaming_pipeline.assets.metadata import OWNERS, delta_table_metadata
+from streaming_pipeline.assets.metadata import OWNERS, checkpoint_pool, delta_table_metadata
 from streaming_pipeline.delta_tables import read_table, table_exists
-from streaming_pipeline.kafka_ingestion import DEAD_LETTER_TABLE, BronzeRunResult, checkpoint_kafka_offsets, dead_letter_schema_ddl, ingest_topic
+from streaming_pipeline.kafka_ingestion import DEAD_LETTER_SCHEMA_DDL, DEAD_LETTER_TABLE, BronzeRunResult, ingest_topic
+from streaming_pipeline.offsets import checkpoint_kafka_offsets
 from streaming_pipeline.resources import KafkaResource, LakehouseResource, SchemaRegistryResource, SparkResource
 from streaming_pipeline.settings import PICKUPS_TOPIC, RIDES_TOPIC
 
@@ -23,6 +22,8 @@ def _bronze_result(
         f"{asset_name}: {run.report.input_rows} Kafka records in {run.report.batches} micro-batch(es): "
         f"{run.rows_written} rows written, {run.dead_letters} dead letter(s)"
     )
+    if run.dead_letters:
+        context.log.warning(f"{asset_name}: {run.dead_letters} record(s) sent to {DEAD_LETTER_TABLE}")
     return dg.MaterializeResult(
         metadata={
             "rows_read": dg.MetadataValue.int(run.report.input_rows),
@@ -44,6 +45,7 @@ def _bronze_result(
     kinds={"kafka", "spark", "delta"},
     owners=OWNERS,
     tags={"layer": "bronze"},
+    pool=checkpoint_pool("raw_rides"),
     metadata={"dagster/column_schema": tables.RAW_RIDES, "source_topic": RIDES_TOPIC},
 )
 def raw_rides(
@@ -66,6 +68,7 @@ def raw_rides(
     kinds={"kafka", "spark", "delta"},
     owners=OWNERS,
     tags={"layer": "bronze"},
+    pool=checkpoint_pool("raw_pickup_locations"),
     metadata={"dagster/column_schema": tables.RAW_PICKUP_LOCATIONS, "source_topic": PICKUPS_TOPIC},
 )
 def raw_pickup_locations(
@@ -106,7 +109,9 @@ def dead_letter_records(
     session = spark.get_session()
     path = lakehouse.table_path(DEAD_LETTER_TABLE)
     if not table_exists(session, path):
-        session.createDataFrame([], dead_letter_schema_ddl()).write.format("delta").mode("append").save(path)
+        session.createDataFrame([], DEAD_LETTER_SCHEMA_DDL).write.format("delta").mode("append").save(path)
+    from pyspark.sql import functions as F
+
     frame = read_table(session, path)
     by_topic = {r["kafka_topic"]: r["count"] for r in frame.groupBy("kafka_topic").count().collect()}
     by_error = frame.select(F.regexp_replace("error", r"\d+", "N").alias("reason")).groupBy("reason").count()

@@ -1,12 +1,10 @@
 """Silver/gold assets: streams from the bronze Delta tables (true lineage in the asset graph)."""
 
-
 import dagster as dg
-from pyspark.sql import functions as F
 
 from streaming_pipeline.assets import tables
 from streaming_pipeline.assets.bronze import raw_pickup_locations, raw_rides
-from streaming_pipeline.assets.metadata import OWNERS, delta_table_metadata
+from streaming_pipeline.assets.metadata import OWNERS, checkpoint_pool, delta_table_metadata
 from streaming_pipeline.charts import png_markdown, window_chart_png
 from streaming_pipeline.delta_streams import (
     JOINS,
@@ -45,6 +43,7 @@ def _stream_metadata(report) -> dict:
     owners=OWNERS,
     tags={"layer": "gold"},
     automation_condition=dg.AutomationCondition.eager(),
+    pool=checkpoint_pool("vendor_counts"),
     metadata={"dagster/column_schema": tables.VENDOR_COUNTS},
 )
 def vendor_counts(context: dg.AssetExecutionContext, spark: SparkResource, lakehouse: LakehouseResource) -> dg.MaterializeResult:
@@ -65,6 +64,7 @@ def vendor_counts(context: dg.AssetExecutionContext, spark: SparkResource, lakeh
     owners=OWNERS,
     tags={"layer": "gold"},
     automation_condition=dg.AutomationCondition.eager(),
+    pool=checkpoint_pool("ride_window_aggregates"),
     metadata={"dagster/column_schema": tables.RIDE_WINDOW_AGGREGATES},
 )
 def ride_window_aggregates(
@@ -80,6 +80,8 @@ def ride_window_aggregates(
     path = lakehouse.table_path(WINDOWS)
     metadata = {**_stream_metadata(result.report), **delta_table_metadata(session, path, preview_order=["window_start", "vendor_id"])}
     if table_exists(session, path):
+        from pyspark.sql import functions as F
+
         frame = read_table(session, path)
         totals = frame.agg(F.sum("late_trip_count").alias("late"), F.sum(F.col("is_final").cast("int")).alias("final")).collect()[0]
         recent = frame.orderBy(F.col("window_start").desc()).limit(MAX_CHART_WINDOWS * 3).toPandas()
@@ -104,6 +106,7 @@ def ride_window_aggregates(
     owners=OWNERS,
     tags={"layer": "silver"},
     automation_condition=dg.AutomationCondition.eager(),
+    pool=checkpoint_pool("ride_pickup_joins"),
     metadata={"dagster/column_schema": tables.RIDE_PICKUP_JOINS},
 )
 def ride_pickup_joins(

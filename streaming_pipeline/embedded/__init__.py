@@ -1,13 +1,13 @@
 """The embedded stack: a real Kafka broker (KRaft, from its Maven Central jars) and the schema registry,
 run as background processes on 127.0.0.1 with their data kept in a local directory.
 
-- :func:`resolve_broker_classpath` (``python -m streaming_pipeline.embedded.jars`` pre-fetches)
+- :mod:`streaming_pipeline.embedded.jars`: every Java artifact, resolved once (``streaming-pipeline jars fetch``)
 - :class:`EmbeddedKafkaBroker`, :class:`SchemaRegistryProcess`: one process each
 - :class:`EmbeddedStack`, :func:`running_stack`: both together under one directory
 - :mod:`streaming_pipeline.embedded.stack_cli`: ``streaming-pipeline stack up|down|status|env``
 """
 
-from streaming_pipeline.embedded.jars import KAFKA_VERSION, resolve_broker_classpath
+from streaming_pipeline.embedded.jars import KAFKA_VERSION
 from streaming_pipeline.embedded.kafka_broker import EmbeddedKafkaBroker
 from streaming_pipeline.embedded.registry_process import SchemaRegistryProcess
 from streaming_pipeline.embedded.stack import (
@@ -28,6 +28,5 @@ __all__ = [
     "StackInfo",
     "StackStatus",
     "default_stack_dir",
-    "resolve_broker_classpath",
     "running_stack",
 ]

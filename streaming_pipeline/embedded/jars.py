@@ -1,30 +1,44 @@
-"""Resolve the Kafka broker's classpath from Maven Central, once, and cache it.
+"""Every Java artifact the project needs, resolved once from Maven Central by one resolver into a project cache.
 
-With Maven (`mvn` on PATH) the jars land in the local Maven repository
-(~/.m2/repository), where Spark's `spark.jars.packages` resolver also looks.
-Without Maven, Apache Ivy's standalone jar shipped in pyspark's `jars/` folder
-does the same job (jars copied under the cache dir).
+Two artifact sets: the Kafka broker's classpath, and Spark's Delta/Kafka/Avro packages (for the Spark
+Connect server and for in-process sessions). Both are resolved by Apache Ivy, whose standalone jar ships
+in pyspark's ``jars/`` folder, with settings of our own: Maven Central only (or
+$STREAMING_PIPELINE_MAVEN_REPOSITORY) and a private Ivy cache. No foreign local repository (``~/.m2``,
+``~/.ivy2``) is consulted, so a POM without its jar left there by another tool cannot break resolution.
 
-    python -m streaming_pipeline.embedded.jars          # pre-fetch (CI)
-    python -m streaming_pipeline.embedded.jars --print  # print the classpath
+Layout of the cache ($STREAMING_PIPELINE_CACHE_DIR, else $XDG_CACHE_HOME/streaming-pipeline, else
+~/.cache/streaming-pipeline)::
+
+    jars/ivy-cache/                     Ivy's download cache, shared by the sets
+    jars/<set>-<fingerprint>/lib/*.jar  the retrieved closure of one set
+    jars/<set>-<fingerprint>/classpath.txt, resolve.log
+
+A set counts as resolved only when ``classpath.txt`` lists jars that all exist and are valid jar files;
+anything less is resolved again. Every JVM the project starts gets these paths explicitly.
+
+    streaming-pipeline jars fetch       # pre-fetch both sets (then everything works offline)
+    streaming-pipeline jars path spark  # print a classpath
 """
 
 from __future__ import annotations
 
-import argparse
 import contextlib
 import hashlib
+import importlib.metadata
 import importlib.util
 import os
-import shutil
+import re
 import subprocess
 import sys
 import time
+import xml.etree.ElementTree as ET
+import zipfile
 from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from pathlib import Path
-from xml.sax.saxutils import escape
+from xml.sax.saxutils import escape, quoteattr
 
-from streaming_pipeline.errors import ArtifactResolutionError, StackError
+from streaming_pipeline.errors import ArtifactResolutionError
 
 KAFKA_VERSION = "4.1.1"
 SCALA_BINARY_VERSION = "2.13"
@@ -35,54 +49,150 @@ SLF4J_VERSION = "2.0.17"
 BROKER_MAIN_CLASS = "kafka.Kafka"
 STORAGE_TOOL_CLASS = "kafka.tools.StorageTool"
 
+MAVEN_CENTRAL = "https://repo1.maven.org/maven2/"
+REPOSITORY_ENV = "STREAMING_PIPELINE_MAVEN_REPOSITORY"
 CACHE_DIR_ENV = "STREAMING_PIPELINE_CACHE_DIR"
-RESOLVER_ENV = "STREAMING_PIPELINE_JAR_RESOLVER"  # auto (default) | maven | ivy
 IVY_JAR_ENV = "STREAMING_PIPELINE_IVY_JAR"
+RESOLVE_TIMEOUT_SECONDS = 1800
 
 Progress = Callable[[str], None]
+Coordinate = tuple[str, str, str]
 
 
-def broker_coordinates(kafka_version: str = KAFKA_VERSION) -> list[tuple[str, str, str]]:
-    """(group, artifact, version) of everything the broker classpath is resolved from."""
-    return [
-        ("org.apache.kafka", f"kafka_{SCALA_BINARY_VERSION}", kafka_version),
-        ("org.apache.logging.log4j", "log4j-core", LOG4J_VERSION),
-        ("org.apache.logging.log4j", "log4j-slf4j2-impl", LOG4J_VERSION),
-        ("org.slf4j", "slf4j-api", SLF4J_VERSION),
-    ]
+@dataclass(frozen=True)
+class ArtifactSet:
+    """Maven coordinates resolved together; `provided_modules` are left out because the runtime has them."""
+
+    name: str
+    coordinates: tuple[Coordinate, ...]
+    provided_modules: tuple[str, ...] = ()
+
+    @property
+    def fingerprint(self) -> str:
+        text = "\n".join([":".join(c) for c in self.coordinates] + sorted(self.provided_modules))
+        return hashlib.sha256(text.encode()).hexdigest()[:12]
+
+
+def kafka_broker_artifacts(kafka_version: str = KAFKA_VERSION) -> ArtifactSet:
+    """The broker and the log4j2 backend its artifacts do not bring."""
+    return ArtifactSet(
+        name=f"kafka-broker-{kafka_version}",
+        coordinates=(
+            ("org.apache.kafka", f"kafka_{SCALA_BINARY_VERSION}", kafka_version),
+            ("org.apache.logging.log4j", "log4j-core", LOG4J_VERSION),
+            ("org.apache.logging.log4j", "log4j-slf4j2-impl", LOG4J_VERSION),
+            ("org.slf4j", "slf4j-api", SLF4J_VERSION),
+        ),
+    )
+
+
+def spark_versions() -> tuple[str, str]:
+    """(pyspark, delta-spark) as installed: the jars must match them exactly (pinned in pyproject.toml)."""
+    try:
+        return importlib.metadata.version("pyspark"), importlib.metadata.version("delta-spark")
+    except importlib.metadata.PackageNotFoundError as exc:
+        raise ArtifactResolutionError(f"{exc.name} is not installed; run `pip install -e .`") from exc
+
+
+def spark_artifacts() -> ArtifactSet:
+    """Delta, the Kafka source and Avro for the installed Spark, minus what pyspark's own jars/ provide."""
+    spark_version, delta_version = spark_versions()
+    return ArtifactSet(
+        name=f"spark-{spark_version}-delta-{delta_version}",
+        coordinates=(
+            ("io.delta", f"delta-spark_{SCALA_BINARY_VERSION}", delta_version),
+            ("org.apache.spark", f"spark-sql-kafka-0-10_{SCALA_BINARY_VERSION}", spark_version),
+            ("org.apache.spark", f"spark-avro_{SCALA_BINARY_VERSION}", spark_version),
+        ),
+        provided_modules=tuple(sorted(pyspark_jar_modules())),
+    )
+
+
+_JAR_NAME = re.compile(r"^(?P<module>.+?)-(?P<version>\d[^/]*)\.jar$")
+
+
+def pyspark_home() -> Path:
+    """The installed pyspark package directory (it has bin/ and jars/)."""
+    spec = importlib.util.find_spec("pyspark")
+    if spec is None or not spec.submodule_search_locations:
+        raise ArtifactResolutionError("pyspark is not installed; run `pip install -e .`")
+    return Path(next(iter(spec.submodule_search_locations)))
+
+
+def pyspark_jar_modules() -> set[str]:
+    """Artifact names (without version) of the jars pyspark ships: on every Spark classpath already."""
+    modules = set()
+    for jar in (pyspark_home() / "jars").glob("*.jar"):
+        match = _JAR_NAME.match(jar.name)
+        if match:
+            modules.add(match.group("module"))
+    return modules
 
 
 def cache_root() -> Path:
-    """$STREAMING_PIPELINE_CACHE_DIR, else ~/.cache/streaming-pipeline."""
     override = os.environ.get(CACHE_DIR_ENV)
     if override:
         return Path(override).expanduser()
-    return Path.home() / ".cache" / "streaming-pipeline"
+    xdg = os.environ.get("XDG_CACHE_HOME")
+    return (Path(xdg) if xdg else Path.home() / ".cache") / "streaming-pipeline"
 
 
-def kafka_cache_dir(kafka_version: str = KAFKA_VERSION) -> Path:
-    return cache_root() / f"kafka-{kafka_version}"
+def set_dir(artifacts: ArtifactSet) -> Path:
+    return cache_root() / "jars" / f"{artifacts.name}-{artifacts.fingerprint}"
+
+
+def repository_url() -> str:
+    url = os.environ.get(REPOSITORY_ENV) or MAVEN_CENTRAL
+    return url if url.endswith("/") else url + "/"
+
+
+def find_ivy_jar() -> Path:
+    """$STREAMING_PIPELINE_IVY_JAR, else the ivy-*.jar in pyspark's jars/ folder."""
+    override = os.environ.get(IVY_JAR_ENV)
+    if override:
+        return Path(override)
+    found = sorted((pyspark_home() / "jars").glob("ivy-*.jar"))
+    if not found:
+        raise ArtifactResolutionError(
+            f"no Apache Ivy jar in {pyspark_home() / 'jars'}; reinstall pyspark or set ${IVY_JAR_ENV}"
+        )
+    return found[-1]
 
 
 def _stderr_progress(message: str) -> None:
     print(message, file=sys.stderr, flush=True)
 
 
-def _fingerprint(coords: list[tuple[str, str, str]]) -> str:
-    text = "\n".join(":".join(c) for c in coords)
-    return hashlib.sha256(text.encode()).hexdigest()[:16]
+def is_valid_jar(path: Path) -> bool:
+    """A jar that exists and whose zip directory is readable (a truncated download is not)."""
+    try:
+        if not path.is_file() or path.stat().st_size == 0:
+            return False
+        with zipfile.ZipFile(path) as archive:
+            return bool(archive.namelist())
+    except (OSError, zipfile.BadZipFile):
+        return False
+
+
+def cached_classpath(artifacts: ArtifactSet) -> list[Path] | None:
+    """The resolved classpath when every listed jar is present and valid; None means resolve again."""
+    try:
+        entries = [line.strip() for line in (set_dir(artifacts) / "classpath.txt").read_text().splitlines()]
+    except OSError:
+        return None
+    jars = [Path(entry) for entry in entries if entry]
+    if not jars or not all(is_valid_jar(jar) for jar in jars):
+        return None
+    return jars
 
 
 @contextlib.contextmanager
 def _locked(directory: Path) -> Iterator[None]:
-    """An exclusive lock on ``directory`` so that parallel runs resolve only once."""
+    """Exclusive lock, so that processes starting together resolve once."""
+    import fcntl
+
     directory.mkdir(parents=True, exist_ok=True)
     with open(directory / ".lock", "w") as handle:
-        try:
-            import fcntl
-        except ImportError:  # pragma: no cover - Windows
-            yield
-            return
         fcntl.flock(handle, fcntl.LOCK_EX)
         try:
             yield
@@ -90,273 +200,176 @@ def _locked(directory: Path) -> Iterator[None]:
             fcntl.flock(handle, fcntl.LOCK_UN)
 
 
-def _read_cached(directory: Path, fingerprint: str) -> list[Path] | None:
-    classpath_file = directory / "classpath.txt"
-    key_file = directory / "classpath.key"
-    try:
-        if key_file.read_text().strip() != fingerprint:
-            return None
-        entries = [line.strip() for line in classpath_file.read_text().splitlines() if line.strip()]
-    except OSError:
-        return None
-    jars = [Path(entry) for entry in entries]
-    if not jars or not all(jar.is_file() for jar in jars):
-        return None
-    return jars
-
-
-def _write_cached(directory: Path, fingerprint: str, jars: list[Path]) -> None:
-    tmp = directory / "classpath.txt.tmp"
-    tmp.write_text("".join(f"{jar}\n" for jar in jars))
-    tmp.replace(directory / "classpath.txt")
-    (directory / "classpath.key").write_text(fingerprint + "\n")
-
-
-# --------------------------------------------------------------------------- Maven
-
-
-def _pom_xml(coords: list[tuple[str, str, str]]) -> str:
-    deps = "\n".join(
-        "    <dependency>"
-        f"<groupId>{escape(g)}</groupId><artifactId>{escape(a)}</artifactId><version>{escape(v)}</version>"
-        "</dependency>"
-        for g, a, v in coords
-    )
+def _ivy_settings(ivy_cache: Path, repository: str) -> str:
     return f"""<?xml version="1.0" encoding="UTF-8"?>
-<!-- Generated by streaming_pipeline.embedded.jars: the embedded Kafka broker's classpath. -->
-<project xmlns="http://maven.apache.org/POM/4.0.0">
-  <modelVersion>4.0.0</modelVersion>
-  <groupId>streaming-pipeline.embedded</groupId>
-  <artifactId>kafka-broker-classpath</artifactId>
-  <version>1</version>
-  <packaging>pom</packaging>
-  <dependencies>
-{deps}
-  </dependencies>
-  <build>
-    <plugins>
-      <plugin>
-        <groupId>org.apache.maven.plugins</groupId>
-        <artifactId>maven-dependency-plugin</artifactId>
-        <version>3.8.1</version>
-      </plugin>
-    </plugins>
-  </build>
-</project>
+<!-- Generated by streaming_pipeline.embedded.jars: one repository, a private cache, no local repositories. -->
+<ivysettings>
+  <settings defaultResolver="repository"/>
+  <caches defaultCacheDir={quoteattr(str(ivy_cache))} useOrigin="false"/>
+  <resolvers>
+    <ibiblio name="repository" m2compatible="true" root={quoteattr(repository)}/>
+  </resolvers>
+</ivysettings>
 """
 
 
-def _run_resolver(command: list[str], cwd: Path, what: str, log_file: Path) -> None:
-    try:
-        done = subprocess.run(
-            command,
-            cwd=cwd,
-            stdin=subprocess.DEVNULL,
-            capture_output=True,
-            text=True,
-            timeout=1800,
-            check=False,
-        )
-    except subprocess.TimeoutExpired as exc:
-        raise ArtifactResolutionError(f"{what} did not finish resolving the Kafka broker jars in 30 minutes") from exc
-    except OSError as exc:
-        raise ArtifactResolutionError(f"could not run {what} ({command[0]}): {exc}") from exc
-    output = (done.stdout or "") + (done.stderr or "")
-    log_file.write_text(f"$ {' '.join(command)}\n{output}")
-    if done.returncode != 0:
-        lines = [line for line in output.splitlines() if line.strip()]
-        last = "\n".join(lines[-15:])
-        raise ArtifactResolutionError(
-            f"{what} could not resolve the Kafka broker jars (exit code {done.returncode}; "
-            f"full output in {log_file}; Maven Central must be reachable the first time).\nLast lines:\n{last}"
-        )
-
-
-def _resolve_with_maven(mvn: str, directory: Path, coords: list[tuple[str, str, str]]) -> list[Path]:
-    pom = directory / "pom.xml"
-    pom.write_text(_pom_xml(coords))
-    output = directory / "maven-classpath.txt"
-    output.unlink(missing_ok=True)
-    _run_resolver(
-        [
-            mvn,
-            "-B",
-            "-q",
-            "-Dstyle.color=never",
-            "-f",
-            str(pom),
-            "dependency:build-classpath",
-            f"-Dmdep.outputFile={output}",
-            "-Dmdep.includeScope=runtime",
-        ],
-        directory,
-        "Maven",
-        directory / "resolve.log",
-    )
-    try:
-        text = output.read_text().strip()
-    except OSError as exc:
-        raise ArtifactResolutionError(
-            f"Maven wrote no classpath file ({output}); see {directory / 'resolve.log'}"
-        ) from exc
-    return [Path(entry) for entry in text.split(os.pathsep) if entry]
-
-
-# --------------------------------------------------------------------------- Ivy
-
-
-def find_ivy_jar() -> Path | None:
-    """$STREAMING_PIPELINE_IVY_JAR, else the ivy-*.jar in pyspark's jars/ folder."""
-    override = os.environ.get(IVY_JAR_ENV)
-    if override:
-        return Path(override)
-    try:
-        spec = importlib.util.find_spec("pyspark")
-    except (ImportError, ValueError):
-        spec = None
-    if spec is None or not spec.submodule_search_locations:
-        return None
-    for location in spec.submodule_search_locations:
-        found = sorted(Path(location, "jars").glob("ivy-*.jar"))
-        if found:
-            return found[-1]
-    return None
-
-
-def _ivy_xml(coords: list[tuple[str, str, str]]) -> str:
-    deps = "\n".join(
+def _ivy_module(artifacts: ArtifactSet) -> str:
+    dependencies = "\n".join(
         f'    <dependency org="{escape(g)}" name="{escape(a)}" rev="{escape(v)}" conf="default->default"/>'
-        for g, a, v in coords
+        for g, a, v in artifacts.coordinates
     )
+    excludes = "\n".join(f"    <exclude module={quoteattr(module)}/>" for module in artifacts.provided_modules)
     return f"""<?xml version="1.0" encoding="UTF-8"?>
-<!-- Generated by streaming_pipeline.embedded.jars: the embedded Kafka broker's classpath. -->
+<!-- Generated by streaming_pipeline.embedded.jars: the {escape(artifacts.name)} artifact set. -->
 <ivy-module version="2.0">
-  <info organisation="streaming-pipeline.embedded" module="kafka-broker-classpath" revision="1"/>
+  <info organisation="streaming-pipeline" module={quoteattr(artifacts.name)} revision="1"/>
   <configurations>
     <conf name="default"/>
   </configurations>
   <dependencies>
-{deps}
+{dependencies}
+{excludes}
   </dependencies>
 </ivy-module>
 """
 
 
-def _resolve_with_ivy(java: Path, ivy_jar: Path, directory: Path, coords: list[tuple[str, str, str]]) -> list[Path]:
-    ivy_file = directory / "ivy.xml"
-    ivy_file.write_text(_ivy_xml(coords))
-    lib = directory / "lib"
-    lib.mkdir(parents=True, exist_ok=True)
-    _run_resolver(
-        [
-            str(java),
-            "-jar",
-            str(ivy_jar),
-            "-ivy",
-            str(ivy_file),
-            "-confs",
-            "default",
-            "-retrieve",
-            str(lib / "[organisation]__[artifact]-[revision](-[classifier]).[ext]"),
-            "-sync",
-        ],
-        directory,
-        "Apache Ivy",
-        directory / "resolve.log",
-    )
-    return sorted(lib.glob("*.jar"))
+_FAILURE_LINE = re.compile(r"(download failed: \S+|:: \S+#\S+;\S+: .+|module not found: \S+)")
 
 
-# --------------------------------------------------------------------------- public
+def _run_ivy(command: list[str], log_file: Path, artifacts: ArtifactSet, say: Progress) -> None:
+    """Run Ivy, showing a progress line every few seconds; raise naming the artifacts that failed."""
+    found = downloaded = 0
+    last_report = time.monotonic()
+    lines: list[str] = []
+    try:
+        process = subprocess.Popen(
+            command, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
+        )
+    except OSError as exc:
+        raise ArtifactResolutionError(f"could not run Java for Apache Ivy ({command[0]}): {exc}") from exc
+    assert process.stdout is not None
+    deadline = time.monotonic() + RESOLVE_TIMEOUT_SECONDS
+    for line in process.stdout:
+        lines.append(line.rstrip("\n"))
+        stripped = line.strip()
+        if stripped.startswith("found "):
+            found += 1
+        elif stripped.startswith("[SUCCESSFUL ]"):
+            downloaded += 1
+        if time.monotonic() - last_report > 3:
+            say(f"  {artifacts.name}: {found} modules found, {downloaded} files downloaded so far...")
+            last_report = time.monotonic()
+        if time.monotonic() > deadline:
+            process.kill()
+            break
+    code = process.wait()
+    log_file.write_text("$ " + " ".join(command) + "\n" + "\n".join(lines) + "\n")
+    if code != 0:
+        failures = sorted({m.group(1) for line in lines if (m := _FAILURE_LINE.search(line))})
+        detail = "; ".join(failures[:6]) or "\n".join(lines[-10:])
+        raise ArtifactResolutionError(
+            f"could not resolve the {artifacts.name} jars from {repository_url()} (Apache Ivy exit code {code}): "
+            f"{detail}. Check that this machine reaches that repository (or set ${REPOSITORY_ENV} to a Maven "
+            f"mirror), then run `streaming-pipeline jars fetch` again. Full log: {log_file}"
+        )
 
 
-def resolve_broker_classpath(
-    *,
-    kafka_version: str = KAFKA_VERSION,
-    force: bool = False,
-    resolver: str | None = None,
-    progress: Progress | None = _stderr_progress,
-) -> list[Path]:
-    """The jars to run ``kafka.Kafka`` with (Kafka + log4j2 backend), resolved once and cached.
+def _retrieved_jars(artifacts: ArtifactSet, ivy_cache: Path, lib: Path) -> list[Path]:
+    """The jars Ivy's resolution report lists for the set, each of which must have been retrieved."""
+    report = ivy_cache / f"streaming-pipeline-{artifacts.name}-default.xml"
+    try:
+        root = ET.parse(report).getroot()
+    except (OSError, ET.ParseError) as exc:
+        raise ArtifactResolutionError(f"Apache Ivy wrote no readable resolution report ({report}): {exc}") from exc
+    expected: list[Path] = []
+    missing: list[str] = []
+    for module in root.iter("module"):
+        for revision in module.iter("revision"):
+            if revision.get("evicted"):
+                continue
+            for artifact in revision.iter("artifact"):
+                if artifact.get("ext") != "jar":
+                    continue
+                classifier = artifact.get("extra-classifier")
+                name = f"{module.get('organisation')}__{artifact.get('name')}-{revision.get('name')}"
+                jar = lib / (name + (f"-{classifier}" if classifier else "") + ".jar")
+                expected.append(jar)
+                if artifact.get("status") == "failed" or not is_valid_jar(jar):
+                    missing.append(f"{module.get('organisation')}:{module.get('name')}:{revision.get('name')}")
+    if missing:
+        raise ArtifactResolutionError(
+            f"the {artifacts.name} jars are incomplete: no valid jar for {', '.join(missing[:6])} "
+            f"(from {repository_url()}); run `streaming-pipeline jars fetch --force`"
+        )
+    if not expected:
+        raise ArtifactResolutionError(f"Apache Ivy resolved no jars for {artifacts.name}; see {report}")
+    return sorted(expected)
 
-    The classpath is cached in ``<cache>/kafka-<version>/classpath.txt`` (cache:
-    $STREAMING_PIPELINE_CACHE_DIR or ~/.cache/streaming-pipeline). ``resolver``
-    is "maven", "ivy" or "auto" (default; $STREAMING_PIPELINE_JAR_RESOLVER):
-    Maven when `mvn` is on PATH, else Ivy from pyspark's jars folder.
-    Raises ArtifactResolutionError (or JavaNotFoundError for Ivy without Java).
+
+def resolve(artifacts: ArtifactSet, *, force: bool = False, progress: Progress | None = _stderr_progress) -> list[Path]:
+    """The jars of `artifacts`, from the project cache, resolving them first when they are not all there.
+
+    Raises ArtifactResolutionError naming the artifact, the repository and what to do.
     """
     say = progress or (lambda _message: None)
-    coords = broker_coordinates(kafka_version)
-    fingerprint = _fingerprint(coords)
-    directory = kafka_cache_dir(kafka_version)
-    if not force:
-        cached = _read_cached(directory, fingerprint)
-        if cached is not None:
-            return cached
+    if not force and (cached := cached_classpath(artifacts)) is not None:
+        return cached
+    directory = set_dir(artifacts)
     with _locked(directory):
-        if not force:  # someone else may have resolved while we waited for the lock
-            cached = _read_cached(directory, fingerprint)
-            if cached is not None:
-                return cached
-        choice = (resolver or os.environ.get(RESOLVER_ENV) or "auto").lower()
-        if choice not in {"auto", "maven", "ivy"}:
-            raise ArtifactResolutionError(f"unknown jar resolver {choice!r} (use auto, maven or ivy)")
-        mvn = shutil.which("mvn") if choice in {"auto", "maven"} else None
-        if choice == "maven" and not mvn:
-            raise ArtifactResolutionError("resolver 'maven' was asked for but `mvn` is not on PATH")
-        started = time.monotonic()
-        if mvn:
-            say(
-                f"Resolving Kafka {kafka_version} broker jars from Maven Central with Maven "
-                "(the first time this downloads ~40 MB and can take a minute)..."
-            )
-            jars = _resolve_with_maven(mvn, directory, coords)
-        else:
-            from streaming_pipeline.embedded.processes import find_java
+        if not force and (cached := cached_classpath(artifacts)) is not None:
+            return cached  # another process resolved while we waited for the lock
+        from streaming_pipeline.embedded.processes import find_java
 
-            ivy_jar = find_ivy_jar()
-            if ivy_jar is None or not ivy_jar.is_file():
-                raise ArtifactResolutionError(
-                    "cannot resolve the Kafka broker jars: `mvn` is not on PATH and no Apache Ivy jar was found "
-                    f"(looked in pyspark's jars/ folder and ${IVY_JAR_ENV}). Install Maven or pyspark."
-                )
-            java = find_java()
-            say(
-                f"Resolving Kafka {kafka_version} broker jars from Maven Central with Apache Ivy ({ivy_jar.name}) "
-                "(the first time this downloads ~40 MB and can take a minute)..."
-            )
-            jars = _resolve_with_ivy(java, ivy_jar, directory, coords)
-        missing = [jar for jar in jars if not jar.is_file()]
-        if not jars or missing:
-            raise ArtifactResolutionError(
-                f"resolution of the Kafka broker jars gave {len(jars)} jars, missing: {missing[:3]}; "
-                f"see {directory / 'resolve.log'}"
-            )
-        _write_cached(directory, fingerprint, jars)
-        say(f"Resolved {len(jars)} jars in {time.monotonic() - started:.0f}s (cached in {directory / 'classpath.txt'})")
+        java = find_java()
+        ivy_jar = find_ivy_jar()
+        ivy_cache = cache_root() / "jars" / "ivy-cache"
+        (directory / "ivysettings.xml").write_text(_ivy_settings(ivy_cache, repository_url()))
+        (directory / "ivy.xml").write_text(_ivy_module(artifacts))
+        (directory / "classpath.txt").unlink(missing_ok=True)
+        lib = directory / "lib"
+        say(
+            f"Resolving the {artifacts.name} jars from {repository_url()} into {directory} "
+            "(first time only; a few tens of MB)..."
+        )
+        started = time.monotonic()
+        _run_ivy(
+            [
+                str(java),
+                f"-Divy.default.ivy.user.dir={cache_root() / 'jars' / 'ivy-home'}",
+                "-jar",
+                str(ivy_jar),
+                "-settings",
+                str(directory / "ivysettings.xml"),
+                "-ivy",
+                str(directory / "ivy.xml"),
+                "-confs",
+                "default",
+                "-retrieve",
+                str(lib / "[organisation]__[artifact]-[revision](-[classifier]).[ext]"),
+                "-sync",
+            ],
+            directory / "resolve.log",
+            artifacts,
+            say,
+        )
+        jars = _retrieved_jars(artifacts, ivy_cache, lib)
+        tmp = directory / "classpath.txt.tmp"
+        tmp.write_text("".join(f"{jar}\n" for jar in jars))
+        tmp.replace(directory / "classpath.txt")
+        size_mb = sum(jar.stat().st_size for jar in jars) / 1e6
+        say(f"Resolved {len(jars)} jars ({size_mb:.0f} MB) for {artifacts.name} in {time.monotonic() - started:.0f} s")
         return jars
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(
-        prog="python -m streaming_pipeline.embedded.jars",
-        description="Resolve (download once) and cache the embedded Kafka broker's jars.",
-    )
-    parser.add_argument("--force", action="store_true", help="resolve again even when cached")
-    parser.add_argument("--resolver", choices=["auto", "maven", "ivy"], default=None)
-    parser.add_argument("--print", dest="print_classpath", action="store_true", help="print the classpath")
-    args = parser.parse_args(argv)
-    try:
-        jars = resolve_broker_classpath(force=args.force, resolver=args.resolver)
-    except StackError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 1
-    if args.print_classpath:
-        print(os.pathsep.join(str(jar) for jar in jars))
-    else:
-        print(f"Kafka {KAFKA_VERSION} broker classpath: {len(jars)} jars ({kafka_cache_dir() / 'classpath.txt'})")
-    return 0
+def broker_classpath(*, progress: Progress | None = _stderr_progress) -> list[Path]:
+    return resolve(kafka_broker_artifacts(), progress=progress)
 
 
-if __name__ == "__main__":
-    raise SystemExit(main())
+def spark_jars(*, progress: Progress | None = _stderr_progress) -> list[Path]:
+    """The jars every Spark JVM of the project starts with (`spark.jars` / `--jars`)."""
+    return resolve(spark_artifacts(), progress=progress)
+
+
+def artifact_sets() -> dict[str, ArtifactSet]:
+    return {"kafka": kafka_broker_artifacts(), "spark": spark_artifacts()}

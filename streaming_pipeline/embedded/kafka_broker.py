@@ -264,7 +264,7 @@ class EmbeddedKafkaBroker:
             return self
         java = find_java()
         self._check_ports()
-        classpath = jars.resolve_broker_classpath(progress=self._progress or jars._stderr_progress)
+        classpath = jars.broker_classpath(progress=self._progress or jars._stderr_progress)
         self._write_config()
         self._format_storage(java, classpath)
         command = self._java_command(java, classpath, jars.BROKER_MAIN_CLASS, str(self.properties_file))

@@ -1,15 +1,16 @@
-"""The embedded stack: a Kafka broker and the schema registry as background processes under one directory.
+"""The embedded stack: a Kafka broker, the schema registry and the Spark Connect server (the warm engine) as
+background processes under one directory, plus the Dagster instance directory they go with.
 
     stack = EmbeddedStack(Path(".stack"))
     info = stack.up()          # starts what is not running; returns the addresses
     stack.status()             # per component: running, pid, address, log file
-    stack.env_lines()          # ["export KAFKA_BOOTSTRAP_SERVERS=...", "export SCHEMA_REGISTRY_URL=..."]
-    stack.down()               # stops both, keeps the data
+    stack.env_lines()          # export lines: KAFKA_BOOTSTRAP_SERVERS, SCHEMA_REGISTRY_URL, SPARK_REMOTE, DAGSTER_HOME
+    stack.down()               # stops them all, keeps the data
 
-Layout of the directory: ``kafka/`` (broker config and data), ``registry/``
-(registry data), ``logs/`` (``kafka.log``, ``kafka.out``, ``registry.log``) and
-``stack.json`` (pids and ports). Ports recorded in stack.json are reused by the
-next ``up`` so that clients configured earlier keep working.
+Layout of the directory: ``kafka/`` (broker config and data), ``registry/`` (registry data), ``spark/`` (the
+Connect server's scratch space), ``dagster/`` (DAGSTER_HOME with its dagster.yaml), ``logs/`` and
+``stack.json`` (pids and ports). Ports recorded in stack.json are reused by the next ``up`` so that clients
+configured earlier keep working.
 
 Tests use :func:`running_stack`, which starts on free ports and always stops.
 """
@@ -29,8 +30,11 @@ from typing import Any
 from streaming_pipeline.embedded import jars
 from streaming_pipeline.embedded.kafka_broker import DEFAULT_HEAP, EmbeddedKafkaBroker
 from streaming_pipeline.embedded.ports import LOOPBACK, free_port, is_port_free
+from streaming_pipeline.embedded.dagster_home import write_dagster_yaml
 from streaming_pipeline.embedded.processes import find_java, pid_matches, stop_pid
 from streaming_pipeline.embedded.registry_process import REGISTRY_MODULE, SchemaRegistryProcess
+from streaming_pipeline.embedded.spark_connect import STANDARD_PORT as STANDARD_SPARK_CONNECT_PORT
+from streaming_pipeline.embedded.spark_connect import SparkConnectServer
 from streaming_pipeline.errors import StackError
 
 STACK_DIR_ENV = "STREAMING_PIPELINE_STACK_DIR"
@@ -55,14 +59,23 @@ class StackInfo:
     directory: Path
     bootstrap_servers: str
     schema_registry_url: str
+    spark_remote: str | None = None
+    dagster_home: Path | None = None
     kafka_pid: int | None = None
     registry_pid: int | None = None
+    spark_pid: int | None = None
     kafka_log_file: Path | None = None
     registry_log_file: Path | None = None
+    spark_log_file: Path | None = None
     already_running: bool = False
 
     def env(self) -> dict[str, str]:
-        return {"KAFKA_BOOTSTRAP_SERVERS": self.bootstrap_servers, "SCHEMA_REGISTRY_URL": self.schema_registry_url}
+        env = {"KAFKA_BOOTSTRAP_SERVERS": self.bootstrap_servers, "SCHEMA_REGISTRY_URL": self.schema_registry_url}
+        if self.spark_remote:
+            env["SPARK_REMOTE"] = self.spark_remote
+        if self.dagster_home:
+            env["DAGSTER_HOME"] = str(self.dagster_home)
+        return env
 
 
 @dataclass(frozen=True)
@@ -72,6 +85,7 @@ class ComponentStatus:
     pid: int | None
     address: str | None
     log_file: Path
+    enabled: bool = True
 
 
 @dataclass(frozen=True)
@@ -79,15 +93,30 @@ class StackStatus:
     directory: Path
     kafka: ComponentStatus
     registry: ComponentStatus
+    spark: ComponentStatus
 
     @property
-    def components(self) -> tuple[ComponentStatus, ComponentStatus]:
-        return (self.kafka, self.registry)
+    def components(self) -> tuple[ComponentStatus, ...]:
+        return (self.kafka, self.registry, self.spark)
 
     @property
     def running(self) -> bool:
-        """True when every component runs."""
-        return all(c.running for c in self.components)
+        """True when every enabled component runs."""
+        return all(c.running for c in self.components if c.enabled)
+
+    def as_json(self) -> dict[str, Any]:
+        return {
+            "directory": str(self.directory),
+            "running": self.running,
+            "components": {
+                c.name: {"running": c.running, "enabled": c.enabled, "pid": c.pid, "address": c.address,
+                         "log_file": str(c.log_file)}
+                for c in self.components
+            },
+            "spark_remote": self.spark.address if self.spark.running else None,
+            "spark_master_url": None,
+            "spark_workers": 0,
+        }
 
 
 def _quiet(_message: str) -> None:
@@ -95,7 +124,8 @@ def _quiet(_message: str) -> None:
 
 
 class EmbeddedStack:
-    """Start, inspect and stop the embedded Kafka broker + schema registry kept under ``directory``."""
+    """Start, inspect and stop the embedded Kafka broker, schema registry and Spark Connect server under
+    ``directory``. ``spark=False`` leaves the engine out (tests of Kafka alone)."""
 
     def __init__(
         self,
@@ -105,12 +135,14 @@ class EmbeddedStack:
         host: str = LOOPBACK,
         registry_module: str = REGISTRY_MODULE,
         kafka_heap: str = DEFAULT_HEAP,
+        spark: bool = True,
     ) -> None:
         self.directory = Path(directory).expanduser().resolve()
         self.prefer_standard_ports = prefer_standard_ports
         self.host = host
         self.registry_module = registry_module
         self.kafka_heap = kafka_heap
+        self.spark = spark
 
     # ------------------------------------------------------------------ layout
 
@@ -121,6 +153,14 @@ class EmbeddedStack:
     @property
     def registry_dir(self) -> Path:
         return self.directory / "registry"
+
+    @property
+    def spark_dir(self) -> Path:
+        return self.directory / "spark"
+
+    @property
+    def dagster_home(self) -> Path:
+        return self.directory / "dagster"
 
     @property
     def logs_dir(self) -> Path:
@@ -138,12 +178,17 @@ class EmbeddedStack:
     def registry_log_file(self) -> Path:
         return self.logs_dir / "registry.log"
 
-    # Strings that appear in each component's command line (guards against a reused pid).
-    def _kafka_marker(self) -> str:
-        return str(self.kafka_dir / "server.properties")
+    @property
+    def spark_log_file(self) -> Path:
+        return self.logs_dir / "spark-connect.log"
 
-    def _registry_marker(self) -> str:
-        return str(self.registry_dir)
+    # Strings that appear in each component's command line (guards against a reused pid).
+    def _markers(self) -> dict[str, str]:
+        return {
+            "kafka": str(self.kafka_dir / "server.properties"),
+            "registry": str(self.registry_dir),
+            "spark": str(self.spark_dir / "log4j2.properties"),
+        }
 
     # ------------------------------------------------------------------ state
 
@@ -167,24 +212,21 @@ class EmbeddedStack:
 
     @contextlib.contextmanager
     def _locked(self) -> Iterator[None]:
+        import fcntl
+
         self.directory.mkdir(parents=True, exist_ok=True)
         with open(self.directory / ".stack.lock", "w") as handle:
-            try:
-                import fcntl
-            except ImportError:  # pragma: no cover - Windows
-                yield
-                return
             fcntl.flock(handle, fcntl.LOCK_EX)
             try:
                 yield
             finally:
                 fcntl.flock(handle, fcntl.LOCK_UN)
 
-    def _kafka_running(self, state: dict[str, Any]) -> bool:
-        return pid_matches(state.get("kafka", {}).get("pid"), self._kafka_marker())
+    def _running(self, state: dict[str, Any], name: str) -> bool:
+        return pid_matches(state.get(name, {}).get("pid"), self._markers()[name])
 
-    def _registry_running(self, state: dict[str, Any]) -> bool:
-        return pid_matches(state.get("registry", {}).get("pid"), self._registry_marker())
+    def _spark_enabled(self, state: dict[str, Any]) -> bool:
+        return bool(state.get("spark", {}).get("enabled", self.spark))
 
     def _host(self, state: dict[str, Any]) -> str:
         return str(state.get("host") or self.host)
@@ -197,15 +239,24 @@ class EmbeddedStack:
         port = state.get("registry", {}).get("port")
         return f"http://{self._host(state)}:{port}" if port else None
 
+    def _spark_remote(self, state: dict[str, Any]) -> str | None:
+        port = state.get("spark", {}).get("port")
+        return f"sc://{self._host(state)}:{port}" if port else None
+
     def _info(self, state: dict[str, Any], *, already_running: bool) -> StackInfo:
+        spark_up = self._spark_enabled(state) and self._running(state, "spark")
         return StackInfo(
             directory=self.directory,
             bootstrap_servers=self._bootstrap(state) or "",
             schema_registry_url=self._registry_url(state) or "",
+            spark_remote=self._spark_remote(state) if spark_up else None,
+            dagster_home=self.dagster_home if (self.dagster_home / "dagster.yaml").is_file() else None,
             kafka_pid=state.get("kafka", {}).get("pid"),
             registry_pid=state.get("registry", {}).get("pid"),
+            spark_pid=state.get("spark", {}).get("pid") if spark_up else None,
             kafka_log_file=self.kafka_log_file,
             registry_log_file=self.registry_log_file,
+            spark_log_file=self.spark_log_file if spark_up else None,
             already_running=already_running,
         )
 
@@ -248,133 +299,153 @@ class EmbeddedStack:
 
     # ------------------------------------------------------------------ commands
 
-    def up(self, timeout: float = 120.0, progress: Progress | None = None) -> StackInfo:
-        """Start the broker and the registry (whichever is not running) and return their addresses.
+    def up(self, timeout: float = 180.0, progress: Progress | None = None) -> StackInfo:
+        """Start whichever component is not running and return the addresses.
 
-        Already running: returns the running info (``already_running=True``) without
-        starting anything. Raises JavaNotFoundError, ArtifactResolutionError or
-        StackError (naming the log file) when a component cannot start; components
-        this call started are stopped again in that case.
+        Already running: returns the running info (``already_running=True``) without starting anything.
+        Raises JavaNotFoundError, ArtifactResolutionError or StackError (naming the log file) when a
+        component cannot start; components this call started are stopped again in that case.
         """
         say = progress or _quiet
         deadline = time.monotonic() + timeout
         with self._locked():
             state = self._load()
-            kafka_up = self._kafka_running(state)
-            registry_up = self._registry_running(state)
-            if kafka_up and registry_up:
+            state.setdefault("spark", {})["enabled"] = self.spark or bool(state.get("spark", {}).get("enabled"))
+            wanted = ["kafka", "registry"] + (["spark"] if self._spark_enabled(state) else [])
+            missing = [name for name in wanted if not self._running(state, name)]
+            if not missing:
                 return self._info(state, already_running=True)
             self.logs_dir.mkdir(parents=True, exist_ok=True)
-            started: list[tuple[str, EmbeddedKafkaBroker | SchemaRegistryProcess]] = []
+            write_dagster_yaml(self.dagster_home)
+            taken = [
+                port
+                for name in wanted
+                if name not in missing
+                for port in (state[name].get("port"), state[name].get("controller_port"))
+                if port
+            ]
+            starters = {"kafka": self._start_kafka, "registry": self._start_registry, "spark": self._start_spark}
+            started: list[EmbeddedKafkaBroker | SchemaRegistryProcess | SparkConnectServer] = []
             try:
-                taken: list[int] = []
-                if kafka_up:
-                    taken += [state["kafka"].get("port") or 0, state["kafka"].get("controller_port") or 0]
-                if registry_up:
-                    taken.append(state["registry"].get("port") or 0)
-                if not kafka_up:
-                    find_java()
-                    recorded = state.get("kafka", {})
-                    kafka_port = self._client_port(
-                        "Kafka broker", recorded.get("port"), STANDARD_KAFKA_PORT, taken, self.kafka_log_file, say
-                    )
-                    taken.append(kafka_port)
-                    controller_port = self._controller_port(recorded.get("controller_port"), taken)
-                    taken.append(controller_port)
-                registry_port = None
-                if not registry_up:
-                    registry_port = self._client_port(
-                        "schema registry",
-                        state.get("registry", {}).get("port"),
-                        STANDARD_REGISTRY_PORT,
-                        taken,
-                        self.registry_log_file,
-                        say,
-                    )
-                    taken.append(registry_port)
-
-                if not kafka_up:
-                    broker = EmbeddedKafkaBroker(
-                        self.kafka_dir,
-                        kafka_port,
-                        controller_port,
-                        self.host,
-                        log_dir=self.logs_dir,
-                        heap=self.kafka_heap,
-                        progress=say,
-                    )
-                    say(
-                        f"Starting Kafka {jars.KAFKA_VERSION} broker on {broker.bootstrap_servers} "
-                        f"(log: {broker.log_file})"
-                    )
-                    t0 = time.monotonic()
-                    broker.start(timeout=max(10.0, deadline - time.monotonic()))
-                    started.append(("kafka", broker))
-                    state["kafka"] = {
-                        "pid": broker.pid,
-                        "port": broker.port,
-                        "controller_port": broker.controller_port,
-                        "log_file": str(broker.log_file),
-                        "output_file": str(broker.output_file),
-                        "kafka_version": jars.KAFKA_VERSION,
-                        "started_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
-                    }
+                for name in missing:
+                    component = starters[name](state, taken, deadline, say)
+                    started.append(component)
                     self._save(state)
-                    elapsed = time.monotonic() - t0
-                    say(f"Kafka broker ready on {broker.bootstrap_servers} (pid {broker.pid}, {elapsed:.1f}s)")
-                if not registry_up:
-                    registry = SchemaRegistryProcess(
-                        self.registry_dir, registry_port, self.host, log_dir=self.logs_dir, module=self.registry_module
-                    )
-                    say(f"Starting schema registry on {registry.url} (log: {registry.log_file})")
-                    t0 = time.monotonic()
-                    registry.start(timeout=max(15.0, deadline - time.monotonic()))
-                    started.append(("registry", registry))
-                    state["registry"] = {
-                        "pid": registry.pid,
-                        "port": registry.port,
-                        "log_file": str(registry.log_file),
-                        "module": registry.module,
-                        "started_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
-                    }
-                    self._save(state)
-                    say(f"Schema registry ready on {registry.url} (pid {registry.pid}, {time.monotonic() - t0:.1f}s)")
             except BaseException:
-                for name, component in reversed(started):
+                for component in reversed(started):
                     component.stop(timeout=15)
+                for name in missing:
                     state.get(name, {})["pid"] = None
-                if started:
-                    self._save(state)
+                self._save(state)
                 raise
             return self._info(state, already_running=False)
+
+    def _start_kafka(
+        self, state: dict[str, Any], taken: list[int], deadline: float, say: Progress
+    ) -> EmbeddedKafkaBroker:
+        find_java()
+        recorded = state.get("kafka", {})
+        port = self._client_port(
+            "Kafka broker", recorded.get("port"), STANDARD_KAFKA_PORT, taken, self.kafka_log_file, say
+        )
+        taken.append(port)
+        controller_port = self._controller_port(recorded.get("controller_port"), taken)
+        taken.append(controller_port)
+        broker = EmbeddedKafkaBroker(
+            self.kafka_dir, port, controller_port, self.host, log_dir=self.logs_dir, heap=self.kafka_heap, progress=say
+        )
+        say(f"Starting Kafka {jars.KAFKA_VERSION} broker on {broker.bootstrap_servers} (log: {broker.log_file})")
+        started = time.monotonic()
+        broker.start(timeout=max(10.0, deadline - time.monotonic()))
+        state["kafka"] = {
+            "pid": broker.pid,
+            "port": broker.port,
+            "controller_port": broker.controller_port,
+            "kafka_version": jars.KAFKA_VERSION,
+            "started_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+        }
+        say(f"Kafka broker ready on {broker.bootstrap_servers} (pid {broker.pid}, {time.monotonic() - started:.1f}s)")
+        return broker
+
+    def _start_registry(
+        self, state: dict[str, Any], taken: list[int], deadline: float, say: Progress
+    ) -> SchemaRegistryProcess:
+        port = self._client_port(
+            "schema registry",
+            state.get("registry", {}).get("port"),
+            STANDARD_REGISTRY_PORT,
+            taken,
+            self.registry_log_file,
+            say,
+        )
+        taken.append(port)
+        registry = SchemaRegistryProcess(
+            self.registry_dir, port, self.host, log_dir=self.logs_dir, module=self.registry_module
+        )
+        say(f"Starting schema registry on {registry.url} (log: {registry.log_file})")
+        started = time.monotonic()
+        registry.start(timeout=max(15.0, deadline - time.monotonic()))
+        state["registry"] = {
+            "pid": registry.pid,
+            "port": registry.port,
+            "module": registry.module,
+            "started_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+        }
+        say(f"Schema registry ready on {registry.url} (pid {registry.pid}, {time.monotonic() - started:.1f}s)")
+        return registry
+
+    def _start_spark(
+        self, state: dict[str, Any], taken: list[int], deadline: float, say: Progress
+    ) -> SparkConnectServer:
+        port = self._client_port(
+            "Spark Connect server",
+            state.get("spark", {}).get("port"),
+            STANDARD_SPARK_CONNECT_PORT,
+            taken,
+            self.spark_log_file,
+            say,
+        )
+        taken.append(port)
+        jars.spark_jars(progress=say)
+        server = SparkConnectServer(self.spark_dir, port, self.host, log_dir=self.logs_dir)
+        say(f"Starting the Spark Connect server on {server.remote_url} (log: {server.log_file})")
+        started = time.monotonic()
+        server.start(timeout=max(30.0, deadline - time.monotonic()))
+        state["spark"] = {
+            "enabled": True,
+            "pid": server.pid,
+            "port": server.port,
+            "started_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+        }
+        say(f"Spark Connect server ready on {server.remote_url} (pid {server.pid}, {time.monotonic() - started:.1f}s)")
+        return server
 
     def status(self) -> StackStatus:
         """Each component: running or not, pid, address, log file (a stale stack.json reads as stopped)."""
         state = self._load()
-        kafka_up = self._kafka_running(state)
-        registry_up = self._registry_running(state)
-        return StackStatus(
-            directory=self.directory,
-            kafka=ComponentStatus(
-                name="kafka",
-                running=kafka_up,
-                pid=state.get("kafka", {}).get("pid") if kafka_up else None,
-                address=self._bootstrap(state),
-                log_file=self.kafka_log_file,
-            ),
-            registry=ComponentStatus(
-                name="registry",
-                running=registry_up,
-                pid=state.get("registry", {}).get("pid") if registry_up else None,
-                address=self._registry_url(state),
-                log_file=self.registry_log_file,
-            ),
-        )
+        addresses = {
+            "kafka": self._bootstrap(state),
+            "registry": self._registry_url(state),
+            "spark": self._spark_remote(state),
+        }
+        logs = {"kafka": self.kafka_log_file, "registry": self.registry_log_file, "spark": self.spark_log_file}
+        components = {}
+        for name in ("kafka", "registry", "spark"):
+            running = self._running(state, name)
+            components[name] = ComponentStatus(
+                name=name,
+                running=running,
+                pid=state.get(name, {}).get("pid") if running else None,
+                address=addresses[name],
+                log_file=logs[name],
+                enabled=name != "spark" or self._spark_enabled(state),
+            )
+        return StackStatus(directory=self.directory, **components)
 
     def info(self) -> StackInfo:
         """The addresses of the running stack; StackError when it is not (fully) running."""
         state = self._load()
-        if not (self._kafka_running(state) and self._registry_running(state)):
+        if not self.status().running or not state:
             dir_arg = "" if self.directory == default_stack_dir().resolve() else f" --dir {self.directory}"
             raise StackError(
                 f"the embedded stack in {self.directory} is not running; "
@@ -388,9 +459,8 @@ class EmbeddedStack:
         return [f"export {key}={value}" for key, value in info.env().items()]
 
     def down(self, timeout: float = 30.0, progress: Progress | None = None) -> bool:
-        """Stop the registry and the broker (SIGTERM, SIGKILL after ``timeout``); data and ports are kept.
-
-        Returns True when something was running.
+        """Stop the engine, the registry and the broker (SIGTERM, SIGKILL after ``timeout``); data and ports
+        are kept. Returns True when something was running.
         """
         say = progress or _quiet
         with self._locked():
@@ -398,15 +468,17 @@ class EmbeddedStack:
             if not state:
                 return False
             stopped = False
-            for name, label, marker in (
-                ("registry", "schema registry", self._registry_marker()),
-                ("kafka", "Kafka broker", self._kafka_marker()),
+            markers = self._markers()
+            for name, label in (
+                ("spark", "Spark Connect server"),
+                ("registry", "schema registry"),
+                ("kafka", "Kafka broker"),
             ):
                 component = state.get(name)
                 if not component:
                     continue
                 pid = component.get("pid")
-                if pid and pid_matches(pid, marker):
+                if pid and pid_matches(pid, markers[name]):
                     say(f"Stopping {label} (pid {pid})")
                     if stop_pid(pid, timeout=timeout):
                         say(f"{label} did not stop within {timeout:.0f}s and was killed")
@@ -417,7 +489,7 @@ class EmbeddedStack:
 
 
 @contextlib.contextmanager
-def running_stack(directory: Path, *, timeout: float = 120.0, **stack_options: Any) -> Iterator[StackInfo]:
+def running_stack(directory: Path, *, timeout: float = 180.0, **stack_options: Any) -> Iterator[StackInfo]:
     """Start an embedded stack under ``directory`` on free ports; always stop it afterwards."""
     stack_options.setdefault("prefer_standard_ports", False)
     stack = EmbeddedStack(directory, **stack_options)

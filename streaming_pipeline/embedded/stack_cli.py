@@ -13,6 +13,7 @@ Also runnable alone: ``python -m streaming_pipeline.embedded.stack_cli stack up`
 from __future__ import annotations
 
 import argparse
+import json
 import sys
 from pathlib import Path
 from typing import Any
@@ -26,9 +27,10 @@ def add_stack_parser(subparsers: Any) -> argparse.ArgumentParser:
     dir_help = f"stack directory (default: ${STACK_DIR_ENV} or .stack/ in the current directory)"
     parser: argparse.ArgumentParser = subparsers.add_parser(
         "stack",
-        help="run the embedded Kafka broker + schema registry in the background",
-        description="Start, stop and inspect the embedded stack: a Kafka broker (KRaft) and the schema "
-        "registry, running in the background with their data and logs under one directory.",
+        help="run the embedded Kafka broker, schema registry and Spark Connect server in the background",
+        description="Start, stop and inspect the embedded stack: a Kafka broker (KRaft), the schema registry and "
+        "a Spark Connect server (the warm Spark engine), running in the background with their data and logs "
+        "under one directory, plus the Dagster instance directory (DAGSTER_HOME) that goes with them.",
     )
     parser.add_argument("--dir", dest="stack_dir", type=Path, default=None, help=dir_help)
     commands = parser.add_subparsers(dest="stack_command", metavar="{up,down,status,env}")
@@ -40,16 +42,18 @@ def add_stack_parser(subparsers: Any) -> argparse.ArgumentParser:
         child.add_argument("--dir", dest="stack_dir", type=Path, default=argparse.SUPPRESS, help=dir_help)
         return child
 
-    up = sub("up", "start the broker and the registry (reusing their ports and data) and print their addresses")
-    up.add_argument("--timeout", type=float, default=120.0, help="seconds to wait for both to answer (default 120)")
+    up = sub("up", "start every component that is not running (reusing ports and data) and print the addresses")
+    up.add_argument("--timeout", type=float, default=180.0, help="seconds to wait for all to answer (default 180)")
+    up.add_argument("--no-spark", action="store_true", help="leave out the Spark Connect server (Kafka only)")
     up.add_argument(
         "--free-ports",
         action="store_true",
-        help="use free ports instead of the standard 9092/9093/8081 for a stack started the first time",
+        help="use free ports instead of the standard 9092/9093/8081/15002 for a stack started the first time",
     )
-    down = sub("down", "stop the broker and the registry (their data is kept)")
+    down = sub("down", "stop every component (the data is kept)")
     down.add_argument("--timeout", type=float, default=30.0, help="seconds before a component is killed (default 30)")
-    sub("status", "show whether each component runs, its pid, address and log file")
+    status = sub("status", "show whether each component runs, its pid, address and log file")
+    status.add_argument("--json", action="store_true", help="print the status as one JSON object")
     sub("env", 'print export lines for the running stack: eval "$(streaming-pipeline stack env)"')
     parser.set_defaults(handler=run_stack_command, func=run_stack_command)
     return parser
@@ -65,18 +69,25 @@ def _print_info(info: StackInfo, stack: EmbeddedStack) -> None:
     print(f"Embedded stack {state} in {stack.directory}")
     print(f"  KAFKA_BOOTSTRAP_SERVERS={info.bootstrap_servers}")
     print(f"  SCHEMA_REGISTRY_URL={info.schema_registry_url}")
+    if info.spark_remote:
+        print(f"  SPARK_REMOTE={info.spark_remote}")
+    if info.dagster_home:
+        print(f"  DAGSTER_HOME={info.dagster_home}")
     print(f"  logs: {stack.logs_dir}")
     print(f'Export them in this shell with: eval "$(streaming-pipeline stack env{dir_arg})"')
 
 
-def _print_status(stack: EmbeddedStack) -> None:
+def _print_status(stack: EmbeddedStack, as_json: bool) -> None:
     status = stack.status()
+    if as_json:
+        print(json.dumps(status.as_json(), indent=2))
+        return
     rows = [("COMPONENT", "STATE", "PID", "ADDRESS", "LOG")]
     for component in status.components:
         rows.append(
             (
                 component.name,
-                "running" if component.running else "stopped",
+                ("running" if component.running else "stopped") if component.enabled else "disabled",
                 str(component.pid) if component.pid else "-",
                 component.address or "-",
                 str(component.log_file),
@@ -94,7 +105,7 @@ def run_stack_command(args: argparse.Namespace) -> int:
     command = getattr(args, "stack_command", None)
     try:
         if command == "up":
-            stack = EmbeddedStack(directory, prefer_standard_ports=not args.free_ports)
+            stack = EmbeddedStack(directory, prefer_standard_ports=not args.free_ports, spark=not args.no_spark)
             info = stack.up(timeout=args.timeout, progress=_progress)
             _print_info(info, stack)
         elif command == "down":
@@ -104,7 +115,7 @@ def run_stack_command(args: argparse.Namespace) -> int:
             else:
                 print(f"Embedded stack in {stack.directory} was not running")
         elif command == "status":
-            _print_status(EmbeddedStack(directory))
+            _print_status(EmbeddedStack(directory), args.json)
         elif command == "env":
             for line in EmbeddedStack(directory).env_lines():
                 print(line)
