@@ -1,30 +1,86 @@
-"""`streaming-pipeline bench`: ingestion throughput (Kafka -> Delta bronze) beside the raw consume
-rate of the same topic, measured in one run on a private embedded stack."""
+"""`streaming-pipeline bench`: throughput and memory; `bench --live`: freshness through `dagster dev`.
+
+Both start a private embedded stack (Kafka, registry, the Spark Connect engine) and measure on it, in one run,
+so every ratio compares figures taken on the same machine at the same time.
+"""
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import platform
 import resource
+import statistics
 import sys
 import tempfile
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
+from typing import Any
 
 import dagster as dg
 
+from streaming_pipeline.errors import StreamingPipelineError
 from streaming_pipeline.producer import produce, rows_from_records
 from streaming_pipeline.schemas import load_schema
 from streaming_pipeline.settings import RIDES_TOPIC, PipelineSettings
 from streaming_pipeline.synthetic import SyntheticOptions, synthetic_rides
 
 
+class BenchError(StreamingPipelineError):
+    """A benchmark could not measure what it set out to (the pipeline lost or duplicated rows)."""
+
+
+def _say(message: str) -> None:
+    print(f"[bench] {message}", file=sys.stderr, flush=True)
+
+
+def _machine() -> str:
+    import os
+
+    mem_gib = 0.0
+    for line in Path("/proc/meminfo").read_text().splitlines():
+        if line.startswith("MemTotal:"):
+            mem_gib = int(line.split()[1]) / 1024 / 1024
+    return f"{platform.machine()}, {os.cpu_count()} cores, {mem_gib:.0f} GiB, Python {platform.python_version()}"
+
+
+def _peak_rss_mib(pid: int | None) -> float:
+    """VmHWM (peak resident set) of a process, from /proc."""
+    if not pid:
+        return 0.0
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmHWM:"):
+            return int(line.split()[1]) / 1024
+    return 0.0
+
+
+def _percentile(values: list[float], q: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, max(0, round(q * (len(ordered) - 1))))]
+
+
+def _print_rows(rows: list[tuple[str, str]], notes: list[str]) -> None:
+    width = max(len(name) for name, _ in rows)
+    for name, value in rows:
+        print(f"{name:<{width}}  {value}")
+    for note in notes:
+        print(f"note: {note}")
+
+
+def _write_json(path: Path | None, figures: Any) -> None:
+    if path is not None:
+        path.write_text(json.dumps(asdict(figures), indent=2))
+        _say(f"wrote {path}")
+
+
+# ----------------------------------------------------------------------------------------------- throughput
+
+
 @dataclass
-class BenchResult:
+class ThroughputResult:
     rides: int
     machine: str
+    engine: str = "Spark Connect server, local[*]"
     produce_rides_per_s: float = 0.0
     limit_consume_records_per_s: float = 0.0
     plain_spark_rides_per_s: float = 0.0
@@ -32,25 +88,24 @@ class BenchResult:
     ours_seconds: float = 0.0
     ours_streaming_seconds: float = 0.0
     overhead_seconds_per_run: float = 0.0
-    freshness_probes: int = 0
-    freshness_p50_seconds: float = 0.0
-    freshness_p95_seconds: float = 0.0
-    peak_driver_jvm_rss_mib: float = 0.0
+    peak_engine_rss_mib: float = 0.0
     peak_python_rss_mib: float = 0.0
     ratios: dict[str, float] = field(default_factory=dict)
-    not_measured: list[str] = field(default_factory=list)
-
-
-def _say(message: str) -> None:
-    print(f"[bench] {message}", file=sys.stderr, flush=True)
 
 
 def _consume_all(bootstrap: str, expected: int) -> float:
     """Seconds for confluent-kafka to read `expected` records of the topic, no decoding."""
     from confluent_kafka import Consumer
 
-    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": f"bench-{time.time()}", "auto.offset.reset": "earliest",
-                         "enable.auto.commit": False, "fetch.max.bytes": 52428800})
+    consumer = Consumer(
+        {
+            "bootstrap.servers": bootstrap,
+            "group.id": f"bench-{time.time()}",
+            "auto.offset.reset": "earliest",
+            "enable.auto.commit": False,
+            "fetch.max.bytes": 52428800,
+        }
+    )
     consumer.subscribe([RIDES_TOPIC])
     seen, started = 0, None
     deadline = time.monotonic() + 600
@@ -64,7 +119,7 @@ def _consume_all(bootstrap: str, expected: int) -> float:
     return time.monotonic() - (started or time.monotonic())
 
 
-def _plain_spark(spark, bootstrap: str, out: Path) -> float:
+def _plain_spark(spark: Any, bootstrap: str, out: Path) -> float:
     """The job a user would write by hand: Kafka -> strip the 5-byte header -> from_avro -> Delta append."""
     from pyspark.sql import functions as F
     from pyspark.sql.avro.functions import from_avro
@@ -72,154 +127,228 @@ def _plain_spark(spark, bootstrap: str, out: Path) -> float:
     schema = load_schema("ride_value.avsc")
     started = time.monotonic()
     query = (
-        spark.readStream.format("kafka").option("kafka.bootstrap.servers", bootstrap).option("subscribe", RIDES_TOPIC)
-        .option("startingOffsets", "earliest").load()
+        spark.readStream.format("kafka")
+        .option("kafka.bootstrap.servers", bootstrap)
+        .option("subscribe", RIDES_TOPIC)
+        .option("startingOffsets", "earliest")
+        .load()
         .select(from_avro(F.expr("substring(value, 6)"), schema).alias("r"), "topic", "partition", "offset")
         .select("r.*", "topic", "partition", "offset")
-        .writeStream.format("delta").option("checkpointLocation", str(out / "_chk")).trigger(availableNow=True)
+        .writeStream.format("delta")
+        .option("checkpointLocation", str(out / "_chk"))
+        .trigger(availableNow=True)
         .start(str(out / "table"))
     )
     query.awaitTermination()
     return time.monotonic() - started
 
 
-def _jvm_peak_rss_mib(spark) -> float:
-    pid = spark.sparkContext._jvm.java.lang.ProcessHandle.current().pid()
-    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-        if line.startswith("VmHWM:"):
-            return int(line.split()[1]) / 1024
-    return 0.0
-
-
-def _freshness(resources: dict, probes: int) -> list[float]:
-    """Seconds from producing one ride to reading it in raw_rides, through the offset sensor and the
-    run it requests (in this process, Spark session warm), polling the sensor every 0.5 s."""
+def _materialize_raw_rides(resources: dict[str, Any]) -> tuple[float, int, float]:
+    """(seconds, rows written, Spark trigger seconds) of one raw_rides materialization through Dagster."""
     from streaming_pipeline.assets import raw_rides
-    from streaming_pipeline.sensors import build_offset_sensor
 
-    sensor = build_offset_sensor(dg.AssetKey("raw_rides"), RIDES_TOPIC, min_new_records=1)
-    sensor_resources = {"kafka": resources["kafka"], "lakehouse": resources["lakehouse"]}
-    spark = resources["spark"].get_session()
-    table = resources["lakehouse"].table_path("raw_rides")
-    seen = spark.read.format("delta").load(table).count()
-    cursor = None
-    delays = []
-    for probe in range(probes):
-        ride = next(synthetic_rides(1, SyntheticOptions(seed=10_000 + probe)))
-        started = time.monotonic()
-        produce(resources["kafka"], resources["schema_registry"], RIDES_TOPIC, rows_from_records([ride]), show_progress=False)
-        while True:
-            tick = sensor(dg.build_sensor_context(resources=sensor_resources, cursor=cursor))
-            cursor = tick.cursor
-            if tick.run_requests:
-                dg.materialize([raw_rides], resources=resources)
-                if spark.read.format("delta").load(table).count() > seen:
-                    break
-            time.sleep(0.5)
-        seen += 1
-        delays.append(time.monotonic() - started)
-        _say(f"freshness probe {probe + 1}/{probes}: {delays[-1]:.1f} s")
-    return delays
+    started = time.monotonic()
+    run = dg.materialize([raw_rides], resources=resources)
+    seconds = time.monotonic() - started
+    metadata = run.get_asset_materialization_events()[0].materialization.metadata
+    return seconds, int(metadata["rows_written"].value), float(metadata["streaming_seconds"].value)
 
 
-def _percentile(values: list[float], q: float) -> float:
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, max(0, round(q * (len(ordered) - 1))))]
-
-
-def run_bench(rides: int, json_path: Path | None, probes: int = 20) -> BenchResult:
-    from streaming_pipeline.assets import raw_rides
+def run_bench(rides: int, json_path: Path | None) -> ThroughputResult:
     from streaming_pipeline.definitions import build_resources
     from streaming_pipeline.embedded.stack import running_stack
+    from streaming_pipeline.resources.spark import connect_session
 
-    result = BenchResult(rides=rides, machine=f"{platform.node()} {platform.machine()}, {_cpus()} cores, {_mem_gib():.0f} GiB, "
-                                              f"Python {platform.python_version()}")
+    result = ThroughputResult(rides=rides, machine=_machine())
     with tempfile.TemporaryDirectory(prefix="bench-") as tmp, running_stack(Path(tmp) / "stack") as stack:
-        settings = PipelineSettings.from_env({"KAFKA_BOOTSTRAP_SERVERS": stack.bootstrap_servers,
-                                              "SCHEMA_REGISTRY_URL": stack.schema_registry_url,
-                                              "LAKEHOUSE_DIR": str(Path(tmp) / "lakehouse")})
+        assert stack.spark_remote
+        settings = PipelineSettings.from_env(
+            {**stack.env(), "LAKEHOUSE_DIR": str(Path(tmp) / "lakehouse")}
+        )
         resources = build_resources(settings)
-        _say(f"producing {rides} synthetic rides")
+        _say(f"producing {rides:,} synthetic rides")
         started = time.monotonic()
-        produced = produce(resources["kafka"], resources["schema_registry"], RIDES_TOPIC,
-                           rows_from_records(synthetic_rides(rides, SyntheticOptions(seed=1))), total=rides, acks="1")
+        produced = produce(
+            resources["kafka"],
+            resources["schema_registry"],
+            RIDES_TOPIC,
+            rows_from_records(synthetic_rides(rides, SyntheticOptions(seed=1))),
+            total=rides,
+            acks="1",
+        )
         result.produce_rides_per_s = produced.sent / (time.monotonic() - started)
         _say("limit: raw consume with confluent-kafka")
         result.limit_consume_records_per_s = rides / max(_consume_all(stack.bootstrap_servers, rides), 1e-9)
-        spark = resources["spark"].get_session()
-        spark.range(1).count()
-        _say("warm-up: one untimed pass of each job, so neither measured job pays for a cold JVM")
+        spark = connect_session(stack.spark_remote)
+        _say("warm-up: one untimed pass of each job, so that neither measured job pays for JIT")
         _plain_spark(spark, stack.bootstrap_servers, Path(tmp) / "warmup")
-        warm = build_resources(dataclasses.replace(settings, lakehouse_dir=str(Path(tmp) / "warmup-lakehouse")))
-        warm["spark"] = type(resources["spark"])(stop_on_teardown=False)
-        dg.materialize([raw_rides], resources=warm)
+        warm = build_resources(
+            PipelineSettings.from_env({**stack.env(), "LAKEHOUSE_DIR": str(Path(tmp) / "warmup-lakehouse")})
+        )
+        _materialize_raw_rides(warm)
         _say("plain Spark: hand-written Kafka -> from_avro -> Delta job")
         result.plain_spark_rides_per_s = rides / _plain_spark(spark, stack.bootstrap_servers, Path(tmp) / "plain")
         _say("ours: materialize raw_rides through Dagster, fresh checkpoint")
-        resources["spark"] = type(resources["spark"])(stop_on_teardown=False)
-        started = time.monotonic()
-        run = dg.materialize([raw_rides], resources=resources)
-        result.ours_seconds = time.monotonic() - started
-        result.ours_rides_per_s = rides / result.ours_seconds
-        events = run.get_asset_materialization_events()
-        written = events[0].materialization.metadata["rows_written"].value if events else 0
+        result.ours_seconds, written, result.ours_streaming_seconds = _materialize_raw_rides(resources)
         if written != rides:
-            raise RuntimeError(f"raw_rides wrote {written} rows, expected {rides}")
-        result.ours_streaming_seconds = float(events[0].materialization.metadata["streaming_seconds"].value)
+            raise BenchError(f"raw_rides wrote {written} rows, expected {rides}")
+        result.ours_rides_per_s = rides / result.ours_seconds
         result.overhead_seconds_per_run = max(0.0, result.ours_seconds - result.ours_streaming_seconds)
-        if probes:
-            delays = _freshness(resources, probes)
-            result.freshness_probes = len(delays)
-            result.freshness_p50_seconds = round(_percentile(delays, 0.5), 2)
-            result.freshness_p95_seconds = round(_percentile(delays, 0.95), 2)
-        result.peak_driver_jvm_rss_mib = _jvm_peak_rss_mib(spark)
+        result.peak_engine_rss_mib = _peak_rss_mib(stack.spark_pid)
         result.peak_python_rss_mib = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
         spark.stop()
     result.ratios = {
         "ours/plain_spark": round(result.ours_rides_per_s / result.plain_spark_rides_per_s, 3),
         "ours/limit": round(result.ours_rides_per_s / result.limit_consume_records_per_s, 4),
     }
-    result.not_measured = [
-        "freshness is measured in one process with a warm Spark session; under `dagster dev` the daemon adds "
-        "its tick interval and starts each run in a new process (a cold Spark session)"
-    ]
-    _print_table(result)
-    if json_path is not None:
-        json_path.write_text(json.dumps(asdict(result), indent=2))
-        _say(f"wrote {json_path}")
+    _print_rows(
+        [
+            ("rides", f"{result.rides:,}"),
+            ("engine", result.engine),
+            ("produce (rides/s)", f"{result.produce_rides_per_s:,.0f}"),
+            ("limit: raw consume (records/s)", f"{result.limit_consume_records_per_s:,.0f}"),
+            ("plain Spark job (rides/s)", f"{result.plain_spark_rides_per_s:,.0f}"),
+            ("ours: raw_rides via Dagster (rides/s)", f"{result.ours_rides_per_s:,.0f}"),
+            ("ours / plain Spark", f"{result.ratios['ours/plain_spark']:.2f}"),
+            ("ours / limit", f"{result.ratios['ours/limit']:.3f}"),
+            ("overhead per run outside Spark work (s)", f"{result.overhead_seconds_per_run:.1f}"),
+            ("peak Spark Connect server RSS (MiB)", f"{result.peak_engine_rss_mib:,.0f}"),
+            ("peak Python RSS (MiB)", f"{result.peak_python_rss_mib:,.0f}"),
+            ("machine", result.machine),
+        ],
+        [],
+    )
+    _write_json(json_path, result)
     return result
 
 
-def _cpus() -> int:
-    import os
-
-    return os.cpu_count() or 0
+# ----------------------------------------------------------------------------------------------- live
 
 
-def _mem_gib() -> float:
-    for line in Path("/proc/meminfo").read_text().splitlines():
-        if line.startswith("MemTotal:"):
-            return int(line.split()[1]) / 1024 / 1024
-    return 0.0
+@dataclass
+class LiveResult:
+    probes: int
+    machine: str
+    first_ride_to_raw_rides_seconds: float = 0.0
+    first_ride_to_vendor_counts_seconds: float = 0.0
+    raw_rides_p50_seconds: float = 0.0
+    raw_rides_p95_seconds: float = 0.0
+    vendor_counts_p50_seconds: float = 0.0
+    vendor_counts_p95_seconds: float = 0.0
+    run_launch_to_start_p50_seconds: float = 0.0
+    run_duration_p50_seconds: float = 0.0
+    sensor_runs: int = 0
+    peak_engine_rss_mib: float = 0.0
+    raw_rides_seconds: list[float] = field(default_factory=list)
+    vendor_counts_seconds: list[float] = field(default_factory=list)
 
 
-def _print_table(result: BenchResult) -> None:
-    rows = [
-        ("rides", f"{result.rides:,}"),
-        ("produce (rides/s)", f"{result.produce_rides_per_s:,.0f}"),
-        ("limit: raw consume (records/s)", f"{result.limit_consume_records_per_s:,.0f}"),
-        ("plain Spark job (rides/s)", f"{result.plain_spark_rides_per_s:,.0f}"),
-        ("ours: raw_rides via Dagster (rides/s)", f"{result.ours_rides_per_s:,.0f}"),
-        ("ours / plain Spark", f"{result.ratios['ours/plain_spark']:.2f}"),
-        ("ours / limit", f"{result.ratios['ours/limit']:.3f}"),
-        ("freshness p50 / p95 (s)", f"{result.freshness_p50_seconds:.1f} / {result.freshness_p95_seconds:.1f} over {result.freshness_probes} probes"),
-        ("overhead per run outside Spark work (s)", f"{result.overhead_seconds_per_run:.1f}"),
-        ("peak driver JVM RSS (MiB)", f"{result.peak_driver_jvm_rss_mib:,.0f}"),
-        ("peak Python RSS (MiB)", f"{result.peak_python_rss_mib:,.0f}"),
-        ("machine", result.machine),
-    ]
-    width = max(len(name) for name, _ in rows)
-    for name, value in rows:
-        print(f"{name:<{width}}  {value}")
-    for item in result.not_measured:
-        print(f"note: {item}")
+class _Tables:
+    """Row counts of raw_rides and vendor_counts over the engine, 0 while a table does not exist."""
+
+    def __init__(self, spark: Any, lakehouse: Path) -> None:
+        self.spark = spark
+        self.lakehouse = lakehouse
+
+    def raw_rides(self) -> int:
+        return self._scalar("raw_rides", "count(*)")
+
+    def counted_rides(self) -> int:
+        return self._scalar("vendor_counts", "coalesce(sum(trip_count), 0)")
+
+    def _scalar(self, table: str, expression: str) -> int:
+        from pyspark.errors import AnalysisException
+
+        try:
+            frame = self.spark.read.format("delta").load(str(self.lakehouse / table))
+            return int(frame.selectExpr(expression).collect()[0][0])
+        except AnalysisException:
+            return 0
+
+
+def _probe(kafka: Any, registry: Any, tables: _Tables, seed: int, expected: int, timeout: float) -> tuple[float, float]:
+    """Produce one ride; seconds until raw_rides has `expected` rows and until vendor_counts counts them."""
+    ride = next(synthetic_rides(1, SyntheticOptions(seed=seed)))
+    started = time.monotonic()
+    produce(kafka, registry, RIDES_TOPIC, rows_from_records([ride]), show_progress=False)
+    to_raw = to_gold = None
+    deadline = started + timeout
+    while to_gold is None:
+        if time.monotonic() > deadline:
+            raise BenchError(f"ride {expected} did not reach raw_rides/vendor_counts within {timeout:.0f} s")
+        if to_raw is None and tables.raw_rides() >= expected:
+            to_raw = time.monotonic() - started
+        if to_raw is not None and tables.counted_rides() >= expected:
+            to_gold = time.monotonic() - started
+        time.sleep(0.2)
+    assert to_raw is not None
+    return to_raw, to_gold
+
+
+def _run_timings(dagster_home: Path) -> tuple[list[float], list[float]]:
+    """(launch -> RUN_START, RUN_START -> end) in seconds, for every finished run the offset sensor launched."""
+    instance = dg.DagsterInstance.from_config(str(dagster_home))
+    launch, duration = [], []
+    for record in instance.get_run_records(filters=dg.RunsFilter(tags={"dagster/sensor_name": "raw_rides_offset_sensor"})):
+        if record.start_time and record.end_time:
+            launch.append(record.start_time - record.create_timestamp.timestamp())
+            duration.append(record.end_time - record.start_time)
+    return launch, duration
+
+
+def run_live_bench(probes: int, json_path: Path | None, gap_seconds: float = 3.0, timeout: float = 300.0) -> LiveResult:
+    """Freshness through the real `dagster dev` path: webserver + daemon, the offset sensor, the run it launches."""
+    from streaming_pipeline.embedded.dagster_dev import DagsterDev
+    from streaming_pipeline.embedded.stack import running_stack
+    from streaming_pipeline.resources import KafkaResource, SchemaRegistryResource
+    from streaming_pipeline.resources.spark import connect_session
+
+    if probes < 2:
+        raise BenchError("--probes must be at least 2 (the first probe is reported separately)")
+    result = LiveResult(probes=probes, machine=_machine())
+    with tempfile.TemporaryDirectory(prefix="bench-live-") as tmp, running_stack(Path(tmp) / "stack") as stack:
+        assert stack.spark_remote and stack.dagster_home
+        kafka = KafkaResource(bootstrap_servers=stack.bootstrap_servers)
+        registry = SchemaRegistryResource(url=stack.schema_registry_url)
+        kafka.ensure_topic(RIDES_TOPIC)
+        lakehouse = Path(tmp) / "lakehouse"
+        spark = connect_session(stack.spark_remote)
+        tables = _Tables(spark, lakehouse)
+        _say("starting dagster dev (webserver + daemon)")
+        with DagsterDev({**stack.env(), "LAKEHOUSE_DIR": str(lakehouse)}, Path(tmp) / "dagster-dev.log"):
+            _say("probe 1 (right after dagster dev answers)")
+            raw, gold = _probe(kafka, registry, tables, seed=5000, expected=1, timeout=timeout)
+            result.first_ride_to_raw_rides_seconds, result.first_ride_to_vendor_counts_seconds = raw, gold
+            for probe in range(2, probes + 1):
+                time.sleep(gap_seconds)
+                raw, gold = _probe(kafka, registry, tables, seed=5000 + probe, expected=probe, timeout=timeout)
+                result.raw_rides_seconds.append(round(raw, 2))
+                result.vendor_counts_seconds.append(round(gold, 2))
+                _say(f"probe {probe}/{probes}: raw_rides {raw:.1f} s, vendor_counts {gold:.1f} s")
+            launch, duration = _run_timings(stack.dagster_home)
+        spark.stop()
+        result.peak_engine_rss_mib = _peak_rss_mib(stack.spark_pid)
+    result.raw_rides_p50_seconds = round(statistics.median(result.raw_rides_seconds), 2)
+    result.raw_rides_p95_seconds = round(_percentile(result.raw_rides_seconds, 0.95), 2)
+    result.vendor_counts_p50_seconds = round(statistics.median(result.vendor_counts_seconds), 2)
+    result.vendor_counts_p95_seconds = round(_percentile(result.vendor_counts_seconds, 0.95), 2)
+    result.sensor_runs = len(launch)
+    result.run_launch_to_start_p50_seconds = round(statistics.median(launch), 2) if launch else 0.0
+    result.run_duration_p50_seconds = round(statistics.median(duration), 2) if duration else 0.0
+    _print_rows(
+        [
+            ("probes", f"{probes} (1 first + {probes - 1} measured)"),
+            ("first ride -> raw_rides / vendor_counts (s)",
+             f"{result.first_ride_to_raw_rides_seconds:.1f} / {result.first_ride_to_vendor_counts_seconds:.1f}"),
+            ("produce -> raw_rides p50 / p95 (s)", f"{result.raw_rides_p50_seconds:.1f} / {result.raw_rides_p95_seconds:.1f}"),
+            ("produce -> vendor_counts p50 / p95 (s)",
+             f"{result.vendor_counts_p50_seconds:.1f} / {result.vendor_counts_p95_seconds:.1f}"),
+            ("run launch -> RUN_START p50 (s)", f"{result.run_launch_to_start_p50_seconds:.1f}"),
+            ("sensor run duration p50 (s)", f"{result.run_duration_p50_seconds:.1f} over {result.sensor_runs} runs"),
+            ("peak Spark Connect server RSS (MiB)", f"{result.peak_engine_rss_mib:,.0f}"),
+            ("machine", result.machine),
+        ],
+        [],
+    )
+    _write_json(json_path, result)
+    return result

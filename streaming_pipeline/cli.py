@@ -111,17 +111,25 @@ def _run_demo(args: argparse.Namespace) -> int:
 
 
 def _add_bench_parser(subparsers: argparse._SubParsersAction) -> None:
-    bench = subparsers.add_parser("bench", help="measure ingestion throughput beside the raw consume rate")
-    bench.add_argument("--rides", type=int, default=1_000_000, help="synthetic rides to produce (default 1,000,000)")
+    bench = subparsers.add_parser(
+        "bench",
+        help="measure throughput beside a plain Spark job and the raw consume rate; --live: freshness via dagster dev",
+    )
+    bench.add_argument("--live", action="store_true", help="measure produce -> visible through `dagster dev` instead")
+    bench.add_argument("--rides", type=int, default=1_000_000, help="throughput: synthetic rides (default 1,000,000)")
+    bench.add_argument("--probes", type=int, default=12, help="--live: single-ride probes, the first reported apart")
+    bench.add_argument("--gap", type=float, default=3.0, help="--live: seconds between probes (default 3)")
     bench.add_argument("--json", type=Path, help="also write every figure to this JSON file")
-    bench.add_argument("--probes", type=int, default=20, help="freshness probes through the sensor path (default 20)")
     bench.set_defaults(handler=_run_bench)
 
 
 def _run_bench(args: argparse.Namespace) -> int:
-    from streaming_pipeline.bench import run_bench
+    from streaming_pipeline.bench import run_bench, run_live_bench
 
-    run_bench(args.rides, args.json, probes=args.probes)
+    if args.live:
+        run_live_bench(args.probes, args.json, gap_seconds=args.gap)
+    else:
+        run_bench(args.rides, args.json)
     return 0
 
 

@@ -1,21 +1,51 @@
-"""`streaming-pipeline demo`: the whole flow once, end to end, on the embedded default."""
+"""`streaming-pipeline demo`: the whole flow once, end to end, on the embedded default.
+
+Starts the embedded stack (Kafka, registry, the Spark Connect engine) if it is not running, produces rides
+and pickups, materializes every asset and check through the project's Dagster definitions on that engine,
+prints each table, writes the window chart, and leaves the stack as it found it. One line per stage.
+"""
 
 from __future__ import annotations
 
 import sys
+import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import dagster as dg
 
-from streaming_pipeline.charts import window_chart_png
-from streaming_pipeline.delta_tables import read_table, table_exists
+from streaming_pipeline.errors import StreamingPipelineError
 from streaming_pipeline.producer import ProduceResult, produce, rows_from_records
 from streaming_pipeline.records import read_rides_csv
 from streaming_pipeline.settings import PICKUPS_TOPIC, RIDES_TOPIC, PipelineSettings
 from streaming_pipeline.synthetic import SyntheticOptions, synthetic_pickups, synthetic_rides
 
-TABLES = ["raw_rides", "raw_pickup_locations", "dead_letter_records", "vendor_counts", "ride_window_aggregates", "ride_pickup_joins"]
+#: How each table is shown: the order of its rows and the columns worth a look.
+TABLE_VIEWS: dict[str, tuple[list[str], list[str]]] = {
+    "raw_rides": (["pickup_datetime"], ["vendor_id", "pickup_datetime", "pu_location_id", "do_location_id",
+                                        "trip_distance", "total_amount", "kafka_partition", "kafka_offset"]),
+    "raw_pickup_locations": (["pickup_datetime"], ["pu_location_id", "pickup_datetime", "kafka_partition",
+                                                   "kafka_offset"]),
+    "dead_letter_records": (["kafka_topic", "kafka_partition", "kafka_offset"], ["kafka_topic", "kafka_partition",
+                                                                                  "kafka_offset", "error"]),
+    "vendor_counts": (["vendor_id"], ["vendor_id", "trip_count"]),
+    "ride_window_aggregates": (["window_start", "vendor_id"], ["window_start", "window_end", "vendor_id", "trip_count",
+                                                              "total_amount_sum", "late_trip_count", "is_final"]),
+    "ride_pickup_joins": (["pickup_datetime", "vendor_id"], ["vendor_id", "location_id", "dropoff_datetime",
+                                                            "pickup_datetime"]),
+    "high_amount_rides": (["total_amount"], ["vendor_id", "pickup_datetime", "total_amount", "kafka_offset"]),
+    "low_amount_rides": (["total_amount"], ["vendor_id", "pickup_datetime", "total_amount", "kafka_offset"]),
+    "taxi_zones": (["location_id"], ["location_id", "borough", "zone", "service_zone"]),
+    "rides_enriched": (["pickup_datetime"], ["pickup_datetime", "pu_borough", "pu_zone", "do_borough", "do_zone",
+                                             "total_amount"]),
+}
+DESCENDING = {"high_amount_rides"}
+SHOWN_ROWS = 5
+
+
+class DemoError(StreamingPipelineError):
+    """A stage of the demo failed; the message says which and why."""
 
 
 @dataclass
@@ -28,83 +58,133 @@ class DemoOptions:
     seed: int = 42
 
 
-def _say(message: str) -> None:
-    print(f"[demo] {message}", file=sys.stderr, flush=True)
+class _Stages:
+    """One progress line per stage: what it did, with counts and seconds."""
+
+    def __init__(self) -> None:
+        self.started = time.monotonic()
+
+    def say(self, message: str) -> None:
+        print(f"[demo {time.monotonic() - self.started:6.1f}s] {message}", file=sys.stderr, flush=True)
 
 
-def _check(result: ProduceResult) -> None:
-    _say(f"{result.topic}: {result.sent} sent, {result.failed} failed")
+def _check_produced(result: ProduceResult) -> None:
     if result.failed:
-        raise SystemExit(f"producing to {result.topic} failed: {'; '.join(result.errors[:3])}")
+        raise DemoError(f"producing to {result.topic} failed: {'; '.join(result.errors[:3])}")
+
+
+def _produce(options: DemoOptions, kafka: Any, registry: Any, stages: _Stages) -> int:
+    started = time.monotonic()
+    if options.csv is not None:
+        ride_rows = list(read_rides_csv(options.csv))
+        rides = [row.record for row in ride_rows if row.record is not None]
+        _check_produced(produce(kafka, registry, RIDES_TOPIC, ride_rows, total=len(ride_rows), show_progress=False))
+        pickups = [{"pu_location_id": r["do_location_id"], "pickup_datetime": r["dropoff_datetime"]} for r in rides]
+        source = str(options.csv)
+    else:
+        synthetic = SyntheticOptions(seed=options.seed, out_of_order_fraction=0.05)
+        rides = list(synthetic_rides(options.rides, synthetic))
+        pickups = list(synthetic_pickups(options.rides, synthetic))
+        _check_produced(produce(kafka, registry, RIDES_TOPIC, rows_from_records(rides), total=len(rides),
+                                show_progress=False))
+        source = f"the synthetic generator (seed {options.seed})"
+    _check_produced(produce(kafka, registry, PICKUPS_TOPIC, rows_from_records(pickups), total=len(pickups),
+                            show_progress=False))
+    stages.say(f"produced {len(rides):,} rides and {len(pickups):,} pickups from {source} "
+               f"({time.monotonic() - started:.1f} s)")
+    return len(rides)
+
+
+def _materialize(resources: dict[str, Any], stages: _Stages) -> dg.ExecuteInProcessResult:
+    from streaming_pipeline.assets import ALL_ASSETS
+    from streaming_pipeline.checks import ALL_CHECKS
+
+    stages.say(f"materializing {len(ALL_ASSETS)} assets and {len(ALL_CHECKS)} checks through the Dagster "
+               "definitions on the Spark Connect engine...")
+    result = dg.materialize(
+        [*ALL_ASSETS, *ALL_CHECKS],
+        resources=resources,
+        raise_on_error=False,
+        run_config={"loggers": {"console": {"config": {"log_level": "WARNING"}}}},
+    )
+    step_started: dict[str, float] = {}
+    for event in result.all_events:
+        if event.event_type_value == "STEP_START":
+            step_started[event.step_key or ""] = event.timestamp
+        elif event.event_type_value == "ASSET_MATERIALIZATION":
+            materialization = event.event_specific_data.materialization  # type: ignore[union-attr]
+            metadata = materialization.metadata
+            rows = metadata.get("dagster/row_count")
+            seconds = event.timestamp - step_started.get(event.step_key or "", event.timestamp)
+            detail = f"{rows.value:,} rows" if rows is not None else "done"
+            stages.say(f"  {materialization.asset_key.to_user_string()}: {detail} ({seconds:.1f} s)")
+    if not result.success:
+        failures = [
+            f"{e.step_key}: {e.step_failure_data.error.message.strip().splitlines()[0]}"  # type: ignore[union-attr]
+            for e in result.all_events
+            if e.is_step_failure
+        ]
+        raise DemoError("the run failed: " + "; ".join(failures))
+    return result
+
+
+def _show_tables(spark: Any, lakehouse: Any) -> dict[str, int]:
+    from pyspark.sql import functions as F
+
+    from streaming_pipeline.delta_tables import read_table, table_exists
+
+    counts: dict[str, int] = {}
+    for table, (order, columns) in TABLE_VIEWS.items():
+        path = lakehouse.table_path(table)
+        if not table_exists(spark, path):
+            continue
+        frame = read_table(spark, path)
+        counts[table] = frame.count()
+        present = [c for c in columns if c in frame.columns]
+        ordering = [F.col(c).desc() if table in DESCENDING else F.col(c) for c in order]
+        rounded = [F.round(c, 2).alias(c) if c.endswith(("amount", "amount_sum", "distance")) else F.col(c)
+                   for c in present]
+        print(f"\n{table}: {counts[table]:,} rows (first {SHOWN_ROWS} by {', '.join(order)})")
+        frame.orderBy(*ordering).select(*rounded).show(SHOWN_ROWS, truncate=False)
+    return counts
 
 
 def run_demo(options: DemoOptions) -> int:
-    from streaming_pipeline.assets import ALL_ASSETS
-    from streaming_pipeline.checks import ALL_CHECKS
+    from streaming_pipeline.charts import window_chart_png
     from streaming_pipeline.definitions import build_resources
+    from streaming_pipeline.delta_tables import read_table
     from streaming_pipeline.embedded.stack import EmbeddedStack
 
+    stages = _Stages()
     stack = EmbeddedStack(options.stack_dir)
     was_running = stack.status().running
-    info = stack.up(progress=_say)
+    info = stack.up(progress=lambda message: stages.say(message))
+    stages.say(f"embedded stack {'was already running' if was_running else 'started'} in {info.directory}")
     try:
         settings = PipelineSettings.from_env(
-            {
-                "KAFKA_BOOTSTRAP_SERVERS": info.bootstrap_servers,
-                "SCHEMA_REGISTRY_URL": info.schema_registry_url,
-                "LAKEHOUSE_DIR": str(options.lakehouse_dir.resolve()),
-            }
+            {**info.env(), "LAKEHOUSE_DIR": str(options.lakehouse_dir.resolve())}
         )
         resources = build_resources(settings)
-        spark_resource = resources["spark"]
-        # Keep the run's session for printing the tables afterwards instead of starting a second one.
-        resources["spark"] = type(spark_resource)(
-            profile=spark_resource.profile, master=spark_resource.master, conf=spark_resource.conf, stop_on_teardown=False
-        )
-        kafka, registry = resources["kafka"], resources["schema_registry"]
-        synthetic = SyntheticOptions(seed=options.seed, out_of_order_fraction=0.05)
-        if options.csv is not None:
-            _say(f"producing rides from {options.csv}")
-            rides_rows = list(read_rides_csv(options.csv))
-            _check(produce(kafka, registry, RIDES_TOPIC, rides_rows, total=len(rides_rows)))
-            pickups = [
-                {"pu_location_id": row.record["do_location_id"], "pickup_datetime": row.record["dropoff_datetime"]}
-                for row in rides_rows
-                if row.record is not None
-            ]
-            _check(produce(kafka, registry, PICKUPS_TOPIC, rows_from_records(pickups), total=len(pickups)))
-        else:
-            _say(f"producing {options.rides} synthetic rides and pickups (seed {options.seed})")
-            _check(produce(kafka, registry, RIDES_TOPIC, rows_from_records(synthetic_rides(options.rides, synthetic)), total=options.rides))
-            _check(
-                produce(kafka, registry, PICKUPS_TOPIC, rows_from_records(synthetic_pickups(options.rides, synthetic)), total=options.rides)
-            )
-        _say("materializing every asset through the Dagster definitions (starts Spark; ~1-3 minutes)")
-        result = dg.materialize([*ALL_ASSETS, *ALL_CHECKS], resources=resources, raise_on_error=False)
-        if not result.success:
-            _say("the run failed; see the Dagster log above")
-            return 1
-        failed_checks = [e.check_name for e in result.get_asset_check_evaluations() if not e.passed]
+        _produce(options, resources["kafka"], resources["schema_registry"], stages)
+        result = _materialize(resources, stages)
+        evaluations = result.get_asset_check_evaluations()
+        failed_checks = [e.check_name for e in evaluations if not e.passed]
         spark = resources["spark"].get_session()
-        lakehouse = resources["lakehouse"]
-        print("\n== lakehouse tables ==")
-        for table in TABLES:
-            path = lakehouse.table_path(table)
-            if not table_exists(spark, path):
-                print(f"{table}: not created")
-                continue
-            frame = read_table(spark, path)
-            print(f"\n{table}: {frame.count()} rows  ({path})")
-            frame.show(5, truncate=False)
-        windows = read_table(spark, lakehouse.table_path("ride_window_aggregates")).toPandas().sort_values("window_start")
+        counts = _show_tables(spark, resources["lakehouse"])
+        windows = read_table(spark, resources["lakehouse"].table_path("ride_window_aggregates")).toPandas()
         options.output_dir.mkdir(parents=True, exist_ok=True)
         chart = options.output_dir / "ride_window_aggregates.png"
-        chart.write_bytes(window_chart_png(windows.tail(300)))
-        print(f"window chart: {chart}")
-        print(f"asset checks: {'all passed' if not failed_checks else 'failed: ' + ', '.join(failed_checks)}")
+        chart.write_bytes(window_chart_png(windows.sort_values("window_start").tail(300)))
         spark.stop()
-        return 0
+        print("\n== summary ==")
+        print("rows per table: " + ", ".join(f"{table} {n:,}" for table, n in counts.items()))
+        print(f"asset checks: {len(evaluations) - len(failed_checks)} of {len(evaluations)} passed"
+              + (f"; failed: {', '.join(failed_checks)}" if failed_checks else ""))
+        print(f"window chart: {chart.resolve()}")
+        print("open the UI: eval \"$(streaming-pipeline stack env)\" && dagster dev -w workspace.yaml "
+              "(then http://127.0.0.1:3000)")
+        return 1 if failed_checks else 0
     finally:
         if not was_running:
-            _say("stopping the embedded stack (it was not running before the demo)")
-            stack.down(progress=_say)
+            stages.say("stopping the embedded stack (it was not running before the demo)")
+            stack.down()

@@ -41,7 +41,7 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[object]:
     """A fresh embedded Kafka broker + schema registry on free ports, stopped after the test."""
     from streaming_pipeline.embedded.stack import running_stack
 
-    with running_stack(tmp_path_factory.mktemp("stack")) as info:
+    with running_stack(tmp_path_factory.mktemp("stack"), spark=False) as info:
         yield info
 
 

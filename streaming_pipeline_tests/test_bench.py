@@ -1,4 +1,4 @@
-"""Smoke test: the benchmark command runs end to end on a tiny input (no time is asserted)."""
+"""Smoke tests: both benchmark commands run end to end on tiny inputs (no time is asserted)."""
 
 import json
 
@@ -6,16 +6,25 @@ import pytest
 
 from streaming_pipeline.cli import main
 
+pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
-@pytest.mark.integration
-def test_bench_command_runs_and_writes_every_figure(tmp_path) -> None:
+
+def test_throughput_bench_runs_and_writes_every_figure(tmp_path) -> None:
     out = tmp_path / "bench.json"
-    assert main(["bench", "--rides", "300", "--probes", "2", "--json", str(out)]) == 0
+    assert main(["bench", "--rides", "300", "--json", str(out)]) == 0
     figures = json.loads(out.read_text())
     assert figures["rides"] == 300
-    assert figures["freshness_probes"] == 2
-    for name in ("limit_consume_records_per_s", "plain_spark_rides_per_s", "ours_rides_per_s", "peak_driver_jvm_rss_mib",
-                 "freshness_p50_seconds", "freshness_p95_seconds"):
+    for name in ("limit_consume_records_per_s", "plain_spark_rides_per_s", "ours_rides_per_s", "peak_engine_rss_mib"):
         assert figures[name] > 0, name
     assert figures["ratios"]["ours/plain_spark"] == round(figures["ours_rides_per_s"] / figures["plain_spark_rides_per_s"], 3)
     assert figures["overhead_seconds_per_run"] == pytest.approx(figures["ours_seconds"] - figures["ours_streaming_seconds"], abs=1e-6)
+
+
+def test_live_bench_measures_every_probe_through_dagster_dev(tmp_path) -> None:
+    out = tmp_path / "live.json"
+    assert main(["bench", "--live", "--probes", "3", "--gap", "1", "--json", str(out)]) == 0
+    figures = json.loads(out.read_text())
+    assert len(figures["raw_rides_seconds"]) == len(figures["vendor_counts_seconds"]) == 2
+    assert all(raw <= gold for raw, gold in zip(figures["raw_rides_seconds"], figures["vendor_counts_seconds"]))
+    assert figures["first_ride_to_raw_rides_seconds"] > 0 and figures["sensor_runs"] >= 1
+    assert figures["peak_engine_rss_mib"] > 0

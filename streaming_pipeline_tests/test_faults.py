@@ -422,7 +422,7 @@ def test_registry_down_fails_run_clearly_and_loses_nothing(stack, pipeline_resou
         if delta_log_versions(path):
             assert spark.read.format("delta").load(path).count() == 0, f"{table} got rows while the registry was down"
 
-    restarted = EmbeddedStack(stack.directory, prefer_standard_ports=False).up(timeout=60)
+    restarted = EmbeddedStack(stack.directory, prefer_standard_ports=False, spark=False).up(timeout=60)
     assert restarted.schema_registry_url == stack.schema_registry_url
     assert restarted.registry_pid != stack.registry_pid
     assert registry_answers(stack.schema_registry_url)

@@ -1,4 +1,4 @@
-"""Offset sensors against a real broker, and the live path: sensor -> bronze run -> eager downstream."""
+"""The offset sensors: the policy as a pure function, and the sensor against a real broker and a real instance."""
 
 from __future__ import annotations
 
@@ -7,68 +7,129 @@ import time
 import dagster as dg
 import pytest
 
-from streaming_pipeline.assets import ALL_ASSETS
+from streaming_pipeline.offsets import consumer_lag
 from streaming_pipeline.producer import produce, rows_from_records
-from streaming_pipeline.resources import KafkaResource
-from streaming_pipeline.sensors import build_offset_sensor, consumer_lag
-from streaming_pipeline.settings import RIDES_TOPIC
+from streaming_pipeline.resources import KafkaResource, LakehouseResource
+from streaming_pipeline.sensors import Decision, build_offset_sensor, decide, live_job
+from streaming_pipeline.settings import RIDES_TOPIC, SensorSettings
 from streaming_pipeline.synthetic import SyntheticOptions, synthetic_rides
+
+POLICY = SensorSettings(min_records=10, max_wait_seconds=30, retry_backoff_seconds=5, max_backoff_seconds=60)
+
+
+def _decide(**overrides: object) -> Decision:
+    inputs: dict[str, object] = dict(
+        waiting=0, oldest_age_seconds=None, run_in_flight=False, consecutive_failures=0,
+        seconds_since_failure=None, policy=POLICY,
+    )
+    inputs.update(overrides)
+    return decide(**inputs)  # type: ignore[arg-type]
 
 
 def test_consumer_lag_counts_records_past_the_checkpoint_per_partition() -> None:
     assert consumer_lag({0: 10, 1: 5, 2: 0}, {0: 4, 1: 5}) == {0: 6, 1: 0, 2: 0}
 
 
+def test_nothing_waiting_requests_nothing() -> None:
+    assert _decide(waiting=0) == Decision(False, "no new records")
+
+
+def test_enough_waiting_records_request_a_run_unless_one_is_in_flight() -> None:
+    assert _decide(waiting=10).request
+    assert _decide(waiting=10, run_in_flight=True) == Decision(
+        False, "10 record(s) wait; a run on this checkpoint is in flight"
+    )
+
+
+def test_few_records_wait_until_the_oldest_is_old_enough() -> None:
+    assert not _decide(waiting=3, oldest_age_seconds=29.0).request
+    assert _decide(waiting=3, oldest_age_seconds=30.0) == Decision(True, "3 record(s) wait, the oldest for 30 s")
+    assert not _decide(waiting=3, oldest_age_seconds=None).request
+
+
+def test_default_policy_requests_as_soon_as_one_record_waits() -> None:
+    assert decide(
+        waiting=1, oldest_age_seconds=None, run_in_flight=False, consecutive_failures=0,
+        seconds_since_failure=None, policy=SensorSettings(),
+    ).request
+
+
+def test_failed_runs_are_retried_after_a_back_off_that_doubles_up_to_the_maximum() -> None:
+    # 5 s after one failure, 10 s after two, 20 s after three, capped at 60 s.
+    assert not _decide(waiting=10, consecutive_failures=1, seconds_since_failure=4.9).request
+    assert _decide(waiting=10, consecutive_failures=1, seconds_since_failure=5.0).request
+    assert not _decide(waiting=10, consecutive_failures=2, seconds_since_failure=9.0).request
+    assert _decide(waiting=10, consecutive_failures=2, seconds_since_failure=10.0).request
+    assert not _decide(waiting=10, consecutive_failures=3, seconds_since_failure=19.0).request
+    assert not _decide(waiting=10, consecutive_failures=9, seconds_since_failure=59.0).request
+    assert _decide(waiting=10, consecutive_failures=9, seconds_since_failure=60.0).request
+    assert "retrying 1 s from now" in _decide(waiting=10, consecutive_failures=1, seconds_since_failure=4.0).reason
+
+
+def test_sensor_settings_come_from_documented_environment_variables() -> None:
+    settings = SensorSettings.from_env({"OFFSET_SENSOR_MIN_RECORDS": "500", "OFFSET_SENSOR_INTERVAL_SECONDS": "7",
+                                        "OFFSET_SENSOR_RETRY_BACKOFF_SECONDS": "2.5"})
+    assert (settings.min_records, settings.interval_seconds, settings.retry_backoff_seconds) == (500, 7, 2.5)
+    from streaming_pipeline.errors import ConfigurationError
+
+    with pytest.raises(ConfigurationError, match="OFFSET_SENSOR_MAX_WAIT_SECONDS='soon'"):
+        SensorSettings.from_env({"OFFSET_SENSOR_MAX_WAIT_SECONDS": "soon"})
+
+
+def test_the_live_job_selects_bronze_and_everything_downstream_without_checks() -> None:
+    from streaming_pipeline.definitions import defs
+
+    job = defs.resolve_job_def("raw_rides_to_gold_job")
+    # Every node is an asset (no check steps), and they are bronze raw_rides and everything downstream of it.
+    assert sorted(node.name for node in job.nodes) == [
+        "dead_letter_records", "raw_rides", "ride_pickup_joins", "ride_window_aggregates", "vendor_counts"
+    ]
+    assert {sensor.name: sensor.default_status for sensor in defs.sensors} == {
+        "raw_rides_offset_sensor": dg.DefaultSensorStatus.RUNNING,
+        "raw_pickup_locations_offset_sensor": dg.DefaultSensorStatus.RUNNING,
+        "default_automation_condition_sensor": dg.DefaultSensorStatus.RUNNING,
+    }
+
+
 def test_sensor_skips_with_reason_when_kafka_is_down(tmp_path) -> None:
-    sensor = build_offset_sensor(dg.AssetKey("raw_rides"), RIDES_TOPIC)
+    key = dg.AssetKey("raw_rides")
+    sensor = build_offset_sensor(key, RIDES_TOPIC, live_job(key), SensorSettings())
     resources = {
         "kafka": KafkaResource(bootstrap_servers="127.0.0.1:1", timeout_seconds=2),
-        "lakehouse": _lakehouse(tmp_path),
+        "lakehouse": LakehouseResource(root=str(tmp_path / "lakehouse")),
     }
-    result = sensor(dg.build_sensor_context(resources=resources))
+    result = sensor(dg.build_sensor_context(resources=resources, instance=dg.DagsterInstance.ephemeral()))
     assert isinstance(result, dg.SkipReason)
-    assert "Kafka is not reachable" in result.skip_message
-
-
-def _lakehouse(tmp_path):
-    from streaming_pipeline.resources import LakehouseResource
-
-    return LakehouseResource(root=str(tmp_path / "lakehouse"))
-
-
-def _produce_rides(resources, count: int, seed: int) -> None:
-    result = produce(resources["kafka"], resources["schema_registry"], RIDES_TOPIC,
-                     rows_from_records(synthetic_rides(count, SyntheticOptions(seed=seed))), show_progress=False)
-    assert (result.sent, result.failed) == (count, 0)
+    assert "Kafka is not reachable" in (result.skip_message or "")
 
 
 @pytest.mark.integration
-def test_sensor_waits_for_enough_records_then_requests_one_run_per_offset_snapshot(pipeline_resources) -> None:
+def test_sensor_requests_a_run_per_tick_with_unique_keys_while_records_wait(pipeline_resources) -> None:
+    key = dg.AssetKey("raw_rides")
+    job = live_job(key)
+    sensor = build_offset_sensor(key, RIDES_TOPIC, job, SensorSettings(min_records=10, max_wait_seconds=3600))
     resources = {"kafka": pipeline_resources["kafka"], "lakehouse": pipeline_resources["lakehouse"]}
-    sensor = build_offset_sensor(dg.AssetKey("raw_rides"), RIDES_TOPIC, min_new_records=10, max_wait_seconds=3600)
+    instance = dg.DagsterInstance.ephemeral()
 
-    empty = sensor(dg.build_sensor_context(resources=resources))
-    assert empty.run_requests in (None, [])
-    assert "no new records" in empty.skip_reason.skip_message
+    empty = sensor(dg.build_sensor_context(resources=resources, instance=instance))
+    assert not empty.run_requests and "no new records" in empty.skip_reason.skip_message
 
-    _produce_rides(pipeline_resources, 4, seed=1)
-    few = sensor(dg.build_sensor_context(resources=resources))
-    assert not few.run_requests
-    assert "4 new record(s)" in few.skip_reason.skip_message
+    rides = rows_from_records(synthetic_rides(4, SyntheticOptions(seed=1)))
+    assert produce(pipeline_resources["kafka"], pipeline_resources["schema_registry"], RIDES_TOPIC, rides,
+                   show_progress=False).sent == 4
+    few = sensor(dg.build_sensor_context(resources=resources, instance=instance, cursor=empty.cursor))
+    assert not few.run_requests and "4 record(s) wait; waiting for 10" in few.skip_reason.skip_message
     assert few.asset_events[0].metadata["consumer_lag"].value == 4
 
-    _produce_rides(pipeline_resources, 6, seed=2)
-    enough = sensor(dg.build_sensor_context(resources=resources, cursor=few.cursor))
-    assert len(enough.run_requests) == 1
-    end_offsets = pipeline_resources["kafka"].end_offsets(RIDES_TOPIC)
-    assert sum(end_offsets.values()) == 10
-    snapshot = ",".join(f"{p}:{o}" for p, o in sorted(end_offsets.items()))
-    assert enough.run_requests[0].run_key == f"{RIDES_TOPIC}@{snapshot}"
-    assert enough.run_requests[0].asset_selection == [dg.AssetKey("raw_rides")]
-
-    again = sensor(dg.build_sensor_context(resources=resources, cursor=enough.cursor))
-    assert not again.run_requests
-    assert "already requested" in again.skip_reason.skip_message
+    rides = rows_from_records(synthetic_rides(6, SyntheticOptions(seed=2)))
+    produce(pipeline_resources["kafka"], pipeline_resources["schema_registry"], RIDES_TOPIC, rides, show_progress=False)
+    first = sensor(dg.build_sensor_context(resources=resources, instance=instance, cursor=few.cursor))
+    snapshot = ",".join(f"{p}:{o}" for p, o in sorted(pipeline_resources["kafka"].end_offsets(RIDES_TOPIC).items()))
+    assert [r.run_key for r in first.run_requests] == [f"{RIDES_TOPIC}@{snapshot}#1"]
+    # Nothing ran (no run in flight, none failed): the next tick asks again, with a key of its own.
+    second = sensor(dg.build_sensor_context(resources=resources, instance=instance, cursor=first.cursor))
+    assert [r.run_key for r in second.run_requests] == [f"{RIDES_TOPIC}@{snapshot}#2"]
+    assert not second.asset_events  # the lag did not change: no new observation
 
 
 @pytest.mark.integration
@@ -81,45 +142,13 @@ def test_sensor_requests_a_run_when_the_oldest_waiting_record_is_older_than_max_
     producer = Producer({"bootstrap.servers": kafka.bootstrap_servers})
     producer.produce(RIDES_TOPIC, value=b"fresh", partition=0, timestamp=int(time.time() * 1000))
     producer.flush(10)
-    patient = build_offset_sensor(dg.AssetKey("raw_rides"), RIDES_TOPIC, min_new_records=1000, max_wait_seconds=60)
-    fresh = patient(dg.build_sensor_context(resources=resources))
-    assert not fresh.run_requests
-    assert "waiting for 1000" in fresh.skip_reason.skip_message
+    key = dg.AssetKey("raw_rides")
+    patient = build_offset_sensor(key, RIDES_TOPIC, live_job(key), SensorSettings(min_records=1000, max_wait_seconds=60))
+    instance = dg.DagsterInstance.ephemeral()
+    fresh = patient(dg.build_sensor_context(resources=resources, instance=instance))
+    assert not fresh.run_requests and "waiting for 1000" in fresh.skip_reason.skip_message
 
     producer.produce(RIDES_TOPIC, value=b"old", partition=1, timestamp=int((time.time() - 120) * 1000))
     producer.flush(10)
-    stale = patient(dg.build_sensor_context(resources=resources, cursor=fresh.cursor))
+    stale = patient(dg.build_sensor_context(resources=resources, instance=instance, cursor=fresh.cursor))
     assert len(stale.run_requests) == 1
-
-
-@pytest.mark.integration
-def test_produced_rides_reach_raw_rides_and_vendor_counts_without_manual_materialization(pipeline_resources, spark) -> None:
-    """The live path through Dagster's own APIs: sensor tick -> its run -> automation conditions -> their runs."""
-    sensor = build_offset_sensor(dg.AssetKey("raw_rides"), RIDES_TOPIC, min_new_records=1)
-    defs = dg.Definitions(assets=ALL_ASSETS, sensors=[sensor], resources=pipeline_resources, executor=dg.in_process_executor)
-    instance = dg.DagsterInstance.ephemeral()
-    _produce_rides(pipeline_resources, 25, seed=4)
-    # The automation sensor ticks all the time; its first tick only records the state (nothing new yet).
-    baseline = dg.evaluate_automation_conditions(defs=defs, instance=instance)
-    assert baseline.total_requested == 0
-
-    tick = sensor(dg.build_sensor_context(instance=instance, resources={"kafka": pipeline_resources["kafka"], "lakehouse": pipeline_resources["lakehouse"]}))
-    assert len(tick.run_requests) == 1
-    job = defs.resolve_implicit_global_asset_job_def()
-    assert job.execute_in_process(instance=instance, asset_selection=tick.run_requests[0].asset_selection).success
-
-    automation = dg.evaluate_automation_conditions(defs=defs, instance=instance, cursor=baseline.cursor)
-    requested = {key for key in (dg.AssetKey(n) for n in ("vendor_counts", "ride_window_aggregates", "ride_pickup_joins", "dead_letter_records"))
-                 if automation.get_num_requested(key) > 0}
-    assert dg.AssetKey("vendor_counts") in requested
-    assert dg.AssetKey("ride_window_aggregates") in requested
-    assert job.execute_in_process(instance=instance, asset_selection=sorted(requested, key=str)).success
-
-    lakehouse = pipeline_resources["lakehouse"]
-    raw = spark.read.format("delta").load(lakehouse.table_path("raw_rides"))
-    counts = spark.read.format("delta").load(lakehouse.table_path("vendor_counts")).toPandas()
-    expected = {}
-    for ride in synthetic_rides(25, SyntheticOptions(seed=4)):
-        expected[ride["vendor_id"]] = expected.get(ride["vendor_id"], 0) + 1
-    assert raw.count() == 25
-    assert dict(zip(counts["vendor_id"], counts["trip_count"])) == expected

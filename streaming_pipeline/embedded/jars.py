@@ -28,6 +28,7 @@ import importlib.metadata
 import importlib.util
 import os
 import re
+import shutil
 import subprocess
 import sys
 import time
@@ -275,6 +276,14 @@ def _run_ivy(command: list[str], log_file: Path, artifacts: ArtifactSet, say: Pr
         )
 
 
+class IncompleteResolution(ArtifactResolutionError):
+    """Ivy finished but some jars are missing or damaged; `modules` are (organisation, module) pairs."""
+
+    def __init__(self, message: str, modules: list[tuple[str, str]]) -> None:
+        super().__init__(message)
+        self.modules = modules
+
+
 def _retrieved_jars(artifacts: ArtifactSet, ivy_cache: Path, lib: Path) -> list[Path]:
     """The jars Ivy's resolution report lists for the set, each of which must have been retrieved."""
     report = ivy_cache / f"streaming-pipeline-{artifacts.name}-default.xml"
@@ -284,6 +293,7 @@ def _retrieved_jars(artifacts: ArtifactSet, ivy_cache: Path, lib: Path) -> list[
         raise ArtifactResolutionError(f"Apache Ivy wrote no readable resolution report ({report}): {exc}") from exc
     expected: list[Path] = []
     missing: list[str] = []
+    modules: list[tuple[str, str]] = []
     for module in root.iter("module"):
         for revision in module.iter("revision"):
             if revision.get("evicted"):
@@ -297,10 +307,12 @@ def _retrieved_jars(artifacts: ArtifactSet, ivy_cache: Path, lib: Path) -> list[
                 expected.append(jar)
                 if artifact.get("status") == "failed" or not is_valid_jar(jar):
                     missing.append(f"{module.get('organisation')}:{module.get('name')}:{revision.get('name')}")
+                    modules.append((str(module.get("organisation")), str(module.get("name"))))
     if missing:
-        raise ArtifactResolutionError(
+        raise IncompleteResolution(
             f"the {artifacts.name} jars are incomplete: no valid jar for {', '.join(missing[:6])} "
-            f"(from {repository_url()}); run `streaming-pipeline jars fetch --force`"
+            f"(from {repository_url()}); run `streaming-pipeline jars fetch --force`",
+            modules,
         )
     if not expected:
         raise ArtifactResolutionError(f"Apache Ivy resolved no jars for {artifacts.name}; see {report}")
@@ -333,27 +345,33 @@ def resolve(artifacts: ArtifactSet, *, force: bool = False, progress: Progress |
             "(first time only; a few tens of MB)..."
         )
         started = time.monotonic()
-        _run_ivy(
-            [
-                str(java),
-                f"-Divy.default.ivy.user.dir={cache_root() / 'jars' / 'ivy-home'}",
-                "-jar",
-                str(ivy_jar),
-                "-settings",
-                str(directory / "ivysettings.xml"),
-                "-ivy",
-                str(directory / "ivy.xml"),
-                "-confs",
-                "default",
-                "-retrieve",
-                str(lib / "[organisation]__[artifact]-[revision](-[classifier]).[ext]"),
-                "-sync",
-            ],
-            directory / "resolve.log",
-            artifacts,
-            say,
-        )
-        jars = _retrieved_jars(artifacts, ivy_cache, lib)
+        command = [
+            str(java),
+            f"-Divy.default.ivy.user.dir={cache_root() / 'jars' / 'ivy-home'}",
+            "-jar",
+            str(ivy_jar),
+            "-settings",
+            str(directory / "ivysettings.xml"),
+            "-ivy",
+            str(directory / "ivy.xml"),
+            "-confs",
+            "default",
+            "-retrieve",
+            str(lib / "[organisation]__[artifact]-[revision](-[classifier]).[ext]"),
+            "-sync",
+        ]
+        for attempt in (1, 2):
+            shutil.rmtree(lib, ignore_errors=True)  # Ivy's retrieve would keep a damaged copy
+            _run_ivy(command, directory / "resolve.log", artifacts, say)
+            try:
+                jars = _retrieved_jars(artifacts, ivy_cache, lib)
+                break
+            except IncompleteResolution as incomplete:
+                if attempt == 2:
+                    raise
+                # A damaged download in Ivy's own cache: forget those modules and fetch them again.
+                for organisation, module in incomplete.modules:
+                    shutil.rmtree(ivy_cache / organisation / module, ignore_errors=True)
         tmp = directory / "classpath.txt.tmp"
         tmp.write_text("".join(f"{jar}\n" for jar in jars))
         tmp.replace(directory / "classpath.txt")

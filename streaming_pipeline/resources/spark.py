@@ -68,6 +68,19 @@ def validate_remote(url: str) -> str:
     return url
 
 
+def connect_session(url: str) -> SparkSession:
+    """A new Spark Connect session to `url`; from then on this process is a Spark Connect client.
+
+    pyspark lets a process be a Connect client or a classic driver, not both: its functions (F.col, ...) build
+    Connect expressions once SPARK_CONNECT_MODE_ENABLED is set, as its own builder does. `create`, because
+    `getOrCreate` could hand back a session bound to another server.
+    """
+    from pyspark.sql.connect.session import SparkSession as RemoteSparkSession
+
+    os.environ["SPARK_CONNECT_MODE_ENABLED"] = "1"
+    return RemoteSparkSession.builder.remote(url).create()  # type: ignore[return-value]
+
+
 class SparkResource(dg.ConfigurableResource):
     """The run's SparkSession, made on first use and closed when the run ends.
 
@@ -99,11 +112,10 @@ class SparkResource(dg.ConfigurableResource):
 
     def _connect(self) -> SparkSession:
         from pyspark.errors import PySparkException
-        from pyspark.sql import SparkSession
 
         url = validate_remote(str(self.remote))
         try:
-            session = SparkSession.builder.remote(url).getOrCreate()
+            session = connect_session(url)
             session.conf.set("spark.sql.session.timeZone", SESSION_TIME_ZONE)
             for key, value in self.conf.items():
                 session.conf.set(key, value)

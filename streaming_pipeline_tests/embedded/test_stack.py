@@ -21,6 +21,14 @@ from streaming_pipeline_tests.embedded.helpers import FAKE_REGISTRY_MODULE, cons
 
 PROJECT_ROOT = Path(__file__).resolve().parents[2]
 REAL_REGISTRY = PROJECT_ROOT / "streaming_pipeline" / "registry" / "__main__.py"
+CONNECT_CLIENT = """
+import sys
+from streaming_pipeline.resources.spark import connect_session
+session = connect_session(sys.argv[1])
+session.range(5).write.format("delta").save(sys.argv[2])
+print(session.read.format("delta").load(sys.argv[2]).count())
+session.stop()
+"""
 
 
 @pytest.fixture
@@ -34,7 +42,9 @@ def stacks() -> Iterator[list[EmbeddedStack]]:
 
 @pytest.mark.integration
 def test_up_status_env_down_up(tmp_path: Path, stacks: list[EmbeddedStack]) -> None:
-    stack = EmbeddedStack(tmp_path / "stack", prefer_standard_ports=False, registry_module=FAKE_REGISTRY_MODULE)
+    stack = EmbeddedStack(
+        tmp_path / "stack", prefer_standard_ports=False, registry_module=FAKE_REGISTRY_MODULE, spark=False
+    )
     stacks.append(stack)
     progress: list[str] = []
     info = stack.up(progress=progress.append)
@@ -58,7 +68,9 @@ def test_up_status_env_down_up(tmp_path: Path, stacks: list[EmbeddedStack]) -> N
     assert stack.env_lines() == [
         f"export KAFKA_BOOTSTRAP_SERVERS={info.bootstrap_servers}",
         f"export SCHEMA_REGISTRY_URL={info.schema_registry_url}",
+        f"export DAGSTER_HOME={stack.directory / 'dagster'}",
     ]
+    assert not status.spark.enabled and info.spark_remote is None
 
     # up again: nothing new is started
     again = stack.up()
@@ -75,7 +87,9 @@ def test_up_status_env_down_up(tmp_path: Path, stacks: list[EmbeddedStack]) -> N
     assert stack.down() is False
 
     # a new object on the same directory: same ports, same data
-    restarted = EmbeddedStack(tmp_path / "stack", prefer_standard_ports=False, registry_module=FAKE_REGISTRY_MODULE)
+    restarted = EmbeddedStack(
+        tmp_path / "stack", prefer_standard_ports=False, registry_module=FAKE_REGISTRY_MODULE, spark=False
+    )
     stacks.append(restarted)
     info2 = restarted.up()
     assert (info2.bootstrap_servers, info2.schema_registry_url) == (info.bootstrap_servers, info.schema_registry_url)
@@ -86,7 +100,7 @@ def test_up_status_env_down_up(tmp_path: Path, stacks: list[EmbeddedStack]) -> N
 @pytest.mark.integration
 def test_running_stack_always_stops(tmp_path: Path) -> None:
     with pytest.raises(RuntimeError, match="boom"):
-        with running_stack(tmp_path / "stack", registry_module=FAKE_REGISTRY_MODULE) as info:
+        with running_stack(tmp_path / "stack", registry_module=FAKE_REGISTRY_MODULE, spark=False) as info:
             kafka_pid, registry_pid = info.kafka_pid, info.registry_pid
             assert pid_alive(kafka_pid) and pid_alive(registry_pid)
             raise RuntimeError("boom")
@@ -125,7 +139,7 @@ def test_recorded_port_clash(tmp_path: Path) -> None:
         directory = tmp_path / "stack"
         directory.mkdir()
         (directory / "stack.json").write_text(json.dumps({"kafka": {"pid": None, "port": port}}))
-        stack = EmbeddedStack(directory, prefer_standard_ports=False)
+        stack = EmbeddedStack(directory, prefer_standard_ports=False, spark=False)
         with pytest.raises(StackError) as caught:
             stack.up()
     message = str(caught.value)
@@ -191,8 +205,9 @@ def _cli(*args: str) -> subprocess.CompletedProcess[str]:
     not REAL_REGISTRY.exists(),
     reason="streaming_pipeline/registry/__main__.py (the real schema registry) does not exist yet",
 )
-def test_cli_with_real_registry(tmp_path: Path) -> None:
-    """`stack up` in a separate process: the components outlive the command; a later command stops them."""
+def test_cli_with_real_registry_and_spark_connect(tmp_path: Path) -> None:
+    """`stack up` in a separate process: the components (the Spark Connect engine too) outlive the command;
+    a later command stops them."""
     directory = str(tmp_path / "stack")
     try:
         up = _cli("up", "--dir", directory, "--free-ports")
@@ -205,12 +220,27 @@ def test_cli_with_real_registry(tmp_path: Path) -> None:
         assert [line.split("=")[0] for line in lines] == [
             "export KAFKA_BOOTSTRAP_SERVERS",
             "export SCHEMA_REGISTRY_URL",
+            "export SPARK_REMOTE",
+            "export DAGSTER_HOME",
         ]
         values = dict(line.removeprefix("export ").split("=", 1) for line in lines)
         url = values["SCHEMA_REGISTRY_URL"]
+        assert values["DAGSTER_HOME"] == str(tmp_path / "stack" / "dagster")
+        assert "granularity: run" in (tmp_path / "stack" / "dagster" / "dagster.yaml").read_text()
 
         status = _cli("status", "--dir", directory)
-        assert status.returncode == 0 and status.stdout.count("running") == 2, status.stdout
+        assert status.returncode == 0 and status.stdout.count("running") == 3, status.stdout
+        as_json = json.loads(_cli("status", "--dir", directory, "--json").stdout)
+        assert as_json["running"] and as_json["spark_remote"] == values["SPARK_REMOTE"]
+        assert (as_json["spark_master_url"], as_json["spark_workers"]) == (None, 0)
+        spark_pid = as_json["components"]["spark"]["pid"]
+
+        # the engine answers a client, and runs Delta (in a subprocess: pytest's own process stays a classic driver)
+        client = subprocess.run(
+            [sys.executable, "-c", CONNECT_CLIENT, values["SPARK_REMOTE"], str(tmp_path / "delta")],
+            capture_output=True, text=True, timeout=180, check=False,
+        )
+        assert client.returncode == 0 and client.stdout.strip() == "5", client.stderr[-3000:]
 
         # the registry keeps what it was given across down/up
         schema = {"type": "record", "name": "Ping", "fields": [{"name": "n", "type": "int"}]}
@@ -227,7 +257,8 @@ def test_cli_with_real_registry(tmp_path: Path) -> None:
         down = _cli("down", "--dir", directory)
         assert down.returncode == 0 and "stopped" in down.stdout, down.stderr
         status = _cli("status", "--dir", directory)
-        assert status.stdout.count("stopped") == 2, status.stdout
+        assert status.stdout.count("stopped") == 3, status.stdout
+        assert not pid_alive(spark_pid)
 
         up = _cli("up", "--dir", directory)
         assert up.returncode == 0, up.stderr + up.stdout

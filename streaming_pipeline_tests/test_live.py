@@ -1,0 +1,205 @@
+"""The live path as a user runs it: the embedded stack (with the Spark Connect engine) and `dagster dev`
+(webserver + daemon, sensors as they start by default) as subprocesses. Nothing is materialized by hand.
+
+The tests share one stack and one `dagster dev`, in file order: rides reach gold; a run that fails while
+the registry is down is retried once it is back; and no two runs ever worked on a checkpoint at once.
+No test asserts a time: waits are bounded only so that a broken path fails instead of hanging.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import dagster as dg
+import pytest
+
+from streaming_pipeline.embedded.dagster_dev import DagsterDev
+from streaming_pipeline.embedded.processes import stop_pid
+from streaming_pipeline.embedded.stack import EmbeddedStack, StackInfo, running_stack
+from streaming_pipeline.producer import produce, rows_from_records
+from streaming_pipeline.resources import KafkaResource, SchemaRegistryResource
+from streaming_pipeline.schemas import load_schema
+from streaming_pipeline.settings import RIDES_TOPIC
+from streaming_pipeline.synthetic import SyntheticOptions, synthetic_rides
+from streaming_pipeline_tests.kafka_helpers import avro_frame, produce_raw
+
+pytestmark = [pytest.mark.integration, pytest.mark.slow]
+
+WAIT_SECONDS = 300
+SENSOR_NAME = "raw_rides_offset_sensor"
+
+
+@dataclass
+class Live:
+    stack: StackInfo
+    lakehouse: Path
+    dagster_home: Path
+    webserver_port: int
+    log: Path
+    spark: Any
+
+    def instance(self) -> dg.DagsterInstance:
+        return dg.DagsterInstance.from_config(str(self.dagster_home))
+
+    def count(self, table: str) -> int:
+        from pyspark.errors import AnalysisException
+
+        try:
+            return int(self.spark.read.format("delta").load(str(self.lakehouse / table)).count())
+        except AnalysisException:
+            return 0
+
+    def vendor_counts(self) -> dict[int, int]:
+        from pyspark.errors import AnalysisException
+
+        try:
+            rows = self.spark.read.format("delta").load(str(self.lakehouse / "vendor_counts")).collect()
+        except AnalysisException:
+            return {}
+        return {int(r.vendor_id): int(r.trip_count) for r in rows}
+
+
+def _log_tail(path: Path, lines: int = 60) -> str:
+    try:
+        return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
+    except OSError:
+        return "(no log)"
+
+
+def wait_until(live: Live, what: str, condition: Callable[[], bool]) -> None:
+    deadline = time.monotonic() + WAIT_SECONDS
+    while not condition():
+        if time.monotonic() > deadline:
+            pytest.fail(f"not within {WAIT_SECONDS} s: {what}\n--- dagster dev log:\n{_log_tail(live.log)}")
+        time.sleep(1)
+
+
+@pytest.fixture(scope="module")
+def live(tmp_path_factory: pytest.TempPathFactory, spark: Any) -> Iterator[Live]:
+    """The tables are read with the test session's own in-process Spark (pytest's process stays a classic
+    driver: pyspark does not mix Connect and classic sessions in one process)."""
+    root = tmp_path_factory.mktemp("live")
+    with running_stack(root / "stack", spark=True) as stack:
+        assert stack.spark_remote and stack.dagster_home
+        env = {**stack.env(), "LAKEHOUSE_DIR": str(root / "lakehouse"), "OFFSET_SENSOR_RETRY_BACKOFF_SECONDS": "2"}
+        with DagsterDev(env, root / "dagster-dev.log") as dagster_dev:  # the README's `dagster dev -w workspace.yaml`
+            yield Live(stack, root / "lakehouse", stack.dagster_home, dagster_dev.port, dagster_dev.log_file, spark)
+
+
+def _expected_vendor_counts(rides: list[dict[str, Any]]) -> dict[int, int]:
+    counts: dict[int, int] = {}
+    for ride in rides:
+        counts[ride["vendor_id"]] = counts.get(ride["vendor_id"], 0) + 1
+    return counts
+
+
+PRODUCED: list[dict[str, Any]] = []
+
+
+def _resources(live: Live) -> tuple[KafkaResource, SchemaRegistryResource]:
+    return (
+        KafkaResource(bootstrap_servers=live.stack.bootstrap_servers),
+        SchemaRegistryResource(url=live.stack.schema_registry_url),
+    )
+
+
+def test_produced_rides_reach_raw_rides_and_vendor_counts_with_no_manual_step(live: Live) -> None:
+    kafka, registry = _resources(live)
+    rides = list(synthetic_rides(7, SyntheticOptions(seed=101)))
+    result = produce(kafka, registry, RIDES_TOPIC, rows_from_records(rides), show_progress=False)
+    assert (result.sent, result.failed) == (7, 0)
+    PRODUCED.extend(rides)
+
+    wait_until(live, "7 rides in raw_rides", lambda: live.count("raw_rides") == 7)
+    expected = _expected_vendor_counts(PRODUCED)
+    wait_until(live, f"vendor_counts == {expected}", lambda: live.vendor_counts() == expected)
+    # One sensor run carried them from Kafka to gold: it selected bronze and everything downstream.
+    runs = live.instance().get_runs(filters=dg.RunsFilter(tags={"dagster/sensor_name": SENSOR_NAME}))
+    assert runs and all(run.job_name == "raw_rides_to_gold_job" for run in runs)
+    assert live.count("ride_window_aggregates") > 0
+
+
+def test_a_run_that_failed_while_the_registry_was_down_is_retried_once_it_is_back(live: Live) -> None:
+    kafka, registry = _resources(live)
+    schema = load_schema("ride_value.avsc")
+    key_schema = load_schema("ride_key.avsc")
+    registry.register("rides-value", schema)
+    rides = list(synthetic_rides(5, SyntheticOptions(seed=202)))
+    # Encoded while the registry is up; sent while it is down (the producer itself needs no registry then).
+    messages = [
+        (avro_frame(registry, key_schema, ride["vendor_id"], RIDES_TOPIC, field=_key_field()),
+         avro_frame(registry, schema, ride, RIDES_TOPIC))
+        for ride in rides
+    ]
+    before = live.count("raw_rides")
+    stop_pid(live.stack.registry_pid, timeout=15)
+    produce_raw(live.stack.bootstrap_servers, RIDES_TOPIC, messages)
+    PRODUCED.extend(rides)
+
+    def failed_sensor_runs() -> int:
+        return len(
+            live.instance().get_runs(
+                filters=dg.RunsFilter(tags={"dagster/sensor_name": SENSOR_NAME}, statuses=[dg.DagsterRunStatus.FAILURE])
+            )
+        )
+
+    wait_until(live, "a sensor run fails while the registry is down", lambda: failed_sensor_runs() >= 1)
+    assert live.count("raw_rides") == before  # nothing was taken while the registry was down
+
+    restarted = EmbeddedStack(live.stack.directory, prefer_standard_ports=False).up(timeout=60)
+    assert restarted.schema_registry_url == live.stack.schema_registry_url
+    wait_until(live, "the retried run brings the 5 rides", lambda: live.count("raw_rides") == before + 5)
+    expected = _expected_vendor_counts(PRODUCED)
+    wait_until(live, f"vendor_counts == {expected}", lambda: live.vendor_counts() == expected)
+
+
+def _key_field():  # type: ignore[no-untyped-def]
+    from confluent_kafka.serialization import MessageField
+
+    return MessageField.KEY
+
+
+def test_a_manual_run_and_a_sensor_run_never_work_on_the_same_checkpoint_at_once(live: Live) -> None:
+    from dagster_graphql import DagsterGraphQLClient
+
+    kafka, registry = _resources(live)
+    rides = list(synthetic_rides(3, SyntheticOptions(seed=303)))
+    before = live.count("raw_rides")
+    instance = live.instance()
+    seen = {run.run_id for run in instance.get_runs(filters=dg.RunsFilter(tags={"dagster/sensor_name": SENSOR_NAME}))}
+    assert produce(kafka, registry, RIDES_TOPIC, rows_from_records(rides), show_progress=False).sent == 3
+    PRODUCED.extend(rides)
+
+    def new_sensor_run_started() -> bool:
+        runs = live.instance().get_runs(filters=dg.RunsFilter(tags={"dagster/sensor_name": SENSOR_NAME}))
+        return any(r.run_id not in seen and r.status != dg.DagsterRunStatus.QUEUED for r in runs)
+
+    wait_until(live, "the sensor launches a run", new_sensor_run_started)
+    client = DagsterGraphQLClient("127.0.0.1", port_number=live.webserver_port)
+    manual_run_id = client.submit_job_execution("raw_rides_to_gold_job")
+
+    def finished(run_id: str) -> bool:
+        run = live.instance().get_run_by_id(run_id)
+        return run is not None and run.is_finished
+
+    wait_until(live, "the manual run finishes", lambda: finished(manual_run_id))
+    assert live.instance().get_run_by_id(manual_run_id).status == dg.DagsterRunStatus.SUCCESS
+    wait_until(live, "3 more rides in raw_rides", lambda: live.count("raw_rides") == before + 3)
+
+    # Every run that materialized raw_rides, whoever started it: their [start, end] intervals never overlap.
+    records = live.instance().get_run_records()
+    on_checkpoint = [
+        r for r in records
+        if r.dagster_run.job_name == "raw_rides_to_gold_job"
+        or (r.dagster_run.asset_selection and dg.AssetKey("raw_rides") in r.dagster_run.asset_selection)
+    ]
+    intervals = sorted((r.start_time, r.end_time) for r in on_checkpoint if r.start_time is not None)
+    assert len(intervals) >= 3 and all(end is not None for _, end in intervals)
+    for (_, previous_end), (start, _) in zip(intervals, intervals[1:]):
+        assert start >= previous_end, f"two runs on the raw_rides checkpoint overlapped: {intervals}"
+    assert manual_run_id in {r.dagster_run.run_id for r in on_checkpoint}
+
