@@ -107,17 +107,17 @@ def _materialize(resources: dict[str, Any], stages: _Stages) -> dg.ExecuteInProc
         raise_on_error=False,
         run_config={"loggers": {"console": {"config": {"log_level": "WARNING"}}}},
     )
-    step_started: dict[str, float] = {}
-    for event in result.all_events:
-        if event.event_type_value == "STEP_START":
-            step_started[event.step_key or ""] = event.timestamp
-        elif event.event_type_value == "ASSET_MATERIALIZATION":
-            materialization = event.event_specific_data.materialization  # type: ignore[union-attr]
-            metadata = materialization.metadata
-            rows = metadata.get("dagster/row_count")
-            seconds = event.timestamp - step_started.get(event.step_key or "", event.timestamp)
-            detail = f"{rows.value:,} rows" if rows is not None else "done"
-            stages.say(f"  {materialization.asset_key.to_user_string()}: {detail} ({seconds:.1f} s)")
+    seconds = {
+        event.step_key: event.event_specific_data.duration_ms / 1000  # type: ignore[union-attr]
+        for event in result.all_events
+        if event.event_type_value == "STEP_SUCCESS"
+    }
+    for event in result.get_asset_materialization_events():
+        materialization = event.event_specific_data.materialization  # type: ignore[union-attr]
+        rows = materialization.metadata.get("dagster/row_count")
+        detail = f"{rows.value:,} rows" if rows is not None else "done"
+        stages.say(f"  {materialization.asset_key.to_user_string()}: {detail} "
+                   f"({seconds.get(event.step_key, 0.0):.1f} s)")
     if not result.success:
         failures = [
             f"{e.step_key}: {e.step_failure_data.error.message.strip().splitlines()[0]}"  # type: ignore[union-attr]
@@ -181,8 +181,8 @@ def run_demo(options: DemoOptions) -> int:
         print(f"asset checks: {len(evaluations) - len(failed_checks)} of {len(evaluations)} passed"
               + (f"; failed: {', '.join(failed_checks)}" if failed_checks else ""))
         print(f"window chart: {chart.resolve()}")
-        print("open the UI: eval \"$(streaming-pipeline stack env)\" && dagster dev -w workspace.yaml "
-              "(then http://127.0.0.1:3000)")
+        print("open the UI: streaming-pipeline stack up && eval \"$(streaming-pipeline stack env)\" && "
+              "dagster dev -w workspace.yaml   (then http://127.0.0.1:3000)")
         return 1 if failed_checks else 0
     finally:
         if not was_running:

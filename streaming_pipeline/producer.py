@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import sys
 import time
 from collections.abc import Iterable, Iterator
@@ -21,6 +22,10 @@ from streaming_pipeline.settings import PICKUPS_TOPIC, RIDES_TOPIC
 
 ACKS = ("0", "1", "all")
 MAX_REPORTED_ERRORS = 20
+
+_LIBRDKAFKA_LOG = logging.getLogger("streaming_pipeline.producer.librdkafka")
+_LIBRDKAFKA_LOG.addHandler(logging.NullHandler())
+_LIBRDKAFKA_LOG.propagate = False
 
 #: Which field of a record is the message key, per topic (DESIGN section 4).
 KEY_FIELDS = {RIDES_TOPIC: "vendor_id", PICKUPS_TOPIC: "pu_location_id"}
@@ -105,7 +110,9 @@ def produce(
     }
     if acks == "all":
         producer_config["enable.idempotence"] = True
-    producer = kafka.producer(**producer_config)
+    # librdkafka's own log lines (e.g. "coordinator load in progress: retrying" on a fresh broker) go to logging;
+    # what matters reaches the user through the delivery reports and the summary.
+    producer = kafka.producer(**producer_config, logger=_LIBRDKAFKA_LOG)
     result = ProduceResult(topic=topic)
     key_field = KEY_FIELDS[topic]
     pacer = _Pacer(rate)
