@@ -99,9 +99,59 @@ def vendor_counts_match_raw_rides(spark: SparkResource, lakehouse: LakehouseReso
     return dg.AssetCheckResult(passed=counted == rides, metadata={"sum_trip_count": counted, "raw_rides_rows": rides})
 
 
+@dg.asset_check(
+    asset="high_amount_rides",
+    additional_deps=["low_amount_rides", "raw_rides"],
+    description="high_amount_rides + low_amount_rides hold each ride of raw_rides with a total_amount exactly once.",
+)
+def branches_add_up_to_rides_with_an_amount(spark: SparkResource, lakehouse: LakehouseResource) -> dg.AssetCheckResult:
+    from pyspark.sql import functions as F
+
+    session = spark.get_session()
+    with_amount = _count(session, lakehouse, "raw_rides", F.col("total_amount").isNotNull())
+    high = _count(session, lakehouse, "high_amount_rides")
+    low = _count(session, lakehouse, "low_amount_rides")
+    duplicates = _duplicates(session, lakehouse, "high_amount_rides", KAFKA_KEY) + _duplicates(
+        session, lakehouse, "low_amount_rides", KAFKA_KEY
+    )
+    return dg.AssetCheckResult(
+        passed=high + low == with_amount and duplicates == 0,
+        metadata={"high": high, "low": low, "raw_rides_with_amount": with_amount, "duplicated_keys": duplicates},
+    )
+
+
+@dg.asset_check(
+    asset="rides_enriched",
+    additional_deps=["raw_rides"],
+    description="rides_enriched has one row per ride of raw_rides, no more, no fewer.",
+)
+def enriched_rows_equal_raw_rows(spark: SparkResource, lakehouse: LakehouseResource) -> dg.AssetCheckResult:
+    session = spark.get_session()
+    rides = _count(session, lakehouse, "raw_rides")
+    enriched = _count(session, lakehouse, "rides_enriched")
+    duplicates = _duplicates(session, lakehouse, "rides_enriched", KAFKA_KEY)
+    return dg.AssetCheckResult(
+        passed=enriched == rides and duplicates == 0,
+        metadata={"rides_enriched_rows": enriched, "raw_rides_rows": rides, "duplicated_keys": duplicates},
+    )
+
+
+@dg.asset_check(
+    asset="ride_pickup_joins",
+    description="Each (ride, pickup) pair appears once: no pair is appended twice.",
+)
+def unique_join_pairs(spark: SparkResource, lakehouse: LakehouseResource) -> dg.AssetCheckResult:
+    pair = ["ride_kafka_partition", "ride_kafka_offset", "pickup_kafka_partition", "pickup_kafka_offset"]
+    duplicates = _duplicates(spark.get_session(), lakehouse, "ride_pickup_joins", pair)
+    return dg.AssetCheckResult(passed=duplicates == 0, metadata={"duplicated_pairs": duplicates})
+
+
 ALL_CHECKS = [
     *_bronze_checks("raw_rides", RIDES_TOPIC),
     *_bronze_checks("raw_pickup_locations", PICKUPS_TOPIC),
     unique_window_per_vendor,
     vendor_counts_match_raw_rides,
+    branches_add_up_to_rides_with_an_amount,
+    enriched_rows_equal_raw_rows,
+    unique_join_pairs,
 ]

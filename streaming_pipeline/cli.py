@@ -133,6 +133,36 @@ def _run_bench(args: argparse.Namespace) -> int:
     return 0
 
 
+def _add_sql_parser(subparsers: argparse._SubParsersAction) -> None:
+    sql = subparsers.add_parser(
+        "sql",
+        help="run Spark SQL over the lakehouse: every table is a view named by its asset",
+        description="Runs on SPARK_REMOTE when set (`eval \"$(streaming-pipeline stack env)\"`), else an in-process "
+        "Spark. Tables: every asset of the lakehouse that exists, e.g. raw_rides, rides_enriched, vendor_counts.",
+    )
+    sql.add_argument("query", help='e.g. "SELECT vendor_id, trip_count FROM vendor_counts"')
+    sql.add_argument("--format", choices=["table", "csv", "json"], default="table", help="table (default), csv, json")
+    sql.set_defaults(handler=_run_sql)
+
+
+def _run_sql(args: argparse.Namespace) -> int:
+    from streaming_pipeline.assets import ALL_ASSETS
+    from streaming_pipeline.definitions import build_resources
+    from streaming_pipeline.settings import PipelineSettings
+    from streaming_pipeline.sql import format_rows, run_sql
+
+    resources = build_resources(PipelineSettings.from_env())
+    lakehouse = resources["lakehouse"]
+    names = [key.to_user_string() for assets_def in ALL_ASSETS for key in assets_def.keys]
+    spark = resources["spark"].get_session()
+    try:
+        columns, rows = run_sql(spark, {name: lakehouse.table_path(name) for name in names}, args.query)
+    finally:
+        spark.stop()
+    sys.stdout.write(format_rows(columns, rows, args.format))
+    return 0
+
+
 def _add_jars_parser(subparsers: argparse._SubParsersAction) -> None:
     jars = subparsers.add_parser(
         "jars",
@@ -168,6 +198,7 @@ def build_parser() -> argparse.ArgumentParser:
     subparsers = parser.add_subparsers(dest="command", required=True)
     add_stack_parser(subparsers)
     _add_jars_parser(subparsers)
+    _add_sql_parser(subparsers)
     _add_produce_parser(subparsers)
     _add_demo_parser(subparsers)
     _add_bench_parser(subparsers)

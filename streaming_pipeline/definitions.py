@@ -42,6 +42,8 @@ def build_resources(settings: PipelineSettings) -> dict[str, dg.ConfigurableReso
             ride_watermark_delay=settings.ride_watermark_delay,
             join_max_gap=settings.join_max_gap,
             max_offsets_per_trigger=settings.max_offsets_per_trigger,
+            high_amount_threshold=settings.high_amount_threshold,
+            taxi_zones_csv_override=settings.taxi_zones_csv,
         ),
     }
 

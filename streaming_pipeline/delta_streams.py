@@ -186,3 +186,137 @@ def update_ride_pickup_joins(spark: SparkSession, lakehouse: LakehouseResource, 
         )
 
     return run_available_now(JOINS, start_writer, log=log)
+
+
+HIGH_AMOUNT = "high_amount_rides"
+LOW_AMOUNT = "low_amount_rides"
+TAXI_ZONES = "taxi_zones"
+RIDES_ENRICHED = "rides_enriched"
+
+
+@dataclass
+class AmountBranchWriter:
+    """foreachBatch handler that branches each micro-batch of raw_rides into the high- and low-amount tables.
+
+    Both appends carry (txnAppId, txnVersion=batch id), so a batch replayed after a crash is skipped by a table
+    that has it. An Observation counts the rides with no total_amount (they go to neither table); the count
+    travels in the marker of the low-amount commit, which is written after the high-amount one.
+    """
+
+    high_path: str
+    low_path: str
+    threshold: float
+
+    def __call__(self, batch: DataFrame, batch_id: int) -> None:
+        import uuid
+
+        from pyspark.sql import Observation
+
+        from streaming_pipeline.kafka_ingestion import append_once
+        from streaming_pipeline.transformations import high_amount_rides, low_amount_rides
+
+        attempt = uuid.uuid4().hex
+        observation = Observation(f"branch-{batch_id}-{attempt}")
+        observed = batch.observe(observation, F.count(F.when(F.col("total_amount").isNull(), 1)).alias("null_amount"))
+        wrote_high = append_once(
+            high_amount_rides(observed, self.threshold), self.high_path, f"branch:{HIGH_AMOUNT}", batch_id, attempt
+        )
+        null_amount = int(observation.get["null_amount"]) if wrote_high else None
+        append_once(
+            low_amount_rides(batch, self.threshold),
+            self.low_path,
+            f"branch:{LOW_AMOUNT}",
+            batch_id,
+            attempt,
+            extra={"null_amount_rides": null_amount},
+        )
+
+
+@dataclass
+class BranchRunResult:
+    report: StreamRunReport
+    high_rows: int
+    low_rows: int
+    null_amount_rides: int
+
+
+def update_amount_branches(spark: SparkSession, lakehouse: LakehouseResource, log: Any = None) -> BranchRunResult:
+    """Branch raw_rides by total_amount (>= HIGH_AMOUNT_THRESHOLD goes high, below goes low, null to neither)."""
+    from streaming_pipeline.kafka_ingestion import commits_since
+    from streaming_pipeline.delta_tables import table_version
+
+    high_path, low_path = lakehouse.table_path(HIGH_AMOUNT), lakehouse.table_path(LOW_AMOUNT)
+    handler = AmountBranchWriter(high_path, low_path, lakehouse.high_amount_threshold)
+    before = table_version(spark, high_path), table_version(spark, low_path)
+
+    def start_writer():  # type: ignore[no-untyped-def]
+        return (
+            _delta_stream(spark, lakehouse, RAW_RIDES)
+            .writeStream.foreachBatch(handler)
+            .option("checkpointLocation", lakehouse.checkpoint_path(f"{HIGH_AMOUNT}+{LOW_AMOUNT}"))
+        )
+
+    report = run_available_now("amount_branches", start_writer, log=log)
+    high = commits_since(spark, high_path, before[0], f"branch:{HIGH_AMOUNT}")
+    low = commits_since(spark, low_path, before[1], f"branch:{LOW_AMOUNT}")
+    return BranchRunResult(
+        report,
+        high_rows=sum(c.rows for c in high),
+        low_rows=sum(c.rows for c in low),
+        null_amount_rides=sum(int(c.marker.get("null_amount_rides") or 0) for c in low),
+    )
+
+
+def refresh_taxi_zones(spark: SparkSession, lakehouse: LakehouseResource) -> bool:
+    """Load the zone lookup into its Delta table when the table differs from the CSV; True when it changed.
+
+    An unchanged lookup writes nothing, so re-running leaves the table's version as it is.
+    """
+    from streaming_pipeline.taxi_zones import read_taxi_zones
+
+    path = lakehouse.table_path(TAXI_ZONES)
+    zones = read_taxi_zones(spark, lakehouse.taxi_zones_csv)
+    if table_exists(spark, path):
+        current = read_table(spark, path)
+        if current.exceptAll(zones).isEmpty() and zones.exceptAll(current).isEmpty():
+            return False
+    zones.write.format("delta").mode("overwrite").option("overwriteSchema", "true").save(path)
+    return True
+
+
+@dataclass
+class EnrichmentRunResult:
+    report: StreamRunReport
+    unknown_pickup_zones: int
+    unknown_dropoff_zones: int
+
+
+def update_rides_enriched(spark: SparkSession, lakehouse: LakehouseResource, log: Any = None) -> EnrichmentRunResult:
+    """Every ride of raw_rides once, with the boroughs and zones of its pickup and dropoff locations.
+
+    A stream-static join: each micro-batch joins the zone table as it is then (broadcast). Rides already
+    enriched keep the zones they were enriched with when the lookup changes later.
+    """
+    from streaming_pipeline.transformations import enrich_rides_with_zones
+
+    def start_writer():  # type: ignore[no-untyped-def]
+        zones = read_table(spark, lakehouse.table_path(TAXI_ZONES))
+        enriched = enrich_rides_with_zones(_delta_stream(spark, lakehouse, RAW_RIDES), zones).observe(
+            "enrichment",
+            F.count(F.when(F.col("pu_zone").isNull(), 1)).alias("unknown_pickup_zones"),
+            F.count(F.when(F.col("do_zone").isNull(), 1)).alias("unknown_dropoff_zones"),
+        )
+        return (
+            enriched.writeStream.format("delta")
+            .outputMode("append")
+            .option("checkpointLocation", lakehouse.checkpoint_path(RIDES_ENRICHED))
+            .option("path", lakehouse.table_path(RIDES_ENRICHED))
+        )
+
+    report = run_available_now(RIDES_ENRICHED, start_writer, log=log)
+    observed = report.observed_metrics("enrichment")
+    return EnrichmentRunResult(
+        report,
+        unknown_pickup_zones=observed.get("unknown_pickup_zones", 0),
+        unknown_dropoff_zones=observed.get("unknown_dropoff_zones", 0),
+    )

@@ -41,3 +41,7 @@ class RegistryUnavailableError(StreamingPipelineError):
 
 class InputDataError(StreamingPipelineError):
     """An input file (CSV) is missing or has a malformed row."""
+
+
+class QueryError(StreamingPipelineError):
+    """A SQL query over the lakehouse failed; the message carries Spark's reason on one line."""

@@ -12,6 +12,7 @@ client or logger), and what it did comes back through the Delta log: each commit
 
 from __future__ import annotations
 
+import json
 import logging
 import uuid
 from dataclasses import dataclass, field
@@ -90,25 +91,35 @@ class BronzeBatchWriter:
             F.count(F.lit(1)).alias("records"),
             F.count(F.when(F.col("error").isNull(), 1)).alias("good"),
         )
-        marker = {"app_id": self.app_id, "batch_id": batch_id, "attempt": attempt}
-        _append(bronze_rows(observed), self.table_path, self.app_id, batch_id, marker, merge_schema=True)
-        history = table_history(spark, self.table_path, limit=1) or []
-        written_now = bool(history) and history[0].user_metadata == marker
+        written_now = append_once(
+            bronze_rows(observed), self.table_path, self.app_id, batch_id, attempt, merge_schema=True
+        )
         # Delta skips an append whose txnVersion it already has (a batch replayed after a crash) without running
         # the query; the Observation is only read when this very attempt committed.
         if written_now:
             metrics = observation.get
             if int(metrics["records"]) == int(metrics["good"]):
                 return
-        dead_marker = {"app_id": self.dead_letter_app_id, "batch_id": batch_id, "attempt": attempt}
-        _append(dead_letter_rows(decoded), self.dead_letter_path, self.dead_letter_app_id, batch_id, dead_marker)
+        append_once(dead_letter_rows(decoded), self.dead_letter_path, self.dead_letter_app_id, batch_id, attempt)
 
 
-def _append(
-    frame: DataFrame, path: str, app_id: str, batch_id: int, marker: dict[str, Any], merge_schema: bool = False
-) -> None:
-    import json
+def append_once(
+    frame: DataFrame,
+    path: str,
+    app_id: str,
+    batch_id: int,
+    attempt: str,
+    *,
+    extra: dict[str, Any] | None = None,
+    merge_schema: bool = False,
+) -> bool:
+    """Append `frame` as batch `batch_id` of writer `app_id`, at most once; True when this attempt committed.
 
+    Delta keeps the last txnVersion per txnAppId and skips an append that is not newer. The commit carries a
+    marker (`userMetadata`: writer, batch, attempt, `extra`) by which readers of the table's history know what
+    each commit was, and this attempt knows whether the commit is its own.
+    """
+    marker = {"app_id": app_id, "batch_id": batch_id, "attempt": attempt, **(extra or {})}
     writer = (
         frame.write.format("delta")
         .mode("append")
@@ -119,12 +130,17 @@ def _append(
     if merge_schema:
         writer = writer.option("mergeSchema", "true")
     writer.save(path)
+    history = table_history(frame.sparkSession, path, limit=1) or []
+    return bool(history) and history[0].user_metadata == marker
 
 
 @dataclass
 class BatchCounts:
+    """One commit a writer made: its batch, the rows it added and its marker."""
+
     batch_id: int
     rows: int
+    marker: dict[str, Any] = field(default_factory=dict)
 
 
 @dataclass
@@ -153,11 +169,11 @@ class BronzeRunResult:
         return ranges
 
 
-def _commits_since(spark: SparkSession, path: str, version: int | None, app_id: str) -> list[BatchCounts]:
+def commits_since(spark: SparkSession, path: str, version: int | None, app_id: str) -> list[BatchCounts]:
     """Batches `app_id` committed to the table at `path` after `version`, oldest first."""
     history = table_history(spark, path) or []
     found = [
-        BatchCounts(int(c.user_metadata["batch_id"]), c.output_rows)
+        BatchCounts(int(c.user_metadata["batch_id"]), c.output_rows, c.user_metadata)
         for c in history
         if (version is None or c.version > version) and c.user_metadata and c.user_metadata.get("app_id") == app_id
     ]
@@ -207,6 +223,6 @@ def ingest_topic(
     report = run_available_now(asset_name, start_writer, log=log)
     result = BronzeRunResult(report=report)
     if report.batches:
-        result.batches = _commits_since(spark, table_path, table_before, handler.app_id)
-        result.dead_letter_batches = _commits_since(spark, dead_letter_path, dead_before, handler.dead_letter_app_id)
+        result.batches = commits_since(spark, table_path, table_before, handler.app_id)
+        result.dead_letter_batches = commits_since(spark, dead_letter_path, dead_before, handler.dead_letter_app_id)
     return result

@@ -21,6 +21,7 @@ DEFAULT_RIDE_WINDOW_DURATION = "10 minutes"
 DEFAULT_RIDE_WATERMARK_DELAY = "15 minutes"
 DEFAULT_JOIN_MAX_GAP = "10 minutes"
 DEFAULT_MAX_OFFSETS_PER_TRIGGER = 200_000
+DEFAULT_HIGH_AMOUNT_THRESHOLD = 40.0
 
 RIDES_TOPIC = "rides"
 PICKUPS_TOPIC = "pickup_locations"
@@ -52,6 +53,16 @@ def _positive_int(env: Mapping[str, str], name: str, default: int) -> int:
     if not text.isdigit() or int(text) <= 0:
         raise ConfigurationError(f"{name}={text!r} is not a positive whole number")
     return int(text)
+
+
+def _number(env: Mapping[str, str], name: str, default: float) -> float:
+    text = env.get(name)
+    if not text:
+        return default
+    try:
+        return float(text)
+    except ValueError:
+        raise ConfigurationError(f"{name}={text!r} is not a number (e.g. 40 or 39.5)") from None
 
 
 def _positive_float(env: Mapping[str, str], name: str, default: float) -> float:
@@ -103,6 +114,8 @@ class PipelineSettings:
     ride_watermark_delay: str
     join_max_gap: str
     max_offsets_per_trigger: int = DEFAULT_MAX_OFFSETS_PER_TRIGGER
+    high_amount_threshold: float = DEFAULT_HIGH_AMOUNT_THRESHOLD
+    taxi_zones_csv: str | None = None
     sensors: SensorSettings = SensorSettings()
 
     @classmethod
@@ -118,6 +131,8 @@ class PipelineSettings:
             ride_watermark_delay=env.get("RIDE_WATERMARK_DELAY") or DEFAULT_RIDE_WATERMARK_DELAY,
             join_max_gap=env.get("JOIN_MAX_GAP") or DEFAULT_JOIN_MAX_GAP,
             max_offsets_per_trigger=_positive_int(env, "MAX_OFFSETS_PER_TRIGGER", DEFAULT_MAX_OFFSETS_PER_TRIGGER),
+            high_amount_threshold=_number(env, "HIGH_AMOUNT_THRESHOLD", DEFAULT_HIGH_AMOUNT_THRESHOLD),
+            taxi_zones_csv=env.get("TAXI_ZONES_CSV") or None,
             sensors=SensorSettings.from_env(env),
         )
         for name, value in (

@@ -59,6 +59,14 @@ class StreamRunReport:
         """Time Spark spent executing micro-batches (the rest of a run is overhead)."""
         return sum(float(p.get("durationMs", {}).get("triggerExecution", 0)) for p in self.progresses) / 1000
 
+    def observed_metrics(self, name: str) -> dict[str, int]:
+        """The sums over this run's micro-batches of the metrics `DataFrame.observe(name, ...)` reported."""
+        totals: dict[str, int] = {}
+        for progress in self.progresses:
+            for key, value in (progress.get("observedMetrics") or {}).get(name, {}).items():
+                totals[key] = totals.get(key, 0) + int(value or 0)
+        return totals
+
     def rows_dropped_by_watermark(self) -> int:
         return sum(
             int(op.get("numRowsDroppedByWatermark") or 0)

@@ -159,7 +159,8 @@ def ride_window_aggregates(rides: DataFrame, window_duration: str, watermark_del
         rides.groupBy(F.window("pickup_datetime", window_duration), F.col("vendor_id"))
         .agg(
             F.count(F.lit(1)).alias("trip_count"),
-            F.sum("total_amount").alias("total_amount_sum"),
+            # Money in cents: a running sum of doubles drifts (3798.040000000002).
+            F.round(F.sum("total_amount"), 2).alias("total_amount_sum"),
             F.max("pickup_datetime").alias("max_pickup_datetime"),
         )
         .select(
@@ -228,3 +229,50 @@ def ride_pickup_joins(
     joined = ride_side.join(pickup_side, condition, "inner")
     extra = [c for c in joined.columns if c.startswith(("ride_kafka", "pickup_kafka"))]
     return joined.select("vendor_id", "location_id", "pickup_datetime", "dropoff_datetime", *extra)
+
+
+def high_amount_rides(rides: DataFrame, threshold: float) -> DataFrame:
+    """Rides with total_amount >= threshold; a null amount is neither high nor low."""
+    return rides.where(F.col("total_amount") >= F.lit(threshold))
+
+
+def low_amount_rides(rides: DataFrame, threshold: float) -> DataFrame:
+    """Rides with total_amount < threshold; a null amount is neither high nor low."""
+    return rides.where(F.col("total_amount") < F.lit(threshold))
+
+
+def taxi_zones_from_lookup(lookup: DataFrame) -> DataFrame:
+    """The TLC lookup (`LocationID, Borough, Zone, service_zone`) under the lakehouse's snake_case names.
+
+    A row without an id cannot match any ride, so it is not a zone.
+    """
+    return lookup.select(
+        F.col("LocationID").cast("int").alias("location_id"),
+        F.col("Borough").cast("string").alias("borough"),
+        F.col("Zone").cast("string").alias("zone"),
+        F.col("service_zone").cast("string").alias("service_zone"),
+    ).where(F.col("location_id").isNotNull())
+
+
+def enrich_rides_with_zones(rides: DataFrame, zones: DataFrame) -> DataFrame:
+    """Every ride once, plus pu_borough, pu_zone, do_borough and do_zone.
+
+    Left joins, so a ride whose location id is unknown keeps its row, with nulls. The zone table is small and
+    static: broadcasting it avoids shuffling the rides, and with it on the right of a left join this is a
+    supported stream-static join when `rides` is streaming. One zone per id, so a duplicated id in a custom
+    lookup cannot duplicate rides.
+    """
+    unique_zones = zones.dropDuplicates(["location_id"])
+
+    def side(prefix: str) -> DataFrame:
+        return F.broadcast(unique_zones.select(
+            F.col("location_id").alias(f"_{prefix}_zone_id"),
+            F.col("borough").alias(f"{prefix}_borough"),
+            F.col("zone").alias(f"{prefix}_zone"),
+        ))
+
+    return (
+        rides.join(side("pu"), F.col("pu_location_id") == F.col("_pu_zone_id"), "left")
+        .join(side("do"), F.col("do_location_id") == F.col("_do_zone_id"), "left")
+        .drop("_pu_zone_id", "_do_zone_id")
+    )

@@ -19,7 +19,9 @@ from streaming_pipeline.synthetic import SyntheticOptions, synthetic_rides
 
 pytestmark = pytest.mark.integration
 
-TABLES = ["raw_rides", "raw_pickup_locations", "dead_letter_records", "vendor_counts", "ride_window_aggregates", "ride_pickup_joins"]
+TABLES = ["raw_rides", "raw_pickup_locations", "dead_letter_records", "vendor_counts", "ride_window_aggregates",
+          "ride_pickup_joins", "high_amount_rides", "low_amount_rides", "taxi_zones", "rides_enriched"]
+LOOKUP = Path(__file__).resolve().parents[1] / "streaming_pipeline" / "data" / "taxi_zone_lookup.csv"
 GAP = pd.Timedelta(minutes=10)
 WINDOW = "10min"
 WATERMARK_DELAY = pd.Timedelta(minutes=15)
@@ -115,6 +117,29 @@ def _check_tables(spark, resources, rides: pd.DataFrame, pickups: pd.DataFrame) 
     got_joins = sorted((int(r.vendor_id), int(r.location_id), r.pickup_datetime, r.dropoff_datetime) for r in joins.itertuples())
     assert got_joins == _expected_joins(rides, pickups)
     assert len(_table(spark, resources, "dead_letter_records")) == 0
+
+    # Branching: >= 40 high, < 40 low (the CSV and the Avro schema have no null amounts).
+    amounts = ["pickup_datetime", "dropoff_datetime", "pu_location_id", "total_amount"]
+    for table, chosen in (("high_amount_rides", rides["total_amount"] >= 40), ("low_amount_rides", rides["total_amount"] < 40)):
+        got_branch = _table(spark, resources, table)
+        assert list(got_branch.columns) == list(raw.columns), table
+        assert sorted(map(tuple, got_branch[amounts].values.tolist())) == sorted(map(tuple, rides[chosen][amounts].values.tolist())), table
+
+    # Enrichment: a pandas merge with the lookup read as plain CSV; every ride once.
+    lookup = pd.read_csv(LOOKUP, keep_default_na=False).rename(columns={"locationid": "location_id"})  # zone 265 is "NA"
+    expected_enriched = rides.merge(
+        lookup[["location_id", "borough", "zone"]].rename(columns={"location_id": "pu_location_id", "borough": "pu_borough", "zone": "pu_zone"}),
+        on="pu_location_id", how="left",
+    ).merge(
+        lookup[["location_id", "borough", "zone"]].rename(columns={"location_id": "do_location_id", "borough": "do_borough", "zone": "do_zone"}),
+        on="do_location_id", how="left",
+    )
+    zone_columns = ["pickup_datetime", "pu_location_id", "do_location_id", "total_amount", "pu_borough", "pu_zone", "do_borough", "do_zone"]
+    got_enriched = _table(spark, resources, "rides_enriched")
+    assert len(got_enriched) == len(rides)
+    assert sorted(map(tuple, got_enriched[zone_columns].astype(object).where(got_enriched[zone_columns].notna(), None).values.tolist())) == \
+        sorted(map(tuple, expected_enriched[zone_columns].astype(object).where(expected_enriched[zone_columns].notna(), None).values.tolist()))
+    assert len(_table(spark, resources, "taxi_zones")) == 265
 
 
 def test_csv_rides_and_pickups_reach_every_table_exactly_and_reruns_change_nothing(

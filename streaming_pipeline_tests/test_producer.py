@@ -25,7 +25,7 @@ SCHEMAS = Path(__file__).resolve().parents[1] / "schemas"
 def kafka_stack(tmp_path_factory: pytest.TempPathFactory):
     from streaming_pipeline.embedded.stack import running_stack
 
-    with running_stack(tmp_path_factory.mktemp("producer-stack")) as info:
+    with running_stack(tmp_path_factory.mktemp("producer-stack"), spark=False) as info:
         yield info
 
 

@@ -82,7 +82,8 @@ def test_the_live_job_selects_bronze_and_everything_downstream_without_checks() 
     job = defs.resolve_job_def("raw_rides_to_gold_job")
     # Every node is an asset (no check steps), and they are bronze raw_rides and everything downstream of it.
     assert sorted(node.name for node in job.nodes) == [
-        "dead_letter_records", "raw_rides", "ride_pickup_joins", "ride_window_aggregates", "vendor_counts"
+        "amount_branches", "dead_letter_records", "raw_rides", "ride_pickup_joins", "ride_window_aggregates",
+        "rides_enriched", "vendor_counts",
     ]
     assert {sensor.name: sensor.default_status for sensor in defs.sensors} == {
         "raw_rides_offset_sensor": dg.DefaultSensorStatus.RUNNING,

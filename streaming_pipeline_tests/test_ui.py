@@ -36,6 +36,10 @@ ASSET_NAMES = (
     "vendor_counts",
     "ride_window_aggregates",
     "ride_pickup_joins",
+    "high_amount_rides",
+    "low_amount_rides",
+    "taxi_zones",
+    "rides_enriched",
 )
 GROUPS = ("bronze", "silver", "gold")
 

@@ -88,3 +88,25 @@ RIDE_PICKUP_JOINS = dg.TableSchema(
         dg.TableColumn("pickup_kafka_offset", "bigint"),
     ]
 )
+
+HIGH_AMOUNT_RIDES = dg.TableSchema(columns=list(RAW_RIDES.columns))
+LOW_AMOUNT_RIDES = dg.TableSchema(columns=list(RAW_RIDES.columns))
+
+TAXI_ZONES = dg.TableSchema(
+    columns=[
+        dg.TableColumn("location_id", "int", description="TLC taxi zone id (LocationID)."),
+        dg.TableColumn("borough", "string"),
+        dg.TableColumn("zone", "string"),
+        dg.TableColumn("service_zone", "string"),
+    ]
+)
+
+RIDES_ENRICHED = dg.TableSchema(
+    columns=[
+        *RAW_RIDES.columns,
+        dg.TableColumn("pu_borough", "string", description="Borough of the pickup zone; null for an unknown id."),
+        dg.TableColumn("pu_zone", "string", description="Pickup zone name; null for an unknown id."),
+        dg.TableColumn("do_borough", "string", description="Borough of the dropoff zone; null for an unknown id."),
+        dg.TableColumn("do_zone", "string", description="Dropoff zone name; null for an unknown id."),
+    ]
+)

@@ -6,6 +6,7 @@ import dagster as dg
 from pydantic import Field
 
 from streaming_pipeline.settings import (
+    DEFAULT_HIGH_AMOUNT_THRESHOLD,
     DEFAULT_JOIN_MAX_GAP,
     DEFAULT_MAX_OFFSETS_PER_TRIGGER,
     DEFAULT_RIDE_WATERMARK_DELAY,
@@ -25,6 +26,12 @@ class LakehouseResource(dg.ConfigurableResource):
         default=DEFAULT_MAX_OFFSETS_PER_TRIGGER, description="Upper bound of Kafka records per micro-batch."
     )
     max_files_per_trigger: int = Field(default=1000, description="Upper bound of Delta files per micro-batch.")
+    high_amount_threshold: float = Field(
+        default=DEFAULT_HIGH_AMOUNT_THRESHOLD, description="HIGH_AMOUNT_THRESHOLD: total_amount >= it is a high amount."
+    )
+    taxi_zones_csv_override: str | None = Field(
+        default=None, description="TAXI_ZONES_CSV: the zone lookup to load (default: the TLC lookup shipped)."
+    )
 
     def _join(self, *parts: str) -> str:
         return "/".join([self.root.rstrip("/"), *parts])
@@ -34,6 +41,12 @@ class LakehouseResource(dg.ConfigurableResource):
 
     def checkpoint_path(self, asset_name: str) -> str:
         return self._join("_checkpoints", asset_name)
+
+    @property
+    def taxi_zones_csv(self) -> str:
+        from streaming_pipeline.taxi_zones import taxi_zones_csv_path
+
+        return taxi_zones_csv_path(self.taxi_zones_csv_override)
 
     @property
     def window_duration(self) -> str:

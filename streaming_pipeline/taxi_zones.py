@@ -1,0 +1,50 @@
+"""The NYC TLC taxi-zone lookup (public reference data, 265 zones): where it is and how Spark reads it.
+
+The package ships the lookup (`streaming_pipeline/data/taxi_zone_lookup.csv`) so enrichment works with no setup;
+TAXI_ZONES_CSV points at another copy. Spark reads it with `spark.read.csv` only (no Py4J, no RDDs), so the same
+code runs on a classic session and over Spark Connect.
+"""
+
+from __future__ import annotations
+
+import os
+from importlib import resources
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from streaming_pipeline.errors import ConfigurationError
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame, SparkSession
+
+TAXI_ZONES_CSV_VARIABLE = "TAXI_ZONES_CSV"
+
+#: The TLC header's columns, in file order. Applied by position: TLC has shipped the header in more than one
+#: letter case (`LocationID,Borough,...` and `"locationid","borough",...`).
+LOOKUP_SCHEMA_DDL = "LocationID INT, Borough STRING, Zone STRING, service_zone STRING"
+
+
+def taxi_zones_csv_path(override: str | None = None) -> str:
+    """The lookup to load: `override`, else $TAXI_ZONES_CSV, else the copy shipped with the package.
+
+    A configured file that does not exist fails here, naming the variable, rather than later inside a Spark job.
+    """
+    configured = override or os.environ.get(TAXI_ZONES_CSV_VARIABLE)
+    if not configured:
+        return str(resources.files("streaming_pipeline") / "data" / "taxi_zone_lookup.csv")
+    path = Path(configured).expanduser().resolve()
+    if not path.is_file():
+        raise ConfigurationError(f"{TAXI_ZONES_CSV_VARIABLE}={configured!r}: no such file ({path})")
+    return str(path)
+
+
+def read_taxi_zones(spark: SparkSession, path: str) -> DataFrame:
+    """The lookup as `location_id int, borough string, zone string, service_zone string`.
+
+    An explicit schema spares an inference pass; FAILFAST makes a malformed row (a non-numeric id, a missing
+    column) an error instead of a zone silently lost from every join.
+    """
+    from streaming_pipeline.transformations import taxi_zones_from_lookup
+
+    raw = spark.read.schema(LOOKUP_SCHEMA_DDL).option("header", "true").option("mode", "FAILFAST").csv(path)
+    return taxi_zones_from_lookup(raw)
