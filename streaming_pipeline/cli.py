@@ -151,6 +151,10 @@ def _run_sql(args: argparse.Namespace) -> int:
     from streaming_pipeline.settings import PipelineSettings
     from streaming_pipeline.sql import format_rows, run_sql
 
+    # pyspark logs each failed query's context as a long JSON line; the error line below says what went wrong.
+    from pyspark.logger import PySparkLogger
+
+    PySparkLogger.getLogger("SQLQueryContextLogger").disabled = True
     resources = build_resources(PipelineSettings.from_env())
     lakehouse = resources["lakehouse"]
     names = [key.to_user_string() for assets_def in ALL_ASSETS for key in assets_def.keys]

@@ -62,6 +62,6 @@ def amount_branches(context: dg.AssetExecutionContext, spark: SparkResource, lak
             metadata={
                 **common,
                 "rows_written": dg.MetadataValue.int(written),
-                **delta_table_metadata(session, lakehouse.table_path(name), preview_order=["kafka_offset"]),
+                **delta_table_metadata(session, lakehouse.table_path(name)),
             },
         )

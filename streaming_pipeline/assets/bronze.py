@@ -35,7 +35,7 @@ def _bronze_result(
             "consumed_offsets": dg.MetadataValue.json(
                 {str(p): o for p, o in checkpoint_kafka_offsets(lakehouse.checkpoint_path(asset_name)).get(topic, {}).items()}
             ),
-            **delta_table_metadata(spark, lakehouse.table_path(asset_name), preview_order=["kafka_partition", "kafka_offset"]),
+            **delta_table_metadata(spark, lakehouse.table_path(asset_name)),
         }
     )
 

@@ -121,6 +121,6 @@ def ride_pickup_joins(
     return dg.MaterializeResult(
         metadata={
             **_stream_metadata(report),
-            **delta_table_metadata(session, lakehouse.table_path(JOINS), preview_order=["pickup_datetime", "vendor_id"]),
+            **delta_table_metadata(session, lakehouse.table_path(JOINS)),
         }
     )

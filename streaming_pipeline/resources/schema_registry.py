@@ -78,9 +78,18 @@ class SchemaRegistryResource(dg.ConfigurableResource):
             raise self._unavailable(exc) from exc
 
     def latest(self, subject: str) -> tuple[int, str] | None:
-        """(id, schema text) of the newest version of `subject`, or None when the subject does not exist."""
+        """(id, schema text) of the newest live version of `subject`, or None when the subject does not exist.
+
+        Asked of the registry each time: the client's own `get_latest_version` caches with no expiry, so a
+        long-lived client would never see a version registered later. The version itself is immutable and
+        comes from the client's cache.
+        """
+        client = self.client()
         try:
-            registered = self.client().get_latest_version(subject)
+            versions = client.get_versions(subject)
+            if not versions:
+                return None
+            registered = client.get_version(subject, max(versions))
         except SchemaRegistryError as exc:
             if exc.http_status_code == 404:
                 return None

@@ -130,6 +130,11 @@ class SparkResource(dg.ConfigurableResource):
         from pyspark.errors import PySparkRuntimeError
         from pyspark.sql import SparkSession
 
+        if "SPARK_CONNECT_MODE_ENABLED" in os.environ:
+            raise SparkUnavailableError(
+                "this process is already a Spark Connect client, and pyspark cannot also start an in-process Spark "
+                "session in it: set SPARK_REMOTE (sc://host:port) for every session, or use another process"
+            )
         builder = SparkSession.builder.appName("streaming-pipeline")
         for key, value in self.session_conf().items():
             builder = builder.config(key, value)
