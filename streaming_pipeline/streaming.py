@@ -35,6 +35,9 @@ class StreamRunReport:
     restarts: int = 0
 
     def add(self, progress: dict[str, Any]) -> None:
+        progress["observedMetrics"] = {
+            name: _named_metrics(row) for name, row in (progress.get("observedMetrics") or {}).items()
+        }
         self.progresses.append(progress)
         self.input_rows += int(progress.get("numInputRows") or 0)
         self.batches += 1
@@ -119,6 +122,14 @@ def run_available_now(
                 query.stop()
 
 
+def _named_metrics(row: Any) -> dict[str, Any]:
+    """{metric: value} of one observation: a plain object in-process, {values, schema} over Spark Connect."""
+    if isinstance(row, dict) and set(row) == {"values", "schema"}:
+        names = [field["name"] for field in row["schema"]["fields"]]
+        return dict(zip(names, row["values"], strict=True))
+    return dict(row)
+
+
 _EXCEPTION_LINE = re.compile(r"^\s*([\w.]*(?:Error|Exception)): (.+)$")
 
 
@@ -145,6 +156,7 @@ def _collect(query: Any, report: StreamRunReport, seen: set[int], log: Any) -> N
         # Over Spark Connect the JSON lacks the derived figures; the progress object has them.
         data["numInputRows"] = int(progress.numInputRows or 0)
         data["processedRowsPerSecond"] = float(progress.processedRowsPerSecond or 0.0)
+
         batch_id = int(data.get("batchId", -1))
         if batch_id in seen:
             continue

@@ -609,3 +609,16 @@ def test_pickup_join_ride_matching_two_pickups_gives_two_rows_without_kafka_colu
     actual = ride_pickup_joins(rides, pickups, "600 seconds")
     assert actual.columns == ["vendor_id", "location_id", "pickup_datetime", "dropoff_datetime"]
     assert_exact(spark, actual, [(3, 60, at(9, 25), at(9, 30)), (3, 60, at(9, 25), at(9, 30))], JOIN_OUT_DDL)
+
+
+def test_observed_metrics_are_summed_over_batches_in_both_progress_shapes() -> None:
+    """In-process progress JSON has {metric: value}; Spark Connect's has {values, schema}."""
+    from streaming_pipeline.streaming import StreamRunReport
+
+    report = StreamRunReport("q")
+    schema = {"type": "struct", "fields": [{"name": "unknown_pickup_zones"}, {"name": "unknown_dropoff_zones"}]}
+    report.add({"numInputRows": 5, "observedMetrics": {"enrichment": {"values": [2, 0], "schema": schema}}})
+    report.add({"numInputRows": 7, "observedMetrics": {"enrichment": {"unknown_pickup_zones": 1, "unknown_dropoff_zones": 3}}})
+    assert report.observed_metrics("enrichment") == {"unknown_pickup_zones": 3, "unknown_dropoff_zones": 3}
+    assert report.observed_metrics("other") == {}
+    assert (report.input_rows, report.batches) == (12, 2)
