@@ -75,10 +75,16 @@ def _run_produce(args: argparse.Namespace) -> int:
         partitions=args.partitions,
         value_schema=value_schema,
         show_progress=not args.no_progress,
+        stop_on_interrupt=True,
     )
     for message in result.errors:
         print(f"failed: {message}", file=sys.stderr)
-    print(f"{topic}: {result.sent} sent, {result.failed} failed")
+    summary = f"{topic}: {result.sent} sent, {result.failed} failed"
+    if result.interrupted:
+        # 130 = 128 + SIGINT, what a shell reports for a command stopped by Ctrl-C
+        print(f"{summary}, interrupted (Ctrl-C stopped reading rows)")
+        return 130
+    print(summary)
     return 1 if result.failed else 0
 
 

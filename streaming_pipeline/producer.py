@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import contextlib
 import logging
+import signal
 import sys
+import threading
 import time
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
@@ -37,6 +40,8 @@ class ProduceResult:
     sent: int = 0
     failed: int = 0
     errors: list[str] = field(default_factory=list)
+    #: Ctrl-C stopped reading rows; what was read before was still delivered (or counted as failed).
+    interrupted: bool = False
 
     def fail(self, message: str) -> None:
         self.failed += 1
@@ -64,6 +69,35 @@ class _Pacer:
             time.sleep(delay)
 
 
+@contextlib.contextmanager
+def _ctrl_c_requests_stop(enabled: bool) -> Iterator[threading.Event]:
+    """While records are handed to librdkafka, turn the first Ctrl-C into a request to stop between records.
+
+    A KeyboardInterrupt can be raised at any bytecode, also inside a delivery callback after librdkafka has
+    delivered a record but before it was counted: the summary would then under-report the topic. So the
+    first SIGINT only sets the event and puts the default handler back, and a second one raises as usual.
+    Only the main thread owns signal handlers, and only where SIGINT means KeyboardInterrupt is it changed.
+    """
+    stop = threading.Event()
+    if (
+        not enabled
+        or threading.current_thread() is not threading.main_thread()
+        or signal.getsignal(signal.SIGINT) is not signal.default_int_handler
+    ):
+        yield stop
+        return
+
+    def request_stop(_signum: int, _frame: Any) -> None:
+        stop.set()
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+
+    signal.signal(signal.SIGINT, request_stop)
+    try:
+        yield stop
+    finally:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+
+
 def rows_from_records(records: Iterable[Record]) -> Iterator[CsvRow]:
     for number, record in enumerate(records, start=1):
         yield CsvRow(number, record)
@@ -81,11 +115,16 @@ def produce(
     partitions: int = 2,
     value_schema: str | None = None,
     show_progress: bool = True,
+    stop_on_interrupt: bool = False,
 ) -> ProduceResult:
     """Send every good row to `topic`; count malformed rows and delivery failures as failed.
 
     Topic and schemas are set up first, so a broker that does not answer or a schema the registry
     rejects stops everything before one record is sent.
+
+    With `stop_on_interrupt` (the CLI), Ctrl-C stops reading rows but still flushes what librdkafka holds,
+    so the result counts every record that reached the topic and says `interrupted`; a second Ctrl-C
+    aborts the flush. Without it, KeyboardInterrupt propagates as usual (the demo and the benchmark abort).
     """
     if topic not in TOPIC_SCHEMA_FILES:
         raise ConfigurationError(f"unknown topic {topic!r}; choose one of {', '.join(TOPIC_SCHEMA_FILES)}")
@@ -127,29 +166,33 @@ def produce(
     key_context = SerializationContext(topic, MessageField.KEY)
     value_context = SerializationContext(topic, MessageField.VALUE)
     try:
-        for row in rows:
-            progress.update(1)
-            if row.record is None:
-                result.fail(row.error or f"line {row.line_number}: malformed")
-                continue
-            try:
-                key = row.record.get(key_field)
-                key_bytes = None if key is None else key_serializer(key, key_context)
-                value_bytes = value_serializer(row.record, value_context)
-            except Exception as exc:  # a record the schema cannot encode
-                result.fail(f"line {row.line_number}: cannot encode as Avro: {exc}")
-                continue
-            pacer.wait()
-            while True:
+        with _ctrl_c_requests_stop(stop_on_interrupt) as stop:
+            for row in rows:
+                if stop.is_set():
+                    result.interrupted = True
+                    break
+                progress.update(1)
+                if row.record is None:
+                    result.fail(row.error or f"line {row.line_number}: malformed")
+                    continue
                 try:
-                    producer.produce(topic, key=key_bytes, value=value_bytes, on_delivery=on_delivery)
-                    break
-                except BufferError:
-                    producer.poll(0.1)  # local queue full: wait for deliveries
-                except KafkaException as exc:
-                    result.fail(f"line {row.line_number}: {exc}")
-                    break
-            producer.poll(0)
+                    key = row.record.get(key_field)
+                    key_bytes = None if key is None else key_serializer(key, key_context)
+                    value_bytes = value_serializer(row.record, value_context)
+                except Exception as exc:  # a record the schema cannot encode
+                    result.fail(f"line {row.line_number}: cannot encode as Avro: {exc}")
+                    continue
+                pacer.wait()
+                while True:
+                    try:
+                        producer.produce(topic, key=key_bytes, value=value_bytes, on_delivery=on_delivery)
+                        break
+                    except BufferError:
+                        producer.poll(0.1)  # local queue full: wait for deliveries
+                    except KafkaException as exc:
+                        result.fail(f"line {row.line_number}: {exc}")
+                        break
+                producer.poll(0)
         remaining = producer.flush(timeout=producer_config["message.timeout.ms"] / 1000 + 5)
         if remaining:
             result.failed += remaining

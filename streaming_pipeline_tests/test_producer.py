@@ -4,6 +4,10 @@ keys and partitions, consumer groups and committed offsets, and the CLI's errors
 from __future__ import annotations
 
 import csv
+import re
+import signal
+import subprocess
+import sys
 import time
 from datetime import datetime, timezone
 from pathlib import Path
@@ -13,6 +17,7 @@ from confluent_kafka import Consumer, TopicPartition
 from confluent_kafka.serialization import MessageField, SerializationContext
 
 from streaming_pipeline.cli import main
+from streaming_pipeline.errors import BrokerUnavailableError
 from streaming_pipeline.resources import SchemaRegistryResource
 from streaming_pipeline.settings import RIDES_TOPIC
 
@@ -183,3 +188,40 @@ def _end_total(stack, topic: str) -> int:
     from streaming_pipeline.resources import KafkaResource
 
     return sum(KafkaResource(bootstrap_servers=stack.bootstrap_servers).end_offsets(topic).values())
+
+
+def test_cli_ctrl_c_flushes_and_reports_what_reached_the_topic(kafka_stack) -> None:
+    """SIGINT mid-run: exit 130 with the summary, and the count it reports is exactly what the topic received."""
+    before = _end_total(kafka_stack, RIDES_TOPIC)
+    process = subprocess.Popen(
+        [sys.executable, "-m", "streaming_pipeline.cli", "produce", "rides", "--synthetic", "100000", "--rate", "200",
+         "--no-progress", "--bootstrap-servers", kafka_stack.bootstrap_servers,
+         "--schema-registry-url", kafka_stack.schema_registry_url],
+        cwd=SCHEMAS.parent, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )
+
+    def sending() -> bool:
+        try:
+            return _end_total(kafka_stack, RIDES_TOPIC) > before
+        except BrokerUnavailableError:  # the producer has just created the topic: no partition leader yet
+            return False
+
+    try:
+        # interrupt once records are flowing (imports, topic and schemas come first), ~3 s into sending
+        deadline = time.monotonic() + 60
+        while not sending() and process.poll() is None:
+            assert time.monotonic() < deadline, "the producer sent nothing within 60 s"
+            time.sleep(0.2)
+        time.sleep(3)
+        process.send_signal(signal.SIGINT)
+        out, err = process.communicate(timeout=60)
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.wait()
+    assert process.returncode == 130, (out, err)
+    summary = re.search(r"^rides: (\d+) sent, 0 failed, interrupted", out, re.MULTILINE)
+    assert summary, (out, err)
+    sent = int(summary.group(1))
+    assert 0 < sent < 100000
+    assert _end_total(kafka_stack, RIDES_TOPIC) - before == sent  # nothing lost, nothing unreported

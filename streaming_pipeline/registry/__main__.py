@@ -1,5 +1,7 @@
 """Serve the schema registry: `python -m streaming_pipeline.registry --host H --port P --data-dir DIR`.
 
+`--max-request-bytes N` caps request bodies (default 16 MiB); larger ones are answered 413.
+
 Ready once `GET /subjects` answers 200; SIGTERM or Ctrl-C stops it cleanly.
 """
 
@@ -11,6 +13,8 @@ import signal
 import sys
 from pathlib import Path
 from typing import Sequence
+
+from streaming_pipeline.registry.app import DEFAULT_MAX_REQUEST_BYTES
 
 DEFAULT_HOST = "127.0.0.1"
 DEFAULT_PORT = 8081
@@ -31,6 +35,12 @@ def _parser() -> argparse.ArgumentParser:
         help=f"directory of the registry's SQLite database (default {DEFAULT_DATA_DIR})",
     )
     parser.add_argument(
+        "--max-request-bytes",
+        type=int,
+        default=DEFAULT_MAX_REQUEST_BYTES,
+        help=f"largest request body accepted; larger ones get 413 (default {DEFAULT_MAX_REQUEST_BYTES})",
+    )
+    parser.add_argument(
         "--log-level",
         default="info",
         choices=["critical", "error", "warning", "info", "debug"],
@@ -44,6 +54,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     if not 0 <= args.port <= 65535:
         print(f"registry: --port {args.port} is not a TCP port (0-65535)", file=sys.stderr)
         return 2
+    if args.max_request_bytes < 1:
+        print(f"registry: --max-request-bytes {args.max_request_bytes} is not a positive size", file=sys.stderr)
+        return 2
 
     import uvicorn
     from uvicorn.config import LOGGING_CONFIG
@@ -51,7 +64,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     from streaming_pipeline.registry import create_app
 
     try:
-        app = create_app(args.data_dir)
+        app = create_app(args.data_dir, max_request_bytes=args.max_request_bytes)
     except OSError as exc:
         print(f"registry: cannot use data directory {args.data_dir}: {exc}", file=sys.stderr)
         return 2

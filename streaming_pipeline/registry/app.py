@@ -13,13 +13,16 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, Response
 from starlette.concurrency import run_in_threadpool
 from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from streaming_pipeline.registry.exceptions import RegistryError, schema_not_found
+from streaming_pipeline.registry.compatibility import load_json
+from streaming_pipeline.registry.exceptions import RegistryError, request_too_large, schema_not_found
 from streaming_pipeline.registry.service import SchemaRegistry
 
 log = logging.getLogger(__name__)
 
 SCHEMA_REGISTRY_MEDIA_TYPE = "application/vnd.schemaregistry.v1+json"
+DEFAULT_MAX_REQUEST_BYTES = 16 * 1024 * 1024
 _TRUE = {"true", "1", "yes"}
 
 
@@ -54,7 +57,7 @@ async def _body(request: Request) -> dict[str, Any]:
     if not raw.strip():
         return {}
     try:
-        body = json.loads(raw)
+        body = load_json(raw)
     except ValueError as exc:
         raise RegistryError(400, 400, f"The request body is not valid JSON: {exc}") from exc
     if not isinstance(body, dict):
@@ -69,8 +72,49 @@ def _schema_id(text: str) -> int:
         raise schema_not_found(f"Schema {text} not found") from None
 
 
-def create_app(data_dir: Path) -> FastAPI:
-    """The registry's ASGI app, persisting into `data_dir` (created if missing)."""
+class _BodyLimit:
+    """Refuse request bodies over `limit` bytes with 413, so one request cannot exhaust the server's memory.
+
+    A declared Content-Length over the limit is refused before any of the body is read; a body sent
+    without one (chunked) is refused as soon as the bytes received pass the limit.
+    """
+
+    def __init__(self, app: ASGIApp, limit: int) -> None:
+        self.app = app
+        self.limit = limit
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        request = Request(scope)
+        declared = request.headers.get("content-length", "")
+        if declared.isdigit() and int(declared) > self.limit:
+            response = _respond(request, request_too_large(self.limit).to_body(), 413)
+            response.headers["Connection"] = "close"
+            await response(scope, receive, send)
+            return
+        received = 0
+
+        async def limited_receive() -> Message:
+            nonlocal received
+            message = await receive()
+            if message["type"] == "http.request":
+                received += len(message.get("body", b""))
+                if received > self.limit:
+                    raise request_too_large(self.limit)
+            return message
+
+        await self.app(scope, limited_receive, send)
+
+
+def create_app(data_dir: Path, max_request_bytes: int = DEFAULT_MAX_REQUEST_BYTES) -> FastAPI:
+    """The registry's ASGI app, persisting into `data_dir` (created if missing).
+
+    Request bodies over `max_request_bytes` are answered 413.
+    """
+    if max_request_bytes < 1:
+        raise ValueError(f"max_request_bytes must be positive, not {max_request_bytes}")
     registry = SchemaRegistry(Path(data_dir))
 
     @contextlib.asynccontextmanager
@@ -89,13 +133,18 @@ def create_app(data_dir: Path) -> FastAPI:
         openapi_url=None,
     )
     app.state.registry = registry
+    app.add_middleware(_BodyLimit, limit=max_request_bytes)
 
     async def call(function: Callable[..., Any], *args: Any) -> Any:
         return await run_in_threadpool(function, *args)
 
     @app.exception_handler(RegistryError)
     async def _registry_error(request: Request, exc: RegistryError) -> Response:
-        return _respond(request, exc.to_body(), exc.http_status)
+        response = _respond(request, exc.to_body(), exc.http_status)
+        if exc.http_status == 413:
+            # the rest of the oversized body stays unread: close rather than drain it for the next request
+            response.headers["Connection"] = "close"
+        return response
 
     @app.exception_handler(StarletteHTTPException)
     async def _http_error(request: Request, exc: StarletteHTTPException) -> Response:

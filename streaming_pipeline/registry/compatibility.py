@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 from dataclasses import dataclass
 from typing import Any, Callable, Iterable, Sequence
 
@@ -32,8 +33,48 @@ COMPATIBILITY_LEVELS = (
 )
 
 
+# Deepest JSON nesting accepted in a request body or a schema. Parsing, default checks and
+# compatibility checks recurse about three Python frames per level: 128 levels stay well within
+# Python's default recursion limit of 1000, with room for the server's own frames.
+MAX_JSON_DEPTH = 128
+
+
 class InvalidSchemaError(ValueError):
     """The schema text (or one of its references) is not a valid Avro schema."""
+
+
+def _reject_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not a JSON number")
+
+
+def load_json(text: str | bytes) -> Any:
+    """Parse JSON that the registry can process recursively, store in SQLite and serve back as JSON.
+
+    Raise ValueError for nesting deeper than MAX_JSON_DEPTH (or than Python's recursion limit),
+    NaN, Infinity or numbers that overflow a double, and lone surrogates (no UTF-8 encoding).
+    """
+    try:
+        value = json.loads(text, parse_constant=_reject_constant)
+    except RecursionError:
+        raise ValueError(f"the JSON is nested more than {MAX_JSON_DEPTH} levels deep") from None
+    pending = [(value, 1)]
+    while pending:
+        item, depth = pending.pop()
+        if isinstance(item, str):
+            if not item.isascii():
+                try:
+                    item.encode("utf-8")
+                except UnicodeEncodeError:
+                    raise ValueError(f"the JSON string {item[:80]!r} holds a lone surrogate escape") from None
+        elif isinstance(item, float):
+            if not math.isfinite(item):
+                raise ValueError("the JSON holds a number out of the range of a double")
+        elif isinstance(item, (dict, list)):
+            if depth > MAX_JSON_DEPTH:
+                raise ValueError(f"the JSON is nested more than {MAX_JSON_DEPTH} levels deep")
+            children = [*item, *item.values()] if isinstance(item, dict) else item
+            pending.extend((child, depth + 1) for child in children)
+    return value
 
 
 @dataclass(frozen=True)
@@ -122,6 +163,19 @@ def parse_schema(
     resolve: ReferenceResolver | None = None,
 ) -> ParsedSchema:
     """Parse a schema of a request body; raise InvalidSchemaError with the parser's message."""
+    try:
+        return _parse_schema(schema_text, schema_type, references, resolve)
+    except RecursionError:
+        # MAX_JSON_DEPTH bounds one schema text, not a chain of references that nest into each other
+        raise InvalidSchemaError("the schema, with the schemas it references, is nested too deeply") from None
+
+
+def _parse_schema(
+    schema_text: Any,
+    schema_type: Any,
+    references: Sequence[Reference],
+    resolve: ReferenceResolver | None,
+) -> ParsedSchema:
     schema_type = AVRO if schema_type in (None, "") else schema_type
     if not isinstance(schema_type, str) or schema_type.upper() not in SUPPORTED_SCHEMA_TYPES:
         raise InvalidSchemaError(
@@ -130,7 +184,7 @@ def parse_schema(
     if not isinstance(schema_text, str) or not schema_text.strip():
         raise InvalidSchemaError("the 'schema' field is missing or empty")
     try:
-        json_data = json.loads(schema_text)
+        json_data = load_json(schema_text)
     except ValueError as exc:
         raise InvalidSchemaError(f"the schema is not valid JSON: {exc}") from exc
 
@@ -276,7 +330,19 @@ def reader_writer_problems(reader: avro.schema.Schema, writer: avro.schema.Schem
 
 
 def compatibility_problems(level: str, new: ParsedSchema, old: ParsedSchema, old_version: int) -> list[str]:
-    """Messages explaining why `new` breaks `level` against `old` (empty list: compatible)."""
+    """Messages explaining why `new` breaks `level` against `old` (empty list: compatible).
+
+    Raise InvalidSchemaError when the two schemas nest too deeply (through references) to compare.
+    """
+    try:
+        return _compatibility_problems(level, new, old, old_version)
+    except RecursionError:
+        raise InvalidSchemaError(
+            f"the schema is nested too deeply to check its compatibility with version {old_version}"
+        ) from None
+
+
+def _compatibility_problems(level: str, new: ParsedSchema, old: ParsedSchema, old_version: int) -> list[str]:
     problems: list[str] = []
     if level.startswith("BACKWARD") or level.startswith("FULL"):
         for problem in reader_writer_problems(new.avro_schema, old.avro_schema):

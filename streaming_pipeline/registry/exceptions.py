@@ -17,6 +17,7 @@ INCOMPATIBLE_SCHEMA = 409
 INVALID_SCHEMA = 42201
 INVALID_VERSION = 42202
 INVALID_COMPATIBILITY_LEVEL = 42203
+REFERENCE_EXISTS = 42206
 STORE_ERROR = 50001
 
 
@@ -65,6 +66,18 @@ def invalid_compatibility_level(value: object) -> RegistryError:
         f"Invalid compatibility level {value!r}. Valid values are none, backward, forward, full, "
         "backward_transitive, forward_transitive, and full_transitive",
     )
+
+
+def reference_exists(subject: str, version: int) -> RegistryError:
+    return RegistryError(
+        422,
+        REFERENCE_EXISTS,
+        f"One or more references exist to the schema {{magic=1,keytype=SCHEMA,subject={subject},version={version}}}.",
+    )
+
+
+def request_too_large(limit: int) -> RegistryError:
+    return RegistryError(413, 413, f"The request body is larger than the limit of {limit} bytes")
 
 
 def store_error(detail: str) -> RegistryError:

@@ -29,6 +29,7 @@ from streaming_pipeline.registry.store import Store, StoredSchema, SubjectVersio
 
 LATEST = -1
 MAX_VERSION = 2**31 - 1
+MAX_SCHEMA_ID = 2**31 - 1
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -139,10 +140,32 @@ class SchemaRegistry:
     ) -> list[str]:
         problems: list[str] = []
         for target in targets:
-            problems.extend(
-                compatibility_problems(level, new, self._parsed_by_id(conn, target.schema_id), target.version)
-            )
+            old = self._parsed_by_id(conn, target.schema_id)
+            try:
+                problems.extend(compatibility_problems(level, new, old, target.version))
+            except InvalidSchemaError as exc:
+                raise ex.invalid_schema(str(exc)) from exc
         return problems
+
+    def _referrers(self, conn: sqlite3.Connection, subject: str, version: int) -> list[int]:
+        """Ids of the schemas, still live under some subject, that reference `subject` version `version`.
+
+        A reference to "latest" counts for every version of its subject.
+        """
+        result = []
+        for stored in self.store.schemas_with_references(conn):
+            for ref in parse_references(stored.references):
+                if ref.subject == subject and ref.version in (version, LATEST):
+                    if self.store.versions_of_schema(conn, stored.id, include_deleted=False):
+                        result.append(stored.id)
+                    break
+        return result
+
+    def _refuse_if_referenced(self, conn: sqlite3.Connection, subject: str, versions: list[int]) -> None:
+        """Confluent's 42206: a version other schemas reference cannot be deleted, softly or permanently."""
+        for version in versions:
+            if self._referrers(conn, subject, version):
+                raise ex.reference_exists(subject, version)
 
     def _version_payload(self, conn: sqlite3.Connection, found: SubjectVersion) -> dict[str, Any]:
         stored = self.store.schema_by_id(conn, found.schema_id)
@@ -157,6 +180,9 @@ class SchemaRegistry:
         return list(SUPPORTED_SCHEMA_TYPES)
 
     def _referenced_schema(self, conn: sqlite3.Connection, schema_id: int) -> StoredSchema:
+        # ids are Java ints in Confluent's API; SQLite cannot even look up one beyond 64 bits
+        if not 1 <= schema_id <= MAX_SCHEMA_ID:
+            raise ex.schema_not_found(f"Schema {schema_id} not found")
         stored = self.store.schema_by_id(conn, schema_id)
         if stored is None or not self.store.versions_of_schema(conn, schema_id, include_deleted=True):
             raise ex.schema_not_found(f"Schema {schema_id} not found")
@@ -241,14 +267,7 @@ class SchemaRegistry:
             found = self._find_version(versions, version)
             if found is None:
                 raise ex.version_not_found(subject, version_text)
-            result = []
-            for stored in self.store.schemas_with_references(conn):
-                for ref in parse_references(stored.references):
-                    if ref.subject == subject and ref.version in (found.version, LATEST):
-                        if self.store.versions_of_schema(conn, stored.id, include_deleted=False):
-                            result.append(stored.id)
-                        break
-            return result
+            return self._referrers(conn, subject, found.version)
 
     @_store_errors
     def register(self, subject: str, body: dict[str, Any]) -> dict[str, Any]:
@@ -303,13 +322,14 @@ class SchemaRegistry:
                 raise ex.subject_not_found(subject)
             live = [v.version for v in versions if not v.deleted]
             if permanent:
+                every = [v.version for v in versions]
+                self._refuse_if_referenced(conn, subject, every)
                 if live:
                     raise ex.RegistryError(
                         404,
                         ex.SUBJECT_NOT_SOFT_DELETED,
                         f"Subject '{subject}' was not deleted first before being permanently deleted",
                     )
-                every = [v.version for v in versions]
                 self.store.hard_delete_versions(conn, subject, every)
                 self.store.delete_config(conn, subject)
                 return every
@@ -319,6 +339,7 @@ class SchemaRegistry:
                     ex.SUBJECT_SOFT_DELETED,
                     f"Subject '{subject}' was soft deleted. Set permanent=true to delete permanently",
                 )
+            self._refuse_if_referenced(conn, subject, live)
             self.store.soft_delete_versions(conn, subject, live)
             self.store.delete_config(conn, subject)
             return live
@@ -334,6 +355,7 @@ class SchemaRegistry:
                 found = self._find_version(every, version)
                 if found is None:
                     raise ex.version_not_found(subject, version_text)
+                self._refuse_if_referenced(conn, subject, [found.version])
                 if not found.deleted:
                     raise ex.RegistryError(
                         404,
@@ -356,6 +378,7 @@ class SchemaRegistry:
                 if not live:
                     raise ex.subject_not_found(subject)
                 raise ex.version_not_found(subject, version_text)
+            self._refuse_if_referenced(conn, subject, [found.version])
             self.store.soft_delete_versions(conn, subject, [found.version])
             return found.version
 

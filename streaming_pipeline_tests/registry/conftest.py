@@ -10,7 +10,7 @@ import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Iterator
+from typing import Callable, Iterator, Sequence
 
 import httpx
 import pytest
@@ -53,7 +53,7 @@ class RegistryProcess:
         return SchemaRegistryClient({"url": self.url})
 
 
-def start_registry(data_dir: Path, log_dir: Path) -> RegistryProcess:
+def start_registry(data_dir: Path, log_dir: Path, extra_args: Sequence[str] = ()) -> RegistryProcess:
     port = free_port()
     log_dir.mkdir(parents=True, exist_ok=True)
     log_path = log_dir / f"registry-{port}.log"
@@ -71,6 +71,7 @@ def start_registry(data_dir: Path, log_dir: Path) -> RegistryProcess:
                 str(port),
                 "--data-dir",
                 str(data_dir),
+                *extra_args,
             ],
             cwd=REPO_ROOT,
             env=env,
