@@ -5,7 +5,7 @@ import dagster as dg
 from streaming_pipeline.delta_tables import read_table, table_exists
 from streaming_pipeline.errors import StreamingPipelineError
 from streaming_pipeline.kafka_ingestion import DEAD_LETTER_TABLE
-from streaming_pipeline.offsets import checkpoint_kafka_offsets, consumer_lag
+from streaming_pipeline.offsets import consumed_offsets, consumer_lag, table_start_offsets
 from streaming_pipeline.resources import KafkaResource, LakehouseResource, SparkResource
 from streaming_pipeline.settings import PICKUPS_TOPIC, RIDES_TOPIC
 
@@ -34,19 +34,20 @@ def _bronze_checks(asset_name: str, topic: str) -> list[dg.AssetChecksDefinition
     @dg.asset_check(
         asset=asset_name,
         name="reconciles_with_kafka_offsets",
-        description=f"Rows of {asset_name} plus its dead letters equal the {topic} offsets the checkpoint has consumed.",
+        description=f"Rows of {asset_name} plus its dead letters equal the {topic} offsets its commits have consumed.",
     )
     def reconciles(spark: SparkResource, lakehouse: LakehouseResource) -> dg.AssetCheckResult:
         from pyspark.sql import functions as F
 
         session = spark.get_session()
-        consumed = checkpoint_kafka_offsets(lakehouse.checkpoint_path(asset_name)).get(topic, {})
-        expected = sum(consumed.values())
+        consumed = consumed_offsets(lakehouse.table_path(asset_name), asset_name, topic)
+        start = table_start_offsets(lakehouse.table_path(asset_name), asset_name, topic)
+        expected = sum(consumed.values()) - sum(start.values())
         rows = _count(session, lakehouse, asset_name)
         dead = _count(session, lakehouse, DEAD_LETTER_TABLE, F.col("kafka_topic") == topic)
         return dg.AssetCheckResult(
             passed=rows + dead == expected,
-            metadata={"rows": rows, "dead_letters": dead, "consumed_offsets_total": expected},
+            metadata={"rows": rows, "dead_letters": dead, "consumed_records": expected},
         )
 
     @dg.asset_check(
@@ -68,7 +69,7 @@ def _bronze_checks(asset_name: str, topic: str) -> list[dg.AssetChecksDefinition
             end_offsets = kafka.end_offsets(topic)
         except StreamingPipelineError as exc:
             return dg.AssetCheckResult(passed=False, severity=dg.AssetCheckSeverity.WARN, metadata={"error": str(exc)})
-        consumed = checkpoint_kafka_offsets(lakehouse.checkpoint_path(asset_name)).get(topic, {})
+        consumed = consumed_offsets(lakehouse.table_path(asset_name), asset_name, topic)
         by_partition = consumer_lag(end_offsets, consumed)
         total = sum(by_partition.values())
         return dg.AssetCheckResult(

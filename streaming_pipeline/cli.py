@@ -173,6 +173,40 @@ def _run_sql(args: argparse.Namespace) -> int:
     return 0
 
 
+def _add_replay_parser(subparsers: argparse._SubParsersAction) -> None:
+    replay = subparsers.add_parser(
+        "replay",
+        help="rebuild a bronze table, and every table downstream of it, from Kafka exactly once",
+        description="Moves the checkpoints aside, empties the tables in one Delta commit each (the old content stays "
+        "readable with VERSION AS OF) and runs the bronze asset and everything downstream once. Uses the same "
+        "environment as the definitions (KAFKA_BOOTSTRAP_SERVERS, LAKEHOUSE_DIR, SPARK_REMOTE, DAGSTER_HOME, ...). "
+        "The way out when a table and its checkpoint disagree, or a topic's offsets went backwards.",
+    )
+    replay.add_argument("asset", choices=["raw_rides", "raw_pickup_locations"], help="the bronze table to rebuild")
+    start = replay.add_mutually_exclusive_group()
+    start.add_argument("--from", dest="from_", choices=["earliest"], default="earliest",
+                       help="start at the earliest offsets the topic still keeps (default)")
+    start.add_argument("--from-time", metavar="T", help="start at the first record at or after T (ISO-8601, UTC if no zone)")
+    start.add_argument("--from-offsets", metavar="P:O,...", help="start at these offsets (other partitions: earliest)")
+    replay.set_defaults(handler=_run_replay)
+
+
+def _run_replay(args: argparse.Namespace) -> int:
+    import os
+
+    import dagster as dg
+
+    from streaming_pipeline.definitions import build_definitions
+    from streaming_pipeline.replay import ReplayStart, replay
+
+    start = ReplayStart.parse(from_time=args.from_time, from_offsets=args.from_offsets)
+    defs = build_definitions()
+    instance = dg.DagsterInstance.get() if os.environ.get("DAGSTER_HOME") else dg.DagsterInstance.ephemeral()
+    report = replay(args.asset, start, defs=defs, instance=instance, progress=lambda m: print(m, flush=True))
+    print(report.summary())
+    return 0
+
+
 def _add_jars_parser(subparsers: argparse._SubParsersAction) -> None:
     jars = subparsers.add_parser(
         "jars",
@@ -209,6 +243,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_stack_parser(subparsers)
     _add_jars_parser(subparsers)
     _add_sql_parser(subparsers)
+    _add_replay_parser(subparsers)
     _add_produce_parser(subparsers)
     _add_demo_parser(subparsers)
     _add_bench_parser(subparsers)

@@ -2,7 +2,10 @@
 
 Exactly once: Spark keeps the Kafka offsets in the query checkpoint, and every Delta append of a
 micro-batch carries (txnAppId, txnVersion=batch id), so a batch replayed after a crash is skipped by
-the tables that already have it.
+the tables that already have it. The txnAppId names the checkpoint (`bronze:<asset>:<checkpoint id>`), and
+every run first checks that table, checkpoint and topic still agree (offsets.check_bronze_state,
+offsets.topic_problems): a reset checkpoint, a recreated table or a topic whose offsets went backwards
+stops the run with an error naming `streaming-pipeline replay`, instead of losing or duplicating records.
 
 The foreachBatch handler runs where Spark calls it: in this process for an in-process session, in a
 Python worker of the Spark Connect server otherwise. So it holds plain data only (no resource, session,
@@ -19,6 +22,15 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from streaming_pipeline.delta_tables import table_history, table_version
+from streaming_pipeline.errors import RegistryUnavailableError
+from streaming_pipeline.offsets import (
+    BronzeStateError,
+    bronze_app_prefix,
+    checkpoint_batch_offsets,
+    checkpoint_id,
+    check_bronze_state,
+    topic_problems,
+)
 from streaming_pipeline.resources.kafka import KafkaResource
 from streaming_pipeline.resources.lakehouse import LakehouseResource
 from streaming_pipeline.resources.schema_registry import SchemaRegistryResource
@@ -61,11 +73,8 @@ class BronzeBatchWriter:
     fallback_reader_schema: str
     table_path: str
     dead_letter_path: str
-    app_id: str
-
-    @property
-    def dead_letter_app_id(self) -> str:
-        return f"{self.app_id}->{DEAD_LETTER_TABLE}"
+    asset_name: str
+    checkpoint_dir: str
 
     def __call__(self, batch: DataFrame, batch_id: int) -> None:
         from pyspark.sql import Observation
@@ -78,11 +87,23 @@ class BronzeBatchWriter:
             split_confluent_frames,
         )
 
-        spark = batch.sparkSession
         registry = _registry(self.registry_url, self.registry_auth)
         writer_schemas = registry.subject_schemas(self.subject)
+        if not writer_schemas and not batch.isEmpty():
+            # An emptied or wrong registry would turn every record into a dead letter while the checkpoint
+            # moves on: stop the stream instead, before anything of this batch is written.
+            raise RegistryUnavailableError(
+                f"the schema registry at {self.registry_url} has no versions of subject {self.subject!r}, so no "
+                f"record of micro-batch {batch_id} could be decoded; check SCHEMA_REGISTRY_URL, or register the "
+                "schema (`streaming-pipeline produce` does). Nothing was written and the batch will be read again."
+            )
         latest = registry.latest(self.subject)
         reader_schema = latest[1] if latest else self.fallback_reader_schema
+        cp_id = checkpoint_id(self.checkpoint_dir)
+        app_id = bronze_app_id(self.asset_name, cp_id)
+        # The marker records the checkpoint and this batch's end offsets: what the table has consumed, readable
+        # from the Delta log by the sensor and the checks on any storage.
+        extra = {"checkpoint_id": cp_id, "kafka_offsets": checkpoint_batch_offsets(self.checkpoint_dir, batch_id)}
         decoded = decode_avro_frames(split_confluent_frames(batch), writer_schemas, reader_schema)
         attempt = uuid.uuid4().hex
         observation = Observation(f"bronze-{batch_id}-{attempt}")
@@ -92,7 +113,7 @@ class BronzeBatchWriter:
             F.count(F.when(F.col("error").isNull(), 1)).alias("good"),
         )
         written_now = append_once(
-            bronze_rows(observed), self.table_path, self.app_id, batch_id, attempt, merge_schema=True
+            bronze_rows(observed), self.table_path, app_id, batch_id, attempt, extra=extra, merge_schema=True
         )
         # Delta skips an append whose txnVersion it already has (a batch replayed after a crash) without running
         # the query; the Observation is only read when this very attempt committed.
@@ -100,7 +121,17 @@ class BronzeBatchWriter:
             metrics = observation.get
             if int(metrics["records"]) == int(metrics["good"]):
                 return
-        append_once(dead_letter_rows(decoded), self.dead_letter_path, self.dead_letter_app_id, batch_id, attempt)
+        append_once(dead_letter_rows(decoded), self.dead_letter_path, dead_letter_app_id(app_id), batch_id, attempt, extra=extra)
+
+
+def bronze_app_id(asset_name: str, checkpoint: str | None) -> str:
+    """The Delta txnAppId of a bronze query: one per checkpoint, so a new checkpoint never inherits the
+    batch ids of an old one."""
+    return f"{bronze_app_prefix(asset_name)}{checkpoint}"
+
+
+def dead_letter_app_id(app_id: str) -> str:
+    return f"{app_id}->{DEAD_LETTER_TABLE}"
 
 
 def append_once(
@@ -194,7 +225,9 @@ def ingest_topic(
     kafka.ensure_topic(topic)
     _, value_file = TOPIC_SCHEMA_FILES[topic]
     table_path = lakehouse.table_path(asset_name)
+    checkpoint_dir = lakehouse.checkpoint_path(asset_name)
     dead_letter_path = lakehouse.table_path(DEAD_LETTER_TABLE)
+    starting_offsets = _starting_offsets(kafka, table_path, checkpoint_dir, asset_name, topic)
     handler = BronzeBatchWriter(
         registry_url=registry.url,
         registry_auth=registry.basic_auth_user_info,
@@ -202,7 +235,8 @@ def ingest_topic(
         fallback_reader_schema=load_schema(value_file),
         table_path=table_path,
         dead_letter_path=dead_letter_path,
-        app_id=f"bronze:{asset_name}",
+        asset_name=asset_name,
+        checkpoint_dir=checkpoint_dir,
     )
     table_before = table_version(spark, table_path)
     dead_before = table_version(spark, dead_letter_path)
@@ -212,17 +246,32 @@ def ingest_topic(
             spark.readStream.format("kafka")
             .options(**kafka.spark_options())
             .option("subscribe", topic)
-            .option("startingOffsets", "earliest")
+            .option("startingOffsets", starting_offsets)
             .option("maxOffsetsPerTrigger", lakehouse.max_offsets_per_trigger)
             .load()
         )
-        return source.writeStream.foreachBatch(handler).option(
-            "checkpointLocation", lakehouse.checkpoint_path(asset_name)
-        )
+        return source.writeStream.foreachBatch(handler).option("checkpointLocation", checkpoint_dir)
 
     report = run_available_now(asset_name, start_writer, log=log)
     result = BronzeRunResult(report=report)
     if report.batches:
-        result.batches = commits_since(spark, table_path, table_before, handler.app_id)
-        result.dead_letter_batches = commits_since(spark, dead_letter_path, dead_before, handler.dead_letter_app_id)
+        app_id = bronze_app_id(asset_name, checkpoint_id(checkpoint_dir))
+        result.batches = commits_since(spark, table_path, table_before, app_id)
+        result.dead_letter_batches = commits_since(spark, dead_letter_path, dead_before, dead_letter_app_id(app_id))
     return result
+
+
+def _starting_offsets(kafka: KafkaResource, table_path: str, checkpoint_dir: str, asset_name: str, topic: str) -> str:
+    """Check that table, checkpoint and topic agree; the `startingOffsets` of a query with a new checkpoint.
+
+    A new checkpoint starts at the earliest offsets, or where a replay said the rebuilt table starts. (A query
+    with a checkpoint ignores the option and goes on from the checkpoint.)
+    """
+    position = check_bronze_state(table_path, checkpoint_dir, asset_name)
+    consumed = position.consumed(topic)
+    problems = topic_problems(asset_name, topic, consumed, kafka.watermark_offsets(topic))
+    if problems:
+        raise BronzeStateError(problems.message())
+    if checkpoint_id(checkpoint_dir) is None and consumed:
+        return json.dumps({topic: {str(p): o for p, o in sorted(consumed.items())}})
+    return "earliest"

@@ -1,7 +1,7 @@
 """Offset sensors: one run from Kafka to gold as soon as records wait and no run works on the checkpoint.
 
-Spark keeps the Kafka offsets a bronze query has processed in its checkpoint and commits none to Kafka,
-so a tick compares the topic's end offsets with the checkpoint's. The run it requests targets a job that
+Spark commits no offsets to Kafka; every bronze commit records the end offsets of its micro-batch in the
+Delta log, so a tick compares the topic's end offsets with the table's (on any storage). The run it requests targets a job that
 selects the bronze asset and everything downstream of it, so gold follows in the same run. While a run that
 touches the bronze asset is in flight (a sensor run, a manual or a UI run) nothing is requested: new records
 batch up by themselves. A failed run is retried after a back-off that doubles with each consecutive failure.
@@ -19,7 +19,7 @@ from dataclasses import dataclass
 import dagster as dg
 
 from streaming_pipeline.errors import StreamingPipelineError
-from streaming_pipeline.offsets import checkpoint_kafka_offsets, consumer_lag
+from streaming_pipeline.offsets import consumed_offsets, consumer_lag, topic_problems
 from streaming_pipeline.resources.kafka import KafkaResource
 from streaming_pipeline.resources.lakehouse import LakehouseResource
 from streaming_pipeline.settings import PICKUPS_TOPIC, RIDES_TOPIC, SensorSettings
@@ -119,10 +119,15 @@ def build_offset_sensor(
     ) -> dg.SensorResult | dg.SkipReason:
         cursor = json.loads(context.cursor) if context.cursor else {}
         try:
-            end_offsets = kafka.end_offsets(topic)
+            watermarks = kafka.watermark_offsets(topic)
         except StreamingPipelineError as exc:
             return dg.SkipReason(f"Kafka is not reachable, will try again: {exc}")
-        consumed = checkpoint_kafka_offsets(lakehouse.checkpoint_path(asset_name)).get(topic, {})
+        end_offsets = {p: high for p, (_, high) in watermarks.items()}
+        consumed = consumed_offsets(lakehouse.table_path(asset_name), asset_name, topic)
+        problems = topic_problems(asset_name, topic, consumed, watermarks)
+        if problems:
+            # Every run would fail on it: say what is wrong and how to recover, and request nothing.
+            return dg.SkipReason(problems.message())
         lag = consumer_lag(end_offsets, consumed)
         waiting = sum(lag.values())
         events = []

@@ -6,7 +6,7 @@ from streaming_pipeline.assets import tables
 from streaming_pipeline.assets.metadata import OWNERS, checkpoint_pool, delta_table_metadata
 from streaming_pipeline.delta_tables import read_table, table_exists
 from streaming_pipeline.kafka_ingestion import DEAD_LETTER_SCHEMA_DDL, DEAD_LETTER_TABLE, BronzeRunResult, ingest_topic
-from streaming_pipeline.offsets import checkpoint_kafka_offsets
+from streaming_pipeline.offsets import consumed_offsets
 from streaming_pipeline.resources import KafkaResource, LakehouseResource, SchemaRegistryResource, SparkResource
 from streaming_pipeline.settings import PICKUPS_TOPIC, RIDES_TOPIC
 
@@ -33,7 +33,7 @@ def _bronze_result(
             "streaming_seconds": dg.MetadataValue.float(round(run.report.trigger_seconds(), 3)),
             "kafka_offsets": dg.MetadataValue.json(offsets),
             "consumed_offsets": dg.MetadataValue.json(
-                {str(p): o for p, o in checkpoint_kafka_offsets(lakehouse.checkpoint_path(asset_name)).get(topic, {}).items()}
+                {str(p): o for p, o in consumed_offsets(lakehouse.table_path(asset_name), asset_name, topic).items()}
             ),
             **delta_table_metadata(spark, lakehouse.table_path(asset_name)),
         }

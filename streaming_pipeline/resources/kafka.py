@@ -161,22 +161,41 @@ class KafkaResource(dg.ConfigurableResource):
 
     def end_offsets(self, topic: str) -> dict[int, int]:
         """Next offset to be written (high watermark) per partition of `topic`; {} when it does not exist."""
+        return {partition: high for partition, (_, high) in self.watermark_offsets(topic).items()}
+
+    def watermark_offsets(self, topic: str) -> dict[int, tuple[int, int]]:
+        """(earliest offset still kept, next offset to be written) per partition; {} when the topic does not exist."""
         partitions = self.topic_partitions(topic)
         if not partitions:
             return {}
         consumer = self.consumer(group_id="streaming-pipeline-offset-probe")
         try:
-            offsets: dict[int, int] = {}
+            offsets: dict[int, tuple[int, int]] = {}
             for partition in partitions:
                 try:
-                    _, high = consumer.get_watermark_offsets(
+                    low, high = consumer.get_watermark_offsets(
                         TopicPartition(topic, partition), timeout=self.timeout_seconds, cached=False
                     )
                 except KafkaException as exc:
                     raise BrokerUnavailableError(
-                        f"could not read end offset of {topic}[{partition}] from {self.bootstrap_servers}: {exc}"
+                        f"could not read the offsets of {topic}[{partition}] from {self.bootstrap_servers}: {exc}"
                     ) from exc
-                offsets[partition] = high
+                offsets[partition] = (low, high)
             return offsets
         finally:
             consumer.close()
+
+    def offsets_for_time(self, topic: str, epoch_ms: int) -> dict[int, int]:
+        """Per partition, the first offset whose record timestamp is at or after `epoch_ms` (the end offset when
+        there is none)."""
+        watermarks = self.watermark_offsets(topic)
+        consumer = self.consumer(group_id="streaming-pipeline-offset-probe")
+        try:
+            found = consumer.offsets_for_times(
+                [TopicPartition(topic, p, epoch_ms) for p in watermarks], timeout=self.timeout_seconds
+            )
+        except KafkaException as exc:
+            raise BrokerUnavailableError(f"could not look up {topic} offsets at {epoch_ms} ms: {exc}") from exc
+        finally:
+            consumer.close()
+        return {tp.partition: (tp.offset if tp.offset >= 0 else watermarks[tp.partition][1]) for tp in found}

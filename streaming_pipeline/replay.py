@@ -1,0 +1,254 @@
+"""`streaming-pipeline replay`: rebuild a bronze table, and everything downstream of it, from Kafka exactly once.
+
+The way out when a table and its checkpoint no longer agree (a checkpoint reset, a table deleted), when a
+topic's offsets went backwards (deleted and recreated) or retention deleted records nobody read, or when a
+table should simply be read again from some point:
+
+1. the bronze checkpoint and the checkpoints of every streaming table downstream are moved aside
+   (`_checkpoints/_replaced/<name>-<time>`), never deleted;
+2. each of those tables gets an empty overwrite commit, so its old content stays readable through Delta time
+   travel (`VERSION AS OF`); the bronze commit's marker names the offsets the rebuilt table starts from, and
+   the topic's dead letters are removed the same way;
+3. the job that the offset sensor runs (the bronze asset and everything downstream) runs once, in this
+   process, on the Dagster instance of DAGSTER_HOME when it is set, so the UI shows the run.
+
+The new checkpoint's query id names a new txnAppId, so no batch id of the old checkpoint can make Delta skip
+a batch of the new one.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from typing import TYPE_CHECKING, Any
+
+import dagster as dg
+
+from streaming_pipeline.delta_tables import read_table, table_version
+from streaming_pipeline.errors import ConfigurationError, StreamingPipelineError
+from streaming_pipeline.kafka_ingestion import DEAD_LETTER_TABLE
+from streaming_pipeline.offsets import Offsets, _filesystem
+from streaming_pipeline.resources.kafka import KafkaResource
+from streaming_pipeline.resources.lakehouse import LakehouseResource
+from streaming_pipeline.settings import PICKUPS_TOPIC, RIDES_TOPIC
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
+BRONZE_TOPICS = {"raw_rides": RIDES_TOPIC, "raw_pickup_locations": PICKUPS_TOPIC}
+# Written before the first batch when the bronze table is gone: the payload columns join on the first append.
+_KAFKA_COLUMNS_DDL = "kafka_topic STRING, kafka_partition INT, kafka_offset BIGINT, kafka_timestamp TIMESTAMP, schema_id INT"
+
+
+class ReplayError(StreamingPipelineError):
+    """A replay cannot start: a bad starting point, a run in flight, a topic that does not exist."""
+
+
+@dataclass(frozen=True)
+class ReplayStart:
+    """Where the rebuilt table starts: the earliest offsets still kept, a time, or explicit offsets."""
+
+    earliest: bool = True
+    time_ms: int | None = None
+    offsets: Offsets | None = None
+
+    @classmethod
+    def parse(cls, from_time: str | None = None, from_offsets: str | None = None) -> ReplayStart:
+        if from_time is not None:
+            try:
+                moment = datetime.fromisoformat(from_time)
+            except ValueError as exc:
+                raise ConfigurationError(f"--from-time {from_time!r} is not an ISO-8601 time (e.g. 2026-11-22T08:00:00Z)") from exc
+            if moment.tzinfo is None:
+                moment = moment.replace(tzinfo=timezone.utc)
+            return cls(earliest=False, time_ms=int(moment.timestamp() * 1000))
+        if from_offsets is not None:
+            offsets: Offsets = {}
+            for part in from_offsets.split(","):
+                partition, sep, offset = part.strip().partition(":")
+                if not sep or not partition.strip().isdigit() or not offset.strip().lstrip("-").isdigit():
+                    raise ConfigurationError(f"--from-offsets {from_offsets!r}: expected PARTITION:OFFSET,... (e.g. 0:120,1:98), got {part!r}")
+                offsets[int(partition)] = int(offset)
+            return cls(earliest=False, offsets=offsets)
+        return cls()
+
+    def describe(self) -> str:
+        if self.time_ms is not None:
+            return f"time {datetime.fromtimestamp(self.time_ms / 1000, tz=timezone.utc).isoformat()}"
+        if self.offsets is not None:
+            return "offsets " + ",".join(f"{p}:{o}" for p, o in sorted(self.offsets.items()))
+        return "the earliest offsets"
+
+
+def resolve_start(start: ReplayStart, topic: str, watermarks: dict[int, tuple[int, int]], kafka: KafkaResource) -> Offsets:
+    """Concrete starting offsets for every partition, each within what the topic still keeps."""
+    if not watermarks:
+        raise ReplayError(f"topic {topic!r} does not exist on {kafka.bootstrap_servers}: nothing to replay")
+    if start.time_ms is not None:
+        return kafka.offsets_for_time(topic, start.time_ms)
+    if start.offsets is None:
+        return {p: low for p, (low, _) in sorted(watermarks.items())}
+    unknown = sorted(set(start.offsets) - set(watermarks))
+    if unknown:
+        raise ReplayError(f"--from-offsets names partition(s) {unknown} that {topic!r} does not have (it has {sorted(watermarks)})")
+    resolved = {}
+    for partition, (low, high) in sorted(watermarks.items()):
+        offset = start.offsets.get(partition, low)
+        if not low <= offset <= high:
+            raise ReplayError(
+                f"--from-offsets {partition}:{offset} is outside what {topic}[{partition}] keeps ({low}..{high}); "
+                f"pick an offset in that range or use --from earliest"
+            )
+        resolved[partition] = offset
+    return resolved
+
+
+@dataclass
+class ReplayReport:
+    asset_name: str
+    topic: str
+    starting_offsets: Offsets
+    rows_before: int
+    version_before: int | None
+    rows_after: int = 0
+    reset_tables: list[str] = field(default_factory=list)
+    moved_checkpoints: dict[str, str] = field(default_factory=dict)
+    run_id: str | None = None
+
+    def summary(self) -> str:
+        old = (
+            f"; the old content stays readable as VERSION AS OF {self.version_before}"
+            if self.version_before is not None
+            else ""
+        )
+        return (
+            f"replayed {self.asset_name} from {self.topic} at "
+            + ",".join(f"{p}:{o}" for p, o in sorted(self.starting_offsets.items()))
+            + f": {self.rows_before} row(s) before, {self.rows_after} after{old}; rebuilt downstream: "
+            + (", ".join(self.reset_tables) or "none")
+        )
+
+
+def downstream_assets(defs: dg.Definitions, asset_name: str) -> list[str]:
+    """Every asset downstream of `asset_name` in the definitions' graph, in topological order."""
+    graph = defs.resolve_asset_graph()
+    selection = dg.AssetSelection.assets(asset_name).downstream() - dg.AssetSelection.assets(asset_name)
+    keys = selection.resolve(graph)
+    order = [key for level in graph.toposorted_asset_keys_by_level for key in level]
+    return [key.to_user_string() for key in order if key in keys]
+
+
+def _runs_in_flight(instance: dg.DagsterInstance, names: set[str]) -> list[str]:
+    from streaming_pipeline.sensors import IN_FLIGHT
+
+    found = []
+    for run in instance.get_runs(filters=dg.RunsFilter(statuses=IN_FLIGHT), limit=200):
+        selected = {key.to_user_string() for key in (run.asset_selection or set())}
+        if selected & names or any(run.job_name == f"{name}_to_gold_job" for name in names):
+            found.append(run.run_id)
+    return found
+
+
+def move_checkpoints_aside(lakehouse: LakehouseResource, names: set[str]) -> dict[str, str]:
+    """Move every checkpoint that belongs to one of `names` (`a+b` for a query writing several) to
+    `_checkpoints/_replaced/`; {old: new}."""
+    fs, root = _filesystem(lakehouse.checkpoint_path(""))
+    root = root.rstrip("/")
+    try:
+        entries = [str(e).rstrip("/").rsplit("/", 1)[-1] for e in fs.ls(root, detail=False)]
+    except FileNotFoundError:
+        return {}
+    stamp = time.strftime("%Y%m%dT%H%M%S", time.gmtime())
+    moved = {}
+    for entry in sorted(entries):
+        if entry.startswith("_") or not set(entry.split("+")) & names:
+            continue
+        target = f"{root}/_replaced/{entry}-{stamp}"
+        fs.makedirs(f"{root}/_replaced", exist_ok=True)
+        fs.mv(f"{root}/{entry}", target, recursive=True)
+        moved[f"{root}/{entry}"] = target
+    return moved
+
+
+def empty_table(spark: SparkSession, path: str, marker: dict[str, Any], where: str | None = None, ddl: str | None = None) -> bool:
+    """Rewrite the table at `path` without its rows (only the rows matching `where`, when given) in one commit
+    carrying `marker`; a missing table is created from `ddl` when given. True when a commit was made."""
+    from pyspark.sql import functions as F
+
+    if table_version(spark, path) is None:
+        if ddl is None:
+            return False
+        frame = spark.createDataFrame([], ddl)
+        mode = "append"
+    else:
+        current = read_table(spark, path)
+        frame = current.where(~F.expr(where)) if where else current.limit(0)
+        frame = frame.localCheckpoint()
+        mode = "overwrite"
+    frame.write.format("delta").mode(mode).option("userMetadata", json.dumps(marker, sort_keys=True)).save(path)
+    return True
+
+
+def replay(
+    asset_name: str,
+    start: ReplayStart,
+    *,
+    defs: dg.Definitions,
+    instance: dg.DagsterInstance,
+    progress: Callable[[str], None] = print,
+) -> ReplayReport:
+    if asset_name not in BRONZE_TOPICS:
+        raise ReplayError(f"{asset_name!r} is not a bronze asset; replay one of {sorted(BRONZE_TOPICS)}")
+    topic = BRONZE_TOPICS[asset_name]
+    kafka: KafkaResource = defs.resources["kafka"]  # type: ignore[assignment]
+    lakehouse: LakehouseResource = defs.resources["lakehouse"]  # type: ignore[assignment]
+    downstream = [name for name in downstream_assets(defs, asset_name) if name != DEAD_LETTER_TABLE]
+    busy = _runs_in_flight(instance, {asset_name, *downstream})
+    if busy:
+        raise ReplayError(
+            f"run(s) {', '.join(busy)} work on {asset_name} or its downstream tables; wait for them (or cancel them in "
+            "the UI) and replay again"
+        )
+    watermarks = kafka.watermark_offsets(topic)
+    offsets = resolve_start(start, topic, watermarks, kafka)
+    spark = defs.resources["spark"].get_session()  # type: ignore[attr-defined]
+    table_path = lakehouse.table_path(asset_name)
+    version_before = table_version(spark, table_path)
+    rows_before = read_table(spark, table_path).count() if version_before is not None else 0
+    report = ReplayReport(asset_name, topic, offsets, rows_before, version_before)
+    progress(f"replay {asset_name}: {rows_before} row(s) now; rebuilding from {topic} at {start.describe()}")
+
+    report.moved_checkpoints = move_checkpoints_aside(lakehouse, {asset_name, *downstream})
+    for old, new in report.moved_checkpoints.items():
+        progress(f"  checkpoint {old} moved to {new}")
+    stamp = datetime.now(timezone.utc).isoformat()
+    empty_table(
+        spark,
+        table_path,
+        {"replay_of": asset_name, "starting_offsets": {topic: {str(p): o for p, o in offsets.items()}},
+         "replaced_version": version_before, "replayed_at": stamp},
+        ddl=_KAFKA_COLUMNS_DDL,
+    )
+    quoted = topic.replace("'", "''")
+    empty_table(spark, lakehouse.table_path(DEAD_LETTER_TABLE), {"replay_of_dead_letters": asset_name, "replayed_at": stamp},
+                where=f"kafka_topic = '{quoted}'")
+    for name in downstream:
+        if empty_table(spark, lakehouse.table_path(name), {"reset_by_replay_of": asset_name, "replayed_at": stamp}):
+            report.reset_tables.append(name)
+    progress(f"  emptied {asset_name} and {len(report.reset_tables)} downstream table(s); the old versions stay readable")
+
+    job = defs.resolve_job_def(f"{asset_name}_to_gold_job")
+    progress(f"  running {job.name} ({1 + len(downstream)} asset(s))")
+    result = job.execute_in_process(instance=instance, raise_on_error=False, tags={"streaming-pipeline/replay": asset_name})
+    report.run_id = result.run_id
+    if not result.success:
+        failures = [str(e.event_specific_data.error.message).strip() for e in result.all_events if e.is_step_failure]  # type: ignore[union-attr]
+        raise ReplayError(
+            f"the rebuild run {result.run_id} of {asset_name} failed: {'; '.join(failures) or 'see the run in the UI'}. "
+            "The old content is kept in the Delta history; fix the cause and replay again"
+        )
+    report.rows_after = read_table(spark, table_path).count()
+    return report

@@ -1,0 +1,237 @@
+"""Exactly once in the hard cases, on the real embedded broker and registry with an in-process Spark:
+a checkpoint reset, a table deleted, a topic recreated, retention past unread records, a lakehouse given as a
+file:// URI, an emptied registry. Expectations come from what each test produced to Kafka."""
+
+from __future__ import annotations
+
+import shutil
+import time
+from pathlib import Path
+
+import dagster as dg
+import httpx
+import pytest
+from confluent_kafka import TopicPartition
+from confluent_kafka.admin import AdminClient
+
+from streaming_pipeline.assets import ALL_ASSETS
+from streaming_pipeline.cli import main as cli_main
+from streaming_pipeline.kafka_ingestion import ingest_topic
+from streaming_pipeline.offsets import (
+    BronzeStateError,
+    checkpoint_kafka_offsets,
+    consumed_offsets,
+    table_start_offsets,
+    topic_problems,
+)
+from streaming_pipeline.replay import ReplayStart, replay
+from streaming_pipeline.sensors import build_live_jobs_and_sensors
+from streaming_pipeline.settings import RIDES_TOPIC, SensorSettings
+from streaming_pipeline_tests.kafka_helpers import all_coordinates, end_offsets
+
+pytestmark = pytest.mark.integration
+
+
+def _produce(stack, count: int, seed: int) -> None:
+    code = cli_main(["produce", "rides", "--synthetic", str(count), "--seed", str(seed), "--no-progress",
+                     "--bootstrap-servers", stack.bootstrap_servers, "--schema-registry-url", stack.schema_registry_url])
+    assert code == 0
+
+
+def _ingest(spark, resources):
+    return ingest_topic(spark, resources["kafka"], resources["schema_registry"], resources["lakehouse"],
+                        topic=RIDES_TOPIC, asset_name="raw_rides")
+
+
+def _coordinates(spark, path: str) -> list[tuple[str, int, int]]:
+    rows = spark.read.format("delta").load(path).select("kafka_topic", "kafka_partition", "kafka_offset").collect()
+    return [(r[0], r[1], r[2]) for r in rows]
+
+
+def _defs(resources) -> dg.Definitions:
+    jobs, _ = build_live_jobs_and_sensors(SensorSettings())
+    return dg.Definitions(assets=ALL_ASSETS, jobs=jobs, resources=resources, executor=dg.in_process_executor)
+
+
+def _vendor_total(spark, resources) -> int:
+    path = resources["lakehouse"].table_path("vendor_counts")
+    return sum(r["trip_count"] for r in spark.read.format("delta").load(path).collect())
+
+
+def test_checkpoint_reset_stops_the_run_and_replay_rebuilds_everything_exactly_once(stack, pipeline_resources, spark):
+    lakehouse = pipeline_resources["lakehouse"]
+    table, checkpoint = lakehouse.table_path("raw_rides"), lakehouse.checkpoint_path("raw_rides")
+    _produce(stack, 40, seed=1)
+    defs = _defs(pipeline_resources)
+    assert dg.materialize(ALL_ASSETS, resources=pipeline_resources).success  # every table
+    ends = end_offsets(stack.bootstrap_servers, RIDES_TOPIC)
+    assert sum(ends.values()) == 40 == _vendor_total(spark, pipeline_resources)
+    # What the table consumed is in its Delta log, and agrees with the checkpoint.
+    assert consumed_offsets(table, "raw_rides", RIDES_TOPIC) == ends == checkpoint_kafka_offsets(checkpoint)[RIDES_TOPIC]
+
+    shutil.rmtree(checkpoint)
+    _produce(stack, 5, seed=2)
+    with pytest.raises(BronzeStateError) as caught:
+        _ingest(spark, pipeline_resources)
+    message = str(caught.value)
+    assert "checkpoint is gone or empty" in message
+    assert table in message and checkpoint in message
+    assert "streaming-pipeline replay raw_rides --from earliest" in message
+    assert len(_coordinates(spark, table)) == 40, "the refused run changed the table"
+
+    report = replay("raw_rides", ReplayStart(), defs=defs, instance=dg.DagsterInstance.ephemeral(), progress=lambda _m: None)
+    ends = end_offsets(stack.bootstrap_servers, RIDES_TOPIC)
+    coordinates = _coordinates(spark, table)
+    assert len(coordinates) == len(set(coordinates)) == 45
+    assert set(coordinates) == all_coordinates(RIDES_TOPIC, ends)
+    assert (report.rows_before, report.rows_after) == (40, 45)
+    assert report.starting_offsets == {p: 0 for p in ends}
+    assert set(report.reset_tables) == {"vendor_counts", "ride_window_aggregates", "ride_pickup_joins", "high_amount_rides",
+                                        "low_amount_rides", "rides_enriched"}
+    # Downstream was rebuilt from the new table, not added to the old counts.
+    assert _vendor_total(spark, pipeline_resources) == 45
+    enriched = spark.read.format("delta").load(lakehouse.table_path("rides_enriched")).count()
+    assert enriched == 45
+    # The old content stays readable through time travel.
+    old = spark.read.format("delta").option("versionAsOf", report.version_before).load(table).count()
+    assert old == 40
+    # The replaced checkpoint was moved aside, not deleted; the new one is consistent: a re-run adds nothing.
+    assert any("_replaced" in target for target in report.moved_checkpoints.values())
+    _ingest(spark, pipeline_resources)
+    assert len(_coordinates(spark, table)) == 45
+
+
+def test_table_deleted_while_its_checkpoint_is_kept_stops_the_run(stack, pipeline_resources, spark):
+    lakehouse = pipeline_resources["lakehouse"]
+    table, checkpoint = lakehouse.table_path("raw_rides"), lakehouse.checkpoint_path("raw_rides")
+    _produce(stack, 20, seed=3)
+    _ingest(spark, pipeline_resources)
+    shutil.rmtree(table)
+    with pytest.raises(BronzeStateError) as caught:
+        _ingest(spark, pipeline_resources)
+    message = str(caught.value)
+    assert "the table does not exist" in message and "deleted or recreated" in message
+    assert table in message and checkpoint in message and "streaming-pipeline replay raw_rides" in message
+
+
+def test_recreated_topic_is_reported_by_run_and_sensor_and_replay_reads_the_new_topic(stack, pipeline_resources, spark):
+    lakehouse = pipeline_resources["lakehouse"]
+    table = lakehouse.table_path("raw_rides")
+    _produce(stack, 30, seed=4)
+    _ingest(spark, pipeline_resources)
+    admin = AdminClient({"bootstrap.servers": stack.bootstrap_servers})
+    admin.delete_topics([RIDES_TOPIC])[RIDES_TOPIC].result(timeout=30)
+    deadline = time.monotonic() + 30
+    while RIDES_TOPIC in admin.list_topics(timeout=10).topics and time.monotonic() < deadline:
+        time.sleep(0.2)
+    _produce(stack, 6, seed=5)  # recreates the topic: offsets start at 0 again
+    ends = end_offsets(stack.bootstrap_servers, RIDES_TOPIC)
+    consumed = consumed_offsets(table, "raw_rides", RIDES_TOPIC)
+    problems = topic_problems("raw_rides", RIDES_TOPIC, consumed, pipeline_resources["kafka"].watermark_offsets(RIDES_TOPIC))
+    expected_backwards = {p: (c, ends.get(p, 0)) for p, c in consumed.items() if c > ends.get(p, 0)}
+    assert problems.went_backwards == expected_backwards and expected_backwards
+    with pytest.raises(BronzeStateError) as caught:
+        _ingest(spark, pipeline_resources)
+    assert "offsets went backwards" in str(caught.value) and "streaming-pipeline replay raw_rides" in str(caught.value)
+
+    # The sensor says the same instead of "no new records", and requests no run that would fail.
+    from streaming_pipeline.sensors import build_offset_sensor, live_job
+
+    key = dg.AssetKey("raw_rides")
+    sensor = build_offset_sensor(key, RIDES_TOPIC, live_job(key), SensorSettings())
+    with dg.instance_for_test() as instance:
+        context = dg.build_sensor_context(instance=instance, resources={"kafka": pipeline_resources["kafka"], "lakehouse": lakehouse},
+                                          definitions=_defs(pipeline_resources))
+        result = sensor(context)
+    skip = result.skip_reason.skip_message if isinstance(result, dg.SensorResult) else result.skip_message
+    assert "offsets went backwards" in skip and not (isinstance(result, dg.SensorResult) and result.run_requests)
+
+    report = replay("raw_rides", ReplayStart(), defs=_defs(pipeline_resources), instance=dg.DagsterInstance.ephemeral(),
+                    progress=lambda _m: None)
+    coordinates = _coordinates(spark, table)
+    assert len(coordinates) == len(set(coordinates)) == 6
+    assert set(coordinates) == all_coordinates(RIDES_TOPIC, ends)
+    assert (report.rows_before, report.rows_after) == (30, 6)
+    assert _vendor_total(spark, pipeline_resources) == 6
+
+
+def test_records_deleted_unread_stop_the_run_and_replay_from_offsets_starts_where_asked(stack, pipeline_resources, spark):
+    lakehouse = pipeline_resources["lakehouse"]
+    table = lakehouse.table_path("raw_rides")
+    _produce(stack, 20, seed=6)
+    _ingest(spark, pipeline_resources)
+    _produce(stack, 20, seed=7)
+    ends = end_offsets(stack.bootstrap_servers, RIDES_TOPIC)
+    consumed = consumed_offsets(table, "raw_rides", RIDES_TOPIC)
+    # Retention deletes records of partition 0 up to two past what the table has read.
+    cut = consumed[0] + 2
+    admin = AdminClient({"bootstrap.servers": stack.bootstrap_servers})
+    futures = admin.delete_records([TopicPartition(RIDES_TOPIC, 0, cut)])
+    for future in futures.values():
+        future.result(timeout=30)
+    with pytest.raises(BronzeStateError) as caught:
+        _ingest(spark, pipeline_resources)
+    message = str(caught.value)
+    assert f"[0] offsets {consumed[0]}..{cut - 1} (2 record(s))" in message
+    assert "deleted (retention)" in message and "streaming-pipeline replay raw_rides" in message
+
+    # A replay of the kept records from explicit offsets: partition 0 from the cut, partition 1 from 3.
+    start = ReplayStart.parse(from_offsets=f"0:{cut},1:3")
+    replay("raw_rides", start, defs=_defs(pipeline_resources), instance=dg.DagsterInstance.ephemeral(), progress=lambda _m: None)
+    expected = {(RIDES_TOPIC, 0, o) for o in range(cut, ends[0])} | {(RIDES_TOPIC, 1, o) for o in range(3, ends[1])}
+    coordinates = _coordinates(spark, table)
+    assert len(coordinates) == len(set(coordinates)) and set(coordinates) == expected
+    assert table_start_offsets(table, "raw_rides", RIDES_TOPIC) == {0: cut, 1: 3}
+    # The reconcile check counts from where the replay started.
+    from streaming_pipeline.checks import ALL_CHECKS
+
+    result = dg.materialize([*ALL_ASSETS, *ALL_CHECKS], resources=pipeline_resources, selection="raw_rides",
+                            raise_on_error=False)
+    checks = {e.asset_check_key.name: e.passed for e in result.get_asset_check_evaluations()}
+    assert checks["reconciles_with_kafka_offsets"] is True and checks["unique_kafka_coordinates"] is True
+
+
+def test_lakehouse_as_file_uri_keeps_consumed_offsets_readable(stack, pipeline_resources, spark, tmp_path: Path):
+    from streaming_pipeline.resources import LakehouseResource
+
+    lakehouse = LakehouseResource(root=(tmp_path / "uri-lakehouse").as_uri())
+    assert lakehouse.root.startswith("file:///")
+    resources = {**pipeline_resources, "lakehouse": lakehouse}
+    _produce(stack, 12, seed=8)
+    _ingest(spark, resources)
+    _produce(stack, 7, seed=9)
+    _ingest(spark, resources)
+    ends = end_offsets(stack.bootstrap_servers, RIDES_TOPIC)
+    table = lakehouse.table_path("raw_rides")
+    assert consumed_offsets(table, "raw_rides", RIDES_TOPIC) == ends
+    assert checkpoint_kafka_offsets(lakehouse.checkpoint_path("raw_rides"))[RIDES_TOPIC] == ends
+    coordinates = _coordinates(spark, table)
+    assert len(coordinates) == len(set(coordinates)) == 19
+
+
+def test_emptied_registry_stops_the_stream_instead_of_dead_lettering_everything(stack, pipeline_resources, spark):
+    from streaming_pipeline.streaming import StreamingRunError
+
+    lakehouse = pipeline_resources["lakehouse"]
+    _produce(stack, 10, seed=10)
+    url = stack.schema_registry_url
+    schema = httpx.get(f"{url}/subjects/rides-value/versions/latest").json()["schema"]
+    for permanent in ("false", "true"):
+        assert httpx.delete(f"{url}/subjects/rides-value", params={"permanent": permanent}).status_code == 200
+    with pytest.raises(StreamingRunError) as caught:
+        _ingest(spark, pipeline_resources)
+    assert "has no versions of subject 'rides-value'" in str(caught.value)
+    assert checkpoint_kafka_offsets(lakehouse.checkpoint_path("raw_rides")) == {}, "the checkpoint moved on"
+    for name in ("raw_rides", "dead_letter_records"):
+        path = lakehouse.table_path(name)
+        if Path(path, "_delta_log").is_dir():
+            assert spark.read.format("delta").load(path).count() == 0, f"{name} got rows"
+
+    # With the schema registered again, the batch is read again: every record lands once, as a row or (if the
+    # registry gave the schema a new id) as a dead letter.
+    assert httpx.post(f"{url}/subjects/rides-value/versions", json={"schema": schema}).status_code == 200
+    _ingest(spark, pipeline_resources)
+    ends = end_offsets(stack.bootstrap_servers, RIDES_TOPIC)
+    rows = _coordinates(spark, lakehouse.table_path("raw_rides"))
+    dead = spark.read.format("delta").load(lakehouse.table_path("dead_letter_records")).count()
+    assert len(rows) + dead == sum(ends.values()) == 10
