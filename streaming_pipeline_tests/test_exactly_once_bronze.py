@@ -235,3 +235,54 @@ def test_emptied_registry_stops_the_stream_instead_of_dead_lettering_everything(
     rows = _coordinates(spark, lakehouse.table_path("raw_rides"))
     dead = spark.read.format("delta").load(lakehouse.table_path("dead_letter_records")).count()
     assert len(rows) + dead == sum(ends.values()) == 10
+
+
+def test_reader_schema_registered_between_micro_batches_is_used_by_the_next_one(stack, pipeline_resources, spark, tmp_path):
+    """One handler (one worker, one registry client) across two micro-batches: v2, registered after the first,
+    reads the second with its own field."""
+    from confluent_kafka.serialization import MessageField
+
+    from streaming_pipeline.kafka_ingestion import BronzeBatchWriter
+    from streaming_pipeline.resources import SchemaRegistryResource
+    from streaming_pipeline.schemas import load_schema
+    from streaming_pipeline.synthetic import SyntheticOptions, synthetic_rides
+    from streaming_pipeline_tests.kafka_helpers import SCHEMA_DIR, avro_frame, produce_raw
+
+    lakehouse = pipeline_resources["lakehouse"]
+    _produce(stack, 4, seed=11)
+    v1_end = end_offsets(stack.bootstrap_servers, RIDES_TOPIC)
+    handler = BronzeBatchWriter(
+        registry_url=stack.schema_registry_url, registry_auth=None, subject="rides-value",
+        fallback_reader_schema=load_schema("ride_value.avsc"), table_path=lakehouse.table_path("raw_rides"),
+        dead_letter_path=lakehouse.table_path("dead_letter_records"), asset_name="raw_rides",
+        checkpoint_dir=str(tmp_path / "no-checkpoint"),
+    )
+
+    def kafka_batch(start: dict[int, int], end: dict[int, int]):
+        import json
+
+        return (spark.read.format("kafka").options(**pipeline_resources["kafka"].spark_options())
+                .option("subscribe", RIDES_TOPIC)
+                .option("startingOffsets", json.dumps({RIDES_TOPIC: {str(p): o for p, o in start.items()}}))
+                .option("endingOffsets", json.dumps({RIDES_TOPIC: {str(p): o for p, o in end.items()}})).load())
+
+    handler(kafka_batch({p: 0 for p in v1_end}, v1_end), 0)
+
+    registry = SchemaRegistryResource(url=stack.schema_registry_url)
+    v2_schema = (SCHEMA_DIR / "ride_value_v2.avsc").read_text()
+    v2_id = registry.register("rides-value", v2_schema)
+    key_schema = (SCHEMA_DIR / "ride_key.avsc").read_text()
+    fees = [3.25, 0.75, 1.5]
+    rides = [{**r, "airport_fee": f} for r, f in zip(synthetic_rides(len(fees), SyntheticOptions(seed=12)), fees)]
+    placed = produce_raw(stack.bootstrap_servers, RIDES_TOPIC, [
+        (avro_frame(registry, key_schema, r["vendor_id"], RIDES_TOPIC, MessageField.KEY), avro_frame(registry, v2_schema, r, RIDES_TOPIC))
+        for r in rides])
+    handler(kafka_batch(v1_end, end_offsets(stack.bootstrap_servers, RIDES_TOPIC)), 1)
+
+    table = spark.read.format("delta").load(lakehouse.table_path("raw_rides"))
+    rows = {(r.kafka_partition, r.kafka_offset): (r.airport_fee, r.schema_id)
+            for r in table.select("kafka_partition", "kafka_offset", "airport_fee", "schema_id").collect()}
+    assert len(rows) == 4 + 3
+    for (partition, offset), ride in zip(placed, rides):
+        assert rows[(partition, offset)] == (ride["airport_fee"], v2_id)
+    assert [fee for (p, o), (fee, _) in rows.items() if (p, o) not in set(placed)] == [None] * 4
