@@ -35,7 +35,7 @@ def replay_hint(asset_name: str, start: str = "earliest") -> str:
     return f"`streaming-pipeline replay {asset_name} --from {start}`"
 
 
-def _filesystem(uri: str) -> tuple[Any, str]:
+def filesystem(uri: str) -> tuple[Any, str]:
     """(fsspec filesystem, path within it) for a plain path or a URI; s3a:// and s3n:// read as s3://."""
     import fsspec
     from fsspec.core import url_to_fs
@@ -55,7 +55,7 @@ def _filesystem(uri: str) -> tuple[Any, str]:
 
 
 def _read_text(uri: str) -> str | None:
-    fs, path = _filesystem(uri)
+    fs, path = filesystem(uri)
     try:
         with fs.open(path, "r") as handle:
             return str(handle.read())
@@ -98,21 +98,21 @@ def checkpoint_batch_offsets(checkpoint_dir: str, batch_id: int) -> dict[str, Of
 
 def checkpoint_last_batch(checkpoint_dir: str) -> int | None:
     """The newest batch id in the checkpoint's offset log (planned, maybe not committed); None when empty."""
-    fs, path = _filesystem(checkpoint_dir.rstrip("/") + "/offsets")
+    fs, path = filesystem(checkpoint_dir.rstrip("/") + "/offsets")
     batches = _numbered(fs, path)
     return batches[-1] if batches else None
 
 
 def checkpoint_last_commit(checkpoint_dir: str) -> int | None:
     """The newest batch id the query committed (its sink had it before the commit file); None when none."""
-    fs, path = _filesystem(checkpoint_dir.rstrip("/") + "/commits")
+    fs, path = filesystem(checkpoint_dir.rstrip("/") + "/commits")
     batches = _numbered(fs, path)
     return batches[-1] if batches else None
 
 
 def checkpoint_kafka_offsets(checkpoint_dir: str) -> dict[str, Offsets]:
     """{topic: {partition: next offset}} up to which a bronze query has committed; {} before its first commit."""
-    fs, path = _filesystem(checkpoint_dir.rstrip("/") + "/commits")
+    fs, path = filesystem(checkpoint_dir.rstrip("/") + "/commits")
     for batch in reversed(_numbered(fs, path)):
         offsets = checkpoint_batch_offsets(checkpoint_dir, batch)
         if offsets:
@@ -146,7 +146,7 @@ def delta_markers(table_uri: str) -> Iterator[Marker] | None:
 
     Reads the JSON commit files only (Delta keeps them next to its parquet checkpoints).
     """
-    fs, log_dir = _filesystem(table_uri.rstrip("/") + "/_delta_log")
+    fs, log_dir = filesystem(table_uri.rstrip("/") + "/_delta_log")
     versions = _numbered(fs, log_dir, ".json")
     if not versions:
         return None

@@ -30,7 +30,7 @@ import dagster as dg
 from streaming_pipeline.delta_tables import read_table, table_version
 from streaming_pipeline.errors import ConfigurationError, StreamingPipelineError
 from streaming_pipeline.kafka_ingestion import DEAD_LETTER_TABLE
-from streaming_pipeline.offsets import Offsets, _filesystem
+from streaming_pipeline.offsets import Offsets, filesystem
 from streaming_pipeline.resources.kafka import KafkaResource
 from streaming_pipeline.resources.lakehouse import LakehouseResource
 from streaming_pipeline.settings import PICKUPS_TOPIC, RIDES_TOPIC
@@ -155,7 +155,7 @@ def _runs_in_flight(instance: dg.DagsterInstance, names: set[str]) -> list[str]:
 def move_checkpoints_aside(lakehouse: LakehouseResource, names: set[str]) -> dict[str, str]:
     """Move every checkpoint that belongs to one of `names` (`a+b` for a query writing several) to
     `_checkpoints/_replaced/`; {old: new}."""
-    fs, root = _filesystem(lakehouse.checkpoint_path(""))
+    fs, root = filesystem(lakehouse.checkpoint_path(""))
     root = root.rstrip("/")
     try:
         entries = [str(e).rstrip("/").rsplit("/", 1)[-1] for e in fs.ls(root, detail=False)]
