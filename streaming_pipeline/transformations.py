@@ -11,7 +11,7 @@ from functools import reduce
 
 from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
-from pyspark.sql.avro.functions import from_avro
+from pyspark.sql.avro.functions import from_avro, to_avro
 
 #: Columns every bronze table carries besides the decoded Avro fields.
 KAFKA_COLUMNS = ["kafka_topic", "kafka_partition", "kafka_offset", "kafka_timestamp", "schema_id"]
@@ -95,6 +95,8 @@ def classify_decoded(with_payload: DataFrame, writer_schemas: Mapping[int, str],
             lambda a, b: a | b, [F.col(f"payload.{f['name']}").isNotNull() for f in reader_fields]
         )
     known = F.col("schema_id").isin(list(writer_schemas)) if writer_schemas else F.lit(False)
+    body_length = F.length("avro_body")
+    record_bytes = F.col("_record_length")
     error = (
         F.when(F.col("frame_error").isNotNull(), F.col("frame_error"))
         .when(
@@ -109,8 +111,51 @@ def classify_decoded(with_payload: DataFrame, writer_schemas: Mapping[int, str],
                 F.col("schema_id"),
             ),
         )
+        .when(
+            body_length != record_bytes,
+            F.format_string(
+                "Avro body (%d bytes) is longer than the record it holds (%d bytes with writer schema id %d): "
+                "%d trailing byte(s); a frame carries exactly one record",
+                body_length,
+                record_bytes,
+                F.col("schema_id"),
+                body_length - record_bytes,
+            ),
+        )
     )
-    return with_payload.withColumn("error", error)
+    # The record's length from a Generate node of its own (see attach_avro_payload): computed once per row,
+    # although `error` uses it twice, and only for records that decode.
+    length = record_length(writer_schemas, decodable=F.col("frame_error").isNull() & known & ~undecodable)
+    with_length = with_payload.select("*", F.explode(F.array(length)).alias("_record_length"))
+    return with_length.withColumn("error", error).drop("_record_length")
+
+
+# ------------------------------------------------------------------ trailing bytes
+
+
+def record_length(writer_schemas: Mapping[int, str], decodable: Column) -> Column:
+    """Per row, the bytes of the record in `avro_body` as its writer schema (`schema_id`) encodes it; null for
+    rows that are not `decodable` (encoding a corrupt record's nulls would fail).
+
+    Spark's from_avro stops reading where the record ends and ignores what follows, so a body with bytes after
+    its record decodes as good. Avro's binary encoding is canonical for a given schema (one encoding per value:
+    zig-zag varints of minimal length, fixed-width numbers, length-prefixed strings and bytes), so the record
+    decoded with its writer schema and encoded again with it has the length of the record itself. (A body whose
+    writer chose a longer form, such as arrays split into several blocks, is longer too, and set aside as well.)
+    The root is encoded as the union ["null", record] so that the encoder accepts Spark's nullable struct; the
+    union index takes one byte, subtracted.
+    """
+    length: Column | None = None
+    for schema_id, writer_schema in sorted(writer_schemas.items()):
+        parsed = json.loads(writer_schema)
+        if isinstance(parsed, list):  # a union at the root cannot be wrapped in another: not checked
+            continue
+        record = from_avro(F.col("avro_body"), writer_schema)  # FAILFAST: nullable where Avro is, and decodable
+        nullable_root = json.dumps(["null", parsed])
+        computed = F.length(to_avro(record, nullable_root)) - 1
+        condition = (F.col("schema_id") == schema_id) & decodable
+        length = F.when(condition, computed) if length is None else length.when(condition, computed)
+    return length if length is not None else F.lit(None).cast("int")
 
 
 def _is_nullable(avro_type: object) -> bool:

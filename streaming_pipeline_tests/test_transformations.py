@@ -306,6 +306,20 @@ BAD_FRAMES = [
         confluent_frame(RIDE_V2_ID, b"\xff" * 12),
         "Avro body (12 bytes) cannot be decoded with writer schema id 2",
     ),
+    (
+        "trailing_bytes",
+        b"k",
+        _FULL_FRAME + b"\x00\x01\x02",
+        f"Avro body ({len(_RIDE_BODY) + 3} bytes) is longer than the record it holds ({len(_RIDE_BODY)} bytes with "
+        f"writer schema id {RIDE_V1_ID}): 3 trailing byte(s); a frame carries exactly one record",
+    ),
+    (
+        "two_records_in_one_frame",
+        b"k",
+        _FULL_FRAME + _RIDE_BODY,
+        f"Avro body ({2 * len(_RIDE_BODY)} bytes) is longer than the record it holds ({len(_RIDE_BODY)} bytes with "
+        f"writer schema id {RIDE_V1_ID}): {len(_RIDE_BODY)} trailing byte(s)",
+    ),
 ]
 GOOD_VALUES = [
     confluent_frame(RIDE_V1_ID, avro_body(RIDE_V1, ride_v1(vendor_id=v, total_amount=t)))
@@ -398,6 +412,81 @@ def test_no_known_writer_schema_sends_every_record_to_dead_letters(spark):
     assert "unknown schema id 1" in dead[0].error
     assert "unknown schema id 2" in dead[1].error
     assert "wrong magic byte 1" in dead[2].error
+
+
+# ---------------------------------------------------------------- decoding: trailing bytes
+
+
+def trailing_error(body_length: int, record_length: int, schema_id: int) -> str:
+    return (
+        f"Avro body ({body_length} bytes) is longer than the record it holds ({record_length} bytes with writer "
+        f"schema id {schema_id}): {body_length - record_length} trailing byte(s); a frame carries exactly one record"
+    )
+
+
+# Values at the edges of Avro's encodings: zig-zag varints change length at -64/63, -8192/8191, ...; strings
+# are a varint length plus UTF-8 bytes (a multi-byte character counts its bytes); doubles are 8 bytes whatever
+# the value; a union writes its branch index, then the value (nothing for null).
+EDGE_RIDES = [
+    ride_v1(vendor_id=63, passenger_count=-64, rate_code_id=64, payment_type=-65, store_and_fwd_flag=""),
+    ride_v1(vendor_id=8191, passenger_count=-8192, rate_code_id=8192, payment_type=-8193, store_and_fwd_flag="Y"),
+    ride_v1(vendor_id=2**31 - 1, passenger_count=-(2**31), rate_code_id=None, payment_type=None, store_and_fwd_flag=None),
+    ride_v1(pu_location_id=0, do_location_id=-1, store_and_fwd_flag="é" * 70, congestion_surcharge=None),
+    ride_v1(total_amount=float("nan"), tip_amount=float("-inf"), fare_amount=-0.0, store_and_fwd_flag="N" * 200),
+    ride_v1(pickup_datetime=dt.datetime(1970, 1, 1, tzinfo=UTC), dropoff_datetime=dt.datetime(1969, 12, 31, 23, 59, 59, 999999, tzinfo=UTC)),
+    ride_v1(pickup_datetime=dt.datetime(9999, 12, 31, 23, 59, 59, 999999, tzinfo=UTC)),
+]
+
+
+def test_records_at_the_edges_of_each_encoding_are_good_and_the_same_with_trailing_bytes_are_dead(spark):
+    bodies = [avro_body(RIDE_V1, record) for record in EDGE_RIDES]
+    # the edges really are edges: the bodies differ in length although every field is present in each
+    assert len({len(body) for body in bodies}) >= 5
+    rows = [(b"good", confluent_frame(RIDE_V1_ID, body), "rides", 0, i, KAFKA_TS) for i, body in enumerate(bodies)]
+    extra = [b"\x00", b"\x02\x02", b"\xff" * 9]
+    rows += [
+        (b"bad", confluent_frame(RIDE_V1_ID, body + extra[i % 3]), "rides", 1, i, KAFKA_TS) for i, body in enumerate(bodies)
+    ]
+    decoded = decode(spark, rows, RIDE_WRITERS, RIDE_V2)
+
+    good = sorted((r.kafka_partition, r.kafka_offset) for r in bronze_rows(decoded).collect())
+    assert good == [(0, i) for i in range(len(bodies))]
+    dead = {r.kafka_offset: r for r in dead_letter_rows(decoded).collect()}
+    assert sorted(dead) == list(range(len(bodies)))
+    for i, body in enumerate(bodies):
+        assert dead[i].kafka_partition == 1
+        assert bytes(dead[i].raw_value) == confluent_frame(RIDE_V1_ID, body + extra[i % 3])
+        assert dead[i].error == trailing_error(len(body) + len(extra[i % 3]), len(body), RIDE_V1_ID)
+
+
+def test_trailing_bytes_are_found_whatever_the_reader_schema(spark):
+    # v2 records read with reader v1 (the reader drops airport_fee) and v1 records read with reader v2 (the
+    # reader adds it): the length is the writer's, so neither reader hides the trailing byte or invents one.
+    v1_body = avro_body(RIDE_V1, ride_v1())
+    v2_body = avro_body(RIDE_V2, ride_v2(airport_fee=1.25))
+    rows = [
+        (b"a", confluent_frame(RIDE_V1_ID, v1_body), "rides", 0, 0, KAFKA_TS),
+        (b"b", confluent_frame(RIDE_V2_ID, v2_body), "rides", 0, 1, KAFKA_TS),
+        (b"c", confluent_frame(RIDE_V1_ID, v1_body + b"\x00"), "rides", 0, 2, KAFKA_TS),
+        (b"d", confluent_frame(RIDE_V2_ID, v2_body + b"\x00"), "rides", 0, 3, KAFKA_TS),
+    ]
+    for reader in (RIDE_V1, RIDE_V2):
+        decoded = decode(spark, rows, RIDE_WRITERS, reader)
+        assert sorted(r.kafka_offset for r in bronze_rows(decoded).collect()) == [0, 1]
+        errors = {r.kafka_offset: r.error for r in dead_letter_rows(decoded).collect()}
+        assert errors == {
+            2: trailing_error(len(v1_body) + 1, len(v1_body), RIDE_V1_ID),
+            3: trailing_error(len(v2_body) + 1, len(v2_body), RIDE_V2_ID),
+        }
+
+
+def test_a_pickup_with_one_trailing_zero_byte_is_a_dead_letter(spark):
+    body = avro_body(PICKUP, {"pu_location_id": 132, "pickup_datetime": at(7, 0, 0)})
+    rows = [(b"p", confluent_frame(PICKUP_ID, body + b"\x00"), "pickup_locations", 0, 0, KAFKA_TS)]
+    decoded = decode(spark, rows, {PICKUP_ID: PICKUP}, PICKUP)
+    assert bronze_rows(decoded).count() == 0
+    [dead] = dead_letter_rows(decoded, F.lit(FAILED_AT)).collect()
+    assert dead.error == trailing_error(len(body) + 1, len(body), PICKUP_ID)
 
 
 # ---------------------------------------------------------------- vendor_counts
