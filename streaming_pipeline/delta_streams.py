@@ -3,20 +3,22 @@ pure transformations). Upserts are SQL MERGE INTO delta.`path`, which works over
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from datetime import timedelta
+import json
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta, timezone
+from functools import reduce
 from typing import TYPE_CHECKING, Any
 
 from pyspark.sql import functions as F
 
-from streaming_pipeline.delta_tables import delta_path_sql, read_table, table_exists
+from streaming_pipeline.delta_tables import delta_path_sql, read_table, table_exists, table_history
 from streaming_pipeline.resources.lakehouse import LakehouseResource
 from streaming_pipeline.settings import interval_seconds
 from streaming_pipeline.streaming import StreamRunReport, run_available_now
-from streaming_pipeline.transformations import late_ride_counts, ride_pickup_joins, ride_window_aggregates, vendor_counts
+from streaming_pipeline.transformations import ride_pickup_joins, ride_window_aggregates, vendor_counts, window_late_counts
 
 if TYPE_CHECKING:
-    from pyspark.sql import DataFrame, SparkSession
+    from pyspark.sql import Column, DataFrame, SparkSession
 
 RAW_RIDES = "raw_rides"
 RAW_PICKUPS = "raw_pickup_locations"
@@ -53,9 +55,16 @@ def update_vendor_counts(spark: SparkSession, lakehouse: LakehouseResource, log:
 @dataclass
 class WindowUpsert:
     """foreachBatch handler: upsert the windows Spark updated in this micro-batch (absolute values,
-    so replaying a batch after a crash writes the same rows again)."""
+    so replaying a batch after a crash writes the same rows again).
+
+    Spark's late-event watermark lags one micro-batch, so it can still count a ride whose window the table
+    already shows as final. Such a ride is the reconcile step's to count as late: a final window is frozen here,
+    and a window that is new to the table although it ended before `final_before_micros` (the table's watermark
+    when the run started, epoch microseconds) is left for the reconcile to add, as made of late rides only.
+    """
 
     table_path: str
+    final_before_micros: int | None = None
 
     def __call__(self, batch: DataFrame, batch_id: int) -> None:
         spark = batch.sparkSession
@@ -74,15 +83,32 @@ class WindowUpsert:
             return
         view = f"window_updates_{batch_id}"
         updates.createOrReplaceTempView(view)
-        # A final window is frozen: Spark can still add a late ride in the first micro-batch of a run (its
-        # late-event watermark lags one batch); the reconcile step counts it as late.
+        new_window_is_on_time = (
+            f" AND s.window_end > timestamp_micros({int(self.final_before_micros)})"
+            if self.final_before_micros is not None
+            else ""
+        )
         spark.sql(
             f"MERGE INTO {delta_path_sql(self.table_path)} t USING {view} s ON {_WINDOW_KEY} "
             "WHEN MATCHED AND NOT t.is_final THEN UPDATE SET trip_count = s.trip_count, "
             "total_amount_sum = s.total_amount_sum, max_pickup_datetime = s.max_pickup_datetime "
-            "WHEN NOT MATCHED THEN INSERT *"
+            f"WHEN NOT MATCHED{new_window_is_on_time} THEN INSERT *"
         )
         spark.catalog.dropTempView(view)
+
+
+@dataclass
+class WindowReconcile:
+    """What the reconcile step of a windows run did."""
+
+    raw_rides_version: int | None = None  # the raw_rides version the window stream has consumed, now reconciled
+    previous_version: int | None = None  # the version the previous reconcile recorded (None: none usable)
+    full: bool = False  # every window recounted (first reconcile, reset checkpoint, rewritten raw_rides)
+    new_rides: int = 0  # rides of raw_rides read because they were added since the previous reconcile
+    windows: int = 0  # windows whose late count or finality was written
+    late_rides_found: int = 0  # rides newly counted as late
+    watermark: Any = None
+    reason: str = ""
 
 
 @dataclass
@@ -90,6 +116,7 @@ class WindowRunResult:
     report: StreamRunReport
     watermark: Any
     windows_changed_by_reconcile: int
+    reconcile: WindowReconcile = field(default_factory=WindowReconcile)
 
 
 def update_ride_window_aggregates(
@@ -98,12 +125,19 @@ def update_ride_window_aggregates(
     """Stream the windows, then make late rides and finality visible.
 
     Spark's watermark drops rides that arrive after their window was finalized. After the stream,
-    every window's `late_trip_count` is set to the rides of `raw_rides` that the on-time count left
-    out, windows made only of late rides are added, and `is_final` is set where the watermark
+    `reconcile_ride_windows` sets `late_trip_count` of the windows that rides added since the previous
+    reconcile fall in (windows made only of late rides are added), and `is_final` where the watermark
     (latest pickup seen minus RIDE_WATERMARK_DELAY) has passed the window's end.
     """
+    report = stream_ride_windows(spark, lakehouse, log=log)
+    reconcile = reconcile_ride_windows(spark, lakehouse, log=log)
+    return WindowRunResult(report, reconcile.watermark, reconcile.windows, reconcile)
+
+
+def stream_ride_windows(spark: SparkSession, lakehouse: LakehouseResource, log: Any = None) -> StreamRunReport:
+    """The streaming half of a windows run: on-time rides into the windows, upserted."""
     table_path = lakehouse.table_path(WINDOWS)
-    handler = WindowUpsert(table_path)
+    handler = WindowUpsert(table_path, _table_watermark_micros(spark, lakehouse) if table_exists(spark, table_path) else None)
 
     def start_writer():
         windows = ride_window_aggregates(
@@ -115,57 +149,281 @@ def update_ride_window_aggregates(
             .option("checkpointLocation", lakehouse.checkpoint_path(WINDOWS))
         )
 
-    report = run_available_now(WINDOWS, start_writer, log=log)
-    if not table_exists(spark, table_path):
-        return WindowRunResult(report, None, 0)
-    watermark, changed = _reconcile_windows(spark, lakehouse, table_path)
-    return WindowRunResult(report, watermark, changed)
+    return run_available_now(WINDOWS, start_writer, log=log)
 
 
-def _reconcile_windows(spark: SparkSession, lakehouse: LakehouseResource, table_path: str) -> tuple[Any, int]:
-    current = read_table(spark, table_path)
-    latest_pickup = current.agg(F.max("max_pickup_datetime")).collect()[0][0]
-    delay = timedelta(seconds=interval_seconds(lakehouse.ride_watermark_delay, name="RIDE_WATERMARK_DELAY"))
-    watermark = None if latest_pickup is None else latest_pickup - delay
-    all_windows = ride_window_aggregates(read_table(spark, lakehouse.table_path(RAW_RIDES)), lakehouse.window_duration)
-    late = late_ride_counts(all_windows, current).alias("l")
-    is_final = (F.col("window_end") <= F.lit(watermark)) if watermark is not None else F.lit(False)
-    existing = current.alias("c").join(
-        late, (F.col("c.window_start") == F.col("l.window_start")) & F.col("c.vendor_id").eqNullSafe(F.col("l.vendor_id")), "left"
-    ).select(
-        F.col("c.window_start").alias("window_start"),
-        F.col("c.window_end").alias("window_end"),
-        F.col("c.vendor_id").alias("vendor_id"),
-        F.col("c.trip_count").alias("trip_count"),
-        F.col("c.total_amount_sum").alias("total_amount_sum"),
-        F.col("c.max_pickup_datetime").alias("max_pickup_datetime"),
-        F.coalesce(F.col("l.late_trip_count"), F.lit(0)).cast("long").alias("late_trip_count"),
-        F.col("c.late_trip_count").alias("old_late"),
-        F.col("c.is_final").alias("old_final"),
-    ).withColumn("is_final", is_final)
-    changed_existing = existing.where(
-        (F.col("late_trip_count") != F.col("old_late")) | (F.col("is_final") != F.col("old_final"))
-    ).drop("old_late", "old_final")
-    late_only = late.join(current.select("window_start", "vendor_id").alias("c2"),
-                          (F.col("l.window_start") == F.col("c2.window_start")) & F.col("l.vendor_id").eqNullSafe(F.col("c2.vendor_id")),
-                          "left_anti").select(
-        "l.window_start", "l.window_end", "l.vendor_id",
-        F.lit(0).cast("long").alias("trip_count"),
-        F.lit(0.0).alias("total_amount_sum"),
-        F.lit(None).cast("timestamp").alias("max_pickup_datetime"),
-        F.col("l.late_trip_count").cast("long").alias("late_trip_count"),
-    ).withColumn("is_final", is_final)
-    changes = changed_existing.unionByName(late_only).localCheckpoint()
-    count = changes.count()
-    if count:
-        changes.createOrReplaceTempView("window_reconcile_changes")
-        spark.sql(
-            f"MERGE INTO {delta_path_sql(table_path)} t USING window_reconcile_changes s ON {_WINDOW_KEY} "
-            "WHEN MATCHED THEN UPDATE SET late_trip_count = s.late_trip_count, is_final = s.is_final "
-            "WHEN NOT MATCHED THEN INSERT *"
+# ------------------------------------------------------------------------------------- reconciling windows
+#
+# The late count of a window is (rides of raw_rides in it) - (rides the stream counted on time). Both sides must
+# be the same version of raw_rides: the one the window stream has consumed (its checkpoint's last committed end
+# offset), never the latest, which a bronze run may have moved on since. Each reconcile records that version in
+# the userMetadata of its MERGE; the next one reads only the files raw_rides gained since (raw_rides is
+# append-only), and recounts only the windows those rides fall in. Finality is a predicate on window_end.
+
+RECONCILE_WRITER = "reconcile:ride_window_aggregates"
+# Table operations after which raw_rides holds every row it held before, and no other row changed.
+_APPEND_ONLY = {"OPTIMIZE", "SET TBLPROPERTIES", "UNSET TBLPROPERTIES", "ADD COLUMNS", "UPGRADE PROTOCOL",
+                "VACUUM START", "VACUUM END", "CHANGE COLUMN"}
+_DELTA_END_INDEX = 2**63 - 1
+_MAX_RANGES = 64  # pickup-time ranges in the filter that lets Delta skip files of raw_rides
+_MAX_KEYS_IN_MERGE = 1000  # window starts listed in the MERGE condition so that Delta skips files of the table
+
+
+@dataclass(frozen=True)
+class StreamPosition:
+    """Where a query reading one Delta table stands, from its checkpoint."""
+
+    query_id: str
+    table_id: str  # the Delta table's id (reservoirId)
+    version: int  # every commit up to this version has been read; no commit after it
+
+
+def stream_position(spark: SparkSession, checkpoint_dir: str) -> StreamPosition | None:
+    """The Delta source position of the query at `checkpoint_dir` after its last committed batch; None when the
+    checkpoint has no committed batch or stops inside a version (the next run then reconciles)."""
+    from pyspark.errors import AnalysisException
+
+    try:
+        names = spark.read.text(f"{checkpoint_dir}/commits").select(F.col("_metadata.file_name").alias("name"))
+        last = names.where(F.col("name").rlike("^[0-9]+$")).agg(F.max(F.col("name").cast("long"))).collect()[0][0]
+        if last is None:
+            return None
+        lines = [r.value for r in spark.read.text(f"{checkpoint_dir}/offsets/{int(last)}").collect()]
+        metadata = [r.value for r in spark.read.text(f"{checkpoint_dir}/metadata").collect()]
+    except AnalysisException:
+        return None
+    offsets = [json.loads(line) for line in lines if '"reservoirVersion"' in line]
+    if len(offsets) != 1 or not metadata:
+        return None
+    offset = offsets[0]
+    version, index = int(offset["reservoirVersion"]), int(offset.get("index", -1))
+    if index == -1 and not offset.get("isStartingVersion"):
+        consumed = version - 1  # points before the first file of `version`: everything before it is read
+    elif index == _DELTA_END_INDEX:
+        consumed = version
+    else:
+        return None
+    return StreamPosition(str(json.loads(metadata[0])["id"]), str(offset["reservoirId"]), consumed)
+
+
+def _last_reconcile(spark: SparkSession, table_path: str) -> dict[str, Any] | None:
+    """The marker of the newest reconcile commit of the windows table, looking at recent commits first."""
+    for limit in (50, None):
+        history = table_history(spark, table_path, limit=limit) or []
+        for commit in history:
+            marker = commit.user_metadata or {}
+            if marker.get("writer") == RECONCILE_WRITER:
+                return marker
+        if limit is None or len(history) < limit:
+            return None
+    return None
+
+
+def _appended_only(spark: SparkSession, path: str, after: int, until: int) -> bool:
+    """Whether the commits (after, until] of the table at `path` only appended rows (or changed no rows)."""
+    from streaming_pipeline.delta_tables import table_version
+
+    latest = table_version(spark, path)
+    if latest is None or latest < until:
+        return False
+    rows = (
+        spark.sql(f"DESCRIBE HISTORY {delta_path_sql(path)} LIMIT {latest - after}")
+        .select(
+            "version",
+            "operation",
+            F.coalesce(F.col("operationParameters").getItem("mode"), F.col("operationParameters").getItem("outputMode")).alias("mode"),
         )
-        spark.catalog.dropTempView("window_reconcile_changes")
-    return watermark, count
+        .collect()
+    )
+    commits = [r for r in rows if after < int(r["version"]) <= until]
+    if len(commits) != until - after:
+        return False
+    return all(
+        r["operation"] in _APPEND_ONLY or (r["operation"] in ("WRITE", "STREAMING UPDATE") and r["mode"] == "Append")
+        for r in commits
+    )
+
+
+def _added_files(spark: SparkSession, path: str, before: int, after: int) -> list[str]:
+    """Data files in version `after` of the table that version `before` did not have."""
+    old = set(spark.read.format("delta").option("versionAsOf", before).load(path).inputFiles())
+    new = spark.read.format("delta").option("versionAsOf", after).load(path).inputFiles()
+    return sorted(set(new) - old)
+
+
+def _column_mapping(spark: SparkSession, path: str) -> str | None:
+    properties = spark.sql(f"DESCRIBE DETAIL {delta_path_sql(path)}").select("properties").collect()[0][0] or {}
+    mode = properties.get("delta.columnMapping.mode")
+    return None if mode in (None, "none") else str(mode)
+
+
+def _covering_ranges(windows: list[tuple[int, int]], limit: int) -> list[tuple[int, int]]:
+    """At most `limit` [start, end) ranges covering every window: adjacent windows merge, then the smallest gaps
+    close until few enough are left (a coarser filter reads more, never less)."""
+    ranges: list[list[int]] = []
+    for start, end in sorted(set(windows)):
+        if ranges and start <= ranges[-1][1]:
+            ranges[-1][1] = max(ranges[-1][1], end)
+        else:
+            ranges.append([start, end])
+    while len(ranges) > limit:
+        gap = min(range(len(ranges) - 1), key=lambda i: ranges[i + 1][0] - ranges[i][1])
+        ranges[gap][1] = ranges[gap + 1][1]
+        del ranges[gap + 1]
+    return [(start, end) for start, end in ranges]
+
+
+def _micros(value: int) -> Column:
+    return F.timestamp_micros(F.lit(value))
+
+
+def _in_ranges(column: str, ranges: list[tuple[int, int]]) -> Column:
+    """`column` in one of the [start, end) ranges of epoch microseconds; false when there is none."""
+    terms = [(F.col(column) >= _micros(s)) & (F.col(column) < _micros(e)) for s, e in ranges]
+    return reduce(lambda a, b: a | b, terms) if terms else F.lit(False)
+
+
+def _same_window(left: DataFrame, right: DataFrame, how: str) -> DataFrame:
+    """`left` semi- or anti-joined with `right` on (window_start, vendor_id), null vendors matching."""
+    keys = right.select(F.col("window_start").alias("_k_start"), F.col("vendor_id").alias("_k_vendor"))
+    condition = (F.col("window_start") == F.col("_k_start")) & F.col("vendor_id").eqNullSafe(F.col("_k_vendor"))
+    return left.join(keys, condition, how)
+
+
+def _table_watermark_micros(spark: SparkSession, lakehouse: LakehouseResource) -> int | None:
+    """The watermark the windows table shows (its latest on-time pickup - RIDE_WATERMARK_DELAY), in epoch
+    microseconds; None while it holds no ride."""
+    windows = read_table(spark, lakehouse.table_path(WINDOWS))
+    latest = windows.agg(F.max(F.unix_micros("max_pickup_datetime"))).collect()[0][0]
+    delay = interval_seconds(lakehouse.ride_watermark_delay, name="RIDE_WATERMARK_DELAY") * 1_000_000
+    return None if latest is None else int(latest) - delay
+
+
+def reconcile_ride_windows(spark: SparkSession, lakehouse: LakehouseResource, log: Any = None) -> WindowReconcile:
+    """Late counts and finality of the windows, at the raw_rides version the window stream has consumed.
+
+    Writes one MERGE commit whose userMetadata records that version; nothing when no ride was added since the
+    previous reconcile. Cost: the rides added since then, the windows they fall in (Delta skips the files of
+    raw_rides outside their pickup times), and the windows not final yet.
+    """
+    table_path = lakehouse.table_path(WINDOWS)
+    rides_path = lakehouse.table_path(RAW_RIDES)
+    result = WindowReconcile()
+    if not table_exists(spark, table_path):
+        return result
+    position = stream_position(spark, lakehouse.checkpoint_path(WINDOWS))
+    if position is None:
+        result.reason = "the window stream has not consumed a whole version of raw_rides yet"
+        return result
+    result.raw_rides_version = position.version
+    marker = _last_reconcile(spark, table_path)
+    if marker and (marker.get("query_id"), marker.get("raw_rides_id")) == (position.query_id, position.table_id):
+        result.previous_version = int(marker["raw_rides_version"])
+    if result.previous_version == position.version:
+        result.reason = "no ride since the previous reconcile"
+        return result
+
+    windows = read_table(spark, table_path)
+    watermark = _table_watermark_micros(spark, lakehouse)
+    if watermark is not None:
+        result.watermark = datetime(1970, 1, 1, tzinfo=timezone.utc) + timedelta(microseconds=watermark)
+    is_final = (F.col("window_end") <= _micros(watermark)) if watermark is not None else F.lit(False)
+    rides = spark.read.format("delta").option("versionAsOf", position.version).load(rides_path)
+
+    previous, full_reason = result.previous_version, None
+    if previous is None or previous > position.version:
+        full_reason = "no earlier reconcile of this window stream"
+    elif not _appended_only(spark, rides_path, previous, position.version):
+        full_reason = f"raw_rides changed other than by appends after version {previous}"
+    elif (mapping := _column_mapping(spark, rides_path)) is not None:
+        full_reason = f"raw_rides uses column mapping ({mapping}): its files cannot be read on their own"
+    if full_reason is not None:
+        result.full, result.reason = True, full_reason
+        all_counts = ride_window_aggregates(rides, lakehouse.window_duration)
+        current = windows
+    else:
+        assert previous is not None
+        files = _added_files(spark, rides_path, previous, position.version)
+        added = spark.read.schema("pickup_datetime timestamp, vendor_id int, total_amount double").parquet(*files) if files else None
+        touched = (
+            []
+            if added is None
+            else ride_window_aggregates(added, lakehouse.window_duration)
+            .select(F.unix_micros("window_start").alias("s"), F.unix_micros("window_end").alias("e"), "vendor_id", "trip_count")
+            .collect()
+        )
+        result.new_rides = sum(int(r["trip_count"]) for r in touched)
+        result.reason = f"{result.new_rides} ride(s) in {len(files)} file(s) added after raw_rides version {previous}"
+        ranges = _covering_ranges([(int(r["s"]), int(r["e"])) for r in touched], _MAX_RANGES)
+        keys = spark.createDataFrame(
+            [(int(r["s"]), r["vendor_id"]) for r in touched], "s long, vendor_id int"
+        ).select(F.timestamp_micros("s").alias("window_start"), "vendor_id")
+        all_counts = _same_window(
+            ride_window_aggregates(rides.where(_in_ranges("pickup_datetime", ranges)), lakehouse.window_duration),
+            F.broadcast(keys),
+            "left_semi",
+        )
+        current = windows.where(_in_ranges("window_start", ranges))
+
+    old_late = current.select(
+        F.col("window_start").alias("o_start"), F.col("vendor_id").alias("o_vendor"), F.col("late_trip_count").alias("o_late")
+    )
+    recounted = (
+        window_late_counts(all_counts, current)
+        .join(old_late, (F.col("window_start") == F.col("o_start")) & F.col("vendor_id").eqNullSafe(F.col("o_vendor")), "left")
+        .select(
+            "window_start", "window_end", "vendor_id", "late_trip_count", is_final.alias("is_final"),
+            (F.col("late_trip_count") - F.coalesce(F.col("o_late"), F.lit(0))).alias("late_found"),
+        )
+    )
+    # Windows the watermark passed since the previous reconcile keep their counts and become final.
+    newly_final = _same_window(
+        windows.where(~F.col("is_final") & is_final).select(
+            "window_start", "window_end", "vendor_id", "late_trip_count", F.lit(True).alias("is_final"),
+            F.lit(0).cast("long").alias("late_found"),
+        ),
+        recounted,
+        "left_anti",
+    )
+    changes = recounted.unionByName(newly_final).localCheckpoint()
+    summary = changes.agg(F.count(F.lit(1)).alias("n"), F.sum("late_found").alias("late")).collect()[0]
+    result.windows, result.late_rides_found = int(summary["n"]), int(summary["late"] or 0)
+    if result.windows:
+        starts = []
+        if result.windows <= _MAX_KEYS_IN_MERGE:
+            starts = sorted({int(r[0]) for r in changes.select(F.unix_micros("window_start")).collect()})
+        marker = {"writer": RECONCILE_WRITER, "raw_rides_version": position.version, "raw_rides_id": position.table_id,
+                  "query_id": position.query_id, "full": result.full}
+        _merge_reconciled(spark, table_path, changes.drop("late_found"), marker, starts)
+    if log is not None:
+        log.info(
+            f"{WINDOWS}: reconciled at raw_rides version {position.version} ({result.reason}): "
+            f"{result.windows} window(s) written, {result.late_rides_found} late ride(s) found"
+        )
+    return result
+
+
+def _merge_reconciled(
+    spark: SparkSession, table_path: str, changes: DataFrame, marker: dict[str, Any], starts: list[int]
+) -> None:
+    """One MERGE of the reconciled windows, its commit marked with the raw_rides version it reconciled."""
+    view = "window_reconcile_changes"
+    changes.createOrReplaceTempView(view)
+    # Listing the window starts lets Delta skip the files of the table that hold none of them.
+    pruning = f" AND t.window_start IN ({', '.join(f'timestamp_micros({s})' for s in starts)})" if starts else ""
+    key = "spark.databricks.delta.commitInfo.userMetadata"
+    spark.conf.set(key, json.dumps(marker, sort_keys=True))
+    try:
+        spark.sql(
+            f"MERGE INTO {delta_path_sql(table_path)} t USING {view} s ON {_WINDOW_KEY}{pruning} "
+            "WHEN MATCHED THEN UPDATE SET late_trip_count = s.late_trip_count, is_final = s.is_final "
+            "WHEN NOT MATCHED THEN INSERT (window_start, window_end, vendor_id, trip_count, total_amount_sum, "
+            "max_pickup_datetime, late_trip_count, is_final) VALUES (s.window_start, s.window_end, s.vendor_id, 0, "
+            "0.0, NULL, s.late_trip_count, s.is_final)"
+        )
+    finally:
+        spark.conf.unset(key)
+        spark.catalog.dropTempView(view)
 
 
 def update_ride_pickup_joins(spark: SparkSession, lakehouse: LakehouseResource, log: Any = None) -> StreamRunReport:

@@ -219,12 +219,14 @@ def ride_window_aggregates(rides: DataFrame, window_duration: str, watermark_del
     )
 
 
-def late_ride_counts(all_rides_per_window: DataFrame, aggregates: DataFrame) -> DataFrame:
-    """Rides that the streaming aggregate left out because they arrived after the watermark.
+def window_late_counts(all_rides_per_window: DataFrame, aggregates: DataFrame) -> DataFrame:
+    """For each window of `all_rides_per_window`, the rides the streaming aggregate left out (arrived after the
+    watermark): every ride of the window minus those counted on time, 0 when none.
 
-    `all_rides_per_window`: `ride_window_aggregates(...)` of every ingested ride (batch, no watermark).
-    `aggregates`: the current `ride_window_aggregates` table. Output per (window_start, vendor_id) with
-    late rides: window_start, window_end, vendor_id, late_trip_count.
+    `all_rides_per_window`: `ride_window_aggregates(...)` of ingested rides (batch, no watermark), all of them or
+    those of some windows. `aggregates`: rows of the `ride_window_aggregates` table (their `trip_count` are the
+    on-time rides). Output: window_start, window_end, vendor_id, late_trip_count. A window missing from
+    `aggregates` had only late rides.
     """
     everything = all_rides_per_window.select(
         "window_start", "window_end", "vendor_id", F.col("trip_count").alias("all_trip_count")
@@ -239,8 +241,13 @@ def late_ride_counts(all_rides_per_window: DataFrame, aggregates: DataFrame) -> 
         (F.col("window_start") == F.col("a_window_start")) & F.col("vendor_id").eqNullSafe(F.col("a_vendor_id")),
         "left",
     )
-    late = F.col("all_trip_count") - F.coalesce(F.col("on_time_trip_count"), F.lit(0))
-    return joined.where(late > 0).select("window_start", "window_end", "vendor_id", late.alias("late_trip_count"))
+    late = F.greatest(F.col("all_trip_count") - F.coalesce(F.col("on_time_trip_count"), F.lit(0)), F.lit(0))
+    return joined.select("window_start", "window_end", "vendor_id", late.cast("long").alias("late_trip_count"))
+
+
+def late_ride_counts(all_rides_per_window: DataFrame, aggregates: DataFrame) -> DataFrame:
+    """The windows of `window_late_counts` that have late rides."""
+    return window_late_counts(all_rides_per_window, aggregates).where(F.col("late_trip_count") > 0)
 
 
 def ride_pickup_joins(

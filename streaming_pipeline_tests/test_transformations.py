@@ -28,6 +28,7 @@ from streaming_pipeline.transformations import (
     ride_window_aggregates,
     split_confluent_frames,
     vendor_counts,
+    window_late_counts,
 )
 
 UTC = dt.timezone.utc
@@ -616,6 +617,20 @@ def test_late_ride_counts_null_vendor_is_not_matched_with_another_vendor(spark):
 def test_late_ride_counts_equal_counts_give_no_rows(spark):
     rows = [(at(0, 0), 1, 3), (at(0, 0), None, 1), (at(0, 10), 2, 4)]
     assert_exact(spark, late_ride_counts(_window_rows(spark, rows), _window_rows(spark, rows)), [], LATE_DDL)
+
+
+def test_window_late_counts_gives_every_window_asked_for_with_zero_when_nothing_is_late(spark):
+    w1, w2 = at(2, 0), at(2, 10)
+    # the rides of two windows per vendor, as a reconcile recounts the windows new rides fall in
+    all_rides = _window_rows(spark, [(w1, 1, 4), (w1, None, 1), (w2, 2, 3)])
+    # the table: (w1, 1) counted 1 on time, (w1, null) all on time, (w2, 2) absent (late only); (w2, 1) not asked
+    aggregates = _window_rows(spark, [(w1, 1, 1), (w1, None, 1), (w2, 1, 7)])
+    assert_exact(
+        spark,
+        window_late_counts(all_rides, aggregates),
+        [(w1, w1 + TEN_MIN, 1, 3), (w1, w1 + TEN_MIN, None, 0), (w2, w2 + TEN_MIN, 2, 3)],
+        LATE_DDL,
+    )
 
 
 # ---------------------------------------------------------------- ride_pickup_joins

@@ -1,0 +1,224 @@
+"""Windows exactly once in the hard cases: a bronze commit racing the windows run, late rides, re-runs.
+
+In-process Spark and Delta, no Kafka: rides are appended to raw_rides as Delta commits, as bronze does. Window
+10 minutes, watermark delay 15 minutes (the defaults). Every expected row below is worked out by hand from the
+rides of the test: a window [s, s + 10 min) is final once the latest on-time pickup minus 15 minutes reaches its
+end; a ride that arrives for a window that is final already is late.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+
+import pytest
+from pyspark.sql import functions as F
+
+from streaming_pipeline.delta_streams import (
+    RECONCILE_WRITER,
+    reconcile_ride_windows,
+    stream_ride_windows,
+    update_ride_window_aggregates,
+)
+from streaming_pipeline.delta_tables import table_history, table_version
+from streaming_pipeline.resources.lakehouse import LakehouseResource
+
+RIDES_DDL = (
+    "vendor_id int, pickup_datetime timestamp, dropoff_datetime timestamp, total_amount double, "
+    "kafka_partition int, kafka_offset long"
+)
+UTC = dt.timezone.utc
+
+
+def at(hour: int, minute: int) -> dt.datetime:
+    return dt.datetime(2024, 3, 10, hour, minute, tzinfo=UTC)
+
+
+def epoch(hour: int, minute: int) -> int:
+    return int(at(hour, minute).timestamp())
+
+
+@pytest.fixture()
+def lakehouse(tmp_path) -> LakehouseResource:
+    resource = LakehouseResource(root=str(tmp_path / "lakehouse"))
+    assert (resource.window_duration, resource.watermark_delay) == ("600 seconds", "900 seconds")
+    return resource
+
+
+class Bronze:
+    """Appends rides to raw_rides, one Delta commit per call, as a bronze micro-batch does."""
+
+    def __init__(self, spark, lakehouse: LakehouseResource) -> None:
+        self.spark, self.path, self.offset = spark, lakehouse.table_path("raw_rides"), 0
+
+    def append(self, *rides: tuple[int, dt.datetime, float]) -> int:
+        rows = []
+        for vendor, pickup, amount in rides:
+            rows.append((vendor, pickup, pickup + dt.timedelta(minutes=5), amount, 0, self.offset))
+            self.offset += 1
+        self.spark.createDataFrame(rows, RIDES_DDL).coalesce(1).write.format("delta").mode("append").save(self.path)
+        version = table_version(self.spark, self.path)
+        assert version is not None
+        return version
+
+
+def windows(spark, lakehouse: LakehouseResource) -> dict[tuple[int, int], tuple]:
+    """{(window start as epoch seconds, vendor): (trip_count, total_amount_sum, late_trip_count, is_final)}."""
+    frame = spark.read.format("delta").load(lakehouse.table_path("ride_window_aggregates")).select(
+        F.unix_seconds("window_start").alias("start"), F.unix_seconds("window_end").alias("end"), "vendor_id",
+        "trip_count", "total_amount_sum", "late_trip_count", "is_final",
+    )
+    rows = frame.collect()
+    assert all(r.end == r.start + 600 for r in rows)
+    keyed = {(r.start, r.vendor_id): (r.trip_count, r.total_amount_sum, r.late_trip_count, r.is_final) for r in rows}
+    assert len(keyed) == len(rows), "a (window_start, vendor_id) appears twice"
+    return keyed
+
+
+def reconciled_versions(spark, lakehouse: LakehouseResource) -> list[int]:
+    """The raw_rides versions the reconcile commits of the windows table recorded, oldest first."""
+    history = table_history(spark, lakehouse.table_path("ride_window_aggregates")) or []
+    markers = [c.user_metadata for c in reversed(history) if c.user_metadata]
+    return [m["raw_rides_version"] for m in markers if m.get("writer") == RECONCILE_WRITER]
+
+
+# ----------------------------------------------------------------------------------------------------- (a)
+
+
+def test_a_bronze_commit_between_the_stream_and_the_reconcile_is_neither_late_nor_a_window_yet(spark, lakehouse):
+    bronze = Bronze(spark, lakehouse)
+    bronze.append((1, at(8, 1), 10.0), (1, at(8, 5), 2.5), (2, at(8, 12), 7.0), (1, at(8, 31), 4.0))
+    first = update_ride_window_aggregates(spark, lakehouse)
+    # latest pickup 08:31 -> watermark 08:16: only [08:00, 08:10) is final
+    assert windows(spark, lakehouse) == {
+        (epoch(8, 0), 1): (2, 12.5, 0, True),
+        (epoch(8, 10), 2): (1, 7.0, 0, False),
+        (epoch(8, 30), 1): (1, 4.0, 0, False),
+    }
+    assert (first.reconcile.full, first.reconcile.raw_rides_version) == (True, 0)
+
+    consumed = bronze.append((2, at(8, 33), 3.0), (1, at(8, 44), 5.0), (2, at(8, 50), 6.0))
+    stream_ride_windows(spark, lakehouse)
+    # A bronze run commits while the windows run is between its stream and its reconcile: on-time rides in a
+    # new window of vendor 1, in the window (08:50, 2) the stream has counted once, and at 09:05.
+    raced = bronze.append((1, at(8, 52), 1.0), (2, at(8, 55), 2.0), (1, at(9, 5), 3.0))
+    assert raced == consumed + 1
+    reconcile = reconcile_ride_windows(spark, lakehouse)
+
+    # Reconciled at the version the stream consumed: the racing rides are neither late nor windows yet.
+    # Latest pickup 08:50 -> watermark 08:35: windows ending by then are final.
+    assert (reconcile.raw_rides_version, reconcile.full, reconcile.new_rides, reconcile.late_rides_found) == (
+        consumed, False, 3, 0
+    )
+    assert windows(spark, lakehouse) == {
+        (epoch(8, 0), 1): (2, 12.5, 0, True),
+        (epoch(8, 10), 2): (1, 7.0, 0, True),
+        (epoch(8, 30), 1): (1, 4.0, 0, False),
+        (epoch(8, 30), 2): (1, 3.0, 0, False),
+        (epoch(8, 40), 1): (1, 5.0, 0, False),
+        (epoch(8, 50), 2): (1, 6.0, 0, False),
+    }
+
+    # The next run takes the racing rides on time. Latest pickup 09:05 -> watermark 08:50.
+    second = update_ride_window_aggregates(spark, lakehouse)
+    assert (second.reconcile.raw_rides_version, second.reconcile.new_rides, second.reconcile.late_rides_found) == (
+        raced, 3, 0
+    )
+    assert windows(spark, lakehouse) == {
+        (epoch(8, 0), 1): (2, 12.5, 0, True),
+        (epoch(8, 10), 2): (1, 7.0, 0, True),
+        (epoch(8, 30), 1): (1, 4.0, 0, True),
+        (epoch(8, 30), 2): (1, 3.0, 0, True),
+        (epoch(8, 40), 1): (1, 5.0, 0, True),
+        (epoch(8, 50), 1): (1, 1.0, 0, False),
+        (epoch(8, 50), 2): (2, 8.0, 0, False),
+        (epoch(9, 0), 1): (1, 3.0, 0, False),
+    }
+    assert reconciled_versions(spark, lakehouse) == [0, consumed, raced]
+
+
+def test_a_reconcile_left_undone_by_a_crashed_run_is_done_by_the_next_run(spark, lakehouse):
+    bronze = Bronze(spark, lakehouse)
+    bronze.append((1, at(8, 1), 1.0), (1, at(9, 0), 1.0))
+    update_ride_window_aggregates(spark, lakehouse)
+    version = bronze.append((1, at(8, 2), 1.0), (2, at(8, 3), 1.0), (1, at(9, 1), 1.0))  # two late, one on time
+    stream_ride_windows(spark, lakehouse)  # the run dies here, before its reconcile
+
+    # Nothing new for the stream; the reconcile catches up with what the stream consumed.
+    rerun = update_ride_window_aggregates(spark, lakehouse)
+    assert rerun.report.input_rows == 0
+    assert (rerun.reconcile.raw_rides_version, rerun.reconcile.new_rides, rerun.reconcile.late_rides_found) == (
+        version, 3, 2
+    )
+    # watermark 09:01 - 15 min = 08:46
+    assert windows(spark, lakehouse) == {
+        (epoch(8, 0), 1): (1, 1.0, 1, True),
+        (epoch(8, 0), 2): (0, 0.0, 1, True),
+        (epoch(9, 0), 1): (2, 2.0, 0, False),
+    }
+
+
+# ----------------------------------------------------------------------------------------------------- (b)
+
+
+def test_late_rides_are_counted_exactly_whether_spark_still_counts_them_or_drops_them(spark, lakehouse):
+    bronze = Bronze(spark, lakehouse)
+    bronze.append(
+        (1, at(8, 1), 10.0), (1, at(8, 5), 2.5), (2, at(8, 12), 7.0), (1, at(8, 31), 4.0), (2, at(9, 0), 1.5)
+    )
+    update_ride_window_aggregates(spark, lakehouse)
+    # latest pickup 09:00 -> watermark 08:45: every window but [09:00, 09:10) is final
+    assert windows(spark, lakehouse) == {
+        (epoch(8, 0), 1): (2, 12.5, 0, True),
+        (epoch(8, 10), 2): (1, 7.0, 0, True),
+        (epoch(8, 30), 1): (1, 4.0, 0, True),
+        (epoch(9, 0), 2): (1, 1.5, 0, False),
+    }
+
+    # Two late rides for the final window (08:00, 1), one for a window that never had a ride and ended before
+    # the watermark (08:20, 2), and two on time: 08:44 opens (08:40, 1), which ends after 08:45; 09:02 joins
+    # (09:00, 2). Spark's late-event watermark lags one micro-batch, so it still counts the late ones in its
+    # state; the table does not take them on time.
+    bronze.append((1, at(8, 7), 90.0), (1, at(8, 3), 90.0), (2, at(8, 22), 90.0), (1, at(8, 44), 5.0), (2, at(9, 2), 2.0))
+    second = update_ride_window_aggregates(spark, lakehouse)
+    assert (second.reconcile.full, second.reconcile.new_rides, second.reconcile.late_rides_found) == (False, 5, 3)
+    # latest on-time pickup 09:02 -> watermark 08:47
+    expected = {
+        (epoch(8, 0), 1): (2, 12.5, 2, True),
+        (epoch(8, 10), 2): (1, 7.0, 0, True),
+        (epoch(8, 20), 2): (0, 0.0, 1, True),
+        (epoch(8, 30), 1): (1, 4.0, 0, True),
+        (epoch(8, 40), 1): (1, 5.0, 0, False),
+        (epoch(9, 0), 2): (2, 3.5, 0, False),
+    }
+    assert windows(spark, lakehouse) == expected
+
+    # One more late ride for (08:00, 1): by now Spark's late-event watermark (08:45) drops it.
+    bronze.append((1, at(8, 9), 90.0))
+    third = update_ride_window_aggregates(spark, lakehouse)
+    assert third.report.rows_dropped_by_watermark() == 1
+    assert (third.reconcile.new_rides, third.reconcile.late_rides_found) == (1, 1)
+    expected[(epoch(8, 0), 1)] = (2, 12.5, 3, True)
+    assert windows(spark, lakehouse) == expected
+    # every ride of raw_rides is counted once: on time or late
+    rides = spark.read.format("delta").load(lakehouse.table_path("raw_rides")).count()
+    assert rides == 11 == sum(trips + late for trips, _, late, _ in expected.values())
+
+
+# ----------------------------------------------------------------------------------------------------- (c)
+
+
+def test_rerunning_with_no_new_ride_changes_nothing(spark, lakehouse):
+    bronze = Bronze(spark, lakehouse)
+    bronze.append((1, at(8, 1), 10.0), (2, at(9, 0), 1.5))
+    update_ride_window_aggregates(spark, lakehouse)
+    bronze.append((1, at(8, 2), 3.0), (2, at(9, 1), 2.0))  # one late, one on time
+    update_ride_window_aggregates(spark, lakehouse)
+    path = lakehouse.table_path("ride_window_aggregates")
+    version, rows = table_version(spark, path), windows(spark, lakehouse)
+    assert rows == {(epoch(8, 0), 1): (1, 10.0, 1, True), (epoch(9, 0), 2): (2, 3.5, 0, False)}
+
+    for _ in range(2):
+        again = update_ride_window_aggregates(spark, lakehouse)
+        assert (again.report.input_rows, again.reconcile.windows) == (0, 0)
+        assert table_version(spark, path) == version
+        assert windows(spark, lakehouse) == rows
