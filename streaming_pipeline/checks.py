@@ -87,6 +87,31 @@ def unique_window_per_vendor(spark: SparkResource, lakehouse: LakehouseResource)
     return dg.AssetCheckResult(passed=duplicates == 0, metadata={"duplicated_keys": duplicates})
 
 
+@dg.asset_check(
+    asset="ride_window_aggregates",
+    additional_deps=["raw_rides"],
+    description="Each ride of raw_rides that the window stream has read (the version it consumed) is counted once: "
+    "on time in trip_count or late in late_trip_count.",
+)
+def windows_count_each_ride_once(spark: SparkResource, lakehouse: LakehouseResource) -> dg.AssetCheckResult:
+    from pyspark.sql import functions as F
+
+    from streaming_pipeline.delta_streams import windows_positions
+
+    session = spark.get_session()
+    path = lakehouse.table_path("ride_window_aggregates")
+    consumed, reconciled = windows_positions(session, lakehouse) if table_exists(session, path) else (None, None)
+    if consumed is None:
+        return dg.AssetCheckResult(passed=True, metadata={"note": "the window stream has read no version of raw_rides yet"})
+    rides = session.read.format("delta").option("versionAsOf", consumed).load(lakehouse.table_path("raw_rides")).count()
+    counted = int(read_table(session, path).agg(F.sum(F.col("trip_count") + F.col("late_trip_count"))).collect()[0][0] or 0)
+    return dg.AssetCheckResult(
+        passed=counted == rides,
+        metadata={"raw_rides_version": consumed, "reconciled_version": str(reconciled), "raw_rides_rows": rides,
+                  "on_time_plus_late": counted},
+    )
+
+
 @dg.asset_check(asset="vendor_counts", description="The vendors' trip counts add up to the rows of raw_rides.")
 def vendor_counts_match_raw_rides(spark: SparkResource, lakehouse: LakehouseResource) -> dg.AssetCheckResult:
     from pyspark.sql import functions as F
@@ -151,6 +176,7 @@ ALL_CHECKS = [
     *_bronze_checks("raw_rides", RIDES_TOPIC),
     *_bronze_checks("raw_pickup_locations", PICKUPS_TOPIC),
     unique_window_per_vendor,
+    windows_count_each_ride_once,
     vendor_counts_match_raw_rides,
     branches_add_up_to_rides_with_an_amount,
     enriched_rows_equal_raw_rows,

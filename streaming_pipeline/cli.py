@@ -125,14 +125,22 @@ def _add_bench_parser(subparsers: argparse._SubParsersAction) -> None:
     bench.add_argument("--rides", type=int, default=1_000_000, help="throughput: synthetic rides (default 1,000,000)")
     bench.add_argument("--probes", type=int, default=12, help="--live: single-ride probes, the first reported apart")
     bench.add_argument("--gap", type=float, default=3.0, help="--live: seconds between probes (default 3)")
+    bench.add_argument("--windows", action="store_true",
+                       help="measure a windows run (stream + reconcile) of --new-rides rides after each --history size")
+    bench.add_argument("--history", type=int, nargs="+", default=[10_000, 1_000_000],
+                       help="--windows: rides already in raw_rides (default 10000 1000000)")
+    bench.add_argument("--new-rides", type=int, default=1_000, help="--windows: new rides per timed run (default 1000)")
+    bench.add_argument("--runs", type=int, default=5, help="--windows: timed runs per history size (default 5)")
     bench.add_argument("--json", type=Path, help="also write every figure to this JSON file")
     bench.set_defaults(handler=_run_bench)
 
 
 def _run_bench(args: argparse.Namespace) -> int:
-    from streaming_pipeline.bench import run_bench, run_live_bench
+    from streaming_pipeline.bench import run_bench, run_live_bench, run_windows_bench
 
-    if args.live:
+    if args.windows:
+        run_windows_bench(tuple(args.history), args.new_rides, args.runs, args.json)
+    elif args.live:
         run_live_bench(args.probes, args.json, gap_seconds=args.gap)
     else:
         run_bench(args.rides, args.json)

@@ -10,8 +10,9 @@ from functools import reduce
 from typing import TYPE_CHECKING, Any
 
 from pyspark.sql import functions as F
+from pyspark.sql.types import StructType
 
-from streaming_pipeline.delta_tables import delta_path_sql, read_table, table_exists, table_history
+from streaming_pipeline.delta_tables import delta_path_sql, read_table, table_exists, table_history, table_version
 from streaming_pipeline.resources.lakehouse import LakehouseResource
 from streaming_pipeline.settings import interval_seconds
 from streaming_pipeline.streaming import StreamRunReport, run_available_now
@@ -57,10 +58,10 @@ class WindowUpsert:
     """foreachBatch handler: upsert the windows Spark updated in this micro-batch (absolute values,
     so replaying a batch after a crash writes the same rows again).
 
-    Spark's late-event watermark lags one micro-batch, so it can still count a ride whose window the table
-    already shows as final. Such a ride is the reconcile step's to count as late: a final window is frozen here,
-    and a window that is new to the table although it ended before `final_before_micros` (the table's watermark
-    when the run started, epoch microseconds) is left for the reconcile to add, as made of late rides only.
+    Spark's late-event watermark lags one micro-batch, so it can still count a ride whose window was final when
+    the run started (it ended at or before `final_before_micros`, the stream's watermark then, in epoch
+    microseconds). Such a ride is the reconcile step's to count as late: a final window is frozen here, and a
+    window new to the table that ended by then is left for the reconcile to add, as made of late rides only.
     """
 
     table_path: str
@@ -83,16 +84,16 @@ class WindowUpsert:
             return
         view = f"window_updates_{batch_id}"
         updates.createOrReplaceTempView(view)
-        new_window_is_on_time = (
+        open_when_run_started = (
             f" AND s.window_end > timestamp_micros({int(self.final_before_micros)})"
             if self.final_before_micros is not None
             else ""
         )
         spark.sql(
             f"MERGE INTO {delta_path_sql(self.table_path)} t USING {view} s ON {_WINDOW_KEY} "
-            "WHEN MATCHED AND NOT t.is_final THEN UPDATE SET trip_count = s.trip_count, "
+            f"WHEN MATCHED AND NOT t.is_final{open_when_run_started} THEN UPDATE SET trip_count = s.trip_count, "
             "total_amount_sum = s.total_amount_sum, max_pickup_datetime = s.max_pickup_datetime "
-            f"WHEN NOT MATCHED{new_window_is_on_time} THEN INSERT *"
+            f"WHEN NOT MATCHED{open_when_run_started} THEN INSERT *"
         )
         spark.catalog.dropTempView(view)
 
@@ -136,8 +137,8 @@ def update_ride_window_aggregates(
 
 def stream_ride_windows(spark: SparkSession, lakehouse: LakehouseResource, log: Any = None) -> StreamRunReport:
     """The streaming half of a windows run: on-time rides into the windows, upserted."""
-    table_path = lakehouse.table_path(WINDOWS)
-    handler = WindowUpsert(table_path, _table_watermark_micros(spark, lakehouse) if table_exists(spark, table_path) else None)
+    before = stream_position(spark, lakehouse.checkpoint_path(WINDOWS))
+    handler = WindowUpsert(lakehouse.table_path(WINDOWS), before.watermark_micros if before else None)
 
     def start_writer():
         windows = ride_window_aggregates(
@@ -161,9 +162,8 @@ def stream_ride_windows(spark: SparkSession, lakehouse: LakehouseResource, log: 
 # append-only), and recounts only the windows those rides fall in. Finality is a predicate on window_end.
 
 RECONCILE_WRITER = "reconcile:ride_window_aggregates"
-# Table operations after which raw_rides holds every row it held before, and no other row changed.
-_APPEND_ONLY = {"OPTIMIZE", "SET TBLPROPERTIES", "UNSET TBLPROPERTIES", "ADD COLUMNS", "UPGRADE PROTOCOL",
-                "VACUUM START", "VACUUM END", "CHANGE COLUMN"}
+# Operations after which raw_rides holds every row it held before, unchanged (OPTIMIZE rewrites files, not rows).
+_APPEND_ONLY = {"OPTIMIZE", "ADD COLUMNS", "UPGRADE PROTOCOL", "VACUUM START", "VACUUM END"}
 _DELTA_END_INDEX = 2**63 - 1
 _MAX_RANGES = 64  # pickup-time ranges in the filter that lets Delta skip files of raw_rides
 _MAX_KEYS_IN_MERGE = 1000  # window starts listed in the MERGE condition so that Delta skips files of the table
@@ -171,90 +171,124 @@ _MAX_KEYS_IN_MERGE = 1000  # window starts listed in the MERGE condition so that
 
 @dataclass(frozen=True)
 class StreamPosition:
-    """Where a query reading one Delta table stands, from its checkpoint."""
+    """Where a query reading one Delta table stands after its last committed micro-batch, from its checkpoint."""
 
     query_id: str
     table_id: str  # the Delta table's id (reservoirId)
-    version: int  # every commit up to this version has been read; no commit after it
+    version: int | None  # every commit up to this version has been read, none after; None: inside a version
+    watermark_micros: int  # the query's event-time watermark for its next micro-batch (epoch microseconds)
 
 
 def stream_position(spark: SparkSession, checkpoint_dir: str) -> StreamPosition | None:
-    """The Delta source position of the query at `checkpoint_dir` after its last committed batch; None when the
-    checkpoint has no committed batch or stops inside a version (the next run then reconciles)."""
+    """Read through Spark (any storage): the commit log's last entry, then that batch's offsets and the query id.
+    None when the checkpoint has no committed micro-batch."""
     from pyspark.errors import AnalysisException
 
     try:
-        names = spark.read.text(f"{checkpoint_dir}/commits").select(F.col("_metadata.file_name").alias("name"))
-        last = names.where(F.col("name").rlike("^[0-9]+$")).agg(F.max(F.col("name").cast("long"))).collect()[0][0]
-        if last is None:
+        commits = (
+            spark.read.text(f"{checkpoint_dir}/commits")
+            .select(F.col("_metadata.file_name").alias("name"), "value")
+            .where(F.col("name").rlike("^[0-9]+$") & F.col("value").contains("nextBatchWatermarkMs"))
+            .select(F.col("name").cast("long").alias("batch"), "value")
+            .orderBy(F.col("batch").desc())
+            .limit(1)
+            .collect()
+        )
+        if not commits:
             return None
-        lines = [r.value for r in spark.read.text(f"{checkpoint_dir}/offsets/{int(last)}").collect()]
-        metadata = [r.value for r in spark.read.text(f"{checkpoint_dir}/metadata").collect()]
+        batch = int(commits[0]["batch"])
+        lines = (
+            spark.read.text([f"{checkpoint_dir}/offsets/{batch}", f"{checkpoint_dir}/metadata"])
+            .select(F.col("_metadata.file_name").alias("name"), "value")
+            .collect()
+        )
     except AnalysisException:
         return None
-    offsets = [json.loads(line) for line in lines if '"reservoirVersion"' in line]
-    if len(offsets) != 1 or not metadata:
+    watermark_ms = int(json.loads(commits[0]["value"])["nextBatchWatermarkMs"])
+    offsets = [json.loads(r["value"]) for r in lines if r["name"] == str(batch) and '"reservoirVersion"' in r["value"]]
+    query = [json.loads(r["value"]) for r in lines if r["name"] == "metadata"]
+    if len(offsets) != 1 or not query:
         return None
     offset = offsets[0]
-    version, index = int(offset["reservoirVersion"]), int(offset.get("index", -1))
+    reservoir_version, index = int(offset["reservoirVersion"]), int(offset.get("index", -1))
+    version: int | None = None
     if index == -1 and not offset.get("isStartingVersion"):
-        consumed = version - 1  # points before the first file of `version`: everything before it is read
+        version = reservoir_version - 1  # points before the first file of that version: all before it is read
     elif index == _DELTA_END_INDEX:
-        consumed = version
-    else:
-        return None
-    return StreamPosition(str(json.loads(metadata[0])["id"]), str(offset["reservoirId"]), consumed)
+        version = reservoir_version
+    return StreamPosition(str(query[0]["id"]), str(offset["reservoirId"]), version, watermark_ms * 1000)
 
 
-def _last_reconcile(spark: SparkSession, table_path: str) -> dict[str, Any] | None:
-    """The marker of the newest reconcile commit of the windows table, looking at recent commits first."""
+def _last_reconcile(spark: SparkSession, table_path: str) -> tuple[bool, dict[str, Any] | None]:
+    """(whether the windows table exists, the marker of its newest reconcile commit), recent commits first."""
     for limit in (50, None):
-        history = table_history(spark, table_path, limit=limit) or []
+        history = table_history(spark, table_path, limit=limit)
+        if history is None:
+            return False, None
         for commit in history:
             marker = commit.user_metadata or {}
             if marker.get("writer") == RECONCILE_WRITER:
-                return marker
+                return True, marker
         if limit is None or len(history) < limit:
-            return None
-    return None
+            return True, None
+    return True, None
 
 
-def _appended_only(spark: SparkSession, path: str, after: int, until: int) -> bool:
-    """Whether the commits (after, until] of the table at `path` only appended rows (or changed no rows)."""
-    from streaming_pipeline.delta_tables import table_version
+def windows_positions(spark: SparkSession, lakehouse: LakehouseResource) -> tuple[int | None, int | None]:
+    """(the raw_rides version the window stream has read, the version the windows were last reconciled at);
+    None for what has not happened yet."""
+    position = stream_position(spark, lakehouse.checkpoint_path(WINDOWS))
+    if position is None:
+        return None, None
+    _, marker = _last_reconcile(spark, lakehouse.table_path(WINDOWS))
+    same_stream = marker and (marker.get("query_id"), marker.get("raw_rides_id")) == (position.query_id, position.table_id)
+    return position.version, int(marker["raw_rides_version"]) if same_stream and marker else None
 
-    latest = table_version(spark, path)
-    if latest is None or latest < until:
-        return False
-    rows = (
-        spark.sql(f"DESCRIBE HISTORY {delta_path_sql(path)} LIMIT {latest - after}")
-        .select(
-            "version",
-            "operation",
-            F.coalesce(F.col("operationParameters").getItem("mode"), F.col("operationParameters").getItem("outputMode")).alias("mode"),
+
+def _appended_files(spark: SparkSession, path: str, after: int, until: int) -> list[str] | None:
+    """The data files that the commits (after, until] of the Delta table at `path` added; None unless those
+    commits only appended rows (or rewrote files without changing rows, as OPTIMIZE does) and the log still
+    holds them. Read from the commits themselves (Delta's log protocol): the cost follows the new commits."""
+    from urllib.parse import unquote
+
+    from pyspark.errors import AnalysisException
+
+    root = path.rstrip("/")
+    commits = [f"{root}/_delta_log/{version:020d}.json" for version in range(after + 1, until + 1)]
+    schema = (
+        "add STRUCT<path: STRING, dataChange: BOOLEAN, deletionVector: STRUCT<storageType: STRING>>, "
+        "remove STRUCT<path: STRING, dataChange: BOOLEAN>, metaData STRUCT<configuration: MAP<STRING, STRING>>"
+    )
+    try:
+        actions = (
+            spark.read.schema(schema)
+            .json(commits)
+            .select(F.col("_metadata.file_name").alias("commit"), "add", "remove", "metaData")
+            .collect()
         )
-        .collect()
-    )
-    commits = [r for r in rows if after < int(r["version"]) <= until]
-    if len(commits) != until - after:
-        return False
-    return all(
-        r["operation"] in _APPEND_ONLY or (r["operation"] in ("WRITE", "STREAMING UPDATE") and r["mode"] == "Append")
-        for r in commits
-    )
+    except AnalysisException:
+        return None  # a commit file is gone (log clean-up) or not where the protocol puts it
+    if len({a["commit"] for a in actions}) != len(commits):
+        return None
+    files = []
+    for action in actions:
+        add, remove, metadata = action["add"], action["remove"], action["metaData"]
+        if remove is not None and remove["dataChange"] is not False:
+            return None  # rows deleted or rewritten
+        if metadata is not None and (metadata["configuration"] or {}).get("delta.columnMapping.mode", "none") != "none":
+            return None
+        if add is not None and add["dataChange"] is not False:
+            if add["deletionVector"] is not None:
+                return None
+            relative = unquote(add["path"])
+            files.append(relative if "://" in relative or relative.startswith("/") else f"{root}/{relative}")
+    return sorted(files)
 
 
-def _added_files(spark: SparkSession, path: str, before: int, after: int) -> list[str]:
-    """Data files in version `after` of the table that version `before` did not have."""
-    old = set(spark.read.format("delta").option("versionAsOf", before).load(path).inputFiles())
-    new = spark.read.format("delta").option("versionAsOf", after).load(path).inputFiles()
-    return sorted(set(new) - old)
-
-
-def _column_mapping(spark: SparkSession, path: str) -> str | None:
+def _files_readable_alone(spark: SparkSession, path: str) -> bool:
+    """Whether the table's data files hold its columns under their own names (no column mapping)."""
     properties = spark.sql(f"DESCRIBE DETAIL {delta_path_sql(path)}").select("properties").collect()[0][0] or {}
-    mode = properties.get("delta.columnMapping.mode")
-    return None if mode in (None, "none") else str(mode)
+    return properties.get("delta.columnMapping.mode") in (None, "none")
 
 
 def _covering_ranges(windows: list[tuple[int, int]], limit: int) -> list[tuple[int, int]]:
@@ -290,15 +324,6 @@ def _same_window(left: DataFrame, right: DataFrame, how: str) -> DataFrame:
     return left.join(keys, condition, how)
 
 
-def _table_watermark_micros(spark: SparkSession, lakehouse: LakehouseResource) -> int | None:
-    """The watermark the windows table shows (its latest on-time pickup - RIDE_WATERMARK_DELAY), in epoch
-    microseconds; None while it holds no ride."""
-    windows = read_table(spark, lakehouse.table_path(WINDOWS))
-    latest = windows.agg(F.max(F.unix_micros("max_pickup_datetime"))).collect()[0][0]
-    delay = interval_seconds(lakehouse.ride_watermark_delay, name="RIDE_WATERMARK_DELAY") * 1_000_000
-    return None if latest is None else int(latest) - delay
-
-
 def reconcile_ride_windows(spark: SparkSession, lakehouse: LakehouseResource, log: Any = None) -> WindowReconcile:
     """Late counts and finality of the windows, at the raw_rides version the window stream has consumed.
 
@@ -309,14 +334,16 @@ def reconcile_ride_windows(spark: SparkSession, lakehouse: LakehouseResource, lo
     table_path = lakehouse.table_path(WINDOWS)
     rides_path = lakehouse.table_path(RAW_RIDES)
     result = WindowReconcile()
-    if not table_exists(spark, table_path):
-        return result
     position = stream_position(spark, lakehouse.checkpoint_path(WINDOWS))
-    if position is None:
+    if position is None or position.version is None:
         result.reason = "the window stream has not consumed a whole version of raw_rides yet"
         return result
+    exists, marker = _last_reconcile(spark, table_path)
+    if not exists:
+        result.reason = "no window yet"
+        return result
     result.raw_rides_version = position.version
-    marker = _last_reconcile(spark, table_path)
+    result.watermark = _from_micros(position.watermark_micros)
     if marker and (marker.get("query_id"), marker.get("raw_rides_id")) == (position.query_id, position.table_id):
         result.previous_version = int(marker["raw_rides_version"])
     if result.previous_version == position.version:
@@ -324,57 +351,50 @@ def reconcile_ride_windows(spark: SparkSession, lakehouse: LakehouseResource, lo
         return result
 
     windows = read_table(spark, table_path)
-    watermark = _table_watermark_micros(spark, lakehouse)
-    if watermark is not None:
-        result.watermark = datetime(1970, 1, 1, tzinfo=timezone.utc) + timedelta(microseconds=watermark)
-    is_final = (F.col("window_end") <= _micros(watermark)) if watermark is not None else F.lit(False)
+    is_final = F.col("window_end") <= _micros(position.watermark_micros)
     rides = spark.read.format("delta").option("versionAsOf", position.version).load(rides_path)
-
     previous, full_reason = result.previous_version, None
+    readable = bool(marker and marker.get("files_readable"))
+    files: list[str] | None = None
     if previous is None or previous > position.version:
         full_reason = "no earlier reconcile of this window stream"
-    elif not _appended_only(spark, rides_path, previous, position.version):
-        full_reason = f"raw_rides changed other than by appends after version {previous}"
-    elif (mapping := _column_mapping(spark, rides_path)) is not None:
-        full_reason = f"raw_rides uses column mapping ({mapping}): its files cannot be read on their own"
+    elif not readable:
+        full_reason = "the files of raw_rides cannot be read on their own (column mapping)"
+    elif (files := _appended_files(spark, rides_path, previous, position.version)) is None:
+        full_reason = f"raw_rides changed other than by appends after version {previous}, or its log was cleaned"
     if full_reason is not None:
         result.full, result.reason = True, full_reason
+        readable = _files_readable_alone(spark, rides_path)
         all_counts = ride_window_aggregates(rides, lakehouse.window_duration)
         current = windows
     else:
-        assert previous is not None
-        files = _added_files(spark, rides_path, previous, position.version)
-        added = spark.read.schema("pickup_datetime timestamp, vendor_id int, total_amount double").parquet(*files) if files else None
+        assert previous is not None and files is not None
+        # The files as Delta wrote them (no column mapping, no deletion vector: appends), with the table's types.
+        columns = StructType([rides.schema[c] for c in ("pickup_datetime", "vendor_id", "total_amount")])
         touched = (
-            []
-            if added is None
-            else ride_window_aggregates(added, lakehouse.window_duration)
+            ride_window_aggregates(spark.read.schema(columns).parquet(*files), lakehouse.window_duration)
             .select(F.unix_micros("window_start").alias("s"), F.unix_micros("window_end").alias("e"), "vendor_id", "trip_count")
             .collect()
+            if files
+            else []
         )
         result.new_rides = sum(int(r["trip_count"]) for r in touched)
         result.reason = f"{result.new_rides} ride(s) in {len(files)} file(s) added after raw_rides version {previous}"
         ranges = _covering_ranges([(int(r["s"]), int(r["e"])) for r in touched], _MAX_RANGES)
-        keys = spark.createDataFrame(
-            [(int(r["s"]), r["vendor_id"]) for r in touched], "s long, vendor_id int"
-        ).select(F.timestamp_micros("s").alias("window_start"), "vendor_id")
+        keys = spark.createDataFrame([(int(r["s"]), r["vendor_id"]) for r in touched], "s long, vendor_id int").select(
+            F.timestamp_micros("s").alias("window_start"), "vendor_id"
+        )
         all_counts = _same_window(
             ride_window_aggregates(rides.where(_in_ranges("pickup_datetime", ranges)), lakehouse.window_duration),
             F.broadcast(keys),
             "left_semi",
         )
-        current = windows.where(_in_ranges("window_start", ranges))
+        # Few windows: broadcast them rather than shuffle both sides of each join.
+        current = F.broadcast(windows.where(_in_ranges("window_start", ranges)))
 
-    old_late = current.select(
-        F.col("window_start").alias("o_start"), F.col("vendor_id").alias("o_vendor"), F.col("late_trip_count").alias("o_late")
-    )
-    recounted = (
-        window_late_counts(all_counts, current)
-        .join(old_late, (F.col("window_start") == F.col("o_start")) & F.col("vendor_id").eqNullSafe(F.col("o_vendor")), "left")
-        .select(
-            "window_start", "window_end", "vendor_id", "late_trip_count", is_final.alias("is_final"),
-            (F.col("late_trip_count") - F.coalesce(F.col("o_late"), F.lit(0))).alias("late_found"),
-        )
+    recounted = window_late_counts(all_counts, current).select(
+        "window_start", "window_end", "vendor_id", "late_trip_count", is_final.alias("is_final"),
+        (F.col("late_trip_count") - F.col("previous_late_trip_count")).alias("late_found"),
     )
     # Windows the watermark passed since the previous reconcile keep their counts and become final.
     newly_final = _same_window(
@@ -382,18 +402,20 @@ def reconcile_ride_windows(spark: SparkSession, lakehouse: LakehouseResource, lo
             "window_start", "window_end", "vendor_id", "late_trip_count", F.lit(True).alias("is_final"),
             F.lit(0).cast("long").alias("late_found"),
         ),
-        recounted,
+        recounted if result.full else F.broadcast(recounted),
         "left_anti",
     )
     changes = recounted.unionByName(newly_final).localCheckpoint()
-    summary = changes.agg(F.count(F.lit(1)).alias("n"), F.sum("late_found").alias("late")).collect()[0]
+    summary = changes.agg(
+        F.count(F.lit(1)).alias("n"),
+        F.sum("late_found").alias("late"),
+        F.collect_set(F.unix_micros("window_start")).alias("starts"),
+    ).collect()[0]
     result.windows, result.late_rides_found = int(summary["n"]), int(summary["late"] or 0)
     if result.windows:
-        starts = []
-        if result.windows <= _MAX_KEYS_IN_MERGE:
-            starts = sorted({int(r[0]) for r in changes.select(F.unix_micros("window_start")).collect()})
+        starts = sorted(int(s) for s in summary["starts"]) if len(summary["starts"]) <= _MAX_KEYS_IN_MERGE else []
         marker = {"writer": RECONCILE_WRITER, "raw_rides_version": position.version, "raw_rides_id": position.table_id,
-                  "query_id": position.query_id, "full": result.full}
+                  "query_id": position.query_id, "full": result.full, "files_readable": readable}
         _merge_reconciled(spark, table_path, changes.drop("late_found"), marker, starts)
     if log is not None:
         log.info(
@@ -426,8 +448,23 @@ def _merge_reconciled(
         spark.catalog.dropTempView(view)
 
 
-def update_ride_pickup_joins(spark: SparkSession, lakehouse: LakehouseResource, log: Any = None) -> StreamRunReport:
-    """Stream-stream inner join, both sides watermarked, appended to Delta (exactly once via the checkpoint)."""
+@dataclass
+class JoinRunResult:
+    report: StreamRunReport
+    rows_dropped_by_watermark: int  # rows of either side that arrived at or before the join's watermark, this run
+    watermark: Any = None  # the join's watermark in the run's last micro-batch
+    batches_recorded: int = 0  # rows appended to join_late_rows
+
+
+def update_ride_pickup_joins(
+    spark: SparkSession, lakehouse: LakehouseResource, log: Any = None, run_id: str | None = None
+) -> JoinRunResult:
+    """Stream-stream inner join, both sides watermarked, appended to Delta (exactly once via the checkpoint).
+
+    A ride or pickup that arrives with an event time at or before the watermark of the previous micro-batch
+    (the latest event time seen on the slower side minus RIDE_WATERMARK_DELAY) cannot be joined any more: Spark
+    drops it. Each micro-batch that dropped rows gets a row in `join_late_rows`, which appears with the first.
+    """
 
     def start_writer():
         joined = ride_pickup_joins(
@@ -443,7 +480,67 @@ def update_ride_pickup_joins(spark: SparkSession, lakehouse: LakehouseResource, 
             .option("path", lakehouse.table_path(JOINS))
         )
 
-    return run_available_now(JOINS, start_writer, log=log)
+    report = run_available_now(JOINS, start_writer, log=log)
+    rows = join_late_rows(report, run_id)
+    recorded = record_join_late_rows(spark, lakehouse.table_path(JOIN_LATE_ROWS), rows)
+    dropped = report.rows_dropped_by_watermark()
+    if dropped and log is not None:
+        log.warning(f"{JOINS}: {dropped} row(s) arrived behind the join's watermark and were dropped (see {JOIN_LATE_ROWS})")
+    last = (report.progresses[-1].get("eventTime") or {}).get("watermark") if report.progresses else None
+    watermark = datetime.fromisoformat(last.replace("Z", "+00:00")) if last else None
+    return JoinRunResult(report, dropped, watermark, recorded)
+
+
+JOIN_LATE_ROWS = "join_late_rows"
+JOIN_LATE_ROWS_DDL = (
+    "query_id STRING, batch_id BIGINT, input_rows BIGINT, rows_dropped_by_watermark BIGINT, watermark TIMESTAMP, "
+    "run_id STRING, recorded_at TIMESTAMP"
+)
+_EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
+
+
+def _from_micros(micros: int) -> datetime:
+    return _EPOCH + timedelta(microseconds=micros)
+
+
+def join_late_rows(report: StreamRunReport, run_id: str | None) -> list[tuple[Any, ...]]:
+    """One row per micro-batch whose watermark dropped rows: (query id, batch id, input rows, rows dropped by
+    the watermark, the batch's watermark in epoch microseconds, run id)."""
+    rows = []
+    for progress in report.progresses:
+        dropped = sum(int(op.get("numRowsDroppedByWatermark") or 0) for op in progress.get("stateOperators", []))
+        inputs = int(progress.get("numInputRows") or 0)
+        if not dropped:
+            continue
+        text = (progress.get("eventTime") or {}).get("watermark")
+        micros = (datetime.fromisoformat(text.replace("Z", "+00:00")) - _EPOCH) // timedelta(microseconds=1) if text else None
+        rows.append((str(progress.get("id")), int(progress["batchId"]), inputs, dropped, micros, run_id))
+    return rows
+
+
+def record_join_late_rows(spark: SparkSession, path: str, rows: list[tuple[Any, ...]]) -> int:
+    """Append `rows` (see join_late_rows) to the table at `path`, once: the append carries the query id and its
+    last batch id as txnAppId/txnVersion, so recording the same batches again adds nothing. The rows that were
+    appended."""
+    if not rows:
+        return 0
+    frame = spark.createDataFrame(
+        rows,
+        "query_id STRING, batch_id BIGINT, input_rows BIGINT, rows_dropped_by_watermark BIGINT, watermark_micros "
+        "BIGINT, run_id STRING",
+    ).select(
+        "query_id", "batch_id", "input_rows", "rows_dropped_by_watermark",
+        F.timestamp_micros("watermark_micros").alias("watermark"), "run_id", F.current_timestamp().alias("recorded_at"),
+    )
+    before = table_version(spark, path)
+    (
+        frame.write.format("delta")
+        .mode("append")
+        .option("txnAppId", f"{JOIN_LATE_ROWS}:{rows[-1][0]}")
+        .option("txnVersion", max(int(r[1]) for r in rows))
+        .save(path)
+    )
+    return len(rows) if table_version(spark, path) != before else 0
 
 
 HIGH_AMOUNT = "high_amount_rides"

@@ -225,16 +225,19 @@ def window_late_counts(all_rides_per_window: DataFrame, aggregates: DataFrame) -
 
     `all_rides_per_window`: `ride_window_aggregates(...)` of ingested rides (batch, no watermark), all of them or
     those of some windows. `aggregates`: rows of the `ride_window_aggregates` table (their `trip_count` are the
-    on-time rides). Output: window_start, window_end, vendor_id, late_trip_count. A window missing from
-    `aggregates` had only late rides.
+    on-time rides). Output: window_start, window_end, vendor_id, late_trip_count, and, when `aggregates` has a
+    `late_trip_count`, previous_late_trip_count (0 for a window it lacks). A window missing from `aggregates`
+    had only late rides.
     """
     everything = all_rides_per_window.select(
         "window_start", "window_end", "vendor_id", F.col("trip_count").alias("all_trip_count")
     )
+    previous = "late_trip_count" in aggregates.columns
     on_time = aggregates.select(
         F.col("window_start").alias("a_window_start"),
         F.col("vendor_id").alias("a_vendor_id"),
         F.col("trip_count").alias("on_time_trip_count"),
+        *([F.col("late_trip_count").alias("a_late_trip_count")] if previous else []),
     )
     joined = everything.join(
         on_time,
@@ -242,12 +245,16 @@ def window_late_counts(all_rides_per_window: DataFrame, aggregates: DataFrame) -
         "left",
     )
     late = F.greatest(F.col("all_trip_count") - F.coalesce(F.col("on_time_trip_count"), F.lit(0)), F.lit(0))
-    return joined.select("window_start", "window_end", "vendor_id", late.cast("long").alias("late_trip_count"))
+    before = [F.coalesce(F.col("a_late_trip_count"), F.lit(0)).cast("long").alias("previous_late_trip_count")]
+    return joined.select(
+        "window_start", "window_end", "vendor_id", late.cast("long").alias("late_trip_count"), *(before if previous else [])
+    )
 
 
 def late_ride_counts(all_rides_per_window: DataFrame, aggregates: DataFrame) -> DataFrame:
     """The windows of `window_late_counts` that have late rides."""
-    return window_late_counts(all_rides_per_window, aggregates).where(F.col("late_trip_count") > 0)
+    late = window_late_counts(all_rides_per_window, aggregates).where(F.col("late_trip_count") > 0)
+    return late.select("window_start", "window_end", "vendor_id", "late_trip_count")
 
 
 def ride_pickup_joins(

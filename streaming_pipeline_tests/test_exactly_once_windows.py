@@ -23,7 +23,7 @@ from streaming_pipeline.delta_tables import table_history, table_version
 from streaming_pipeline.resources.lakehouse import LakehouseResource
 
 RIDES_DDL = (
-    "vendor_id int, pickup_datetime timestamp, dropoff_datetime timestamp, total_amount double, "
+    "vendor_id int, pickup_datetime timestamp, dropoff_datetime timestamp, do_location_id int, total_amount double, "
     "kafka_partition int, kafka_offset long"
 )
 UTC = dt.timezone.utc
@@ -45,7 +45,8 @@ def lakehouse(tmp_path) -> LakehouseResource:
 
 
 class Bronze:
-    """Appends rides to raw_rides, one Delta commit per call, as a bronze micro-batch does."""
+    """Appends rides to raw_rides, one Delta commit per call, as a bronze micro-batch does. Each ride drops off at
+    zone 10, five minutes after its pickup."""
 
     def __init__(self, spark, lakehouse: LakehouseResource) -> None:
         self.spark, self.path, self.offset = spark, lakehouse.table_path("raw_rides"), 0
@@ -53,7 +54,7 @@ class Bronze:
     def append(self, *rides: tuple[int, dt.datetime, float]) -> int:
         rows = []
         for vendor, pickup, amount in rides:
-            rows.append((vendor, pickup, pickup + dt.timedelta(minutes=5), amount, 0, self.offset))
+            rows.append((vendor, pickup, pickup + dt.timedelta(minutes=5), 10, amount, 0, self.offset))
             self.offset += 1
         self.spark.createDataFrame(rows, RIDES_DDL).coalesce(1).write.format("delta").mode("append").save(self.path)
         version = table_version(self.spark, self.path)
@@ -222,3 +223,106 @@ def test_rerunning_with_no_new_ride_changes_nothing(spark, lakehouse):
         assert (again.report.input_rows, again.reconcile.windows) == (0, 0)
         assert table_version(spark, path) == version
         assert windows(spark, lakehouse) == rows
+
+
+# ------------------------------------------------------------------------- joins: rows the watermark drops
+
+
+JOIN_RIDES_DDL = "vendor_id int, do_location_id int, dropoff_datetime timestamp, kafka_partition int, kafka_offset long"
+PICKUPS_DDL = "pu_location_id int, pickup_datetime timestamp, kafka_partition int, kafka_offset long"
+
+
+def test_pickups_behind_the_join_watermark_are_counted_in_join_late_rows(spark, lakehouse):
+    from streaming_pipeline.assets import ALL_ASSETS
+    from streaming_pipeline.delta_streams import update_ride_pickup_joins
+    from streaming_pipeline.sql import run_sql
+
+    rides_path, pickups_path = lakehouse.table_path("raw_rides"), lakehouse.table_path("raw_pickup_locations")
+
+    def pickups(*rows: tuple[int, dt.datetime, int]) -> None:
+        frame = spark.createDataFrame([(loc, time, 0, offset) for loc, time, offset in rows], PICKUPS_DDL)
+        frame.coalesce(1).write.format("delta").mode("append").save(pickups_path)
+
+    # Rides drop off at zone 10 at 08:00 and at zone 20 at 09:00. Join gap 10 minutes, watermark delay 15.
+    spark.createDataFrame([(1, 10, at(8, 0), 0, 0), (2, 20, at(9, 0), 0, 1)], JOIN_RIDES_DDL).write.format(
+        "delta"
+    ).save(rides_path)
+    pickups((10, at(8, 5), 0), (20, at(9, 2), 1))
+    first = update_ride_pickup_joins(spark, lakehouse, run_id="run-1")
+    # After this micro-batch the watermark is min(09:00, 09:02) - 15 min = 08:45.
+    pickups((10, at(8, 1), 2), (20, at(9, 5), 3))
+    # Spark drops a row at or before the watermark of the previous micro-batch. That of batch 0 was the epoch
+    # (nothing seen before it), so 08:01 still joins the 08:00 ride, older than 08:45 though it is.
+    second = update_ride_pickup_joins(spark, lakehouse, run_id="run-2")
+    # Batch 2 drops what is at or before 08:45 (batch 1's watermark): 08:02, 08:45 and 08:44, by hand 3 pickups.
+    pickups((10, at(8, 2), 4), (10, at(8, 45), 5), (30, at(8, 44), 6), (20, at(9, 6), 7))
+    third = update_ride_pickup_joins(spark, lakehouse, run_id="run-3")
+
+    assert [r.rows_dropped_by_watermark for r in (first, second, third)] == [0, 0, 3]
+    joined = spark.read.format("delta").load(lakehouse.table_path("ride_pickup_joins"))
+    assert sorted((r.vendor_id, r.pickup_kafka_offset) for r in joined.collect()) == [(1, 0), (1, 2), (2, 1), (2, 3), (2, 7)]
+
+    late = spark.read.format("delta").load(lakehouse.table_path("join_late_rows")).select(
+        "batch_id", "input_rows", "rows_dropped_by_watermark", F.unix_seconds("watermark").alias("watermark"), "run_id"
+    )
+    # One row per micro-batch that dropped rows; it appeared with the first.
+    assert sorted(tuple(r) for r in late.collect()) == [(2, 4, 3, epoch(8, 45), "run-3")]
+    assert (first.batches_recorded, second.batches_recorded, third.batches_recorded) == (0, 0, 1)
+    assert third.watermark == at(8, 45)
+    # A re-run with nothing new records nothing.
+    assert update_ride_pickup_joins(spark, lakehouse).batches_recorded == 0
+    assert late.count() == 1
+    # What `streaming-pipeline sql` answers: the table is an asset of the definitions.
+    names = [key.to_user_string() for assets_def in ALL_ASSETS for key in assets_def.keys]
+    columns, rows = run_sql(
+        spark, {name: lakehouse.table_path(name) for name in names}, "SELECT sum(rows_dropped_by_watermark) FROM join_late_rows"
+    )
+    assert rows == [(3,)]
+
+
+def test_the_assets_report_late_rides_and_rows_dropped_by_the_join_watermark(spark, lakehouse):
+    import dagster as dg
+
+    from streaming_pipeline.assets import ride_pickup_joins, ride_window_aggregates
+    from streaming_pipeline.checks import windows_count_each_ride_once
+    from streaming_pipeline.resources import SparkResource
+    from streaming_pipeline_tests.conftest import SPARK_TEST_CONF
+
+    resources = {"spark": SparkResource(stop_on_teardown=False, conf=SPARK_TEST_CONF), "lakehouse": lakehouse}
+    bronze = Bronze(spark, lakehouse)
+    pickups_path = lakehouse.table_path("raw_pickup_locations")
+
+    def materialize() -> dict[str, dict]:
+        result = dg.materialize([ride_window_aggregates, ride_pickup_joins, windows_count_each_ride_once], resources=resources)
+        assert result.success
+        [check] = result.get_asset_check_evaluations()
+        assert check.passed, check.metadata
+        return {
+            e.asset_key.to_user_string(): {k: v.value for k, v in e.materialization.metadata.items()}
+            for e in result.get_asset_materialization_events()
+        }
+
+    offsets = iter(range(1000))
+
+    def pickups(*rows: tuple[int, dt.datetime]) -> None:
+        frame = spark.createDataFrame([(loc, time, 1, next(offsets)) for loc, time in rows], PICKUPS_DDL)
+        frame.write.format("delta").mode("append").save(pickups_path)
+
+    bronze.append((1, at(9, 0), 1.0))  # windows: watermark 08:45
+    pickups((10, at(9, 10)))  # joins the ride (dropoff 09:05); join watermark min(09:05, 09:10) - 15 min = 08:50
+    first = materialize()
+    assert first["join_late_rows"]["rows_dropped_by_watermark"] == 0
+    assert first["join_late_rows"]["dagster/row_count"] == 0  # no such table yet
+    assert first["ride_window_aggregates"]["reconciled_raw_rides_version"] == "0"
+
+    bronze.append((1, at(8, 1), 1.0))  # late for the windows: [08:00, 08:10) ended before 08:45
+    pickups((10, at(8, 0)))  # behind the join's watermark, but Spark compares with batch 0's (the epoch): kept
+    second = materialize()
+    assert second["ride_window_aggregates"]["late_rides_found_this_run"] == 1
+    assert second["ride_window_aggregates"]["late_rides_total"] == 1
+    assert second["ride_pickup_joins"]["rows_dropped_by_watermark"] == 0
+    pickups((10, at(8, 1)))  # at or before batch 1's watermark, 08:50: dropped
+    third = materialize()
+    assert third["ride_pickup_joins"]["rows_dropped_by_watermark"] == 1
+    assert third["join_late_rows"]["rows_dropped_by_watermark_total"] == 1
+    assert third["ride_window_aggregates"]["reconcile"] == "no ride since the previous reconcile"

@@ -7,6 +7,7 @@ from streaming_pipeline.assets.bronze import raw_pickup_locations, raw_rides
 from streaming_pipeline.assets.metadata import OWNERS, checkpoint_pool, delta_table_metadata
 from streaming_pipeline.charts import png_markdown, window_chart_png
 from streaming_pipeline.delta_streams import (
+    JOIN_LATE_ROWS,
     JOINS,
     RAW_PICKUPS,
     RAW_RIDES,
@@ -86,41 +87,97 @@ def ride_window_aggregates(
         totals = frame.agg(F.sum("late_trip_count").alias("late"), F.sum(F.col("is_final").cast("int")).alias("final")).collect()[0]
         recent = frame.orderBy(F.col("window_start").desc()).limit(MAX_CHART_WINDOWS * 3).toPandas()
         png = window_chart_png(recent.sort_values("window_start"))
+        reconcile = result.reconcile
         metadata.update(
             {
                 "watermark": dg.MetadataValue.text(str(result.watermark)),
                 "late_rides_total": dg.MetadataValue.int(int(totals["late"] or 0)),
+                "late_rides_found_this_run": dg.MetadataValue.int(reconcile.late_rides_found),
                 "late_rides_dropped_by_watermark_this_run": dg.MetadataValue.int(result.report.rows_dropped_by_watermark()),
                 "final_windows": dg.MetadataValue.int(int(totals["final"] or 0)),
                 "windows_reconciled": dg.MetadataValue.int(result.windows_changed_by_reconcile),
+                "reconciled_raw_rides_version": dg.MetadataValue.text(str(reconcile.raw_rides_version)),
+                "reconcile": dg.MetadataValue.text(reconcile.reason or "-"),
+                "reconcile_full_recount": dg.MetadataValue.bool(reconcile.full),
                 "chart": dg.MetadataValue.md(png_markdown(png, "trips per window and vendor")),
             }
         )
     return dg.MaterializeResult(metadata=metadata)
 
 
-@dg.asset(
+JOIN_LATE_ROWS_SCHEMA = dg.TableSchema(
+    columns=[
+        dg.TableColumn("query_id", "string", description="The join query (its checkpoint); batch ids restart with a new one."),
+        dg.TableColumn("batch_id", "bigint", description="Micro-batch of the join query."),
+        dg.TableColumn("input_rows", "bigint", description="Rides and pickups the micro-batch read."),
+        dg.TableColumn(
+            "rows_dropped_by_watermark",
+            "bigint",
+            description="Rides or pickups that arrived at or before the watermark of the previous micro-batch: "
+            "too late to be joined, dropped by Spark.",
+        ),
+        dg.TableColumn("watermark", "timestamp", description="The join's watermark in this micro-batch (UTC)."),
+        dg.TableColumn("run_id", "string", description="The Dagster run."),
+        dg.TableColumn("recorded_at", "timestamp", description="When the row was written (UTC)."),
+    ]
+)
+
+_JOIN_SPEC = dict(
     group_name="silver",
     deps=[raw_rides, raw_pickup_locations],
     kinds={"spark", "delta"},
     owners=OWNERS,
     tags={"layer": "silver"},
     automation_condition=dg.AutomationCondition.eager(),
-    pool=checkpoint_pool("ride_pickup_joins"),
-    metadata={"dagster/column_schema": tables.RIDE_PICKUP_JOINS},
 )
-def ride_pickup_joins(
-    context: dg.AssetExecutionContext, spark: SparkResource, lakehouse: LakehouseResource
-) -> dg.MaterializeResult:
-    """Rides joined with pickups at their dropoff zone within JOIN_MAX_GAP (inclusive) of the
-    dropoff, one row per matching pair (stream-stream join, watermarked on both sides)."""
+
+
+@dg.multi_asset(
+    specs=[
+        dg.AssetSpec(
+            JOINS,
+            description="Rides joined with pickups at their dropoff zone within JOIN_MAX_GAP (inclusive) of the "
+            "dropoff, one row per matching pair (stream-stream join, watermarked on both sides).",
+            metadata={"dagster/column_schema": tables.RIDE_PICKUP_JOINS},
+            **_JOIN_SPEC,
+        ),
+        dg.AssetSpec(
+            JOIN_LATE_ROWS,
+            description="Per micro-batch of the ride_pickup_joins query that dropped rows: how many rides and "
+            "pickups arrived behind its watermark and were dropped (never joined), so that they are counted, not "
+            "lost silently. The table appears with the first such micro-batch.",
+            metadata={"dagster/column_schema": JOIN_LATE_ROWS_SCHEMA},
+            **_JOIN_SPEC,
+        ),
+    ],
+    pool=checkpoint_pool("ride_pickup_joins"),
+)
+def ride_pickup_joins(context: dg.AssetExecutionContext, spark: SparkResource, lakehouse: LakehouseResource):
+    """The stream-stream join, and the count of rows its watermark dropped."""
     session = spark.get_session()
     if _sources_missing(context, session, lakehouse, RAW_RIDES, RAW_PICKUPS):
-        return dg.MaterializeResult(metadata={"skipped": "raw_rides or raw_pickup_locations does not exist yet"})
-    report = update_ride_pickup_joins(session, lakehouse, log=context.log)
-    return dg.MaterializeResult(
+        for name in (JOINS, JOIN_LATE_ROWS):
+            yield dg.MaterializeResult(asset_key=name, metadata={"skipped": "raw_rides or raw_pickup_locations does not exist yet"})
+        return
+    result = update_ride_pickup_joins(session, lakehouse, log=context.log, run_id=context.run_id)
+    late = {"rows_dropped_by_watermark": dg.MetadataValue.int(result.rows_dropped_by_watermark)}
+    if result.watermark is not None:
+        late["join_watermark"] = dg.MetadataValue.text(str(result.watermark))
+    late_path = lakehouse.table_path(JOIN_LATE_ROWS)
+    if table_exists(session, late_path):
+        from pyspark.sql import functions as F
+
+        total = read_table(session, late_path).agg(F.sum("rows_dropped_by_watermark")).collect()[0][0]
+        late["rows_dropped_by_watermark_total"] = dg.MetadataValue.int(int(total or 0))
+    yield dg.MaterializeResult(
+        asset_key=JOINS,
+        metadata={**_stream_metadata(result.report), **late, **delta_table_metadata(session, lakehouse.table_path(JOINS))},
+    )
+    yield dg.MaterializeResult(
+        asset_key=JOIN_LATE_ROWS,
         metadata={
-            **_stream_metadata(report),
-            **delta_table_metadata(session, lakehouse.table_path(JOINS)),
-        }
+            **late,
+            "micro_batches_recorded": dg.MetadataValue.int(result.batches_recorded),
+            **delta_table_metadata(session, late_path, preview_order=["query_id", "batch_id"]),
+        },
     )
