@@ -561,6 +561,7 @@ class AmountBranchWriter:
     high_path: str
     low_path: str
     threshold: float
+    checkpoint_dir: str
 
     def __call__(self, batch: DataFrame, batch_id: int) -> None:
         import uuid
@@ -568,19 +569,22 @@ class AmountBranchWriter:
         from pyspark.sql import Observation
 
         from streaming_pipeline.kafka_ingestion import append_once
+        from streaming_pipeline.offsets import checkpoint_id
         from streaming_pipeline.transformations import high_amount_rides, low_amount_rides
 
+        # One txnAppId per checkpoint: a new checkpoint (after a replay) starts again at batch 0.
+        query = checkpoint_id(self.checkpoint_dir)
         attempt = uuid.uuid4().hex
         observation = Observation(f"branch-{batch_id}-{attempt}")
         observed = batch.observe(observation, F.count(F.when(F.col("total_amount").isNull(), 1)).alias("null_amount"))
         wrote_high = append_once(
-            high_amount_rides(observed, self.threshold), self.high_path, f"branch:{HIGH_AMOUNT}", batch_id, attempt
+            high_amount_rides(observed, self.threshold), self.high_path, f"branch:{HIGH_AMOUNT}:{query}", batch_id, attempt
         )
         null_amount = int(observation.get["null_amount"]) if wrote_high else None
         append_once(
             low_amount_rides(batch, self.threshold),
             self.low_path,
-            f"branch:{LOW_AMOUNT}",
+            f"branch:{LOW_AMOUNT}:{query}",
             batch_id,
             attempt,
             extra={"null_amount_rides": null_amount},
@@ -597,23 +601,26 @@ class BranchRunResult:
 
 def update_amount_branches(spark: SparkSession, lakehouse: LakehouseResource, log: Any = None) -> BranchRunResult:
     """Branch raw_rides by total_amount (>= HIGH_AMOUNT_THRESHOLD goes high, below goes low, null to neither)."""
-    from streaming_pipeline.kafka_ingestion import commits_since
     from streaming_pipeline.delta_tables import table_version
+    from streaming_pipeline.kafka_ingestion import commits_since
+    from streaming_pipeline.offsets import checkpoint_id
 
     high_path, low_path = lakehouse.table_path(HIGH_AMOUNT), lakehouse.table_path(LOW_AMOUNT)
-    handler = AmountBranchWriter(high_path, low_path, lakehouse.high_amount_threshold)
+    checkpoint_dir = lakehouse.checkpoint_path(f"{HIGH_AMOUNT}+{LOW_AMOUNT}")
+    handler = AmountBranchWriter(high_path, low_path, lakehouse.high_amount_threshold, checkpoint_dir)
     before = table_version(spark, high_path), table_version(spark, low_path)
 
     def start_writer():  # type: ignore[no-untyped-def]
         return (
             _delta_stream(spark, lakehouse, RAW_RIDES)
             .writeStream.foreachBatch(handler)
-            .option("checkpointLocation", lakehouse.checkpoint_path(f"{HIGH_AMOUNT}+{LOW_AMOUNT}"))
+            .option("checkpointLocation", checkpoint_dir)
         )
 
     report = run_available_now("amount_branches", start_writer, log=log)
-    high = commits_since(spark, high_path, before[0], f"branch:{HIGH_AMOUNT}")
-    low = commits_since(spark, low_path, before[1], f"branch:{LOW_AMOUNT}")
+    query = checkpoint_id(checkpoint_dir)
+    high = commits_since(spark, high_path, before[0], f"branch:{HIGH_AMOUNT}:{query}")
+    low = commits_since(spark, low_path, before[1], f"branch:{LOW_AMOUNT}:{query}")
     return BranchRunResult(
         report,
         high_rows=sum(c.rows for c in high),

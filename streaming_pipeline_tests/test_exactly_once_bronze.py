@@ -92,6 +92,13 @@ def test_checkpoint_reset_stops_the_run_and_replay_rebuilds_everything_exactly_o
     assert _vendor_total(spark, pipeline_resources) == 45
     enriched = spark.read.format("delta").load(lakehouse.table_path("rides_enriched")).count()
     assert enriched == 45
+    # The branches were rebuilt too: their writers' idempotency ids belong to the new checkpoint, so the new
+    # query's batch 0, 1, ... are not mistaken for batches the old query already wrote.
+    amounts = [r["total_amount"] for r in spark.read.format("delta").load(table).select("total_amount").collect()]
+    threshold = lakehouse.high_amount_threshold
+    for branch, expected in (("high_amount_rides", sum(1 for a in amounts if a is not None and a >= threshold)),
+                             ("low_amount_rides", sum(1 for a in amounts if a is not None and a < threshold))):
+        assert spark.read.format("delta").load(lakehouse.table_path(branch)).count() == expected, branch
     # The old content stays readable through time travel.
     old = spark.read.format("delta").option("versionAsOf", report.version_before).load(table).count()
     assert old == 40
