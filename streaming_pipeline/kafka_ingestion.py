@@ -28,6 +28,7 @@ from streaming_pipeline.offsets import (
     bronze_app_prefix,
     checkpoint_batch_offsets,
     checkpoint_id,
+    delta_markers,
     check_bronze_state,
     topic_problems,
 )
@@ -88,22 +89,23 @@ class BronzeBatchWriter:
         )
 
         registry = _registry(self.registry_url, self.registry_auth)
-        writer_schemas = registry.subject_schemas(self.subject)
-        if not writer_schemas and not batch.isEmpty():
-            # An emptied or wrong registry would turn every record into a dead letter while the checkpoint
-            # moves on: stop the stream instead, before anything of this batch is written.
-            raise RegistryUnavailableError(
-                f"the schema registry at {self.registry_url} has no versions of subject {self.subject!r}, so no "
-                f"record of micro-batch {batch_id} could be decoded; check SCHEMA_REGISTRY_URL, or register the "
-                "schema (`streaming-pipeline produce` does). Nothing was written and the batch will be read again."
-            )
-        latest = registry.latest(self.subject)
-        reader_schema = latest[1] if latest else self.fallback_reader_schema
         cp_id = checkpoint_id(self.checkpoint_dir)
         app_id = bronze_app_id(self.asset_name, cp_id)
-        # The marker records the checkpoint and this batch's end offsets: what the table has consumed, readable
-        # from the Delta log by the sensor and the checks on any storage.
-        extra = {"checkpoint_id": cp_id, "kafka_offsets": checkpoint_batch_offsets(self.checkpoint_dir, batch_id)}
+        written = _committed_batch(self.table_path, app_id, batch_id)
+        if written is not None and "writer_schema_ids" in written:
+            # A batch replayed after a crash, whose rows are in the table already: its dead letters must come from
+            # the same decoding as its rows (the schemas of that attempt), not from what the registry holds today.
+            writer_schemas, reader_schema = self._schemas_of(registry, written, batch_id)
+        else:
+            writer_schemas, reader_schema = self._current_schemas(registry, batch, batch_id)
+        # The marker records the checkpoint, this batch's end offsets (what the table has consumed, readable from
+        # the Delta log by the sensor and the checks on any storage) and the schemas its records were decoded with.
+        extra = {
+            "checkpoint_id": cp_id,
+            "kafka_offsets": checkpoint_batch_offsets(self.checkpoint_dir, batch_id),
+            "writer_schema_ids": sorted(writer_schemas),
+            "reader_schema_id": _schema_id_of(writer_schemas, reader_schema),
+        }
         decoded = decode_avro_frames(split_confluent_frames(batch), writer_schemas, reader_schema)
         attempt = uuid.uuid4().hex
         observation = Observation(f"bronze-{batch_id}-{attempt}")
@@ -122,6 +124,50 @@ class BronzeBatchWriter:
             if int(metrics["records"]) == int(metrics["good"]):
                 return
         append_once(dead_letter_rows(decoded), self.dead_letter_path, dead_letter_app_id(app_id), batch_id, attempt, extra=extra)
+
+    def _current_schemas(self, registry: SchemaRegistryResource, batch: DataFrame, batch_id: int) -> tuple[dict[int, str], str]:
+        """The versions of the subject now (writer schemas by id) and the latest one (the reader schema)."""
+        writer_schemas = registry.subject_schemas(self.subject)
+        if not writer_schemas and not batch.isEmpty():
+            # An emptied or wrong registry would turn every record into a dead letter while the checkpoint
+            # moves on: stop the stream instead, before anything of this batch is written.
+            raise RegistryUnavailableError(
+                f"the schema registry at {self.registry_url} has no versions of subject {self.subject!r}, so no "
+                f"record of micro-batch {batch_id} could be decoded; check SCHEMA_REGISTRY_URL, or register the "
+                "schema (`streaming-pipeline produce` does). Nothing was written and the batch will be read again."
+            )
+        latest = registry.latest(self.subject)
+        return writer_schemas, latest[1] if latest else self.fallback_reader_schema
+
+    def _schemas_of(self, registry: SchemaRegistryResource, marker: dict[str, Any], batch_id: int) -> tuple[dict[int, str], str]:
+        """The writer and reader schemas a committed batch was decoded with, by their ids (ids never change meaning)."""
+        ids = [int(i) for i in marker["writer_schema_ids"]]
+        reader_id = marker.get("reader_schema_id")
+        texts = {i: registry.schema_by_id(i) for i in {*ids, *([int(reader_id)] if reader_id is not None else [])}}
+        missing = sorted(i for i, text in texts.items() if text is None)
+        if missing:
+            raise RegistryUnavailableError(
+                f"micro-batch {batch_id} of {self.asset_name} is being replayed after a crash and was decoded with "
+                f"schema ids {missing}, which the schema registry at {self.registry_url} no longer knows; its dead "
+                "letters cannot be derived as its rows were. Restore those schemas (or the registry's data) and run again."
+            )
+        writer_schemas = {i: str(texts[i]) for i in ids}
+        return writer_schemas, str(texts[int(reader_id)]) if reader_id is not None else self.fallback_reader_schema
+
+
+def _committed_batch(table_path: str, app_id: str, batch_id: int) -> dict[str, Any] | None:
+    """The marker of batch `batch_id` of writer `app_id` when the table has it already (a replay), else None.
+    Reads the newest commits of the Delta log until the writer's latest one (its batches commit in order)."""
+    for marker in delta_markers(table_path) or []:
+        if marker.metadata.get("app_id") == app_id:
+            return marker.metadata if marker.metadata.get("batch_id") == batch_id else None
+    return None
+
+
+def _schema_id_of(writer_schemas: dict[int, str], reader_schema: str) -> int | None:
+    """The id of the reader schema: one of the writer schemas (the latest version), else None (the fallback)."""
+    matches = [schema_id for schema_id, text in writer_schemas.items() if text == reader_schema]
+    return max(matches) if matches else None
 
 
 def bronze_app_id(asset_name: str, checkpoint: str | None) -> str:

@@ -293,3 +293,68 @@ def test_reader_schema_registered_between_micro_batches_is_used_by_the_next_one(
     for (partition, offset), ride in zip(placed, rides):
         assert rows[(partition, offset)] == (ride["airport_fee"], v2_id)
     assert [fee for (p, o), (fee, _) in rows.items() if (p, o) not in set(placed)] == [None] * 4
+
+
+def test_a_batch_replayed_after_a_crash_gets_its_dead_letters_from_the_schemas_its_rows_were_decoded_with(
+    stack, pipeline_resources, spark, tmp_path, monkeypatch
+):
+    """Batch 0 holds 3 v1 rides and 2 rides written with v2 while v2 was registered under another subject only:
+    their schema id is no version of rides-value, so they are dead letters. The run crashes after the rows'
+    commit, before the dead letters' (the Delta append of the dead letters raises). Then v2 is registered under
+    rides-value too (the same id) and the batch is replayed: its dead letters are still the 2 v2 rides. Decoded
+    with today's registry, they would be good rides, which the replay does not write (the batch's rows are in),
+    so they would be nowhere."""
+    import json
+
+    from confluent_kafka.serialization import MessageField
+
+    import streaming_pipeline.kafka_ingestion as ingestion
+    from streaming_pipeline.kafka_ingestion import BronzeBatchWriter
+    from streaming_pipeline.resources import SchemaRegistryResource
+    from streaming_pipeline.schemas import load_schema
+    from streaming_pipeline.synthetic import SyntheticOptions, synthetic_rides
+    from streaming_pipeline_tests.kafka_helpers import SCHEMA_DIR, avro_frame, produce_raw
+
+    lakehouse = pipeline_resources["lakehouse"]
+    _produce(stack, 3, seed=21)
+    registry = SchemaRegistryResource(url=stack.schema_registry_url)
+    v2_schema = (SCHEMA_DIR / "ride_value_v2.avsc").read_text()
+    v2_id = registry.register("elsewhere-value", v2_schema)
+    key_schema = (SCHEMA_DIR / "ride_key.avsc").read_text()
+    v2_rides = [{**r, "airport_fee": 1.25} for r in synthetic_rides(2, SyntheticOptions(seed=22))]
+    placed = produce_raw(stack.bootstrap_servers, RIDES_TOPIC, [
+        (avro_frame(registry, key_schema, r["vendor_id"], RIDES_TOPIC, MessageField.KEY),
+         avro_frame(registry, v2_schema, r, "elsewhere")) for r in v2_rides])
+    ends = end_offsets(stack.bootstrap_servers, RIDES_TOPIC)
+    batch = (spark.read.format("kafka").options(**pipeline_resources["kafka"].spark_options())
+             .option("subscribe", RIDES_TOPIC).option("startingOffsets", "earliest")
+             .option("endingOffsets", json.dumps({RIDES_TOPIC: {str(p): o for p, o in ends.items()}})).load())
+    handler = BronzeBatchWriter(
+        registry_url=stack.schema_registry_url, registry_auth=None, subject="rides-value",
+        fallback_reader_schema=load_schema("ride_value.avsc"), table_path=lakehouse.table_path("raw_rides"),
+        dead_letter_path=lakehouse.table_path("dead_letter_records"), asset_name="raw_rides",
+        checkpoint_dir=str(tmp_path / "no-checkpoint"),
+    )
+
+    real_append_once = ingestion.append_once
+
+    def crash_before_dead_letters(frame, path, *args, **kwargs):
+        if path == lakehouse.table_path("dead_letter_records"):
+            raise RuntimeError("the engine died")
+        return real_append_once(frame, path, *args, **kwargs)
+
+    monkeypatch.setattr(ingestion, "append_once", crash_before_dead_letters)
+    with pytest.raises(RuntimeError, match="the engine died"):
+        handler(batch, 0)
+    monkeypatch.setattr(ingestion, "append_once", real_append_once)
+    assert registry.register("rides-value", v2_schema) == v2_id  # today, v2's id is a version of rides-value
+
+    handler(batch, 0)  # the replay of batch 0
+
+    good = {(r.kafka_partition, r.kafka_offset) for r in spark.read.format("delta")
+            .load(lakehouse.table_path("raw_rides")).select("kafka_partition", "kafka_offset").collect()}
+    dead = [(r.kafka_partition, r.kafka_offset) for r in spark.read.format("delta")
+            .load(lakehouse.table_path("dead_letter_records")).select("kafka_partition", "kafka_offset").collect()]
+    assert sorted(dead) == sorted(placed)
+    assert len(good) == 3 and not good & set(dead)
+    assert good | set(dead) == {(p, o) for _, p, o in all_coordinates(RIDES_TOPIC, ends)}
