@@ -14,7 +14,6 @@ from pyspark.sql.types import StructType
 
 from streaming_pipeline.delta_tables import delta_path_sql, read_table, table_exists, table_history, table_version
 from streaming_pipeline.resources.lakehouse import LakehouseResource
-from streaming_pipeline.settings import interval_seconds
 from streaming_pipeline.streaming import StreamRunReport, run_available_now
 from streaming_pipeline.transformations import ride_pickup_joins, ride_window_aggregates, vendor_counts, window_late_counts
 
@@ -405,18 +404,28 @@ def reconcile_ride_windows(spark: SparkSession, lakehouse: LakehouseResource, lo
         recounted if result.full else F.broadcast(recounted),
         "left_anti",
     )
-    changes = recounted.unionByName(newly_final).localCheckpoint()
-    summary = changes.agg(
-        F.count(F.lit(1)).alias("n"),
-        F.sum("late_found").alias("late"),
-        F.collect_set(F.unix_micros("window_start")).alias("starts"),
-    ).collect()[0]
-    result.windows, result.late_rides_found = int(summary["n"]), int(summary["late"] or 0)
+    # The changes are computed once and brought to the driver (one row per window written: few, except on a full
+    # recount, and then a few per hour of rides), so that the counts and the MERGE see the same rows. Not
+    # localCheckpoint(): over Spark Connect its result is bound to the process's active session, which need not
+    # be `spark` (a replay runs its job beside its own session), and it then fails with "No DataFrame with id".
+    changed = recounted.unionByName(newly_final).select(
+        F.unix_micros("window_start").alias("start_us"), F.unix_micros("window_end").alias("end_us"), "vendor_id",
+        F.col("late_trip_count").cast("long").alias("late_trip_count"), "is_final",
+        F.col("late_found").cast("long").alias("late_found"),
+    ).collect()
+    result.windows, result.late_rides_found = len(changed), sum(int(r["late_found"]) for r in changed)
     if result.windows:
-        starts = sorted(int(s) for s in summary["starts"]) if len(summary["starts"]) <= _MAX_KEYS_IN_MERGE else []
+        starts = sorted({int(r["start_us"]) for r in changed})
+        changes = spark.createDataFrame(
+            [(r["start_us"], r["end_us"], r["vendor_id"], r["late_trip_count"], r["is_final"]) for r in changed],
+            "start_us long, end_us long, vendor_id int, late_trip_count long, is_final boolean",
+        ).select(
+            F.timestamp_micros("start_us").alias("window_start"), F.timestamp_micros("end_us").alias("window_end"),
+            "vendor_id", "late_trip_count", "is_final",
+        )
         marker = {"writer": RECONCILE_WRITER, "raw_rides_version": position.version, "raw_rides_id": position.table_id,
                   "query_id": position.query_id, "full": result.full, "files_readable": readable}
-        _merge_reconciled(spark, table_path, changes.drop("late_found"), marker, starts)
+        _merge_reconciled(spark, table_path, changes, marker, starts if len(starts) <= _MAX_KEYS_IN_MERGE else [])
     if log is not None:
         log.info(
             f"{WINDOWS}: reconciled at raw_rides version {position.version} ({result.reason}): "
