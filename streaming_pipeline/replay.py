@@ -185,8 +185,9 @@ def empty_table(spark: SparkSession, path: str, marker: dict[str, Any], where: s
         mode = "append"
     else:
         current = read_table(spark, path)
+        # Delta reads the snapshot it overwrites (the old files stay until VACUUM), so no checkpoint is needed; and
+        # over Spark Connect a localCheckpoint() would be bound to the process's active session, not to `spark`.
         frame = current.where(~F.expr(where)) if where else current.limit(0)
-        frame = frame.localCheckpoint()
         mode = "overwrite"
     frame.write.format("delta").mode(mode).option("userMetadata", json.dumps(marker, sort_keys=True)).save(path)
     return True
