@@ -1,15 +1,9 @@
-"""Fault injection on the real embedded stack: killed runs, schema evolution, bad bytes, late events,
-registry outage. Every expectation is computed in the test from what the test produced."""
+"""Fault injection on the real embedded stack: schema evolution, bad bytes, late events, registry outage
+(killed runs are in test_kill_fuzz.py). Every expectation is computed in the test from what the test produced."""
 
 from __future__ import annotations
 
-import os
-import signal
-import subprocess
-import sys
-import time
 from datetime import datetime, timedelta, timezone
-from pathlib import Path
 
 import dagster as dg
 import pandas as pd
@@ -23,7 +17,6 @@ from streaming_pipeline.records import read_rides_csv
 from streaming_pipeline.resources import SchemaRegistryResource
 from streaming_pipeline.synthetic import SyntheticOptions, synthetic_rides
 from streaming_pipeline_tests.kafka_helpers import (
-    REPO_ROOT,
     SCHEMA_DIR,
     all_coordinates,
     avro_frame,
@@ -80,119 +73,6 @@ def _read(spark, resources, table: str):
 
 def _registry(stack) -> SchemaRegistryResource:
     return SchemaRegistryResource(url=stack.schema_registry_url)
-
-
-# ----------------------------------------------------------------------------- 1. killed run
-
-
-def _dagster_command() -> list[str]:
-    return [sys.executable, "-m", "dagster", "asset", "materialize",
-            "-m", "streaming_pipeline.definitions", "--select", "raw_rides"]
-
-
-def _live_group_members(pgid: int) -> list[int]:
-    """Pids of non-zombie processes in process group `pgid` (from /proc)."""
-    members = []
-    for stat in Path("/proc").glob("[0-9]*/stat"):
-        try:
-            text = stat.read_text()
-        except OSError:
-            continue
-        fields = text[text.rfind(")") + 2 :].split()
-        if fields[0] != "Z" and int(fields[2]) == pgid:
-            members.append(int(stat.parent.name))
-    return members
-
-
-def _kill_group(proc: subprocess.Popen) -> None:
-    """SIGKILL the process group `proc` leads (the Dagster CLI and Spark's JVM) and wait until it is gone."""
-    try:
-        os.killpg(proc.pid, signal.SIGKILL)
-    except ProcessLookupError:
-        pass
-    proc.wait(timeout=30)
-    deadline = time.monotonic() + 20
-    while (alive := _live_group_members(proc.pid)) and time.monotonic() < deadline:
-        time.sleep(0.1)
-    assert not alive, f"processes {alive} of group {proc.pid} still alive 20 s after SIGKILL"
-
-
-def test_killed_materialization_rerun_loses_and_duplicates_nothing(stack, pipeline_resources, lakehouse_dir, spark, tmp_path):
-    count, seed, per_trigger = 30_000, 1234, 3_000
-    _produce(stack, "--synthetic", str(count), "--seed", str(seed))
-    offsets = end_offsets(stack.bootstrap_servers, TOPIC)
-    assert sum(offsets.values()) == count
-
-    dagster_home = tmp_path / "dagster_home"
-    dagster_home.mkdir()
-    (dagster_home / "dagster.yaml").write_text("")
-    env = {k: v for k, v in os.environ.items()
-           if k not in ("SPARK_MASTER", "RIDE_WINDOW_DURATION", "RIDE_WATERMARK_DELAY", "JOIN_MAX_GAP", "SPARK_PROFILE")}
-    env.update(
-        KAFKA_BOOTSTRAP_SERVERS=stack.bootstrap_servers,
-        SCHEMA_REGISTRY_URL=stack.schema_registry_url,
-        LAKEHOUSE_DIR=str(lakehouse_dir),
-        MAX_OFFSETS_PER_TRIGGER=str(per_trigger),
-        DAGSTER_HOME=str(dagster_home),
-    )
-    table_path = pipeline_resources["lakehouse"].table_path("raw_rides")
-    first_log = tmp_path / "first_run.log"
-
-    # First run: SIGKILL the whole process group (Python + Spark's JVM) once two batches are committed.
-    with first_log.open("wb") as out:
-        proc = subprocess.Popen(_dagster_command(), cwd=REPO_ROOT, env=env, stdout=out, stderr=subprocess.STDOUT,
-                                stdin=subprocess.DEVNULL, start_new_session=True)
-        try:
-            deadline = time.monotonic() + 150
-            while len(delta_log_versions(table_path)) < 2:
-                assert proc.poll() is None, (
-                    f"the first run ended (code {proc.returncode}) before 2 Delta commits:\n{first_log.read_text()[-4000:]}"
-                )
-                assert time.monotonic() < deadline, f"no 2 Delta commits within 150 s:\n{first_log.read_text()[-4000:]}"
-                time.sleep(0.05)
-        finally:
-            _kill_group(proc)
-    commits_at_kill = delta_log_versions(table_path)
-    assert proc.returncode == -signal.SIGKILL, "the first run had finished before it could be killed"
-    assert len(commits_at_kill) < count // per_trigger, f"the run was not killed half-way: {commits_at_kill}"
-    killed_rows = _read(spark, pipeline_resources, "raw_rides").count()
-    assert 0 < killed_rows < count
-
-    # Second run, to completion.
-    second_log = tmp_path / "second_run.log"
-    with second_log.open("wb") as out:
-        second = subprocess.Popen(_dagster_command(), cwd=REPO_ROOT, env=env, stdout=out, stderr=subprocess.STDOUT,
-                                  stdin=subprocess.DEVNULL, start_new_session=True)
-        try:
-            second.wait(timeout=240)
-        finally:
-            if second.returncode is None:
-                _kill_group(second)
-    assert second.returncode == 0, f"re-run failed ({second.returncode}):\n{second_log.read_text()[-6000:]}"
-
-    raw = _read(spark, pipeline_resources, "raw_rides")
-    coordinates = _coordinates(raw)
-    assert len(coordinates) == count
-    assert len(set(coordinates)) == count
-    assert set(coordinates) == all_coordinates(TOPIC, offsets)
-
-    # Contents, not only coordinates: the multiset of rides equals what was produced.
-    produced = list(synthetic_rides(count, SyntheticOptions(seed=seed)))
-    expected_rides = sorted(
-        (int(r["pickup_datetime"].timestamp()) * 1_000_000, r["vendor_id"], r["total_amount"], r["pu_location_id"])
-        for r in produced
-    )
-    got_rides = sorted(
-        (row.pickup_us, row.vendor_id, row.total_amount, row.pu_location_id)
-        for row in raw.select(F.expr("unix_micros(pickup_datetime)").alias("pickup_us"),
-                              "vendor_id", "total_amount", "pu_location_id").collect()
-    )
-    assert got_rides == expected_rides
-
-    _materialize([vendor_counts], pipeline_resources)
-    expected_counts = pd.Series([r["vendor_id"] for r in produced]).value_counts()
-    got_counts = {r.vendor_id: r.trip_count for r in _read(spark, pipeline_resources, "vendor_counts").collect()}
-    assert got_counts == {int(v): int(n) for v, n in expected_counts.items()}
 
 
 # ----------------------------------------------------------------------------- 2. schema evolution

@@ -1,0 +1,188 @@
+"""Kill fuzz: the whole pipeline (`dagster asset materialize --select '*'`, one process with Spark's JVM) is
+killed with SIGKILL at random moments, and re-run each time with more records waiting. Afterwards the raw tables
+hold every Kafka record exactly once, and the silver and gold tables equal what the test computes from the
+records it produced.
+
+Each round produces new rides and pickups, starts a run, waits until the run's first step has started, sleeps
+a random time and SIGKILLs the run's whole process group (the Dagster CLI and the JVM: a machine that dies,
+not a polite stop). The moment is uniform over STREAMING_PIPELINE_KILL_FUZZ_WINDOW seconds after the first step
+started (default 150: about what a whole run takes here, so that kills fall anywhere from the first bronze
+batch to the last check). A run that ends before its kill moment counts as finished, not as a kill. The
+moments come from a seeded generator: the seed is printed and can be set with STREAMING_PIPELINE_KILL_FUZZ_SEED.
+The suite kills twice (a few minutes); the fuzz of the issue is STREAMING_PIPELINE_KILL_FUZZ_KILLS=20.
+"""
+
+from __future__ import annotations
+
+import os
+import random
+import re
+import signal
+import subprocess
+import sys
+import time
+from collections import Counter
+from datetime import datetime, timezone
+from pathlib import Path
+
+import pytest
+from pyspark.sql import functions as F
+
+from streaming_pipeline.cli import main as cli_main
+from streaming_pipeline.settings import DEFAULT_HIGH_AMOUNT_THRESHOLD
+from streaming_pipeline.synthetic import SyntheticOptions, synthetic_pickups, synthetic_rides
+from streaming_pipeline_tests.kafka_helpers import REPO_ROOT, all_coordinates, end_offsets
+from streaming_pipeline.embedded.processes import pid_alive
+
+pytestmark = [pytest.mark.integration, pytest.mark.slow]
+
+KILLS = int(os.environ.get("STREAMING_PIPELINE_KILL_FUZZ_KILLS", "2"))
+SEED = int(os.environ.get("STREAMING_PIPELINE_KILL_FUZZ_SEED", str(int(time.time()))))
+RIDES_PER_ROUND, PICKUPS_PER_ROUND = 2_000, 500
+PER_TRIGGER = 800  # several micro-batches per bronze run, so that kills land between and inside them
+KILL_WINDOW_S = float(os.environ.get("STREAMING_PIPELINE_KILL_FUZZ_WINDOW", "150"))
+MAX_ROUNDS = 3 * KILLS  # rounds whose run ends before its kill moment do not count as kills
+WINDOW_SECONDS = 600  # RIDE_WINDOW_DURATION's default, 10 minutes
+RUN_TIMEOUT_S = 600
+
+
+def _produce(stack, topic: str, count: int, seed: int) -> None:
+    code = cli_main(["produce", topic, "--synthetic", str(count), "--seed", str(seed), "--no-progress",
+                     "--bootstrap-servers", stack.bootstrap_servers, "--schema-registry-url", stack.schema_registry_url])
+    assert code == 0, f"produce {topic} exited with {code}"
+
+
+def _command() -> list[str]:
+    return [sys.executable, "-m", "dagster", "asset", "materialize", "-m", "streaming_pipeline.definitions",
+            "--select", "*"]
+
+
+def _running_step(log: Path) -> str:
+    """The step the run was in when it was killed: the last one started and not finished, from the event log."""
+    text = log.read_text(errors="replace")
+    started = re.findall(r'STEP_START - Started execution of step "([^"]+)"', text)
+    finished = set(re.findall(r'STEP_(?:SUCCESS|FAILURE) - .*?step "([^"]+)"', text))
+    running = [step for step in started if step not in finished]
+    return running[-1] if running else ("(before the first step)" if not started else "(between steps)")
+
+
+def _group_members(pgid: int) -> list[int]:
+    """Live pids of process group `pgid`."""
+    members = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit() and pid_alive(int(entry.name)):
+            try:
+                if os.getpgid(int(entry.name)) == pgid:
+                    members.append(int(entry.name))
+            except ProcessLookupError:
+                continue
+    return members
+
+
+def _kill_group(proc: subprocess.Popen) -> None:
+    """SIGKILL the process group `proc` leads (the Dagster CLI and Spark's JVM) and wait until all of it is gone."""
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
+    proc.wait(timeout=30)
+    deadline = time.monotonic() + 20
+    while (alive := _group_members(proc.pid)) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert not alive, f"processes {alive} of group {proc.pid} still alive 20 s after SIGKILL"
+
+
+def _window_start(moment: datetime) -> int:
+    seconds = int(moment.timestamp())
+    return seconds - seconds % WINDOW_SECONDS
+
+
+@pytest.mark.timeout(900 + KILLS * 300)  # each round: a run's start, up to KILL_WINDOW_S, the kill
+def test_sigkill_at_random_moments_then_rerun_gives_every_record_exactly_once(stack, lakehouse_dir, spark, tmp_path):
+    rng = random.Random(SEED)
+    print(f"kill fuzz: seed {SEED}, {KILLS} kills")
+    dagster_home = tmp_path / "dagster_home"
+    dagster_home.mkdir()
+    (dagster_home / "dagster.yaml").write_text("")
+    env = {k: v for k, v in os.environ.items()
+           if not k.startswith(("SPARK_", "RIDE_", "JOIN_", "OFFSET_SENSOR_")) and k != "HIGH_AMOUNT_THRESHOLD"}
+    env.update(KAFKA_BOOTSTRAP_SERVERS=stack.bootstrap_servers, SCHEMA_REGISTRY_URL=stack.schema_registry_url,
+               LAKEHOUSE_DIR=str(lakehouse_dir), MAX_OFFSETS_PER_TRIGGER=str(PER_TRIGGER),
+               DAGSTER_HOME=str(dagster_home))
+
+    rides, pickups, killed_in, finished_rounds = [], [], Counter(), 0
+    for round_number in range(MAX_ROUNDS):
+        if sum(killed_in.values()) == KILLS:
+            break
+        _produce(stack, "rides", RIDES_PER_ROUND, seed=SEED + round_number)
+        rides += synthetic_rides(RIDES_PER_ROUND, SyntheticOptions(seed=SEED + round_number))
+        _produce(stack, "pickups", PICKUPS_PER_ROUND, seed=SEED + round_number)
+        pickups += synthetic_pickups(PICKUPS_PER_ROUND, SyntheticOptions(seed=SEED + round_number))
+        log = tmp_path / f"round-{round_number}.log"
+        delay = rng.uniform(0.0, KILL_WINDOW_S)
+        with log.open("wb") as out:
+            proc = subprocess.Popen(_command(), cwd=REPO_ROOT, env=env, stdout=out, stderr=subprocess.STDOUT,
+                                    stdin=subprocess.DEVNULL, start_new_session=True)
+            try:
+                deadline = time.monotonic() + RUN_TIMEOUT_S
+                while "STEP_START" not in log.read_text(errors="replace") and proc.poll() is None:
+                    assert time.monotonic() < deadline, f"round {round_number}: no step started:\n{log.read_text()[-4000:]}"
+                    time.sleep(0.1)
+                kill_at = time.monotonic() + delay
+                while proc.poll() is None and time.monotonic() < kill_at:
+                    assert time.monotonic() < deadline, f"round {round_number}: the run did not end:\n{log.read_text()[-4000:]}"
+                    time.sleep(0.05)
+                if proc.poll() is None:
+                    step = _running_step(log)
+                    _kill_group(proc)
+                    killed_in[step] += 1
+                    print(f"kill fuzz: round {round_number} killed {delay:.1f} s after its first step, in {step}")
+                else:
+                    assert proc.returncode == 0, (
+                        f"round {round_number} (seed {SEED}) failed on its own ({proc.returncode}):\n"
+                        f"{log.read_text()[-6000:]}"
+                    )
+                    finished_rounds += 1
+            finally:
+                if proc.poll() is None:
+                    _kill_group(proc)
+    print(f"kill fuzz: {sum(killed_in.values())} kills, by step: {dict(killed_in)}; {finished_rounds} runs finished")
+    assert sum(killed_in.values()) == KILLS, f"only {sum(killed_in.values())} of {KILLS} rounds were killed"
+
+    # The last run, to the end.
+    final_log = tmp_path / "final.log"
+    with final_log.open("wb") as out:
+        final = subprocess.run(_command(), cwd=REPO_ROOT, env=env, stdout=out, stderr=subprocess.STDOUT,
+                               stdin=subprocess.DEVNULL, timeout=RUN_TIMEOUT_S, check=False)
+    assert final.returncode == 0, f"the last run failed (seed {SEED}):\n{final_log.read_text()[-8000:]}"
+
+    def table(name: str):
+        return spark.read.format("delta").load(str(lakehouse_dir / name))
+
+    # Bronze: every Kafka record exactly once, with the content that was produced.
+    for name, topic, produced in (("raw_rides", "rides", rides), ("raw_pickup_locations", "pickup_locations", pickups)):
+        coordinates = [tuple(r) for r in table(name).select("kafka_topic", "kafka_partition", "kafka_offset").collect()]
+        assert len(coordinates) == len(set(coordinates)) == len(produced), name
+        assert set(coordinates) == all_coordinates(topic, end_offsets(stack.bootstrap_servers, topic)), name
+        got = Counter((r[0], int(r[1])) for r in table(name).select(
+            F.expr("unix_micros(pickup_datetime)"), "pu_location_id").collect())
+        want = Counter((int(p["pickup_datetime"].timestamp() * 1_000_000), int(p["pu_location_id"])) for p in produced)
+        assert got == want, f"{name}: the rows differ from what was produced"
+    assert table("dead_letter_records").count() == 0
+
+    # Gold and silver, against what the test computes from the produced rides.
+    assert {r.vendor_id: r.trip_count for r in table("vendor_counts").collect()} == Counter(r["vendor_id"] for r in rides)
+    per_window = Counter((_window_start(r["pickup_datetime"]), r["vendor_id"]) for r in rides)
+    windows = {(int(r.start), r.vendor_id): (r.trip_count, r.late_trip_count)
+               for r in table("ride_window_aggregates").select(
+                   F.unix_timestamp("window_start").alias("start"), "vendor_id", "trip_count", "late_trip_count").collect()}
+    assert {key: on_time + late for key, (on_time, late) in windows.items()} == dict(per_window)
+    high = sum(1 for r in rides if r["total_amount"] is not None and r["total_amount"] >= DEFAULT_HIGH_AMOUNT_THRESHOLD)
+    low = sum(1 for r in rides if r["total_amount"] is not None and r["total_amount"] < DEFAULT_HIGH_AMOUNT_THRESHOLD)
+    assert (table("high_amount_rides").count(), table("low_amount_rides").count()) == (high, low)
+    enriched = [tuple(r) for r in table("rides_enriched").select("kafka_partition", "kafka_offset").collect()]
+    assert len(enriched) == len(set(enriched)) == len(rides)
+    pairs = [tuple(r) for r in table("ride_pickup_joins").select(
+        "ride_kafka_partition", "ride_kafka_offset", "pickup_kafka_partition", "pickup_kafka_offset").collect()]
+    assert len(pairs) == len(set(pairs)), "a (ride, pickup) pair was joined twice"
+    print(f"kill fuzz: done at {datetime.now(timezone.utc):%H:%M:%S}")
