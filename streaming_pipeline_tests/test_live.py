@@ -2,12 +2,15 @@
 (webserver + daemon, sensors as they start by default) as subprocesses. Nothing is materialized by hand.
 
 The tests share one stack and one `dagster dev`, in file order: rides reach gold; a run that fails while
-the registry is down is retried once it is back; and no two runs ever worked on a checkpoint at once.
+the registry is down is retried once it is back; no two runs ever worked on a checkpoint at once; and the
+README's replay, with the sensor paused, rebuilds raw_rides and gold over the engine.
 No test asserts a time: waits are bounded only so that a broken path fails instead of hanging.
 """
 
 from __future__ import annotations
 
+import subprocess
+import sys
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -25,7 +28,7 @@ from streaming_pipeline.resources import KafkaResource, SchemaRegistryResource
 from streaming_pipeline.schemas import load_schema
 from streaming_pipeline.settings import RIDES_TOPIC
 from streaming_pipeline.synthetic import SyntheticOptions, synthetic_rides
-from streaming_pipeline_tests.kafka_helpers import avro_frame, produce_raw
+from streaming_pipeline_tests.kafka_helpers import REPO_ROOT, avro_frame, produce_raw
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
@@ -41,6 +44,7 @@ class Live:
     webserver_port: int
     log: Path
     spark: Any
+    env: dict[str, str]  # what `dagster dev` runs with: the stack's `stack env` and LAKEHOUSE_DIR
 
     def instance(self) -> dg.DagsterInstance:
         return dg.DagsterInstance.from_config(str(self.dagster_home))
@@ -87,7 +91,8 @@ def live(tmp_path_factory: pytest.TempPathFactory, spark: Any) -> Iterator[Live]
         assert stack.spark_remote and stack.dagster_home
         env = {**stack.env(), "LAKEHOUSE_DIR": str(root / "lakehouse"), "OFFSET_SENSOR_RETRY_BACKOFF_SECONDS": "2"}
         with DagsterDev(env, root / "dagster-dev.log") as dagster_dev:  # the README's `dagster dev -w workspace.yaml`
-            yield Live(stack, root / "lakehouse", stack.dagster_home, dagster_dev.port, dagster_dev.log_file, spark)
+            yield Live(stack, root / "lakehouse", stack.dagster_home, dagster_dev.port, dagster_dev.log_file, spark,
+                       dict(dagster_dev.env))
 
 
 def _expected_vendor_counts(rides: list[dict[str, Any]]) -> dict[int, int]:
@@ -203,3 +208,31 @@ def test_a_manual_run_and_a_sensor_run_never_work_on_the_same_checkpoint_at_once
         assert start >= previous_end, f"two runs on the raw_rides checkpoint overlapped: {intervals}"
     assert manual_run_id in {r.dagster_run.run_id for r in on_checkpoint}
 
+
+
+def test_replay_with_the_sensor_paused_rebuilds_raw_rides_and_gold_over_the_engine(live: Live) -> None:
+    """The README's way out, typed as a user types it: pause the offset sensor, then `streaming-pipeline replay
+    raw_rides`. Its Spark session is a Connect client of the stack's engine, beside the session of the job it runs."""
+    def run(*command: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(list(command), cwd=REPO_ROOT, env=live.env, capture_output=True, text=True, timeout=600)
+
+    paused = run(sys.executable, "-m", "dagster", "sensor", "stop", SENSOR_NAME, "-w", "workspace.yaml")
+    assert paused.returncode == 0, paused.stdout + paused.stderr
+    in_flight = [dg.DagsterRunStatus.QUEUED, dg.DagsterRunStatus.STARTING, dg.DagsterRunStatus.STARTED]
+    wait_until(live, "no run in flight", lambda: not live.instance().get_runs(filters=dg.RunsFilter(statuses=in_flight)))
+    assert live.count("raw_rides") == len(PRODUCED)
+    version_before = live.spark.sql(f"DESCRIBE HISTORY delta.`{live.lakehouse / 'raw_rides'}`").agg({"version": "max"}).first()[0]
+
+    replayed = run(sys.executable, "-m", "streaming_pipeline.cli", "replay", "raw_rides")
+    assert replayed.returncode == 0, replayed.stdout + replayed.stderr
+    n = len(PRODUCED)
+    assert f"{n} row(s) before, {n} after; the old content stays readable as VERSION AS OF {version_before}" in (
+        replayed.stdout
+    ), replayed.stdout
+    assert live.count("raw_rides") == len(PRODUCED)
+    assert live.vendor_counts() == _expected_vendor_counts(PRODUCED)
+    # The replay's run is in the UI's instance, and the old content stays readable.
+    runs = live.instance().get_runs(filters=dg.RunsFilter(tags={"streaming-pipeline/replay": "raw_rides"}))
+    assert [run.status for run in runs] == [dg.DagsterRunStatus.SUCCESS]
+    old = live.spark.read.format("delta").option("versionAsOf", version_before).load(str(live.lakehouse / "raw_rides"))
+    assert old.count() == len(PRODUCED)
