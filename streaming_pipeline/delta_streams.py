@@ -472,7 +472,7 @@ def update_ride_pickup_joins(
 
     A ride or pickup that arrives with an event time at or before the watermark of the previous micro-batch
     (the latest event time seen on the slower side minus RIDE_WATERMARK_DELAY) cannot be joined any more: Spark
-    drops it. Each micro-batch that dropped rows gets a row in `join_late_rows`, which appears with the first.
+    drops it. Each micro-batch that dropped rows gets a row in `join_late_rows`, which the first run creates.
     """
 
     def start_writer():
@@ -530,8 +530,11 @@ def join_late_rows(report: StreamRunReport, run_id: str | None) -> list[tuple[An
 def record_join_late_rows(spark: SparkSession, path: str, rows: list[tuple[Any, ...]]) -> int:
     """Append `rows` (see join_late_rows) to the table at `path`, once: the append carries the query id and its
     last batch id as txnAppId/txnVersion, so recording the same batches again adds nothing. The rows that were
-    appended."""
+    appended. With no rows the table is created empty when it does not exist yet, so that it can be queried
+    (and is empty) before the watermark has dropped anything."""
     if not rows:
+        if not table_exists(spark, path):
+            spark.createDataFrame([], JOIN_LATE_ROWS_DDL).write.format("delta").mode("append").save(path)
         return 0
     frame = spark.createDataFrame(
         rows,

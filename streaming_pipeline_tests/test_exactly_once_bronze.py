@@ -87,7 +87,7 @@ def test_checkpoint_reset_stops_the_run_and_replay_rebuilds_everything_exactly_o
     assert (report.rows_before, report.rows_after) == (40, 45)
     assert report.starting_offsets == {p: 0 for p in ends}
     assert set(report.reset_tables) == {"vendor_counts", "ride_window_aggregates", "ride_pickup_joins", "high_amount_rides",
-                                        "low_amount_rides", "rides_enriched"}
+                                        "low_amount_rides", "rides_enriched", "join_late_rows"}
     # Downstream was rebuilt from the new table, not added to the old counts.
     assert _vendor_total(spark, pipeline_resources) == 45
     enriched = spark.read.format("delta").load(lakehouse.table_path("rides_enriched")).count()

@@ -312,7 +312,7 @@ def test_the_assets_report_late_rides_and_rows_dropped_by_the_join_watermark(spa
     pickups((10, at(9, 10)))  # joins the ride (dropoff 09:05); join watermark min(09:05, 09:10) - 15 min = 08:50
     first = materialize()
     assert first["join_late_rows"]["rows_dropped_by_watermark"] == 0
-    assert first["join_late_rows"]["dagster/row_count"] == 0  # no such table yet
+    assert first["join_late_rows"]["dagster/row_count"] == 0  # created empty by the first join run
     assert first["ride_window_aggregates"]["reconciled_raw_rides_version"] == "0"
 
     bronze.append((1, at(8, 1), 1.0))  # late for the windows: [08:00, 08:10) ended before 08:45

@@ -4,7 +4,7 @@ import dagster as dg
 
 from streaming_pipeline.assets import tables
 from streaming_pipeline.assets.bronze import raw_rides
-from streaming_pipeline.assets.metadata import OWNERS, checkpoint_pool, delta_table_metadata
+from streaming_pipeline.assets.metadata import OWNERS, checkpoint_pool, delta_table_metadata, step_priority
 from streaming_pipeline.delta_streams import HIGH_AMOUNT, LOW_AMOUNT, RAW_RIDES, update_amount_branches
 from streaming_pipeline.delta_tables import table_exists
 from streaming_pipeline.resources import LakehouseResource, SparkResource
@@ -35,6 +35,7 @@ _COMMON = dict(
         ),
     ],
     pool=checkpoint_pool("amount_branches"),
+    op_tags=step_priority("amount_branches"),
 )
 def amount_branches(context: dg.AssetExecutionContext, spark: SparkResource, lakehouse: LakehouseResource):
     """One stream from raw_rides, branched per micro-batch; a ride with no total_amount goes to neither table

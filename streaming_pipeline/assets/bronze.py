@@ -3,7 +3,7 @@
 import dagster as dg
 
 from streaming_pipeline.assets import tables
-from streaming_pipeline.assets.metadata import OWNERS, checkpoint_pool, delta_table_metadata
+from streaming_pipeline.assets.metadata import OWNERS, checkpoint_pool, delta_table_metadata, step_priority
 from streaming_pipeline.delta_tables import read_table, table_exists
 from streaming_pipeline.kafka_ingestion import DEAD_LETTER_SCHEMA_DDL, DEAD_LETTER_TABLE, BronzeRunResult, ingest_topic
 from streaming_pipeline.offsets import consumed_offsets
@@ -99,6 +99,7 @@ def raw_pickup_locations(
     tags={"layer": "bronze"},
     automation_condition=dg.AutomationCondition.eager(),
     metadata={"dagster/column_schema": tables.DEAD_LETTER_RECORDS},
+    op_tags=step_priority("dead_letter_records"),
 )
 def dead_letter_records(
     context: dg.AssetExecutionContext, spark: SparkResource, lakehouse: LakehouseResource

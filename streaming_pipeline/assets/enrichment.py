@@ -4,7 +4,7 @@ import dagster as dg
 
 from streaming_pipeline.assets import tables
 from streaming_pipeline.assets.bronze import raw_rides
-from streaming_pipeline.assets.metadata import OWNERS, checkpoint_pool, delta_table_metadata
+from streaming_pipeline.assets.metadata import OWNERS, checkpoint_pool, delta_table_metadata, step_priority
 from streaming_pipeline.delta_streams import (
     RAW_RIDES,
     RIDES_ENRICHED,
@@ -22,7 +22,11 @@ from streaming_pipeline.resources import LakehouseResource, SparkResource
     kinds={"csv", "spark", "delta"},
     owners=OWNERS,
     tags={"layer": "silver"},
-    automation_condition=dg.AutomationCondition.on_missing(),
+    # Loaded once by Dagster's automation sensor when missing (on_missing() fires only when a target becomes
+    # missing, never for one missing since the first tick); a failed load waits for someone to fix the CSV.
+    automation_condition=dg.AutomationCondition.missing()
+    & ~dg.AutomationCondition.in_progress()
+    & ~dg.AutomationCondition.execution_failed(),
     metadata={"dagster/column_schema": tables.TAXI_ZONES},
 )
 def taxi_zones(context: dg.AssetExecutionContext, spark: SparkResource, lakehouse: LakehouseResource):
@@ -49,6 +53,7 @@ def taxi_zones(context: dg.AssetExecutionContext, spark: SparkResource, lakehous
     tags={"layer": "silver"},
     automation_condition=dg.AutomationCondition.eager(),
     pool=checkpoint_pool(RIDES_ENRICHED),
+    op_tags=step_priority(RIDES_ENRICHED),
     metadata={"dagster/column_schema": tables.RIDES_ENRICHED},
 )
 def rides_enriched(context: dg.AssetExecutionContext, spark: SparkResource, lakehouse: LakehouseResource):

@@ -4,7 +4,7 @@ import dagster as dg
 
 from streaming_pipeline.assets import tables
 from streaming_pipeline.assets.bronze import raw_pickup_locations, raw_rides
-from streaming_pipeline.assets.metadata import OWNERS, checkpoint_pool, delta_table_metadata
+from streaming_pipeline.assets.metadata import OWNERS, checkpoint_pool, delta_table_metadata, step_priority
 from streaming_pipeline.charts import png_markdown, window_chart_png
 from streaming_pipeline.delta_streams import (
     JOIN_LATE_ROWS,
@@ -45,6 +45,7 @@ def _stream_metadata(report) -> dict:
     tags={"layer": "gold"},
     automation_condition=dg.AutomationCondition.eager(),
     pool=checkpoint_pool("vendor_counts"),
+    op_tags=step_priority("vendor_counts"),
     metadata={"dagster/column_schema": tables.VENDOR_COUNTS},
 )
 def vendor_counts(context: dg.AssetExecutionContext, spark: SparkResource, lakehouse: LakehouseResource) -> dg.MaterializeResult:
@@ -66,6 +67,7 @@ def vendor_counts(context: dg.AssetExecutionContext, spark: SparkResource, lakeh
     tags={"layer": "gold"},
     automation_condition=dg.AutomationCondition.eager(),
     pool=checkpoint_pool("ride_window_aggregates"),
+    op_tags=step_priority("ride_window_aggregates"),
     metadata={"dagster/column_schema": tables.RIDE_WINDOW_AGGREGATES},
 )
 def ride_window_aggregates(
@@ -145,12 +147,13 @@ _JOIN_SPEC = dict(
             JOIN_LATE_ROWS,
             description="Per micro-batch of the ride_pickup_joins query that dropped rows: how many rides and "
             "pickups arrived behind its watermark and were dropped (never joined), so that they are counted, not "
-            "lost silently. The table appears with the first such micro-batch.",
+            "lost silently. The first run of the join creates it (empty until the watermark drops a row).",
             metadata={"dagster/column_schema": JOIN_LATE_ROWS_SCHEMA},
             **_JOIN_SPEC,
         ),
     ],
     pool=checkpoint_pool("ride_pickup_joins"),
+    op_tags=step_priority("ride_pickup_joins"),
 )
 def ride_pickup_joins(context: dg.AssetExecutionContext, spark: SparkResource, lakehouse: LakehouseResource):
     """The stream-stream join, and the count of rows its watermark dropped."""
