@@ -285,6 +285,18 @@ def _probe(kafka: Any, registry: Any, tables: _Tables, seed: int, expected: int,
     return to_raw, to_gold
 
 
+def _wait_until_no_run_in_flight(dagster_home: Path, timeout: float) -> None:
+    """Each probe goes onto a quiet pipeline: a ride produced while a run works waits for that run to end first."""
+    from streaming_pipeline.sensors import IN_FLIGHT
+
+    instance = dg.DagsterInstance.from_config(str(dagster_home))
+    deadline = time.monotonic() + timeout
+    while instance.get_runs(filters=dg.RunsFilter(statuses=IN_FLIGHT), limit=1):
+        if time.monotonic() > deadline:
+            raise BenchError(f"a run was still in flight after {timeout:.0f} s")
+        time.sleep(0.5)
+
+
 def _run_timings(dagster_home: Path) -> tuple[list[float], list[float]]:
     """(launch -> RUN_START, RUN_START -> end) in seconds, for every finished run the offset sensor launched."""
     instance = dg.DagsterInstance.from_config(str(dagster_home))
@@ -321,6 +333,7 @@ def run_live_bench(probes: int, json_path: Path | None, gap_seconds: float = 3.0
             result.first_ride_to_raw_rides_seconds, result.first_ride_to_vendor_counts_seconds = raw, gold
             for probe in range(2, probes + 1):
                 time.sleep(gap_seconds)
+                _wait_until_no_run_in_flight(stack.dagster_home, timeout)
                 raw, gold = _probe(kafka, registry, tables, seed=5000 + probe, expected=probe, timeout=timeout)
                 result.raw_rides_seconds.append(round(raw, 2))
                 result.vendor_counts_seconds.append(round(gold, 2))
