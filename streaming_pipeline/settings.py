@@ -46,6 +46,15 @@ def normalize_interval(text: str, *, name: str) -> str:
     return f"{interval_seconds(text, name=name)} seconds"
 
 
+def _lakehouse_dir(value: str) -> str:
+    """A URI (s3a://..., file:/...) as it is; a plain path made absolute here. Spark resolves a relative path
+    against the working directory of its driver (a Spark Connect server runs in a directory of its own), and the
+    sensors and checks read the same path in this process: only an absolute path means the same place to both."""
+    if "://" in value or value.startswith("file:"):
+        return value
+    return str(Path(value).expanduser().resolve())
+
+
 def _positive_int(env: Mapping[str, str], name: str, default: int) -> int:
     text = env.get(name)
     if not text:
@@ -124,7 +133,7 @@ class PipelineSettings:
         settings = cls(
             bootstrap_servers=env.get("KAFKA_BOOTSTRAP_SERVERS") or DEFAULT_BOOTSTRAP_SERVERS,
             schema_registry_url=env.get("SCHEMA_REGISTRY_URL") or DEFAULT_SCHEMA_REGISTRY_URL,
-            lakehouse_dir=env.get("LAKEHOUSE_DIR") or str(Path(DEFAULT_LAKEHOUSE_DIR).resolve()),
+            lakehouse_dir=_lakehouse_dir(env.get("LAKEHOUSE_DIR") or DEFAULT_LAKEHOUSE_DIR),
             spark_master=env.get("SPARK_MASTER") or None,
             spark_remote=env.get("SPARK_REMOTE") or None,
             ride_window_duration=env.get("RIDE_WINDOW_DURATION") or DEFAULT_RIDE_WINDOW_DURATION,

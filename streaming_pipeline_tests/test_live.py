@@ -9,9 +9,9 @@ No test asserts a time: waits are bounded only so that a broken path fails inste
 
 from __future__ import annotations
 
+import csv
 import subprocess
 import sys
-import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -28,11 +28,12 @@ from streaming_pipeline.resources import KafkaResource, SchemaRegistryResource
 from streaming_pipeline.schemas import load_schema
 from streaming_pipeline.settings import RIDES_TOPIC
 from streaming_pipeline.synthetic import SyntheticOptions, synthetic_rides
+from streaming_pipeline_tests import live_helpers
 from streaming_pipeline_tests.kafka_helpers import REPO_ROOT, avro_frame, produce_raw
+from streaming_pipeline_tests.live_helpers import WAIT_SECONDS, delta_count, delta_vendor_counts, expected_vendor_counts
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
-WAIT_SECONDS = 300
 SENSOR_NAME = "raw_rides_offset_sensor"
 
 
@@ -50,36 +51,14 @@ class Live:
         return dg.DagsterInstance.from_config(str(self.dagster_home))
 
     def count(self, table: str) -> int:
-        from pyspark.errors import AnalysisException
-
-        try:
-            return int(self.spark.read.format("delta").load(str(self.lakehouse / table)).count())
-        except AnalysisException:
-            return 0
+        return delta_count(self.spark, self.lakehouse / table)
 
     def vendor_counts(self) -> dict[int, int]:
-        from pyspark.errors import AnalysisException
-
-        try:
-            rows = self.spark.read.format("delta").load(str(self.lakehouse / "vendor_counts")).collect()
-        except AnalysisException:
-            return {}
-        return {int(r.vendor_id): int(r.trip_count) for r in rows}
-
-
-def _log_tail(path: Path, lines: int = 60) -> str:
-    try:
-        return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
-    except OSError:
-        return "(no log)"
+        return delta_vendor_counts(self.spark, self.lakehouse / "vendor_counts")
 
 
 def wait_until(live: Live, what: str, condition: Callable[[], bool]) -> None:
-    deadline = time.monotonic() + WAIT_SECONDS
-    while not condition():
-        if time.monotonic() > deadline:
-            pytest.fail(f"not within {WAIT_SECONDS} s: {what}\n--- dagster dev log:\n{_log_tail(live.log)}")
-        time.sleep(1)
+    live_helpers.wait_until(what, condition, log=live.log, seconds=WAIT_SECONDS)
 
 
 @pytest.fixture(scope="module")
@@ -93,13 +72,6 @@ def live(tmp_path_factory: pytest.TempPathFactory, spark: Any) -> Iterator[Live]
         with DagsterDev(env, root / "dagster-dev.log") as dagster_dev:  # the README's `dagster dev -w workspace.yaml`
             yield Live(stack, root / "lakehouse", stack.dagster_home, dagster_dev.port, dagster_dev.log_file, spark,
                        dict(dagster_dev.env))
-
-
-def _expected_vendor_counts(rides: list[dict[str, Any]]) -> dict[int, int]:
-    counts: dict[int, int] = {}
-    for ride in rides:
-        counts[ride["vendor_id"]] = counts.get(ride["vendor_id"], 0) + 1
-    return counts
 
 
 PRODUCED: list[dict[str, Any]] = []
@@ -120,12 +92,24 @@ def test_produced_rides_reach_raw_rides_and_vendor_counts_with_no_manual_step(li
     PRODUCED.extend(rides)
 
     wait_until(live, "7 rides in raw_rides", lambda: live.count("raw_rides") == 7)
-    expected = _expected_vendor_counts(PRODUCED)
+    expected = expected_vendor_counts(PRODUCED)
     wait_until(live, f"vendor_counts == {expected}", lambda: live.vendor_counts() == expected)
     # One sensor run carried them from Kafka to gold: it selected bronze and everything downstream.
     runs = live.instance().get_runs(filters=dg.RunsFilter(tags={"dagster/sensor_name": SENSOR_NAME}))
     assert runs and all(run.job_name == "raw_rides_to_gold_job" for run in runs)
     assert live.count("ride_window_aggregates") > 0
+    # The automation sensor loaded taxi_zones (missing in a new lakehouse), so the rides are enriched live too.
+    with (REPO_ROOT / "streaming_pipeline" / "data" / "taxi_zone_lookup.csv").open(newline="") as handle:
+        zones = {int(row["locationid"]): row["zone"] for row in csv.DictReader(handle)}
+    expected_zones = sorted((zones.get(r["pu_location_id"]), zones.get(r["do_location_id"])) for r in rides)
+
+    def enriched_zones() -> list[tuple[Any, Any]]:
+        if not live.count("rides_enriched"):
+            return []
+        rows = live.spark.read.format("delta").load(str(live.lakehouse / "rides_enriched")).collect()
+        return sorted((r.pu_zone, r.do_zone) for r in rows)
+
+    wait_until(live, f"rides_enriched == {expected_zones}", lambda: enriched_zones() == expected_zones)
 
 
 def test_a_run_that_failed_while_the_registry_was_down_is_retried_once_it_is_back(live: Live) -> None:
@@ -158,7 +142,7 @@ def test_a_run_that_failed_while_the_registry_was_down_is_retried_once_it_is_bac
     restarted = EmbeddedStack(live.stack.directory, prefer_standard_ports=False).up(timeout=60)
     assert restarted.schema_registry_url == live.stack.schema_registry_url
     wait_until(live, "the retried run brings the 5 rides", lambda: live.count("raw_rides") == before + 5)
-    expected = _expected_vendor_counts(PRODUCED)
+    expected = expected_vendor_counts(PRODUCED)
     wait_until(live, f"vendor_counts == {expected}", lambda: live.vendor_counts() == expected)
 
 
@@ -230,7 +214,7 @@ def test_replay_with_the_sensor_paused_rebuilds_raw_rides_and_gold_over_the_engi
         replayed.stdout
     ), replayed.stdout
     assert live.count("raw_rides") == len(PRODUCED)
-    assert live.vendor_counts() == _expected_vendor_counts(PRODUCED)
+    assert live.vendor_counts() == expected_vendor_counts(PRODUCED)
     # The replay's run is in the UI's instance, and the old content stays readable.
     runs = live.instance().get_runs(filters=dg.RunsFilter(tags={"streaming-pipeline/replay": "raw_rides"}))
     assert [run.status for run in runs] == [dg.DagsterRunStatus.SUCCESS]

@@ -4,11 +4,18 @@ Its dagster.yaml makes the live path behave: every concurrency pool (one per str
 `assets.metadata.checkpoint_pool`) admits one run at a time, counted per run, so a sensor run, a manual run
 and a UI run never work on the same checkpoint at once; queued runs are picked up every second; sensors are
 evaluated on threads, so one slow tick does not hold the others back.
+
+Storage: SQLite files under DAGSTER_HOME by default; with `stack up --dagster-postgres`, a ``storage:
+postgres:`` block puts the run, event-log and schedule storage in the stack's PostgreSQL server
+(`embedded.postgres`), whose password libpq reads from the file ``params: passfile:`` names.
 """
 
 from __future__ import annotations
 
+import json
+from collections.abc import Mapping
 from pathlib import Path
+from typing import Any
 
 DAGSTER_YAML = """\
 # Written by `streaming-pipeline stack up` at each start: edits are overwritten.
@@ -31,8 +38,27 @@ sensors:
 """
 
 
-def write_dagster_yaml(dagster_home: Path) -> Path:
+def postgres_storage_yaml(postgres_db: Mapping[str, Any]) -> str:
+    """The ``storage:`` block for dagster-postgres's ``postgres_db`` settings (scalars written as JSON, which
+    YAML reads as they are: paths with spaces or colons stay intact)."""
+    lines = ["storage:", "  postgres:", "    postgres_db:"]
+    for key, value in postgres_db.items():
+        if isinstance(value, Mapping):
+            lines.append(f"      {key}:")
+            lines.extend(f"        {k}: {json.dumps(v)}" for k, v in value.items())
+        else:
+            lines.append(f"      {key}: {json.dumps(value)}")
+    return "\n".join(lines) + "\n"
+
+
+def write_dagster_yaml(dagster_home: Path, postgres_db: Mapping[str, Any] | None = None) -> Path:
+    """Write DAGSTER_HOME/dagster.yaml; ``postgres_db`` (see `embedded.postgres.storage_config`) adds the
+    PostgreSQL storage, else Dagster uses its SQLite default."""
     dagster_home.mkdir(parents=True, exist_ok=True)
     path = dagster_home / "dagster.yaml"
-    path.write_text(DAGSTER_YAML)
+    text = DAGSTER_YAML
+    if postgres_db is not None:
+        text += "# Run, event-log and schedule storage: the embedded PostgreSQL (stack up --dagster-postgres).\n"
+        text += postgres_storage_yaml(postgres_db)
+    path.write_text(text)
     return path

@@ -12,6 +12,16 @@ Connect server's scratch space), ``dagster/`` (DAGSTER_HOME with its dagster.yam
 ``stack.json`` (pids and ports). Ports recorded in stack.json are reused by the next ``up`` so that clients
 configured earlier keep working.
 
+``dagster_postgres=True`` (``stack up --dagster-postgres``) adds a PostgreSQL server (``postgres/``, see
+`embedded.postgres`) holding Dagster's run, event-log and schedule storage, and dagster.yaml points at it. The
+choice is recorded in stack.json: later ``up``, ``status`` and ``down`` keep it; ``down`` stops PostgreSQL last.
+
+``spark_workers=N`` (``stack up --spark-workers N``) adds a Spark standalone master and N workers
+(``spark-cluster/``, see `embedded.spark_cluster`), each with its share of the cores and memory, and the Spark
+Connect server becomes the driver of that cluster (the ``cluster`` profile): executors run in JVMs of their own.
+The count is recorded in stack.json, so later ``up``, ``status`` and ``down`` keep it (``--spark-workers 0``
+goes back to a local driver). ``down`` stops the Connect server first, then the workers, then the master.
+
 Tests use :func:`running_stack`, which starts on free ports and always stops.
 """
 
@@ -31,10 +41,14 @@ from streaming_pipeline.embedded import jars
 from streaming_pipeline.embedded.kafka_broker import DEFAULT_HEAP, EmbeddedKafkaBroker
 from streaming_pipeline.embedded.ports import LOOPBACK, free_port, is_port_free
 from streaming_pipeline.embedded.dagster_home import write_dagster_yaml
+from streaming_pipeline.embedded.postgres import STANDARD_PORT as STANDARD_POSTGRES_PORT
+from streaming_pipeline.embedded.postgres import PostgresServer, server_url, stop_postgres, storage_config
 from streaming_pipeline.embedded.processes import find_java, pid_matches, stop_pid
 from streaming_pipeline.embedded.registry_process import REGISTRY_MODULE, SchemaRegistryProcess
 from streaming_pipeline.embedded.spark_connect import STANDARD_PORT as STANDARD_SPARK_CONNECT_PORT
 from streaming_pipeline.embedded.spark_connect import SparkConnectServer
+from streaming_pipeline.embedded.spark_cluster import STANDARD_MASTER_PORT as STANDARD_SPARK_MASTER_PORT
+from streaming_pipeline.embedded.spark_cluster import SparkClusterStatus, SparkStandaloneCluster
 from streaming_pipeline.errors import StackError
 
 STACK_DIR_ENV = "STREAMING_PIPELINE_STACK_DIR"
@@ -68,6 +82,11 @@ class StackInfo:
     registry_log_file: Path | None = None
     spark_log_file: Path | None = None
     already_running: bool = False
+    postgres_url: str | None = None  # Dagster's storage (stack up --dagster-postgres); no password in it
+    postgres_pid: int | None = None
+    postgres_log_file: Path | None = None
+    spark_master_url: str | None = None  # spark://host:port when the Connect server drives a standalone cluster
+    spark_workers: int = 0  # workers of that cluster (0: a local driver)
 
     def env(self) -> dict[str, str]:
         env = {"KAFKA_BOOTSTRAP_SERVERS": self.bootstrap_servers, "SCHEMA_REGISTRY_URL": self.schema_registry_url}
@@ -94,10 +113,24 @@ class StackStatus:
     kafka: ComponentStatus
     registry: ComponentStatus
     spark: ComponentStatus
+    postgres: ComponentStatus | None = None  # present when the stack keeps Dagster's storage in PostgreSQL
+    spark_cluster: SparkClusterStatus | None = None  # present when the Connect server drives a standalone cluster
 
     @property
     def components(self) -> tuple[ComponentStatus, ...]:
-        return (self.kafka, self.registry, self.spark)
+        return (self.kafka, self.registry, self.spark) + ((self.postgres,) if self.postgres else ()) + (
+            self._spark_cluster_components()
+        )
+
+    def _spark_cluster_components(self) -> tuple[ComponentStatus, ...]:
+        """The master and the workers as components (a worker's address is its RPC endpoint, once it runs)."""
+        cluster = self.spark_cluster
+        if cluster is None:
+            return ()
+        return tuple(
+            ComponentStatus(name=p.name, running=p.running, pid=p.pid, address=p.address, log_file=p.log_file)
+            for p in cluster.processes
+        )
 
     @property
     def running(self) -> bool:
@@ -114,8 +147,11 @@ class StackStatus:
                 for c in self.components
             },
             "spark_remote": self.spark.address if self.spark.running else None,
-            "spark_master_url": None,
-            "spark_workers": 0,
+            # The master's URL while it runs, and how many workers it lists as ALIVE (0 without a cluster).
+            "spark_master_url": self.spark_cluster.master_url if self.spark_cluster else None,
+            "spark_workers": self.spark_cluster.alive_workers if self.spark_cluster else 0,
+            "spark_cluster": self.spark_cluster.as_json() if self.spark_cluster else None,
+            "dagster_storage": "postgres" if self.postgres else "sqlite",
         }
 
 
@@ -136,6 +172,10 @@ class EmbeddedStack:
         registry_module: str = REGISTRY_MODULE,
         kafka_heap: str = DEFAULT_HEAP,
         spark: bool = True,
+        dagster_postgres: bool = False,
+        spark_workers: int | None = None,
+        spark_worker_cores: int | None = None,
+        spark_worker_memory: str | None = None,
     ) -> None:
         self.directory = Path(directory).expanduser().resolve()
         self.prefer_standard_ports = prefer_standard_ports
@@ -143,6 +183,11 @@ class EmbeddedStack:
         self.registry_module = registry_module
         self.kafka_heap = kafka_heap
         self.spark = spark
+        self.dagster_postgres = dagster_postgres
+        # None: as recorded in stack.json (0, a local driver, for a new stack); N > 0: a standalone cluster.
+        self.spark_workers = spark_workers
+        self.spark_worker_cores = spark_worker_cores
+        self.spark_worker_memory = spark_worker_memory
 
     # ------------------------------------------------------------------ layout
 
@@ -182,12 +227,25 @@ class EmbeddedStack:
     def spark_log_file(self) -> Path:
         return self.logs_dir / "spark-connect.log"
 
+    @property
+    def postgres_dir(self) -> Path:
+        return self.directory / "postgres"
+
+    @property
+    def postgres_log_file(self) -> Path:
+        return self.logs_dir / "postgres.log"
+
+    @property
+    def spark_cluster_dir(self) -> Path:
+        return self.directory / "spark-cluster"
+
     # Strings that appear in each component's command line (guards against a reused pid).
     def _markers(self) -> dict[str, str]:
         return {
             "kafka": str(self.kafka_dir / "server.properties"),
             "registry": str(self.registry_dir),
             "spark": str(self.spark_dir / "log4j2.properties"),
+            "postgres": str(self.postgres_dir / "data"),
         }
 
     # ------------------------------------------------------------------ state
@@ -223,10 +281,61 @@ class EmbeddedStack:
                 fcntl.flock(handle, fcntl.LOCK_UN)
 
     def _running(self, state: dict[str, Any], name: str) -> bool:
+        if name == "spark_cluster":
+            cluster = self._spark_cluster(state)
+            return cluster is not None and cluster.running
         return pid_matches(state.get(name, {}).get("pid"), self._markers()[name])
 
     def _spark_enabled(self, state: dict[str, Any]) -> bool:
         return bool(state.get("spark", {}).get("enabled", self.spark))
+
+    def _spark_workers(self, state: dict[str, Any]) -> int:
+        """Workers of the standalone cluster the engine drives, as recorded (0: a local driver)."""
+        if not self._spark_enabled(state):
+            return 0
+        return int(state.get("spark_cluster", {}).get("workers") or 0)
+
+    def _spark_cluster(self, state: dict[str, Any]) -> SparkStandaloneCluster | None:
+        """The recorded cluster (to inspect or stop it), None when the stack never started one."""
+        record = state.get("spark_cluster") or {}
+        if not record.get("workers") or not record.get("port") or not record.get("webui_port"):
+            return None
+        return SparkStandaloneCluster.from_record(
+            self.spark_cluster_dir, record, self._host(state), log_dir=self.logs_dir
+        )
+
+    def _record_spark_workers(self, state: dict[str, Any], say: Progress) -> None:
+        """Record the worker count asked for; refuse to change it under a running engine."""
+        if self.spark_workers is None:
+            return
+        if self.spark_workers < 0:
+            raise StackError(f"--spark-workers must be 0 or more, not {self.spark_workers}")
+        recorded = int(state.get("spark_cluster", {}).get("workers") or 0)
+        if self.spark_workers != recorded and self._spark_enabled(state) and self._running(state, "spark"):
+            dir_arg = "" if self.directory == default_stack_dir().resolve() else f" --dir {self.directory}"
+            running = f"drives a standalone cluster of {recorded} worker(s)" if recorded else "runs in local mode"
+            raise StackError(
+                f"the Spark Connect server in {self.directory} {running}; to start it with "
+                f"{self.spark_workers} worker(s), stop the stack first: `streaming-pipeline stack down{dir_arg}`"
+            )
+        leftover = self._spark_cluster(state)
+        if leftover is not None and self.spark_workers != recorded:  # what is left of the old size goes first
+            leftover.stop(timeout=15, progress=say)
+        state.setdefault("spark_cluster", {})["workers"] = self.spark_workers
+
+    def _postgres_enabled(self, state: dict[str, Any]) -> bool:
+        return bool(state.get("postgres", {}).get("enabled", self.dagster_postgres))
+
+    def _postgres_url(self, state: dict[str, Any]) -> str | None:
+        port = state.get("postgres", {}).get("port")
+        return server_url(self._host(state), port) if port else None
+
+    def _write_dagster_yaml(self, state: dict[str, Any]) -> None:
+        port = state.get("postgres", {}).get("port")
+        postgres_db = None
+        if self._postgres_enabled(state) and port:
+            postgres_db = storage_config(self._host(state), port, self.postgres_dir / "pgpass")
+        write_dagster_yaml(self.dagster_home, postgres_db)
 
     def _host(self, state: dict[str, Any]) -> str:
         return str(state.get("host") or self.host)
@@ -245,6 +354,7 @@ class EmbeddedStack:
 
     def _info(self, state: dict[str, Any], *, already_running: bool) -> StackInfo:
         spark_up = self._spark_enabled(state) and self._running(state, "spark")
+        postgres_up = self._postgres_enabled(state) and self._running(state, "postgres")
         return StackInfo(
             directory=self.directory,
             bootstrap_servers=self._bootstrap(state) or "",
@@ -258,7 +368,17 @@ class EmbeddedStack:
             registry_log_file=self.registry_log_file,
             spark_log_file=self.spark_log_file if spark_up else None,
             already_running=already_running,
+            postgres_url=self._postgres_url(state) if postgres_up else None,
+            postgres_pid=state.get("postgres", {}).get("pid") if postgres_up else None,
+            postgres_log_file=self.postgres_log_file if postgres_up else None,
+            **self._spark_cluster_info(state, spark_up),
         )
+
+    def _spark_cluster_info(self, state: dict[str, Any], spark_up: bool) -> dict[str, Any]:
+        cluster = self._spark_cluster(state) if spark_up and self._spark_workers(state) else None
+        if cluster is None or not cluster.master_running():
+            return {}
+        return {"spark_master_url": cluster.master_url, "spark_workers": cluster.status().alive_workers}
 
     # ------------------------------------------------------------------ ports
 
@@ -312,11 +432,22 @@ class EmbeddedStack:
             state = self._load()
             state.setdefault("spark", {})["enabled"] = self.spark or bool(state.get("spark", {}).get("enabled"))
             wanted = ["kafka", "registry"] + (["spark"] if self._spark_enabled(state) else [])
+            if self.dagster_postgres:  # recorded only when asked for: without it stack.json stays as it was
+                state.setdefault("postgres", {})["enabled"] = True
+            if self._postgres_enabled(state):
+                wanted.append("postgres")
+            self._record_spark_workers(state, say)
+            if "spark" in wanted and self._spark_workers(state):
+                wanted.insert(wanted.index("spark"), "spark_cluster")
             missing = [name for name in wanted if not self._running(state, name)]
+            if "spark_cluster" in missing and "spark" not in missing:
+                # A driver cannot move to a new master: the engine starts again with the cluster.
+                self._stop_recorded("spark", "Spark Connect server", state, 15.0, say)
+                missing.append("spark")
             if not missing:
                 return self._info(state, already_running=True)
             self.logs_dir.mkdir(parents=True, exist_ok=True)
-            write_dagster_yaml(self.dagster_home)
+            self._write_dagster_yaml(state)
             taken = [
                 port
                 for name in wanted
@@ -324,8 +455,12 @@ class EmbeddedStack:
                 for port in (state[name].get("port"), state[name].get("controller_port"))
                 if port
             ]
-            starters = {"kafka": self._start_kafka, "registry": self._start_registry, "spark": self._start_spark}
-            started: list[EmbeddedKafkaBroker | SchemaRegistryProcess | SparkConnectServer] = []
+            starters = {"kafka": self._start_kafka, "registry": self._start_registry, "spark": self._start_spark,
+                        "postgres": self._start_postgres, "spark_cluster": self._start_spark_cluster}
+            started: list[
+                EmbeddedKafkaBroker | SchemaRegistryProcess | SparkConnectServer | PostgresServer
+                | SparkStandaloneCluster
+            ] = []
             try:
                 for name in missing:
                     component = starters[name](state, taken, deadline, say)
@@ -394,6 +529,61 @@ class EmbeddedStack:
         say(f"Schema registry ready on {registry.url} (pid {registry.pid}, {time.monotonic() - started:.1f}s)")
         return registry
 
+    def _internal_port(self, recorded: int | None, standard: int | None, taken: list[int]) -> int:
+        """A port no client is configured with: the recorded one, else the standard one, else any free one."""
+        if recorded and recorded not in taken and is_port_free(recorded, self.host):
+            return int(recorded)
+        if standard and self.prefer_standard_ports and standard not in taken and is_port_free(standard, self.host):
+            return standard
+        return free_port(self.host, exclude=taken + ([standard] if standard else []))
+
+    def _start_spark_cluster(
+        self, state: dict[str, Any], taken: list[int], deadline: float, say: Progress
+    ) -> SparkStandaloneCluster:
+        leftover = self._spark_cluster(state)
+        if leftover is not None:  # part of an earlier cluster still runs: start it whole again
+            leftover.stop(timeout=15, progress=say)
+        record = state.get("spark_cluster", {})
+        workers = self._spark_workers(state)
+        same_size = len(record.get("worker_pids") or []) == workers  # the recorded sizes were for this many
+        master_port = self._internal_port(record.get("port"), STANDARD_SPARK_MASTER_PORT, taken)
+        taken.append(master_port)
+        webui_port = self._internal_port(record.get("webui_port"), None, taken)
+        taken.append(webui_port)
+        cluster = SparkStandaloneCluster(
+            self.spark_cluster_dir,
+            workers,
+            self.host,
+            log_dir=self.logs_dir,
+            master_port=master_port,
+            webui_port=webui_port,
+            # Given now, else as recorded for this many workers, else each worker's share of the machine.
+            worker_cores=self.spark_worker_cores or (record.get("worker_cores") if same_size else None),
+            worker_memory=self.spark_worker_memory or (record.get("worker_memory_mb") if same_size else None),
+        )
+        started = time.monotonic()
+        cluster.start(timeout=max(30.0, deadline - time.monotonic()), progress=say)
+        state["spark_cluster"] = {**cluster.record(), "started_at": time.strftime("%Y-%m-%dT%H:%M:%S%z")}
+        say(
+            f"Spark standalone cluster ready on {cluster.master_url} (web UI {cluster.webui_url}): {workers} "
+            f"worker(s), {cluster.worker_cores} core(s) and {cluster.worker_memory_mb} MiB each "
+            f"({time.monotonic() - started:.1f}s)"
+        )
+        return cluster
+
+    def _stop_recorded(self, name: str, label: str, state: dict[str, Any], timeout: float, say: Progress) -> bool:
+        """Stop one recorded component when its pid is still ours; True when it ran."""
+        component = state.get(name) or {}
+        pid = component.get("pid")
+        running = bool(pid and pid_matches(pid, self._markers()[name]))
+        if running:
+            say(f"Stopping {label} (pid {pid})")
+            if stop_pid(pid, timeout=timeout):
+                say(f"{label} did not stop within {timeout:.0f}s and was killed")
+        if component:
+            component["pid"] = None
+        return running
+
     def _start_spark(
         self, state: dict[str, Any], taken: list[int], deadline: float, say: Progress
     ) -> SparkConnectServer:
@@ -407,7 +597,12 @@ class EmbeddedStack:
         )
         taken.append(port)
         jars.spark_jars(progress=say)
-        server = SparkConnectServer(self.spark_dir, port, self.host, log_dir=self.logs_dir)
+        cluster = self._spark_cluster(state) if self._spark_workers(state) else None
+        driver: dict[str, Any] = {}
+        if cluster is not None:  # the driver of the standalone cluster, with the `cluster` profile
+            driver = {"profile": "cluster", "master": cluster.master_url, "conf": cluster.driver_conf()}
+            say(f"The Spark Connect server drives the standalone cluster {cluster.master_url}")
+        server = SparkConnectServer(self.spark_dir, port, self.host, log_dir=self.logs_dir, **driver)
         say(f"Starting the Spark Connect server on {server.remote_url} (log: {server.log_file})")
         started = time.monotonic()
         server.start(timeout=max(30.0, deadline - time.monotonic()))
@@ -418,6 +613,34 @@ class EmbeddedStack:
             "started_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
         }
         say(f"Spark Connect server ready on {server.remote_url} (pid {server.pid}, {time.monotonic() - started:.1f}s)")
+        return server
+
+    def _start_postgres(
+        self, state: dict[str, Any], taken: list[int], deadline: float, say: Progress
+    ) -> PostgresServer:
+        port = self._client_port(
+            "PostgreSQL server",
+            state.get("postgres", {}).get("port"),
+            STANDARD_POSTGRES_PORT,
+            taken,
+            self.postgres_log_file,
+            say,
+        )
+        taken.append(port)
+        server = PostgresServer(self.postgres_dir, port, self.host, log_dir=self.logs_dir)
+        say(f"Starting PostgreSQL (Dagster's storage) on {server.url} (log: {server.log_file})")
+        started = time.monotonic()
+        server.start(timeout=max(30.0, deadline - time.monotonic()))
+        state["postgres"] = {
+            "enabled": True,
+            "pid": server.pid,
+            "port": server.port,
+            "postgres_version": server.version,
+            "started_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+        }
+        # dagster.yaml names the port, which is known only now on a first start.
+        self._write_dagster_yaml(state)
+        say(f"PostgreSQL ready on {server.url} (pid {server.pid}, {time.monotonic() - started:.1f}s)")
         return server
 
     def status(self) -> StackStatus:
@@ -440,7 +663,19 @@ class EmbeddedStack:
                 log_file=logs[name],
                 enabled=name != "spark" or self._spark_enabled(state),
             )
-        return StackStatus(directory=self.directory, **components)
+        postgres = None
+        if self._postgres_enabled(state):
+            running = self._running(state, "postgres")
+            postgres = ComponentStatus(
+                name="postgres",
+                running=running,
+                pid=state.get("postgres", {}).get("pid") if running else None,
+                address=self._postgres_url(state),
+                log_file=self.postgres_log_file,
+            )
+        cluster = self._spark_cluster(state) if self._spark_workers(state) else None
+        return StackStatus(directory=self.directory, **components, postgres=postgres,
+                           spark_cluster=cluster.status() if cluster else None)
 
     def info(self) -> StackInfo:
         """The addresses of the running stack; StackError when it is not (fully) running."""
@@ -459,8 +694,8 @@ class EmbeddedStack:
         return [f"export {key}={value}" for key, value in info.env().items()]
 
     def down(self, timeout: float = 30.0, progress: Progress | None = None) -> bool:
-        """Stop the engine, the registry and the broker (SIGTERM, SIGKILL after ``timeout``); data and ports
-        are kept. Returns True when something was running.
+        """Stop the engine, the registry and the broker (SIGTERM, SIGKILL after ``timeout``), then PostgreSQL
+        when the stack has it (SIGINT); data and ports are kept. Returns True when something was running.
         """
         say = progress or _quiet
         with self._locked():
@@ -484,6 +719,21 @@ class EmbeddedStack:
                         say(f"{label} did not stop within {timeout:.0f}s and was killed")
                     stopped = True
                 component["pid"] = None
+            # The standalone cluster after its driver (the Connect server, stopped above): workers, then master.
+            cluster = self._spark_cluster(state)
+            if cluster is not None:
+                stopped = cluster.stop(timeout=timeout, progress=say) or stopped
+                state["spark_cluster"].update(pid=None, worker_pids=[None] * cluster.workers)
+            # Last: PostgreSQL, after whatever may still write to it. SIGINT (fast shutdown), see embedded.postgres.
+            postgres = state.get("postgres")
+            if postgres:
+                pid = postgres.get("pid")
+                if pid and pid_matches(pid, markers["postgres"]):
+                    say(f"Stopping PostgreSQL (pid {pid})")
+                    if stop_postgres(pid, timeout=timeout):
+                        say(f"PostgreSQL did not stop within {timeout:.0f}s and was killed")
+                    stopped = True
+                postgres["pid"] = None
             self._save(state)
             return stopped
 

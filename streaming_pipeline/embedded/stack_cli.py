@@ -18,7 +18,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from streaming_pipeline.embedded.stack import STACK_DIR_ENV, EmbeddedStack, StackInfo, default_stack_dir
+from streaming_pipeline.embedded.stack import STACK_DIR_ENV, EmbeddedStack, StackInfo, StackStatus, default_stack_dir
 from streaming_pipeline.errors import StreamingPipelineError
 
 
@@ -50,6 +50,37 @@ def add_stack_parser(subparsers: Any) -> argparse.ArgumentParser:
         action="store_true",
         help="use free ports instead of the standard 9092/9093/8081/15002 for a stack started the first time",
     )
+    up.add_argument(
+        "--dagster-postgres",
+        action="store_true",
+        help="keep Dagster's run, event-log and schedule storage in a PostgreSQL server started with the stack "
+        "(from Debian's `postgresql` package; listens on 127.0.0.1, standard port 5432) instead of SQLite files; "
+        "recorded in stack.json, so later `stack up` keeps it",
+    )
+    up.add_argument(
+        "--spark-workers",
+        type=_non_negative_int,
+        default=None,
+        metavar="N",
+        help="run a Spark standalone master and N workers (pyspark's own distribution, on 127.0.0.1) and make the "
+        "Spark Connect server the driver of that cluster, so executors run in JVMs of their own; each worker gets "
+        "its share of the cores and memory. 0 means a local driver (the default for a new stack); recorded in "
+        "stack.json, so later `stack up` keeps it",
+    )
+    up.add_argument(
+        "--spark-worker-cores",
+        type=_positive_int,
+        default=None,
+        metavar="C",
+        help="cores of each Spark worker (default: the machine's cores split among the workers, at least 1)",
+    )
+    up.add_argument(
+        "--spark-worker-memory",
+        default=None,
+        metavar="SIZE",
+        help="memory of each Spark worker and of its executor, e.g. 1g or 1536m (default: a quarter of the "
+        "machine's memory split among the workers, between 1g and 2g each)",
+    )
     down = sub("down", "stop every component (the data is kept)")
     down.add_argument("--timeout", type=float, default=30.0, help="seconds before a component is killed (default 30)")
     status = sub("status", "show whether each component runs, its pid, address and log file")
@@ -57,6 +88,23 @@ def add_stack_parser(subparsers: Any) -> argparse.ArgumentParser:
     sub("env", 'print export lines for the running stack: eval "$(streaming-pipeline stack env)"')
     parser.set_defaults(handler=run_stack_command, func=run_stack_command)
     return parser
+
+
+def _non_negative_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"expected 0 or more, got {value}")
+    return value
+
+
+def _positive_int(text: str) -> int:
+    value = _non_negative_int(text)
+    if value == 0:
+        raise argparse.ArgumentTypeError("expected 1 or more, got 0")
+    return value
 
 
 def _progress(message: str) -> None:
@@ -73,6 +121,11 @@ def _print_info(info: StackInfo, stack: EmbeddedStack) -> None:
         print(f"  SPARK_REMOTE={info.spark_remote}")
     if info.dagster_home:
         print(f"  DAGSTER_HOME={info.dagster_home}")
+    if info.spark_master_url:
+        print(f"  Spark master: {info.spark_master_url} "
+              f"({info.spark_workers} worker(s) alive; `stack status` shows them)")
+    if info.postgres_url:
+        print(f"  Dagster storage: PostgreSQL {info.postgres_url} (password file {stack.postgres_dir / 'pgpass'})")
     print(f"  logs: {stack.logs_dir}")
     print(f'Export them in this shell with: eval "$(streaming-pipeline stack env{dir_arg})"')
 
@@ -97,6 +150,22 @@ def _print_status(stack: EmbeddedStack, as_json: bool) -> None:
     print(f"Embedded stack in {status.directory}")
     for row in rows:
         print("  ".join(cell.ljust(width) for cell, width in zip(row[:-1], widths, strict=True)) + "  " + row[-1])
+    _print_spark_cluster(status)
+
+
+def _print_spark_cluster(status: StackStatus) -> None:
+    """The standalone cluster the engine drives: master URL, alive workers and their cores."""
+    cluster = status.spark_cluster
+    if cluster is None:
+        return
+    if cluster.master_url is None:
+        print(f"Spark standalone cluster: stopped ({cluster.workers_wanted} worker(s) recorded)")
+        return
+    print(f"Spark master: {cluster.master_url} (web UI {cluster.webui_url})")
+    print(f"Spark workers: {cluster.alive_workers} of {cluster.workers_wanted} alive, {cluster.cores} core(s) in all")
+    for worker in cluster.alive:
+        print(f"  {worker.address}  {worker.cores} core(s) ({worker.cores_used} in use), {worker.memory_mb} MiB  "
+              f"{worker.webui_url}")
 
 
 def run_stack_command(args: argparse.Namespace) -> int:
@@ -105,7 +174,18 @@ def run_stack_command(args: argparse.Namespace) -> int:
     command = getattr(args, "stack_command", None)
     try:
         if command == "up":
-            stack = EmbeddedStack(directory, prefer_standard_ports=not args.free_ports, spark=not args.no_spark)
+            stack = EmbeddedStack(
+                directory,
+                prefer_standard_ports=not args.free_ports,
+                spark=not args.no_spark,
+                dagster_postgres=args.dagster_postgres,
+                spark_workers=args.spark_workers,
+                spark_worker_cores=args.spark_worker_cores,
+                spark_worker_memory=args.spark_worker_memory,
+            )
+            if args.no_spark and args.spark_workers:
+                print("error: --spark-workers needs the Spark Connect server; leave out --no-spark", file=sys.stderr)
+                return 1
             info = stack.up(timeout=args.timeout, progress=_progress)
             _print_info(info, stack)
         elif command == "down":

@@ -1,0 +1,201 @@
+"""The whole pipeline on a Spark standalone cluster (2 workers, executors in their own JVMs) gives the same tables
+as in local mode, row for row, on the same Kafka records.
+
+One embedded stack runs Kafka, the registry, a master with 2 workers and the Spark Connect server that drives
+them; a second Spark Connect server beside it runs in local mode (`local[*]`, the local profile). The records are
+produced once: the real TLC sample (`../shared/data/rides.csv`, skipped when absent), pickups at the dropoff zones
+of some of its rides (so that the stream-stream join has rows), synthetic rides with late and out-of-order ones
+(so that windows get late counts), synthetic pickups, and a few undecodable records (dead letters). Both engines
+materialize every asset at once, each into its own LAKEHOUSE_DIR, with Dagster's CLI as a user does; then more records
+arrive and both run again, so that the second runs restore the streaming state (windows, join, counts) from
+their checkpoints, which on the cluster the executors read from the shared path. After each round every Delta
+table is compared as a multiset of rows.
+"""
+
+from __future__ import annotations
+
+import csv
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections import Counter
+from collections.abc import Iterator
+from datetime import datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from streaming_pipeline.cli import main as cli_main
+from streaming_pipeline.embedded.spark_connect import SparkConnectServer
+from streaming_pipeline.embedded.stack import StackInfo, running_stack
+from streaming_pipeline_tests.kafka_helpers import REPO_ROOT, produce_raw
+
+pytestmark = [pytest.mark.integration, pytest.mark.slow]
+
+# Every table the pipeline writes (join_late_rows appears only when the join's watermark dropped rows; when it
+# does, it must exist on both sides, which the comparison of the table sets checks).
+TABLES = {"raw_rides", "raw_pickup_locations", "dead_letter_records", "vendor_counts", "ride_window_aggregates",
+          "ride_pickup_joins", "high_amount_rides", "low_amount_rides", "taxi_zones", "rides_enriched"}
+# The only columns left out of the comparison: those that name a run or a wall-clock time.
+#   dead_letter_records.failed_at     when the micro-batch that set the record aside ran (wall clock)
+#   join_late_rows.query_id           the random id Spark gave the join's streaming query in its checkpoint
+#   join_late_rows.run_id             the Dagster run
+#   join_late_rows.recorded_at        when the row was written (wall clock)
+RUN_OR_CLOCK_COLUMNS = {"dead_letter_records": {"failed_at"}, "join_late_rows": {"query_id", "run_id", "recorded_at"}}
+PER_TRIGGER = 150  # several bronze micro-batches per run: state carries across batches and across runs
+RUN_TIMEOUT_S = 1200  # one round: both engines' runs
+WORKERS = 2
+
+
+@pytest.fixture(scope="module")
+def engines(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[StackInfo, str, Path]]:
+    """(the stack whose engine drives a 2-worker cluster, the URL of a local-mode engine, a scratch dir).
+    Both are stopped after the tests, also when one of them fails to start or a test fails."""
+    root = tmp_path_factory.mktemp("cluster-vs-local")
+    with running_stack(root / "stack", timeout=420, spark=True, spark_workers=WORKERS, spark_worker_cores=1,
+                       spark_worker_memory="1g") as stack:
+        assert stack.spark_remote and stack.spark_master_url and stack.spark_workers == WORKERS
+        with SparkConnectServer(root / "local-engine", log_dir=root / "local-engine") as local:
+            yield stack, local.remote_url, root
+
+
+def _produce(stack: StackInfo, *args: str) -> None:
+    code = cli_main(["produce", *args, "--no-progress", "--bootstrap-servers", stack.bootstrap_servers,
+                     "--schema-registry-url", stack.schema_registry_url])
+    assert code == 0, f"produce {' '.join(args)} exited with {code}"
+
+
+def _pickups_near_dropoffs(rides_csv: Path, path: Path) -> Path:
+    """A pickup at the dropoff zone of every third ride of the sample, within, on and just outside the join's
+    10-minute bound."""
+    offsets = [timedelta(minutes=-10), timedelta(minutes=3), timedelta(minutes=10, seconds=1), timedelta(0)]
+    with rides_csv.open(newline="") as source, path.open("w", newline="") as target:
+        writer = csv.writer(target)
+        writer.writerow(["PULocationID", "tpep_pickup_datetime"])
+        for index, ride in enumerate(list(csv.DictReader(source))[::3]):
+            dropoff = datetime.strptime(ride["tpep_dropoff_datetime"], "%Y-%m-%d %H:%M:%S")
+            pickup = dropoff + offsets[index % len(offsets)]
+            writer.writerow([ride["DOLocationID"], pickup.strftime("%Y-%m-%d %H:%M:%S")])
+    return path
+
+
+def _materialize_both(stack: StackInfo, remotes: dict[str, str], lakehouses: dict[str, Path], root: Path) -> None:
+    """`dagster asset materialize -m streaming_pipeline.definitions --select '*'` on each engine into its own
+    lakehouse, both at once (each is a Spark Connect client; the engines do the work). Each run's whole process
+    group is killed if it outlives the timeout or the test."""
+    command = [sys.executable, "-m", "dagster", "asset", "materialize", "-m", "streaming_pipeline.definitions",
+               "--select", "*"]
+    foreign = ("SPARK_", "RIDE_", "JOIN_", "OFFSET_SENSOR_", "KAFKA_", "SCHEMA_REGISTRY_", "DAGSTER_")
+    base = {k: v for k, v in os.environ.items()
+            if not k.startswith(foreign)
+            and k not in ("LAKEHOUSE_DIR", "HIGH_AMOUNT_THRESHOLD", "TAXI_ZONES_CSV", "MAX_OFFSETS_PER_TRIGGER")}
+    runs: dict[str, tuple[subprocess.Popen[bytes], Path]] = {}
+    try:
+        for mode, remote in remotes.items():
+            dagster_home = root / f"dagster-{mode}"
+            dagster_home.mkdir(parents=True, exist_ok=True)
+            (dagster_home / "dagster.yaml").touch()
+            env = {**base, "SPARK_REMOTE": remote, "KAFKA_BOOTSTRAP_SERVERS": stack.bootstrap_servers,
+                   "SCHEMA_REGISTRY_URL": stack.schema_registry_url, "LAKEHOUSE_DIR": str(lakehouses[mode]),
+                   "DAGSTER_HOME": str(dagster_home), "MAX_OFFSETS_PER_TRIGGER": str(PER_TRIGGER)}
+            log = root / f"run-{mode}.log"
+            with log.open("ab") as out:
+                runs[mode] = (subprocess.Popen(command, cwd=REPO_ROOT, env=env, stdout=out, stderr=subprocess.STDOUT,
+                                               stdin=subprocess.DEVNULL, start_new_session=True), log)
+        deadline = time.monotonic() + RUN_TIMEOUT_S
+        for mode, (proc, log) in runs.items():
+            try:
+                code = proc.wait(timeout=max(1.0, deadline - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                code = None
+            assert code == 0, (f"materialize on the {mode} engine ({remotes[mode]}) ended with {code}:\n"
+                               f"{log.read_text(errors='replace')[-8000:]}")
+    finally:
+        for proc, _log in runs.values():
+            if proc.poll() is None:
+                os.killpg(proc.pid, signal.SIGKILL)
+                proc.wait(timeout=30)
+
+
+def _plain(value: Any) -> Any:
+    """A hashable, comparable form of a Spark value (bytes, nested rows, arrays, maps)."""
+    if isinstance(value, (bytes, bytearray)):
+        return bytes(value)
+    if isinstance(value, dict):
+        return tuple(sorted((_plain(k), _plain(v)) for k, v in value.items()))
+    if isinstance(value, (list, tuple)):  # Row is a tuple
+        return tuple(_plain(v) for v in value)
+    return value
+
+
+def _tables(lakehouse: Path) -> set[str]:
+    return {p.name for p in lakehouse.iterdir() if (p / "_delta_log").is_dir()}
+
+
+def _content(spark: Any, path: Path, left_out: set[str]) -> tuple[list[tuple[str, str]], Counter]:
+    frame = spark.read.format("delta").load(str(path))
+    columns = sorted(c for c in frame.columns if c not in left_out)
+    schema = [(f.name, f.dataType.simpleString()) for f in frame.schema.fields if f.name in columns]
+    rows = Counter(_plain(tuple(row)) for row in frame.select(*columns).collect())
+    return sorted(schema), rows
+
+
+def _assert_identical(spark: Any, local: Path, cluster: Path, when: str) -> dict[str, int]:
+    tables = _tables(local)
+    assert tables >= TABLES, f"{when}: local mode wrote only {sorted(tables)}"
+    assert _tables(cluster) == tables, (
+        f"{when}: tables differ: local {sorted(tables)}, cluster {sorted(_tables(cluster))}")
+    sizes = {}
+    for name in sorted(tables):
+        left_out = RUN_OR_CLOCK_COLUMNS.get(name, set())
+        local_schema, local_rows = _content(spark, local / name, left_out)
+        cluster_schema, cluster_rows = _content(spark, cluster / name, left_out)
+        assert cluster_schema == local_schema, f"{when}: {name}: columns differ"
+        only_local, only_cluster = local_rows - cluster_rows, cluster_rows - local_rows
+        assert not only_local and not only_cluster, (
+            f"{when}: {name}: {sum(only_local.values())} row(s) only in local mode, e.g. {list(only_local)[:3]}; "
+            f"{sum(only_cluster.values())} only on the cluster, e.g. {list(only_cluster)[:3]}"
+        )
+        sizes[name] = sum(local_rows.values())
+    return sizes
+
+
+@pytest.mark.timeout(3000)  # four whole-pipeline runs (two at a time) on 2 shared cores
+def test_every_table_is_identical_on_a_two_worker_cluster_and_in_local_mode(
+    engines: tuple[StackInfo, str, Path], rides_csv: Path, spark: Any
+) -> None:
+    stack, local_remote, root = engines
+    lakehouses = {"local": root / "lakehouse-local", "cluster": root / "lakehouse-cluster"}
+    remotes = {"local": local_remote, "cluster": stack.spark_remote}
+
+    # Round 1: the sample, pickups near its dropoffs, synthetic rides (late and out of order) and pickups,
+    # and records no schema decodes.
+    _produce(stack, "rides", "--csv", str(rides_csv))
+    _produce(stack, "pickups", "--csv", str(_pickups_near_dropoffs(rides_csv, root / "pickups.csv")))
+    _produce(stack, "rides", "--synthetic", "300", "--seed", "11", "--late-fraction", "0.05",
+             "--out-of-order-fraction", "0.1")
+    _produce(stack, "pickups", "--synthetic", "120", "--seed", "11")
+    produce_raw(stack.bootstrap_servers, "rides", [(b"1", b"\x01not avro"), (b"2", b"\x00\x00\x00\x03\xe7\x02")])
+    produce_raw(stack.bootstrap_servers, "pickup_locations", [(b"7", b"\x00\x00")])
+    _materialize_both(stack, remotes, lakehouses, root)
+    sizes = _assert_identical(spark, lakehouses["local"], lakehouses["cluster"], "after the first runs")
+    # The input reached every table (so the comparison compares something): every ride and pickup, the joins,
+    # the dead letters, both branches.
+    assert sizes["raw_rides"] == 266 + 300 and sizes["raw_pickup_locations"] == 89 + 120
+    assert sizes["dead_letter_records"] == 3
+    assert min(sizes[t] for t in TABLES) > 0, sizes
+
+    # Round 2: more records; both engines restore their streaming state from the checkpoints.
+    _produce(stack, "rides", "--synthetic", "150", "--seed", "12", "--late-fraction", "0.1")
+    _produce(stack, "pickups", "--synthetic", "60", "--seed", "12")
+    _materialize_both(stack, remotes, lakehouses, root)
+    sizes = _assert_identical(spark, lakehouses["local"], lakehouses["cluster"], "after the second runs")
+    assert sizes["raw_rides"] == 266 + 300 + 150 and sizes["raw_pickup_locations"] == 89 + 120 + 60
+
+    # The cluster's work ran on executors under both workers (standalone: the driver runs no tasks itself).
+    for worker in range(1, WORKERS + 1):
+        executors = list((root / "stack" / "spark-cluster" / f"worker-{worker}").glob("app-*/*/stderr"))
+        assert executors, f"no executor ran under worker {worker}"
