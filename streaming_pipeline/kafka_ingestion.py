@@ -21,7 +21,7 @@ import uuid
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from streaming_pipeline.delta_tables import table_history, table_version
+from streaming_pipeline.delta_tables import Commit, table_history, table_version
 from streaming_pipeline.errors import RegistryUnavailableError
 from streaming_pipeline.offsets import (
     BronzeStateError,
@@ -247,8 +247,21 @@ class BronzeRunResult:
 
 
 def commits_since(spark: SparkSession, path: str, version: int | None, app_id: str) -> list[BatchCounts]:
-    """Batches `app_id` committed to the table at `path` after `version`, oldest first."""
-    history = table_history(spark, path) or []
+    """Batches `app_id` committed to the table at `path` after `version`, oldest first.
+
+    Reads only the commits after `version` (DESCRIBE HISTORY with a LIMIT), so that a run's cost follows its own
+    commits, not the table's history; all of it again only when another writer committed in between.
+    """
+    history: list[Commit]
+    if version is None:
+        history = table_history(spark, path) or []
+    else:
+        latest = table_version(spark, path)
+        if latest is None or latest <= version:
+            return []
+        history = table_history(spark, path, limit=latest - version) or []
+        if not history or history[-1].version > version + 1:  # another writer committed in between
+            history = table_history(spark, path) or []
     found = [
         BatchCounts(int(c.user_metadata["batch_id"]), c.output_rows, c.user_metadata)
         for c in history

@@ -41,6 +41,7 @@ from typing import Any
 
 from streaming_pipeline.embedded.jars import pyspark_home
 from streaming_pipeline.embedded.ports import LOOPBACK, free_port, is_port_free
+from streaming_pipeline.embedded.spark_connect import spark_log4j2
 from streaming_pipeline.embedded.processes import (
     find_java,
     output_since_last_start,
@@ -63,18 +64,11 @@ _WORKER_STARTED = re.compile(r"Starting Spark worker (\S+:\d+) with")
 _BIND_FAILED = re.compile(r"BindException|Address already in use|could not bind")
 MASTER_START_ATTEMPTS = 3  # another process may take a free port between our check and the master's bind
 
-_LOG4J2 = """# Written by streaming_pipeline.embedded.spark_cluster: SPARK_CONF_DIR of the master, the workers and their
-# executors. Warnings, plus the deploy daemons' own lines (workers registering, executors launched and exiting).
-rootLogger.level = warn
-rootLogger.appenderRef.stdout.ref = console
-appender.console.type = Console
-appender.console.name = console
-appender.console.target = SYSTEM_ERR
-appender.console.layout.type = PatternLayout
-appender.console.layout.pattern = %d{yy/MM/dd HH:mm:ss} %p %c{1}: %m%n%ex
-logger.deploy.name = org.apache.spark.deploy
-logger.deploy.level = info
-"""
+_LOG4J2 = spark_log4j2(
+    "Written by streaming_pipeline.embedded.spark_cluster: SPARK_CONF_DIR of the master, the workers and their\n"
+    "# executors. Warnings, plus the deploy daemons' own lines (workers registering, executors launched and exiting).",
+    "org.apache.spark.deploy",
+)
 
 Progress = Callable[[str], None]
 

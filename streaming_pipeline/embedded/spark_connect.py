@@ -34,17 +34,25 @@ SERVER_CLASS = "org.apache.spark.sql.connect.service.SparkConnectServer"
 STANDARD_PORT = 15002
 DEFAULT_DRIVER_MEMORY = "1536m"
 
-_LOG4J2 = """# Written by streaming_pipeline.embedded.spark_connect: warnings, plus the server's own start-up lines.
+def spark_log4j2(header: str, info_logger: str) -> str:
+    """A log4j2.properties for a Spark JVM: warnings on stderr, plus `info_logger`'s own lines (its start-up)."""
+    return f"""# {header}
 rootLogger.level = warn
 rootLogger.appenderRef.stdout.ref = console
 appender.console.type = Console
 appender.console.name = console
 appender.console.target = SYSTEM_ERR
 appender.console.layout.type = PatternLayout
-appender.console.layout.pattern = %d{yy/MM/dd HH:mm:ss} %p %c{1}: %m%n%ex
-logger.connect.name = org.apache.spark.sql.connect.service
-logger.connect.level = info
+appender.console.layout.pattern = %d{{yy/MM/dd HH:mm:ss}} %p %c{{1}}: %m%n%ex
+logger.own.name = {info_logger}
+logger.own.level = info
 """
+
+
+_LOG4J2 = spark_log4j2(
+    "Written by streaming_pipeline.embedded.spark_connect: warnings, plus the server's own start-up lines.",
+    "org.apache.spark.sql.connect.service",
+)
 
 
 class SparkConnectServer:

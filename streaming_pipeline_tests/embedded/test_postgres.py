@@ -96,15 +96,6 @@ def servers() -> Iterator[list[PostgresServer]]:
         server.stop(timeout=10)
 
 
-@pytest.fixture
-def stacks() -> Iterator[list[EmbeddedStack]]:
-    """Stacks a test appends here are always brought down."""
-    created: list[EmbeddedStack] = []
-    yield created
-    for stack in created:
-        stack.down(timeout=10)
-
-
 # --------------------------------------------------------------------------- binaries
 
 

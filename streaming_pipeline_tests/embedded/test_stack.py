@@ -8,7 +8,6 @@ import socket
 import subprocess
 import sys
 import urllib.request
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -29,15 +28,6 @@ session.range(5).write.format("delta").save(sys.argv[2])
 print(session.read.format("delta").load(sys.argv[2]).count())
 session.stop()
 """
-
-
-@pytest.fixture
-def stacks() -> Iterator[list[EmbeddedStack]]:
-    """Stacks a test appends here are always brought down."""
-    created: list[EmbeddedStack] = []
-    yield created
-    for stack in created:
-        stack.down(timeout=10)
 
 
 @pytest.mark.integration
