@@ -6,7 +6,8 @@ serves it with uvicorn (see `__main__.py`).
 
 from __future__ import annotations
 
-from streaming_pipeline.registry.app import SCHEMA_REGISTRY_MEDIA_TYPE, create_app
+from streaming_pipeline.registry.app import create_app
 from streaming_pipeline.registry.exceptions import RegistryError
+from streaming_pipeline.registry.responses import SCHEMA_REGISTRY_MEDIA_TYPE
 
 __all__ = ["SCHEMA_REGISTRY_MEDIA_TYPE", "RegistryError", "create_app"]
