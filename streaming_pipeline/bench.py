@@ -312,7 +312,8 @@ def run_live_bench(probes: int, json_path: Path | None, gap_seconds: float = 3.0
     """Freshness through the real `dagster dev` path: webserver + daemon, the offset sensor, the run it launches."""
     from streaming_pipeline.embedded.dagster_dev import DagsterDev
     from streaming_pipeline.embedded.stack import running_stack
-    from streaming_pipeline.resources import KafkaResource, SchemaRegistryResource
+    from streaming_pipeline.registry_client import RegistryClient
+    from streaming_pipeline.resources import KafkaResource
     from streaming_pipeline.resources.spark import connect_session
 
     if probes < 2:
@@ -321,7 +322,7 @@ def run_live_bench(probes: int, json_path: Path | None, gap_seconds: float = 3.0
     with tempfile.TemporaryDirectory(prefix="bench-live-") as tmp, running_stack(Path(tmp) / "stack") as stack:
         assert stack.spark_remote and stack.dagster_home
         kafka = KafkaResource(bootstrap_servers=stack.bootstrap_servers)
-        registry = SchemaRegistryResource(url=stack.schema_registry_url)
+        registry = RegistryClient(stack.schema_registry_url)
         kafka.ensure_topic(RIDES_TOPIC)
         lakehouse = Path(tmp) / "lakehouse"
         spark = connect_session(stack.spark_remote)

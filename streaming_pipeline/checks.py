@@ -4,7 +4,7 @@ import dagster as dg
 
 from streaming_pipeline.delta_tables import read_table, table_exists
 from streaming_pipeline.errors import StreamingPipelineError
-from streaming_pipeline.kafka_ingestion import DEAD_LETTER_TABLE
+from streaming_pipeline.bronze_batches import DEAD_LETTER_TABLE
 from streaming_pipeline.offsets import consumed_offsets, consumer_lag, table_start_offsets
 from streaming_pipeline.resources import KafkaResource, LakehouseResource, SparkResource
 from streaming_pipeline.settings import PICKUPS_TOPIC, RIDES_TOPIC
@@ -15,7 +15,7 @@ KAFKA_KEY = ["kafka_topic", "kafka_partition", "kafka_offset"]
 
 def _count(spark, lakehouse: LakehouseResource, table: str, condition=None) -> int:
     path = lakehouse.table_path(table)
-    if not table_exists(spark, path):
+    if not table_exists(path):
         return 0
     frame = read_table(spark, path)
     return (frame.where(condition) if condition is not None else frame).count()
@@ -25,7 +25,7 @@ def _duplicates(spark, lakehouse: LakehouseResource, table: str, key: list[str])
     from pyspark.sql import functions as F
 
     path = lakehouse.table_path(table)
-    if not table_exists(spark, path):
+    if not table_exists(path):
         return 0
     return read_table(spark, path).groupBy(*key).count().where(F.col("count") > 1).count()
 
@@ -100,7 +100,7 @@ def windows_count_each_ride_once(spark: SparkResource, lakehouse: LakehouseResou
 
     session = spark.get_session()
     path = lakehouse.table_path("ride_window_aggregates")
-    consumed, reconciled = windows_positions(session, lakehouse) if table_exists(session, path) else (None, None)
+    consumed, reconciled = windows_positions(session, lakehouse) if table_exists(path) else (None, None)
     if consumed is None:
         return dg.AssetCheckResult(passed=True, metadata={"note": "the window stream has read no version of raw_rides yet"})
     rides = session.read.format("delta").option("versionAsOf", consumed).load(lakehouse.table_path("raw_rides")).count()
@@ -120,7 +120,7 @@ def vendor_counts_match_raw_rides(spark: SparkResource, lakehouse: LakehouseReso
     rides = _count(session, lakehouse, "raw_rides")
     path = lakehouse.table_path("vendor_counts")
     counted = 0
-    if table_exists(session, path):
+    if table_exists(path):
         counted = int(read_table(session, path).agg(F.sum("trip_count")).collect()[0][0] or 0)
     return dg.AssetCheckResult(passed=counted == rides, metadata={"sum_trip_count": counted, "raw_rides_rows": rides})
 

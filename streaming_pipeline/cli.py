@@ -38,13 +38,14 @@ def _add_produce_parser(subparsers: argparse._SubParsersAction) -> None:
 def _run_produce(args: argparse.Namespace) -> int:
     from streaming_pipeline.producer import produce, rows_from_records
     from streaming_pipeline.records import read_pickups_csv, read_rides_csv
-    from streaming_pipeline.resources import KafkaResource, SchemaRegistryResource
+    from streaming_pipeline.registry_client import RegistryClient
+    from streaming_pipeline.resources import KafkaResource
     from streaming_pipeline.settings import PICKUPS_TOPIC, RIDES_TOPIC, PipelineSettings
     from streaming_pipeline.synthetic import SyntheticOptions, synthetic_pickups, synthetic_rides
 
     settings = PipelineSettings.from_env()
     kafka = KafkaResource(bootstrap_servers=args.bootstrap_servers or settings.bootstrap_servers, timeout_seconds=args.timeout)
-    registry = SchemaRegistryResource(url=args.schema_registry_url or settings.schema_registry_url)
+    registry = RegistryClient(args.schema_registry_url or settings.schema_registry_url)
     topic = RIDES_TOPIC if args.kind == "rides" else PICKUPS_TOPIC
     if args.csv is not None:
         rows = (read_rides_csv if args.kind == "rides" else read_pickups_csv)(args.csv)

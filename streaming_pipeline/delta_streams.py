@@ -12,13 +12,15 @@ from typing import TYPE_CHECKING, Any
 from pyspark.sql import functions as F
 from pyspark.sql.types import StructType
 
-from streaming_pipeline.delta_tables import delta_path_sql, read_table, table_exists, table_history, table_version
-from streaming_pipeline.resources.lakehouse import LakehouseResource
+from streaming_pipeline.delta_log import commits
+from streaming_pipeline.delta_tables import delta_path_sql, read_table, table_exists, table_version
 from streaming_pipeline.streaming import StreamRunReport, run_available_now
 from streaming_pipeline.transformations import ride_pickup_joins, ride_window_aggregates, vendor_counts, window_late_counts
 
 if TYPE_CHECKING:
     from pyspark.sql import Column, DataFrame, SparkSession
+
+    from streaming_pipeline.resources.lakehouse import LakehouseResource
 
 RAW_RIDES = "raw_rides"
 RAW_PICKUPS = "raw_pickup_locations"
@@ -78,7 +80,7 @@ class WindowUpsert:
             F.lit(0).cast("long").alias("late_trip_count"),
             F.lit(False).alias("is_final"),
         )
-        if not table_exists(spark, self.table_path):
+        if not table_exists(self.table_path):
             updates.write.format("delta").mode("append").save(self.table_path)
             return
         view = f"window_updates_{batch_id}"
@@ -218,18 +220,15 @@ def stream_position(spark: SparkSession, checkpoint_dir: str) -> StreamPosition 
     return StreamPosition(str(query[0]["id"]), str(offset["reservoirId"]), version, watermark_ms * 1000)
 
 
-def _last_reconcile(spark: SparkSession, table_path: str) -> tuple[bool, dict[str, Any] | None]:
+def _last_reconcile(table_path: str) -> tuple[bool, dict[str, Any] | None]:
     """(whether the windows table exists, the marker of its newest reconcile commit), recent commits first."""
-    for limit in (50, None):
-        history = table_history(spark, table_path, limit=limit)
-        if history is None:
-            return False, None
-        for commit in history:
-            marker = commit.user_metadata or {}
-            if marker.get("writer") == RECONCILE_WRITER:
-                return True, marker
-        if limit is None or len(history) < limit:
-            return True, None
+    history = commits(table_path)
+    if history is None:
+        return False, None
+    for commit in history:
+        marker = commit.user_metadata or {}
+        if marker.get("writer") == RECONCILE_WRITER:
+            return True, marker
     return True, None
 
 
@@ -239,7 +238,7 @@ def windows_positions(spark: SparkSession, lakehouse: LakehouseResource) -> tupl
     position = stream_position(spark, lakehouse.checkpoint_path(WINDOWS))
     if position is None:
         return None, None
-    _, marker = _last_reconcile(spark, lakehouse.table_path(WINDOWS))
+    _, marker = _last_reconcile(lakehouse.table_path(WINDOWS))
     same_stream = marker and (marker.get("query_id"), marker.get("raw_rides_id")) == (position.query_id, position.table_id)
     return position.version, int(marker["raw_rides_version"]) if same_stream and marker else None
 
@@ -337,7 +336,7 @@ def reconcile_ride_windows(spark: SparkSession, lakehouse: LakehouseResource, lo
     if position is None or position.version is None:
         result.reason = "the window stream has not consumed a whole version of raw_rides yet"
         return result
-    exists, marker = _last_reconcile(spark, table_path)
+    exists, marker = _last_reconcile(table_path)
     if not exists:
         result.reason = "no window yet"
         return result
@@ -533,7 +532,7 @@ def record_join_late_rows(spark: SparkSession, path: str, rows: list[tuple[Any, 
     appended. With no rows the table is created empty when it does not exist yet, so that it can be queried
     (and is empty) before the watermark has dropped anything."""
     if not rows:
-        if not table_exists(spark, path):
+        if not table_exists(path):
             spark.createDataFrame([], JOIN_LATE_ROWS_DDL).write.format("delta").mode("append").save(path)
         return 0
     frame = spark.createDataFrame(
@@ -544,7 +543,7 @@ def record_join_late_rows(spark: SparkSession, path: str, rows: list[tuple[Any, 
         "query_id", "batch_id", "input_rows", "rows_dropped_by_watermark",
         F.timestamp_micros("watermark_micros").alias("watermark"), "run_id", F.current_timestamp().alias("recorded_at"),
     )
-    before = table_version(spark, path)
+    before = table_version(path)
     (
         frame.write.format("delta")
         .mode("append")
@@ -552,7 +551,7 @@ def record_join_late_rows(spark: SparkSession, path: str, rows: list[tuple[Any, 
         .option("txnVersion", max(int(r[1]) for r in rows))
         .save(path)
     )
-    return len(rows) if table_version(spark, path) != before else 0
+    return len(rows) if table_version(path) != before else 0
 
 
 HIGH_AMOUNT = "high_amount_rides"
@@ -580,7 +579,7 @@ class AmountBranchWriter:
 
         from pyspark.sql import Observation
 
-        from streaming_pipeline.kafka_ingestion import append_once
+        from streaming_pipeline.delta_tables import append_once
         from streaming_pipeline.offsets import checkpoint_id
         from streaming_pipeline.transformations import high_amount_rides, low_amount_rides
 
@@ -614,13 +613,13 @@ class BranchRunResult:
 def update_amount_branches(spark: SparkSession, lakehouse: LakehouseResource, log: Any = None) -> BranchRunResult:
     """Branch raw_rides by total_amount (>= HIGH_AMOUNT_THRESHOLD goes high, below goes low, null to neither)."""
     from streaming_pipeline.delta_tables import table_version
-    from streaming_pipeline.kafka_ingestion import commits_since
+    from streaming_pipeline.delta_log import commits_since
     from streaming_pipeline.offsets import checkpoint_id
 
     high_path, low_path = lakehouse.table_path(HIGH_AMOUNT), lakehouse.table_path(LOW_AMOUNT)
     checkpoint_dir = lakehouse.checkpoint_path(f"{HIGH_AMOUNT}+{LOW_AMOUNT}")
     handler = AmountBranchWriter(high_path, low_path, lakehouse.high_amount_threshold, checkpoint_dir)
-    before = table_version(spark, high_path), table_version(spark, low_path)
+    before = table_version(high_path), table_version(low_path)
 
     def start_writer():  # type: ignore[no-untyped-def]
         return (
@@ -631,8 +630,8 @@ def update_amount_branches(spark: SparkSession, lakehouse: LakehouseResource, lo
 
     report = run_available_now("amount_branches", start_writer, log=log)
     query = checkpoint_id(checkpoint_dir)
-    high = commits_since(spark, high_path, before[0], f"branch:{HIGH_AMOUNT}:{query}")
-    low = commits_since(spark, low_path, before[1], f"branch:{LOW_AMOUNT}:{query}")
+    high = commits_since(high_path, before[0], f"branch:{HIGH_AMOUNT}:{query}")
+    low = commits_since(low_path, before[1], f"branch:{LOW_AMOUNT}:{query}")
     return BranchRunResult(
         report,
         high_rows=sum(c.rows for c in high),
@@ -650,7 +649,7 @@ def refresh_taxi_zones(spark: SparkSession, lakehouse: LakehouseResource) -> boo
 
     path = lakehouse.table_path(TAXI_ZONES)
     zones = read_taxi_zones(spark, lakehouse.taxi_zones_csv)
-    if table_exists(spark, path):
+    if table_exists(path):
         current = read_table(spark, path)
         if current.exceptAll(zones).isEmpty() and zones.exceptAll(current).isEmpty():
             return False

@@ -1,14 +1,16 @@
-"""Reading Delta tables back, through Spark SQL only, so the same code runs over Spark Connect and in-process.
+"""Delta tables through Spark SQL and DataFrames, so the same code runs over Spark Connect and in-process.
 
-No DeltaTable handles and no Py4J: a Spark Connect client has no JVM, and Delta's SQL (DESCRIBE HISTORY,
-MERGE INTO delta.`path`) works everywhere.
+No DeltaTable handles and no Py4J: a Spark Connect client has no JVM, and Delta's SQL (MERGE INTO
+delta.`path`) and DataFrame options (txnAppId, userMetadata) work everywhere. Versions and commit markers are
+read from the Delta log's files (`delta_log`), which costs no Spark job.
 """
 
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
+
+from streaming_pipeline.delta_log import commits, latest_version
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -19,56 +21,48 @@ def delta_path_sql(path: str) -> str:
     return "delta.`" + path.replace("`", "``") + "`"
 
 
-@dataclass(frozen=True)
-class Commit:
-    """One entry of a Delta table's history."""
-
-    version: int
-    operation: str
-    output_rows: int
-    user_metadata: dict[str, Any] | None
+def table_version(path: str) -> int | None:
+    """The table's newest version, from its Delta log (no Spark job); None when there is no table at `path`."""
+    return latest_version(path)
 
 
-def table_history(spark: SparkSession, path: str, limit: int | None = None) -> list[Commit] | None:
-    """Newest first; None when there is no Delta table at `path`."""
-    from pyspark.errors import AnalysisException
-
-    query = f"DESCRIBE HISTORY {delta_path_sql(path)}" + (f" LIMIT {int(limit)}" if limit else "")
-    try:
-        rows = spark.sql(query).select("version", "operation", "operationMetrics", "userMetadata").collect()
-    except AnalysisException:
-        return None
-    commits = []
-    for row in rows:
-        metrics = row["operationMetrics"] or {}
-        commits.append(
-            Commit(
-                version=int(row["version"]),
-                operation=str(row["operation"]),
-                output_rows=int(metrics.get("numOutputRows") or 0),
-                user_metadata=_json_or_none(row["userMetadata"]),
-            )
-        )
-    return commits
+def table_exists(path: str) -> bool:
+    return latest_version(path) is not None
 
 
-def _json_or_none(text: str | None) -> dict[str, Any] | None:
-    if not text:
-        return None
-    try:
-        value = json.loads(text)
-    except ValueError:
-        return None
-    return value if isinstance(value, dict) else None
+def append_once(
+    frame: DataFrame,
+    path: str,
+    app_id: str,
+    batch_id: int,
+    attempt: str,
+    *,
+    extra: dict[str, Any] | None = None,
+    merge_schema: bool = False,
+) -> bool:
+    """Append `frame` as batch `batch_id` of writer `app_id`, at most once; True when this attempt committed.
 
-
-def table_version(spark: SparkSession, path: str) -> int | None:
-    history = table_history(spark, path, limit=1)
-    return history[0].version if history else None
-
-
-def table_exists(spark: SparkSession, path: str) -> bool:
-    return table_version(spark, path) is not None
+    Delta's idempotent writes: Delta keeps the last txnVersion per txnAppId and skips an append that is not
+    newer. The commit carries a marker (`userMetadata`: writer, batch, attempt, `extra`) by which readers of the
+    table's history know what each commit was, and this attempt knows whether a commit after the version it
+    started from is its own (another writer may commit in between).
+    """
+    marker = {"app_id": app_id, "batch_id": batch_id, "attempt": attempt, **(extra or {})}
+    text = json.dumps(marker, sort_keys=True)
+    writer = (
+        frame.write.format("delta")
+        .mode("append")
+        .option("txnAppId", app_id)
+        .option("txnVersion", batch_id)
+        .option("userMetadata", text)
+    )
+    if merge_schema:
+        writer = writer.option("mergeSchema", "true")
+    before = latest_version(path)
+    writer.save(path)
+    # The marker as the log holds it (JSON: integer keys such as Kafka partitions come back as strings).
+    stored = json.loads(text)
+    return any(commit.user_metadata == stored for commit in commits(path, after=before) or [])
 
 
 def read_table(spark: SparkSession, path: str) -> DataFrame:

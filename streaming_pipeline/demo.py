@@ -138,7 +138,7 @@ def _show_tables(spark: Any, lakehouse: Any) -> dict[str, int]:
     counts: dict[str, int] = {}
     for table, (order, columns) in TABLE_VIEWS.items():
         path = lakehouse.table_path(table)
-        if not table_exists(spark, path):
+        if not table_exists(path):
             continue
         frame = read_table(spark, path)
         counts[table] = frame.count()
@@ -167,7 +167,7 @@ def run_demo(options: DemoOptions) -> int:
             {**info.env(), "LAKEHOUSE_DIR": str(options.lakehouse_dir.resolve())}
         )
         resources = build_resources(settings)
-        _produce(options, resources["kafka"], resources["schema_registry"], stages)
+        _produce(options, resources["kafka"], resources["schema_registry"].get_client(), stages)
         result = _materialize(resources, stages)
         evaluations = result.get_asset_check_evaluations()
         failed_checks = [e.check_name for e in evaluations if not e.passed]

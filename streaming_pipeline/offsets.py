@@ -1,8 +1,8 @@
 """What a bronze table has consumed from Kafka, and whether its table, checkpoint and topic still agree.
 
-Spark-free, for the sensors, the checks and the start of every bronze run. Files are read through fsspec,
-so a lakehouse given as a plain path, a `file://` URI or an object-store URI (`s3a://`, with s3fs
-installed) reads the same way.
+Spark-free, for the sensors, the checks and the start of every bronze run. Files are read through fsspec
+(`delta_log`), so a lakehouse given as a plain path, a `file://` URI or an object-store URI (`s3a://`, with
+s3fs installed) reads the same way.
 
 Two records of consumption exist:
 - the query checkpoint: Spark writes `offsets/<batch>` before a micro-batch and `commits/<batch>` after it,
@@ -22,6 +22,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
+from streaming_pipeline.delta_log import commits, filesystem, numbered_files, read_text
 from streaming_pipeline.errors import StreamingPipelineError
 
 Offsets = dict[int, int]
@@ -35,50 +36,12 @@ def replay_hint(asset_name: str, start: str = "earliest") -> str:
     return f"`streaming-pipeline replay {asset_name} --from {start}`"
 
 
-def filesystem(uri: str) -> tuple[Any, str]:
-    """(fsspec filesystem, path within it) for a plain path or a URI; s3a:// and s3n:// read as s3://."""
-    import fsspec
-    from fsspec.core import url_to_fs
-
-    if uri.startswith(("s3a://", "s3n://")):
-        uri = "s3://" + uri.split("://", 1)[1]
-    elif uri.startswith("file:") and not uri.startswith("file://"):
-        uri = uri.removeprefix("file:")
-    try:
-        return url_to_fs(uri)
-    except (ImportError, ValueError) as exc:
-        protocol = uri.split("://", 1)[0]
-        raise StreamingPipelineError(
-            f"cannot read {uri}: no filesystem for '{protocol}://' ({exc}); install the fsspec backend for it "
-            f"(for example s3fs for s3a://), fsspec {fsspec.__version__}"
-        ) from exc
-
-
-def _read_text(uri: str) -> str | None:
-    fs, path = filesystem(uri)
-    try:
-        with fs.open(path, "r") as handle:
-            return str(handle.read())
-    except FileNotFoundError:
-        return None
-
-
-def _numbered(fs: Any, directory: str, suffix: str = "") -> list[int]:
-    """The integer names (without `suffix`) of the files in `directory`, ascending; [] when it is missing."""
-    try:
-        names = [str(entry).rstrip("/").rsplit("/", 1)[-1] for entry in fs.ls(directory, detail=False)]
-    except FileNotFoundError:
-        return []
-    stems = [n.removesuffix(suffix) for n in names if n.endswith(suffix)]
-    return sorted(int(s) for s in stems if s.isdigit())
-
-
 # -- the checkpoint ------------------------------------------------------------------------------------------
 
 
 def checkpoint_id(checkpoint_dir: str) -> str | None:
     """The id Spark gave the checkpoint when it created it (its `metadata` file); None before the first run."""
-    text = _read_text(checkpoint_dir.rstrip("/") + "/metadata")
+    text = read_text(checkpoint_dir.rstrip("/") + "/metadata")
     if not text:
         return None
     return str(json.loads(text.splitlines()[0])["id"])
@@ -86,7 +49,7 @@ def checkpoint_id(checkpoint_dir: str) -> str | None:
 
 def checkpoint_batch_offsets(checkpoint_dir: str, batch_id: int) -> dict[str, Offsets]:
     """{topic: {partition: end offset}} of micro-batch `batch_id` (from `offsets/<batch>`); {} when absent."""
-    text = _read_text(f"{checkpoint_dir.rstrip('/')}/offsets/{batch_id}")
+    text = read_text(f"{checkpoint_dir.rstrip('/')}/offsets/{batch_id}")
     if not text:
         return {}
     # v1, then the batch's metadata, then one line per source: the Kafka source's is {topic: {partition: offset}}.
@@ -99,21 +62,21 @@ def checkpoint_batch_offsets(checkpoint_dir: str, batch_id: int) -> dict[str, Of
 def checkpoint_last_batch(checkpoint_dir: str) -> int | None:
     """The newest batch id in the checkpoint's offset log (planned, maybe not committed); None when empty."""
     fs, path = filesystem(checkpoint_dir.rstrip("/") + "/offsets")
-    batches = _numbered(fs, path)
+    batches = numbered_files(fs, path)
     return batches[-1] if batches else None
 
 
 def checkpoint_last_commit(checkpoint_dir: str) -> int | None:
     """The newest batch id the query committed (its sink had it before the commit file); None when none."""
     fs, path = filesystem(checkpoint_dir.rstrip("/") + "/commits")
-    batches = _numbered(fs, path)
+    batches = numbered_files(fs, path)
     return batches[-1] if batches else None
 
 
 def checkpoint_kafka_offsets(checkpoint_dir: str) -> dict[str, Offsets]:
     """{topic: {partition: next offset}} up to which a bronze query has committed; {} before its first commit."""
     fs, path = filesystem(checkpoint_dir.rstrip("/") + "/commits")
-    for batch in reversed(_numbered(fs, path)):
+    for batch in reversed(numbered_files(fs, path)):
         offsets = checkpoint_batch_offsets(checkpoint_dir, batch)
         if offsets:
             return offsets
@@ -142,28 +105,11 @@ class Marker:
 
 
 def delta_markers(table_uri: str) -> Iterator[Marker] | None:
-    """The commit markers in the table's Delta log, newest first, read lazily; None when there is no table.
-
-    Reads the JSON commit files only (Delta keeps them next to its parquet checkpoints).
-    """
-    fs, log_dir = filesystem(table_uri.rstrip("/") + "/_delta_log")
-    versions = _numbered(fs, log_dir, ".json")
-    if not versions:
+    """The commit markers in the table's Delta log, newest first, read lazily; None when there is no table."""
+    found = commits(table_uri)
+    if found is None:
         return None
-
-    def markers() -> Iterator[Marker]:
-        for version in reversed(versions):
-            with fs.open(f"{log_dir}/{version:020d}.json", "r") as handle:
-                for line in handle:
-                    text = (json.loads(line).get("commitInfo") or {}).get("userMetadata")
-                    try:
-                        metadata = json.loads(text) if text else None
-                    except ValueError:
-                        metadata = None
-                    if isinstance(metadata, dict):
-                        yield Marker(version, metadata)
-
-    return markers()
+    return (Marker(commit.version, commit.user_metadata) for commit in found if commit.user_metadata is not None)
 
 
 def bronze_app_prefix(asset_name: str) -> str:

@@ -19,7 +19,7 @@ from tqdm import tqdm
 from streaming_pipeline.errors import ConfigurationError
 from streaming_pipeline.records import CsvRow, Record
 from streaming_pipeline.resources.kafka import KafkaResource
-from streaming_pipeline.resources.schema_registry import SchemaRegistryResource
+from streaming_pipeline.registry_client import RegistryClient
 from streaming_pipeline.schemas import TOPIC_SCHEMA_FILES, key_subject, load_schema, value_subject
 from streaming_pipeline.settings import PICKUPS_TOPIC, RIDES_TOPIC
 
@@ -105,7 +105,7 @@ def rows_from_records(records: Iterable[Record]) -> Iterator[CsvRow]:
 
 def produce(
     kafka: KafkaResource,
-    registry: SchemaRegistryResource,
+    registry: RegistryClient,
     topic: str,
     rows: Iterable[CsvRow],
     *,

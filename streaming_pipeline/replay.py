@@ -29,8 +29,9 @@ import dagster as dg
 
 from streaming_pipeline.delta_tables import read_table, table_version
 from streaming_pipeline.errors import ConfigurationError, StreamingPipelineError
-from streaming_pipeline.kafka_ingestion import DEAD_LETTER_TABLE
-from streaming_pipeline.offsets import Offsets, filesystem
+from streaming_pipeline.bronze_batches import DEAD_LETTER_TABLE
+from streaming_pipeline.delta_log import filesystem
+from streaming_pipeline.offsets import Offsets
 from streaming_pipeline.resources.kafka import KafkaResource
 from streaming_pipeline.resources.lakehouse import LakehouseResource
 from streaming_pipeline.settings import PICKUPS_TOPIC, RIDES_TOPIC
@@ -178,7 +179,7 @@ def empty_table(spark: SparkSession, path: str, marker: dict[str, Any], where: s
     carrying `marker`; a missing table is created from `ddl` when given. True when a commit was made."""
     from pyspark.sql import functions as F
 
-    if table_version(spark, path) is None:
+    if table_version(path) is None:
         if ddl is None:
             return False
         frame = spark.createDataFrame([], ddl)
@@ -217,7 +218,7 @@ def replay(
     offsets = resolve_start(start, topic, watermarks, kafka)
     spark = defs.resources["spark"].get_session()  # type: ignore[attr-defined]
     table_path = lakehouse.table_path(asset_name)
-    version_before = table_version(spark, table_path)
+    version_before = table_version(table_path)
     rows_before = read_table(spark, table_path).count() if version_before is not None else 0
     report = ReplayReport(asset_name, topic, offsets, rows_before, version_before)
     progress(f"replay {asset_name}: {rows_before} row(s) now; rebuilding from {topic} at {start.describe()}")

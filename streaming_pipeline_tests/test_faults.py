@@ -14,7 +14,7 @@ from pyspark.sql import functions as F
 from streaming_pipeline.assets import dead_letter_records, raw_rides, ride_window_aggregates, vendor_counts
 from streaming_pipeline.cli import main as cli_main
 from streaming_pipeline.records import read_rides_csv
-from streaming_pipeline.resources import SchemaRegistryResource
+from streaming_pipeline.registry_client import RegistryClient
 from streaming_pipeline.synthetic import SyntheticOptions, synthetic_rides
 from streaming_pipeline_tests.kafka_helpers import (
     SCHEMA_DIR,
@@ -71,8 +71,8 @@ def _read(spark, resources, table: str):
     return spark.read.format("delta").load(resources["lakehouse"].table_path(table))
 
 
-def _registry(stack) -> SchemaRegistryResource:
-    return SchemaRegistryResource(url=stack.schema_registry_url)
+def _registry(stack) -> RegistryClient:
+    return RegistryClient(stack.schema_registry_url)
 
 
 # ----------------------------------------------------------------------------- 2. schema evolution

@@ -24,7 +24,8 @@ from streaming_pipeline.embedded.dagster_dev import DagsterDev
 from streaming_pipeline.embedded.processes import stop_pid
 from streaming_pipeline.embedded.stack import EmbeddedStack, StackInfo, running_stack
 from streaming_pipeline.producer import produce, rows_from_records
-from streaming_pipeline.resources import KafkaResource, SchemaRegistryResource
+from streaming_pipeline.registry_client import RegistryClient
+from streaming_pipeline.resources import KafkaResource
 from streaming_pipeline.schemas import load_schema
 from streaming_pipeline.settings import RIDES_TOPIC
 from streaming_pipeline.synthetic import SyntheticOptions, synthetic_rides
@@ -77,10 +78,10 @@ def live(tmp_path_factory: pytest.TempPathFactory, spark: Any) -> Iterator[Live]
 PRODUCED: list[dict[str, Any]] = []
 
 
-def _resources(live: Live) -> tuple[KafkaResource, SchemaRegistryResource]:
+def _resources(live: Live) -> tuple[KafkaResource, RegistryClient]:
     return (
         KafkaResource(bootstrap_servers=live.stack.bootstrap_servers),
-        SchemaRegistryResource(url=live.stack.schema_registry_url),
+        RegistryClient(live.stack.schema_registry_url),
     )
 
 

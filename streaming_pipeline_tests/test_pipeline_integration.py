@@ -85,7 +85,7 @@ def _table(spark, resources, name: str) -> pd.DataFrame:
 
 
 def _versions(spark, resources) -> dict[str, int | None]:
-    return {name: table_version(spark, resources["lakehouse"].table_path(name)) for name in TABLES}
+    return {name: table_version(resources["lakehouse"].table_path(name)) for name in TABLES}
 
 
 def _check_tables(spark, resources, rides: pd.DataFrame, pickups: pd.DataFrame) -> None:
@@ -162,12 +162,12 @@ def test_csv_rides_and_pickups_reach_every_table_exactly_and_reruns_change_nothi
     # More data later: rides after the sample's last pickup, and pickups near their dropoffs.
     options = SyntheticOptions(seed=7, start=datetime(2020, 7, 1, 2, 0, tzinfo=timezone.utc), mean_gap_seconds=30)
     more = list(synthetic_rides(40, options))
-    result = produce(pipeline_resources["kafka"], pipeline_resources["schema_registry"], RIDES_TOPIC,
+    result = produce(pipeline_resources["kafka"], pipeline_resources["schema_registry"].get_client(), RIDES_TOPIC,
                      rows_from_records(more), show_progress=False)
     assert (result.sent, result.failed) == (40, 0)
     more_pickups = [{"pu_location_id": r["do_location_id"], "pickup_datetime": r["dropoff_datetime"] + timedelta(minutes=2)}
                     for r in more[::4]]
-    result = produce(pipeline_resources["kafka"], pipeline_resources["schema_registry"], "pickup_locations",
+    result = produce(pipeline_resources["kafka"], pipeline_resources["schema_registry"].get_client(), "pickup_locations",
                      rows_from_records(more_pickups), show_progress=False)
     assert (result.sent, result.failed) == (len(more_pickups), 0)
 

@@ -18,7 +18,7 @@ from confluent_kafka.serialization import MessageField, SerializationContext
 
 from streaming_pipeline.cli import main
 from streaming_pipeline.errors import BrokerUnavailableError
-from streaming_pipeline.resources import SchemaRegistryResource
+from streaming_pipeline.registry_client import RegistryClient
 from streaming_pipeline.settings import RIDES_TOPIC
 
 pytestmark = pytest.mark.integration
@@ -82,7 +82,7 @@ def test_csv_rides_round_trip_every_field_and_keys_pick_partitions(kafka_stack, 
     consumer.close()
     assert len(messages) == len(expected) == 266
 
-    registry = SchemaRegistryResource(url=kafka_stack.schema_registry_url)
+    registry = RegistryClient(kafka_stack.schema_registry_url)
     values, keys = registry.deserializer(), registry.deserializer()
     decoded = []
     partitions_by_key: dict[int, set[int]] = {}

@@ -116,14 +116,14 @@ def test_sensor_requests_a_run_per_tick_with_unique_keys_while_records_wait(pipe
     assert not empty.run_requests and "no new records" in empty.skip_reason.skip_message
 
     rides = rows_from_records(synthetic_rides(4, SyntheticOptions(seed=1)))
-    assert produce(pipeline_resources["kafka"], pipeline_resources["schema_registry"], RIDES_TOPIC, rides,
+    assert produce(pipeline_resources["kafka"], pipeline_resources["schema_registry"].get_client(), RIDES_TOPIC, rides,
                    show_progress=False).sent == 4
     few = sensor(dg.build_sensor_context(resources=resources, instance=instance, cursor=empty.cursor))
     assert not few.run_requests and "4 record(s) wait; waiting for 10" in few.skip_reason.skip_message
     assert few.asset_events[0].metadata["consumer_lag"].value == 4
 
     rides = rows_from_records(synthetic_rides(6, SyntheticOptions(seed=2)))
-    produce(pipeline_resources["kafka"], pipeline_resources["schema_registry"], RIDES_TOPIC, rides, show_progress=False)
+    produce(pipeline_resources["kafka"], pipeline_resources["schema_registry"].get_client(), RIDES_TOPIC, rides, show_progress=False)
     first = sensor(dg.build_sensor_context(resources=resources, instance=instance, cursor=few.cursor))
     snapshot = ",".join(f"{p}:{o}" for p, o in sorted(pipeline_resources["kafka"].end_offsets(RIDES_TOPIC).items()))
     assert [r.run_key for r in first.run_requests] == [f"{RIDES_TOPIC}@{snapshot}#1"]

@@ -41,7 +41,7 @@ def amount_branches(context: dg.AssetExecutionContext, spark: SparkResource, lak
     """One stream from raw_rides, branched per micro-batch; a ride with no total_amount goes to neither table
     and is counted. Exactly once: both appends are idempotent per micro-batch."""
     session = spark.get_session()
-    if not table_exists(session, lakehouse.table_path(RAW_RIDES)):
+    if not table_exists(lakehouse.table_path(RAW_RIDES)):
         context.log.warning("raw_rides does not exist yet: nothing to branch")
         for name in (HIGH_AMOUNT, LOW_AMOUNT):
             yield dg.MaterializeResult(asset_key=name, metadata={"skipped": "raw_rides does not exist yet"})

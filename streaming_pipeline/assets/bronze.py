@@ -5,7 +5,8 @@ import dagster as dg
 from streaming_pipeline.assets import tables
 from streaming_pipeline.assets.metadata import OWNERS, checkpoint_pool, delta_table_metadata, step_priority
 from streaming_pipeline.delta_tables import read_table, table_exists
-from streaming_pipeline.kafka_ingestion import DEAD_LETTER_SCHEMA_DDL, DEAD_LETTER_TABLE, BronzeRunResult, ingest_topic
+from streaming_pipeline.bronze_batches import DEAD_LETTER_SCHEMA_DDL, DEAD_LETTER_TABLE
+from streaming_pipeline.kafka_ingestion import BronzeRunResult, ingest_topic
 from streaming_pipeline.offsets import consumed_offsets
 from streaming_pipeline.resources import KafkaResource, LakehouseResource, SchemaRegistryResource, SparkResource
 from streaming_pipeline.settings import PICKUPS_TOPIC, RIDES_TOPIC
@@ -109,7 +110,7 @@ def dead_letter_records(
     good rows; this asset makes sure the table exists and reports what is in it."""
     session = spark.get_session()
     path = lakehouse.table_path(DEAD_LETTER_TABLE)
-    if not table_exists(session, path):
+    if not table_exists(path):
         session.createDataFrame([], DEAD_LETTER_SCHEMA_DDL).write.format("delta").mode("append").save(path)
     from pyspark.sql import functions as F
 

@@ -61,7 +61,7 @@ def rides_enriched(context: dg.AssetExecutionContext, spark: SparkResource, lake
     with a broadcast of taxi_zones. An unknown location id keeps its ride, with null zone columns, and is
     counted. Rides keep the zones they were enriched with when the lookup changes later."""
     session = spark.get_session()
-    missing = [n for n in (RAW_RIDES, TAXI_ZONES) if not table_exists(session, lakehouse.table_path(n))]
+    missing = [n for n in (RAW_RIDES, TAXI_ZONES) if not table_exists(lakehouse.table_path(n))]
     if missing:
         context.log.warning(f"{', '.join(missing)} not created yet: nothing to enrich")
         return dg.MaterializeResult(metadata={"skipped": f"{', '.join(missing)} does not exist yet"})

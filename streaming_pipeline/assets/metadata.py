@@ -46,7 +46,7 @@ def delta_table_metadata(spark: SparkSession, path: str, *, preview_order: list[
     `preview_order` sorts the preview, which scans the table: only for tables that stay small. Large tables
     preview any 10 rows, so that a run's cost follows its new data, not the table's history.
     """
-    version = table_version(spark, path)
+    version = table_version(path)
     if version is None:
         return {"table_path": dg.MetadataValue.path(path), "delta_version": dg.MetadataValue.text("table not created yet"), "dagster/row_count": 0}
     frame = read_table(spark, path)

@@ -5,7 +5,6 @@ import dagster as dg
 from streaming_pipeline.assets import tables
 from streaming_pipeline.assets.bronze import raw_pickup_locations, raw_rides
 from streaming_pipeline.assets.metadata import OWNERS, checkpoint_pool, delta_table_metadata, step_priority
-from streaming_pipeline.charts import png_markdown, window_chart_png
 from streaming_pipeline.delta_streams import (
     JOIN_LATE_ROWS,
     JOINS,
@@ -23,8 +22,8 @@ from streaming_pipeline.resources import LakehouseResource, SparkResource
 MAX_CHART_WINDOWS = 200
 
 
-def _sources_missing(context: dg.AssetExecutionContext, spark, lakehouse: LakehouseResource, *names: str) -> list[str]:
-    missing = [n for n in names if not table_exists(spark, lakehouse.table_path(n))]
+def _sources_missing(context: dg.AssetExecutionContext, lakehouse: LakehouseResource, *names: str) -> list[str]:
+    missing = [n for n in names if not table_exists(lakehouse.table_path(n))]
     if missing:
         context.log.warning(f"source table(s) {', '.join(missing)} not created yet: nothing to stream")
     return missing
@@ -51,7 +50,7 @@ def _stream_metadata(report) -> dict:
 def vendor_counts(context: dg.AssetExecutionContext, spark: SparkResource, lakehouse: LakehouseResource) -> dg.MaterializeResult:
     """Number of rides per vendor over everything ingested (a running count, stream/table duality)."""
     session = spark.get_session()
-    if _sources_missing(context, session, lakehouse, RAW_RIDES):
+    if _sources_missing(context, lakehouse, RAW_RIDES):
         return dg.MaterializeResult(metadata={"skipped": "raw_rides does not exist yet"})
     report = update_vendor_counts(session, lakehouse, log=context.log)
     return dg.MaterializeResult(
@@ -77,13 +76,15 @@ def ride_window_aggregates(
     time, upserted as they change; `is_final` once the watermark (RIDE_WATERMARK_DELAY) passed the
     window end; rides arriving after that are counted in `late_trip_count`, never dropped silently."""
     session = spark.get_session()
-    if _sources_missing(context, session, lakehouse, RAW_RIDES):
+    if _sources_missing(context, lakehouse, RAW_RIDES):
         return dg.MaterializeResult(metadata={"skipped": "raw_rides does not exist yet"})
     result = update_ride_window_aggregates(session, lakehouse, log=context.log)
     path = lakehouse.table_path(WINDOWS)
     metadata = {**_stream_metadata(result.report), **delta_table_metadata(session, path, preview_order=["window_start", "vendor_id"])}
-    if table_exists(session, path):
+    if table_exists(path):
         from pyspark.sql import functions as F
+
+        from streaming_pipeline.charts import png_markdown, window_chart_png  # matplotlib: only when drawing
 
         frame = read_table(session, path)
         totals = frame.agg(F.sum("late_trip_count").alias("late"), F.sum(F.col("is_final").cast("int")).alias("final")).collect()[0]
@@ -158,7 +159,7 @@ _JOIN_SPEC = dict(
 def ride_pickup_joins(context: dg.AssetExecutionContext, spark: SparkResource, lakehouse: LakehouseResource):
     """The stream-stream join, and the count of rows its watermark dropped."""
     session = spark.get_session()
-    if _sources_missing(context, session, lakehouse, RAW_RIDES, RAW_PICKUPS):
+    if _sources_missing(context, lakehouse, RAW_RIDES, RAW_PICKUPS):
         for name in (JOINS, JOIN_LATE_ROWS):
             yield dg.MaterializeResult(asset_key=name, metadata={"skipped": "raw_rides or raw_pickup_locations does not exist yet"})
         return
@@ -167,7 +168,7 @@ def ride_pickup_joins(context: dg.AssetExecutionContext, spark: SparkResource, l
     if result.watermark is not None:
         late["join_watermark"] = dg.MetadataValue.text(str(result.watermark))
     late_path = lakehouse.table_path(JOIN_LATE_ROWS)
-    if table_exists(session, late_path):
+    if table_exists(late_path):
         from pyspark.sql import functions as F
 
         total = read_table(session, late_path).agg(F.sum("rows_dropped_by_watermark")).collect()[0][0]

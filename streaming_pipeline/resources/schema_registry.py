@@ -1,17 +1,15 @@
-"""Schema Registry resource: confluent-kafka's client, Avro serializers and deserializers."""
+"""Schema Registry resource: configuration for `registry_client.RegistryClient` (confluent-kafka's client), which
+is imported when a run first uses it, not when Dagster loads the definitions."""
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING
 
 import dagster as dg
-from confluent_kafka.schema_registry import Schema, SchemaRegistryClient, SchemaRegistryError
-from confluent_kafka.schema_registry.avro import AvroDeserializer, AvroSerializer
 from pydantic import Field, PrivateAttr
 
-from streaming_pipeline.errors import RegistryUnavailableError, SchemaRejectedError
-
-SCHEMA_NOT_FOUND = 40403
+if TYPE_CHECKING:
+    from streaming_pipeline.registry_client import RegistryClient
 
 
 class SchemaRegistryResource(dg.ConfigurableResource):
@@ -23,89 +21,12 @@ class SchemaRegistryResource(dg.ConfigurableResource):
     )
     timeout_seconds: int = Field(default=10, description="Bound on each registry request.")
 
-    _client: SchemaRegistryClient | None = PrivateAttr(default=None)
+    _client: RegistryClient | None = PrivateAttr(default=None)
 
-    def client(self) -> SchemaRegistryClient:
+    def get_client(self) -> RegistryClient:
+        """One client per resource instance, so its schema cache lasts as long as the run."""
+        from streaming_pipeline.registry_client import RegistryClient  # confluent-kafka's client loads in 0.7 s
+
         if self._client is None:
-            config: dict[str, Any] = {"url": self.url, "timeout": self.timeout_seconds}
-            if self.basic_auth_user_info:
-                config["basic.auth.user.info"] = self.basic_auth_user_info
-            self._client = SchemaRegistryClient(config)
+            self._client = RegistryClient(self.url, self.basic_auth_user_info, self.timeout_seconds)
         return self._client
-
-    def _unavailable(self, exc: Exception) -> RegistryUnavailableError:
-        return RegistryUnavailableError(f"schema registry at {self.url} did not answer: {type(exc).__name__}: {exc}")
-
-    def register(self, subject: str, schema_str: str) -> int:
-        """Register (or find) `schema_str` under `subject`; refuse loudly when the registry rejects it."""
-        try:
-            return self.client().register_schema(subject, Schema(schema_str, "AVRO"))
-        except SchemaRegistryError as exc:
-            raise SchemaRejectedError(
-                f"schema registry at {self.url} rejected the schema for subject {subject!r}: "
-                f"HTTP {exc.http_status_code}, error {exc.error_code}: {exc.error_message}"
-            ) from exc
-        except Exception as exc:  # connection refused, timeout: the client raises transport errors as-is
-            raise self._unavailable(exc) from exc
-
-    def schema_by_id(self, schema_id: int) -> str | None:
-        """Writer schema text for `schema_id`, or None when the registry does not know the id."""
-        try:
-            return self.client().get_schema(schema_id).schema_str
-        except SchemaRegistryError as exc:
-            if exc.error_code == SCHEMA_NOT_FOUND or exc.http_status_code == 404:
-                return None
-            raise self._unavailable(exc) from exc
-        except Exception as exc:
-            raise self._unavailable(exc) from exc
-
-    def subject_schemas(self, subject: str) -> dict[int, str]:
-        """{schema id: schema text} of every version of `subject`, soft-deleted ones included so that
-        records written with them stay readable; {} when the subject does not exist."""
-        client = self.client()
-        try:
-            versions = client.get_versions(subject, deleted=True)
-            schemas: dict[int, str] = {}
-            for version in versions:
-                registered = client.get_version(subject, version, deleted=True)
-                schemas[registered.schema_id] = registered.schema.schema_str
-            return schemas
-        except SchemaRegistryError as exc:
-            if exc.http_status_code == 404:
-                return {}
-            raise self._unavailable(exc) from exc
-        except Exception as exc:
-            raise self._unavailable(exc) from exc
-
-    def latest(self, subject: str) -> tuple[int, str] | None:
-        """(id, schema text) of the newest live version of `subject`, or None when the subject does not exist.
-
-        Asked of the registry each time: the client's own `get_latest_version` caches with no expiry, so a
-        long-lived client would never see a version registered later. The version itself is immutable and
-        comes from the client's cache.
-        """
-        client = self.client()
-        try:
-            versions = client.get_versions(subject)
-            if not versions:
-                return None
-            registered = client.get_version(subject, max(versions))
-        except SchemaRegistryError as exc:
-            if exc.http_status_code == 404:
-                return None
-            raise self._unavailable(exc) from exc
-        except Exception as exc:
-            raise self._unavailable(exc) from exc
-        return registered.schema_id, registered.schema.schema_str
-
-    def serializer(self, schema_str: str, *, auto_register: bool = False) -> AvroSerializer:
-        """A Confluent-wire-format Avro serializer for `schema_str` (registered beforehand by `register`)."""
-        return AvroSerializer(
-            self.client(),
-            schema_str,
-            conf={"auto.register.schemas": auto_register, "use.latest.version": False},
-        )
-
-    def deserializer(self, reader_schema_str: str | None = None) -> AvroDeserializer:
-        """Decodes with each message's writer schema, resolved to `reader_schema_str` when given."""
-        return AvroDeserializer(self.client(), reader_schema_str)

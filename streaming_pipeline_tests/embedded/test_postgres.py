@@ -394,7 +394,8 @@ def test_sensor_runs_and_materializations_are_recorded_in_postgres(
 
     from streaming_pipeline.definitions import defs
     from streaming_pipeline.producer import produce, rows_from_records
-    from streaming_pipeline.resources import KafkaResource, SchemaRegistryResource
+    from streaming_pipeline.registry_client import RegistryClient
+    from streaming_pipeline.resources import KafkaResource
     from streaming_pipeline.settings import RIDES_TOPIC
     from streaming_pipeline.synthetic import SyntheticOptions, synthetic_rides
 
@@ -405,7 +406,7 @@ def test_sensor_runs_and_materializations_are_recorded_in_postgres(
     rides = list(synthetic_rides(6, SyntheticOptions(seed=606)))
     result = produce(
         KafkaResource(bootstrap_servers=stack.bootstrap_servers),
-        SchemaRegistryResource(url=stack.schema_registry_url),
+        RegistryClient(stack.schema_registry_url),
         RIDES_TOPIC,
         rows_from_records(rides),
         show_progress=False,

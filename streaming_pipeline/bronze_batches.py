@@ -1,0 +1,168 @@
+"""The foreachBatch handler of the bronze tables: decode one micro-batch of Confluent Avro, append its rows
+exactly once, and its undecodable records to the dead-letter table.
+
+The handler runs where Spark calls it: in this process for an in-process session, in a Python worker of the
+Spark Connect server otherwise, which unpickles it and so imports this module. So the module imports no Dagster
+(a worker starts faster without it), and the handler holds plain data only (no resource, session, client or
+logger). What it did comes back through the Delta log: each commit carries a marker (`userMetadata`) naming
+the writer and the batch, and its row count.
+
+Exactly once: every Delta append of a micro-batch carries (txnAppId, txnVersion=batch id), so a batch replayed
+after a crash is skipped by the tables that already have it. The txnAppId names the checkpoint
+(`bronze:<asset>:<checkpoint id>`), so a new checkpoint never inherits the batch ids of an old one.
+"""
+
+from __future__ import annotations
+
+import uuid
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from streaming_pipeline.delta_tables import append_once
+from streaming_pipeline.errors import RegistryUnavailableError
+from streaming_pipeline.offsets import bronze_app_prefix, checkpoint_batch_offsets, checkpoint_id, delta_markers
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame
+
+    from streaming_pipeline.registry_client import RegistryClient
+
+DEAD_LETTER_TABLE = "dead_letter_records"
+DEAD_LETTER_SCHEMA_DDL = (
+    "kafka_topic STRING, kafka_partition INT, kafka_offset BIGINT, raw_key BINARY, raw_value BINARY, "
+    "error STRING, failed_at TIMESTAMP"
+)
+
+_REGISTRIES: dict[tuple[str, str | None], RegistryClient] = {}
+
+
+def _registry(url: str, basic_auth_user_info: str | None) -> RegistryClient:
+    """One registry client per worker process, reused across micro-batches (its schema cache too)."""
+    from streaming_pipeline.registry_client import RegistryClient
+
+    key = (url, basic_auth_user_info)
+    if key not in _REGISTRIES:
+        _REGISTRIES[key] = RegistryClient(url=url, basic_auth_user_info=basic_auth_user_info)
+    return _REGISTRIES[key]
+
+
+@dataclass
+class BronzeBatchWriter:
+    """The foreachBatch handler of one bronze table.
+
+    One pass decodes the micro-batch and appends the good rows while an Observation counts the rest; only
+    a batch with undecodable records is decoded again, for the dead letters. Writer schemas are the versions
+    of the topic's value subject (topic name strategy), looked up per batch so that a version registered
+    mid-run is read with its own fields; a record whose schema id is not one of them is a dead letter.
+    """
+
+    registry_url: str
+    registry_auth: str | None
+    subject: str
+    fallback_reader_schema: str
+    table_path: str
+    dead_letter_path: str
+    asset_name: str
+    checkpoint_dir: str
+
+    def __call__(self, batch: DataFrame, batch_id: int) -> None:
+        from pyspark.sql import Observation
+        from pyspark.sql import functions as F
+
+        from streaming_pipeline.transformations import (
+            bronze_rows,
+            dead_letter_rows,
+            decode_avro_frames,
+            split_confluent_frames,
+        )
+
+        registry = _registry(self.registry_url, self.registry_auth)
+        cp_id = checkpoint_id(self.checkpoint_dir)
+        app_id = bronze_app_id(self.asset_name, cp_id)
+        written = _committed_batch(self.table_path, app_id, batch_id)
+        if written is not None and "writer_schema_ids" in written:
+            # A batch replayed after a crash, whose rows are in the table already: its dead letters must come from
+            # the same decoding as its rows (the schemas of that attempt), not from what the registry holds today.
+            writer_schemas, reader_schema = self._schemas_of(registry, written, batch_id)
+        else:
+            writer_schemas, reader_schema = self._current_schemas(registry, batch, batch_id)
+        # The marker records the checkpoint, this batch's end offsets (what the table has consumed, readable from
+        # the Delta log by the sensor and the checks on any storage) and the schemas its records were decoded with.
+        extra = {
+            "checkpoint_id": cp_id,
+            "kafka_offsets": checkpoint_batch_offsets(self.checkpoint_dir, batch_id),
+            "writer_schema_ids": sorted(writer_schemas),
+            "reader_schema_id": _schema_id_of(writer_schemas, reader_schema),
+        }
+        decoded = decode_avro_frames(split_confluent_frames(batch), writer_schemas, reader_schema)
+        attempt = uuid.uuid4().hex
+        observation = Observation(f"bronze-{batch_id}-{attempt}")
+        observed = decoded.observe(
+            observation,
+            F.count(F.lit(1)).alias("records"),
+            F.count(F.when(F.col("error").isNull(), 1)).alias("good"),
+        )
+        written_now = append_once(
+            bronze_rows(observed), self.table_path, app_id, batch_id, attempt, extra=extra, merge_schema=True
+        )
+        # Delta skips an append whose txnVersion it already has (a batch replayed after a crash) without running
+        # the query; the Observation is only read when this very attempt committed.
+        if written_now:
+            metrics = observation.get
+            if int(metrics["records"]) == int(metrics["good"]):
+                return
+        append_once(dead_letter_rows(decoded), self.dead_letter_path, dead_letter_app_id(app_id), batch_id, attempt, extra=extra)
+
+    def _current_schemas(self, registry: RegistryClient, batch: DataFrame, batch_id: int) -> tuple[dict[int, str], str]:
+        """The versions of the subject now (writer schemas by id) and the latest one (the reader schema)."""
+        writer_schemas = registry.subject_schemas(self.subject)
+        if not writer_schemas and not batch.isEmpty():
+            # An emptied or wrong registry would turn every record into a dead letter while the checkpoint
+            # moves on: stop the stream instead, before anything of this batch is written.
+            raise RegistryUnavailableError(
+                f"the schema registry at {self.registry_url} has no versions of subject {self.subject!r}, so no "
+                f"record of micro-batch {batch_id} could be decoded; check SCHEMA_REGISTRY_URL, or register the "
+                "schema (`streaming-pipeline produce` does). Nothing was written and the batch will be read again."
+            )
+        latest = registry.latest(self.subject)
+        return writer_schemas, latest[1] if latest else self.fallback_reader_schema
+
+    def _schemas_of(self, registry: RegistryClient, marker: dict[str, Any], batch_id: int) -> tuple[dict[int, str], str]:
+        """The writer and reader schemas a committed batch was decoded with, by their ids (ids never change meaning)."""
+        ids = [int(i) for i in marker["writer_schema_ids"]]
+        reader_id = marker.get("reader_schema_id")
+        texts = {i: registry.schema_by_id(i) for i in {*ids, *([int(reader_id)] if reader_id is not None else [])}}
+        missing = sorted(i for i, text in texts.items() if text is None)
+        if missing:
+            raise RegistryUnavailableError(
+                f"micro-batch {batch_id} of {self.asset_name} is being replayed after a crash and was decoded with "
+                f"schema ids {missing}, which the schema registry at {self.registry_url} no longer knows; its dead "
+                "letters cannot be derived as its rows were. Restore those schemas (or the registry's data) and run again."
+            )
+        writer_schemas = {i: str(texts[i]) for i in ids}
+        return writer_schemas, str(texts[int(reader_id)]) if reader_id is not None else self.fallback_reader_schema
+
+
+def _committed_batch(table_path: str, app_id: str, batch_id: int) -> dict[str, Any] | None:
+    """The marker of batch `batch_id` of writer `app_id` when the table has it already (a replay), else None.
+    Reads the newest commits of the Delta log until the writer's latest one (its batches commit in order)."""
+    for marker in delta_markers(table_path) or []:
+        if marker.metadata.get("app_id") == app_id:
+            return marker.metadata if marker.metadata.get("batch_id") == batch_id else None
+    return None
+
+
+def _schema_id_of(writer_schemas: dict[int, str], reader_schema: str) -> int | None:
+    """The id of the reader schema: one of the writer schemas (the latest version), else None (the fallback)."""
+    matches = [schema_id for schema_id, text in writer_schemas.items() if text == reader_schema]
+    return max(matches) if matches else None
+
+
+def bronze_app_id(asset_name: str, checkpoint: str | None) -> str:
+    """The Delta txnAppId of a bronze query: one per checkpoint, so a new checkpoint never inherits the
+    batch ids of an old one."""
+    return f"{bronze_app_prefix(asset_name)}{checkpoint}"
+
+
+def dead_letter_app_id(app_id: str) -> str:
+    return f"{app_id}->{DEAD_LETTER_TABLE}"
