@@ -8,11 +8,11 @@ import signal
 import sys
 import threading
 import time
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from confluent_kafka import KafkaError, KafkaException
+from confluent_kafka import KafkaError, KafkaException, Producer
 from confluent_kafka.serialization import MessageField, SerializationContext
 from tqdm import tqdm
 
@@ -22,6 +22,9 @@ from streaming_pipeline.resources.kafka import KafkaResource
 from streaming_pipeline.registry_client import RegistryClient
 from streaming_pipeline.schemas import TOPIC_SCHEMA_FILES, key_subject, load_schema, value_subject
 from streaming_pipeline.settings import PICKUPS_TOPIC, RIDES_TOPIC
+
+if TYPE_CHECKING:
+    from confluent_kafka.schema_registry.avro import AvroSerializer
 
 ACKS = ("0", "1", "all")
 MAX_REPORTED_ERRORS = 20
@@ -126,21 +129,64 @@ def produce(
     so the result counts every record that reached the topic and says `interrupted`; a second Ctrl-C
     aborts the flush. Without it, KeyboardInterrupt propagates as usual (the demo and the benchmark abort).
     """
+    _check_arguments(topic, acks)
+    encoder = _set_up_topic(kafka, registry, topic, partitions, value_schema)
+    config = _producer_config(kafka, acks)
+    # librdkafka's own log lines (e.g. "coordinator load in progress: retrying" on a fresh broker) go to logging;
+    # what matters reaches the user through the delivery reports and the summary.
+    producer = kafka.producer(**config, logger=_LIBRDKAFKA_LOG)
+    result = ProduceResult(topic=topic)
+    progress = tqdm(total=total, unit="rec", desc=f"producing {topic}", disable=not show_progress, file=sys.stderr)
+    try:
+        with _ctrl_c_requests_stop(stop_on_interrupt) as stop:
+            _send_rows(producer, encoder, rows, result, _Pacer(rate), progress, stop)
+        remaining = producer.flush(timeout=config["message.timeout.ms"] / 1000 + 5)
+        if remaining:
+            result.failed += remaining
+            result.errors.append(f"{remaining} record(s) still undelivered when the flush timed out")
+    finally:
+        progress.close()
+    return result
+
+
+def _check_arguments(topic: str, acks: str) -> None:
     if topic not in TOPIC_SCHEMA_FILES:
         raise ConfigurationError(f"unknown topic {topic!r}; choose one of {', '.join(TOPIC_SCHEMA_FILES)}")
     if acks not in ACKS:
         raise ConfigurationError(f"--acks must be one of {', '.join(ACKS)}, got {acks!r}")
+
+
+@dataclass
+class _Encoder:
+    """Key and value of a topic's records in the Confluent wire format, with the topic's registered schemas."""
+
+    topic: str
+    key_field: str
+    key_serializer: AvroSerializer
+    value_serializer: AvroSerializer
+
+    def encode(self, record: Record) -> tuple[bytes | None, bytes]:
+        key = record.get(self.key_field)
+        key_context = SerializationContext(self.topic, MessageField.KEY)
+        key_bytes = None if key is None else self.key_serializer(key, key_context)
+        return key_bytes, self.value_serializer(record, SerializationContext(self.topic, MessageField.VALUE))
+
+
+def _set_up_topic(
+    kafka: KafkaResource, registry: RegistryClient, topic: str, partitions: int, value_schema: str | None
+) -> _Encoder:
+    """Create the topic when missing and register its key and value schemas; the encoder for its records."""
     key_file, value_file = TOPIC_SCHEMA_FILES[topic]
     key_schema = load_schema(key_file)
     value_schema = value_schema or load_schema(value_file)
-
     kafka.ensure_topic(topic, partitions=partitions)
     registry.register(key_subject(topic), key_schema)
     registry.register(value_subject(topic), value_schema)
-    key_serializer = registry.serializer(key_schema)
-    value_serializer = registry.serializer(value_schema)
+    return _Encoder(topic, KEY_FIELDS[topic], registry.serializer(key_schema), registry.serializer(value_schema))
 
-    producer_config: dict[str, Any] = {
+
+def _producer_config(kafka: KafkaResource, acks: str) -> dict[str, Any]:
+    config: dict[str, Any] = {
         "acks": acks,
         "linger.ms": 20,
         "batch.num.messages": 10000,
@@ -148,55 +194,61 @@ def produce(
         "queue.buffering.max.messages": 200000,
     }
     if acks == "all":
-        producer_config["enable.idempotence"] = True
-    # librdkafka's own log lines (e.g. "coordinator load in progress: retrying" on a fresh broker) go to logging;
-    # what matters reaches the user through the delivery reports and the summary.
-    producer = kafka.producer(**producer_config, logger=_LIBRDKAFKA_LOG)
-    result = ProduceResult(topic=topic)
-    key_field = KEY_FIELDS[topic]
-    pacer = _Pacer(rate)
+        config["enable.idempotence"] = True
+    return config
+
+
+def _send_rows(
+    producer: Producer,
+    encoder: _Encoder,
+    rows: Iterable[CsvRow],
+    result: ProduceResult,
+    pacer: _Pacer,
+    progress: tqdm,
+    stop: threading.Event,
+) -> None:
+    """Encode and send each good row, counting the bad ones, until the rows end or a stop is requested."""
 
     def on_delivery(err: KafkaError | None, msg: Any) -> None:
         if err is None:
             result.sent += 1
         else:
-            result.fail(f"delivery to {topic} failed: {err.str()}")
+            result.fail(f"delivery to {encoder.topic} failed: {err.str()}")
 
-    progress = tqdm(total=total, unit="rec", desc=f"producing {topic}", disable=not show_progress, file=sys.stderr)
-    key_context = SerializationContext(topic, MessageField.KEY)
-    value_context = SerializationContext(topic, MessageField.VALUE)
-    try:
-        with _ctrl_c_requests_stop(stop_on_interrupt) as stop:
-            for row in rows:
-                if stop.is_set():
-                    result.interrupted = True
-                    break
-                progress.update(1)
-                if row.record is None:
-                    result.fail(row.error or f"line {row.line_number}: malformed")
-                    continue
-                try:
-                    key = row.record.get(key_field)
-                    key_bytes = None if key is None else key_serializer(key, key_context)
-                    value_bytes = value_serializer(row.record, value_context)
-                except Exception as exc:  # a record the schema cannot encode
-                    result.fail(f"line {row.line_number}: cannot encode as Avro: {exc}")
-                    continue
-                pacer.wait()
-                while True:
-                    try:
-                        producer.produce(topic, key=key_bytes, value=value_bytes, on_delivery=on_delivery)
-                        break
-                    except BufferError:
-                        producer.poll(0.1)  # local queue full: wait for deliveries
-                    except KafkaException as exc:
-                        result.fail(f"line {row.line_number}: {exc}")
-                        break
-                producer.poll(0)
-        remaining = producer.flush(timeout=producer_config["message.timeout.ms"] / 1000 + 5)
-        if remaining:
-            result.failed += remaining
-            result.errors.append(f"{remaining} record(s) still undelivered when the flush timed out")
-    finally:
-        progress.close()
-    return result
+    for row in rows:
+        if stop.is_set():
+            result.interrupted = True
+            return
+        progress.update(1)
+        if row.record is None:
+            result.fail(row.error or f"line {row.line_number}: malformed")
+            continue
+        try:
+            key_bytes, value_bytes = encoder.encode(row.record)
+        except Exception as exc:  # a record the schema cannot encode
+            result.fail(f"line {row.line_number}: cannot encode as Avro: {exc}")
+            continue
+        pacer.wait()
+        _send(producer, encoder.topic, key_bytes, value_bytes, on_delivery, result, row.line_number)
+        producer.poll(0)
+
+
+def _send(
+    producer: Producer,
+    topic: str,
+    key: bytes | None,
+    value: bytes,
+    on_delivery: Callable[[KafkaError | None, Any], None],
+    result: ProduceResult,
+    line_number: int,
+) -> None:
+    """Hand one record to librdkafka, waiting for deliveries while its local queue is full."""
+    while True:
+        try:
+            producer.produce(topic, key=key, value=value, on_delivery=on_delivery)
+            return
+        except BufferError:
+            producer.poll(0.1)
+        except KafkaException as exc:
+            result.fail(f"line {line_number}: {exc}")
+            return
