@@ -98,6 +98,46 @@ def _recent_failures(context: dg.SensorEvaluationContext, sensor_name: str) -> t
     return failures, time.time() - ended
 
 
+@dataclass(frozen=True)
+class _TopicState:
+    """What a tick reads: the topic's (earliest, end) offsets per partition and what the bronze table consumed."""
+
+    watermarks: dict[int, tuple[int, int]]
+    consumed: dict[int, int]
+
+    @property
+    def end_offsets(self) -> dict[int, int]:
+        return {p: high for p, (_, high) in self.watermarks.items()}
+
+    @property
+    def lag(self) -> dict[int, int]:
+        return consumer_lag(self.end_offsets, self.consumed)
+
+
+def _oldest_waiting_age(kafka: KafkaResource, topic: str, state: _TopicState) -> float | None:
+    """Seconds since the oldest record waiting to be consumed was produced (None when unreadable)."""
+    first_waiting = {p: state.consumed.get(p, 0) for p, n in state.lag.items() if n > 0}
+    timestamps = kafka.record_timestamps(topic, first_waiting)
+    return time.time() - min(timestamps.values()) if timestamps else None
+
+
+def _lag_observation(asset_key: dg.AssetKey, state: _TopicState) -> dg.AssetObservation:
+    return dg.AssetObservation(
+        asset_key=asset_key,
+        metadata={
+            "consumer_lag": dg.MetadataValue.int(sum(state.lag.values())),
+            "consumer_lag_by_partition": dg.MetadataValue.json({str(p): n for p, n in state.lag.items()}),
+            "end_offsets": dg.MetadataValue.json({str(p): o for p, o in state.end_offsets.items()}),
+        },
+    )
+
+
+def _run_request(topic: str, state: _TopicState, number: int) -> dg.RunRequest:
+    snapshot = ",".join(f"{p}:{o}" for p, o in sorted(state.end_offsets.items()))
+    # The request number makes every key unique: a key never stands in the way of retrying a failed run.
+    return dg.RunRequest(run_key=f"{topic}@{snapshot}#{number}", tags={"source_topic": topic})
+
+
 def build_offset_sensor(
     asset_key: dg.AssetKey, topic: str, job: dg.UnresolvedAssetJobDefinition, policy: SensorSettings
 ) -> dg.SensorDefinition:
@@ -118,61 +158,35 @@ def build_offset_sensor(
         context: dg.SensorEvaluationContext, kafka: KafkaResource, lakehouse: LakehouseResource
     ) -> dg.SensorResult | dg.SkipReason:
         cursor = json.loads(context.cursor) if context.cursor else {}
+        consumed = consumed_offsets(lakehouse.table_path(asset_name), asset_name, topic)
         try:
-            watermarks = kafka.watermark_offsets(topic)
+            state = _TopicState(kafka.watermark_offsets(topic), consumed)
+            problems = topic_problems(asset_name, topic, state.consumed, state.watermarks)
+            waiting = sum(state.lag.values())
+            if 0 < waiting < policy.min_records and not problems:
+                oldest_age = _oldest_waiting_age(kafka, topic, state)
+            else:
+                oldest_age = None
         except StreamingPipelineError as exc:
             return dg.SkipReason(f"Kafka is not reachable, will try again: {exc}")
-        end_offsets = {p: high for p, (_, high) in watermarks.items()}
-        consumed = consumed_offsets(lakehouse.table_path(asset_name), asset_name, topic)
-        problems = topic_problems(asset_name, topic, consumed, watermarks)
         if problems:
             # Every run would fail on it: say what is wrong and how to recover, and request nothing.
             return dg.SkipReason(problems.message())
-        lag = consumer_lag(end_offsets, consumed)
-        waiting = sum(lag.values())
-        events = []
-        if waiting != cursor.get("lag", 0):
-            events.append(
-                dg.AssetObservation(
-                    asset_key=asset_key,
-                    metadata={
-                        "consumer_lag": dg.MetadataValue.int(waiting),
-                        "consumer_lag_by_partition": dg.MetadataValue.json({str(p): n for p, n in lag.items()}),
-                        "end_offsets": dg.MetadataValue.json({str(p): o for p, o in end_offsets.items()}),
-                    },
-                )
-            )
-        oldest_age = None
-        if 0 < waiting < policy.min_records:
-            first_waiting = {p: consumed.get(p, 0) for p, n in lag.items() if n > 0}
-            try:
-                timestamps = kafka.record_timestamps(topic, first_waiting)
-            except StreamingPipelineError as exc:
-                return dg.SkipReason(f"Kafka is not reachable, will try again: {exc}")
-            oldest_age = time.time() - min(timestamps.values()) if timestamps else None
-        in_flight = waiting > 0 and _runs_on_checkpoint(context, asset_key, job.name)
+        events = [_lag_observation(asset_key, state)] if waiting != cursor.get("lag", 0) else []
         failures, since_failure = _recent_failures(context, sensor_name) if waiting else (0, None)
         decision = decide(
             waiting=waiting,
             oldest_age_seconds=oldest_age,
-            run_in_flight=in_flight,
+            run_in_flight=waiting > 0 and _runs_on_checkpoint(context, asset_key, job.name),
             consecutive_failures=failures,
             seconds_since_failure=since_failure,
             policy=policy,
         )
-        requests = int(cursor.get("requests", 0))
-        new_cursor = {"lag": waiting, "requests": requests + int(decision.request)}
-        if not decision.request:
-            return dg.SensorResult(
-                skip_reason=dg.SkipReason(f"{topic}: {decision.reason}"),
-                cursor=json.dumps(new_cursor),
-                asset_events=events,
-            )
-        snapshot = ",".join(f"{p}:{o}" for p, o in sorted(end_offsets.items()))
-        # The request number makes every key unique: a key never stands in the way of retrying a failed run.
+        requests = int(cursor.get("requests", 0)) + int(decision.request)
         return dg.SensorResult(
-            run_requests=[dg.RunRequest(run_key=f"{topic}@{snapshot}#{requests + 1}", tags={"source_topic": topic})],
-            cursor=json.dumps(new_cursor),
+            run_requests=[_run_request(topic, state, requests)] if decision.request else None,
+            skip_reason=None if decision.request else dg.SkipReason(f"{topic}: {decision.reason}"),
+            cursor=json.dumps({"lag": waiting, "requests": requests}),
             asset_events=events,
         )
 
