@@ -170,7 +170,7 @@ def run_bench(rides: int, json_path: Path | None) -> ThroughputResult:
         started = time.monotonic()
         produced = produce(
             resources["kafka"],
-            resources["schema_registry"],
+            resources["schema_registry"].get_client(),
             RIDES_TOPIC,
             rows_from_records(synthetic_rides(rides, SyntheticOptions(seed=1))),
             total=rides,
