@@ -40,4 +40,6 @@ def test_live_bench_measures_every_probe_through_dagster_dev(tmp_path) -> None:
     assert len(figures["raw_rides_seconds"]) == len(figures["vendor_counts_seconds"]) == 2
     assert all(raw <= gold for raw, gold in zip(figures["raw_rides_seconds"], figures["vendor_counts_seconds"]))
     assert figures["first_ride_to_raw_rides_seconds"] > 0 and figures["sensor_runs"] >= 1
+    # The sensor requests the run before the ride can be in raw_rides.
+    assert 0 < figures["produce_to_run_requested_p50_seconds"] < figures["raw_rides_p50_seconds"]
     assert figures["peak_engine_rss_mib"] > 0
