@@ -1,7 +1,8 @@
-"""Process helpers: find Java, start a detached background process, check and stop it by pid."""
+"""Process helpers: find Java, start a detached background process, check and stop it by pid; a file lock."""
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import os
 import re
@@ -10,7 +11,7 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 
 from streaming_pipeline.errors import JavaNotFoundError, StackError
@@ -261,3 +262,17 @@ def python_env_with_project() -> dict[str, str]:
     current = env.get("PYTHONPATH")
     env["PYTHONPATH"] = root + (os.pathsep + current if current else "")
     return env
+
+
+@contextlib.contextmanager
+def exclusive_lock(lock_file: Path) -> Iterator[None]:
+    """Hold an exclusive lock on ``lock_file`` (flock; made with its folder when missing): one process at a time."""
+    import fcntl
+
+    lock_file.parent.mkdir(parents=True, exist_ok=True)
+    with open(lock_file, "w") as handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)

@@ -43,7 +43,7 @@ from streaming_pipeline.embedded.ports import LOOPBACK, free_port, is_port_free
 from streaming_pipeline.embedded.dagster_home import write_dagster_yaml
 from streaming_pipeline.embedded.postgres import STANDARD_PORT as STANDARD_POSTGRES_PORT
 from streaming_pipeline.embedded.postgres import PostgresServer, server_url, stop_postgres, storage_config
-from streaming_pipeline.embedded.processes import find_java, pid_matches, stop_pid
+from streaming_pipeline.embedded.processes import exclusive_lock, find_java, pid_matches, stop_pid
 from streaming_pipeline.embedded.registry_process import REGISTRY_MODULE, SchemaRegistryProcess
 from streaming_pipeline.embedded.spark_connect import STANDARD_PORT as STANDARD_SPARK_CONNECT_PORT
 from streaming_pipeline.embedded.spark_connect import SparkConnectServer
@@ -268,17 +268,10 @@ class EmbeddedStack:
         tmp.write_text(json.dumps(state, indent=2, sort_keys=True) + "\n")
         tmp.replace(self.state_file)
 
-    @contextlib.contextmanager
-    def _locked(self) -> Iterator[None]:
-        import fcntl
-
-        self.directory.mkdir(parents=True, exist_ok=True)
-        with open(self.directory / ".stack.lock", "w") as handle:
-            fcntl.flock(handle, fcntl.LOCK_EX)
-            try:
-                yield
-            finally:
-                fcntl.flock(handle, fcntl.LOCK_UN)
+    @property
+    def _lock_file(self) -> Path:
+        """Held while ``up`` or ``down`` runs: one of them at a time per stack directory."""
+        return self.directory / ".stack.lock"
 
     def _running(self, state: dict[str, Any], name: str) -> bool:
         if name == "spark_cluster":
@@ -428,7 +421,7 @@ class EmbeddedStack:
         """
         say = progress or _quiet
         deadline = time.monotonic() + timeout
-        with self._locked():
+        with exclusive_lock(self._lock_file):
             state = self._load()
             state.setdefault("spark", {})["enabled"] = self.spark or bool(state.get("spark", {}).get("enabled"))
             wanted = ["kafka", "registry"] + (["spark"] if self._spark_enabled(state) else [])
@@ -698,7 +691,7 @@ class EmbeddedStack:
         when the stack has it (SIGINT); data and ports are kept. Returns True when something was running.
         """
         say = progress or _quiet
-        with self._locked():
+        with exclusive_lock(self._lock_file):
             state = self._load()
             if not state:
                 return False
