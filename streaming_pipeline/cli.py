@@ -7,7 +7,7 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-from streaming_pipeline.errors import StreamingPipelineError
+from streaming_pipeline.errors import StreamingPipelineError, exit_code
 
 
 def _add_connection_flags(parser: argparse.ArgumentParser) -> None:
@@ -262,14 +262,7 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
-    try:
-        return int(args.handler(args) or 0)
-    except StreamingPipelineError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 1
-    except KeyboardInterrupt:
-        print("interrupted", file=sys.stderr)
-        return 130
+    return exit_code(lambda: args.handler(args))
 
 
 if __name__ == "__main__":

@@ -1,6 +1,10 @@
-"""Project exceptions. Every message names what was wrong and where."""
+"""Project exceptions. Every message names what was wrong and where; :func:`exit_code` reports them on the
+command line."""
 
 from __future__ import annotations
+
+import sys
+from collections.abc import Callable
 
 
 class StreamingPipelineError(Exception):
@@ -45,3 +49,24 @@ class InputDataError(StreamingPipelineError):
 
 class QueryError(StreamingPipelineError):
     """A SQL query over the lakehouse failed; the message carries Spark's reason on one line."""
+
+
+def exit_code(command: Callable[[], int | None], *, first_line_only: bool = False) -> int:
+    """Run a command-line ``command`` and return its exit code (None counts as 0). The project's errors and the
+    operating system's (a folder that cannot be made) are one ``error:`` message on stderr and code 1, only the
+    first line of it with ``first_line_only``; Ctrl-C is ``error: interrupted`` and 130. Any other exception is a
+    bug and keeps its traceback."""
+    try:
+        return int(command() or 0)
+    except (StreamingPipelineError, OSError) as exc:
+        print(f"error: {first_line(exc) if first_line_only else exc}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        print("error: interrupted", file=sys.stderr)
+        return 130
+
+
+def first_line(exc: BaseException) -> str:
+    """The first non-blank line of ``exc``'s message (its class name when it has none)."""
+    lines = [line.strip() for line in str(exc).splitlines() if line.strip()]
+    return lines[0] if lines else type(exc).__name__

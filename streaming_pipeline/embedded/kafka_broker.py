@@ -16,23 +16,15 @@ from __future__ import annotations
 import base64
 import logging
 import subprocess
-import time
 import uuid
 from collections.abc import Callable, Mapping, Sequence
 from importlib import resources
 from pathlib import Path
-from types import TracebackType
+from typing import Self
 
 from streaming_pipeline.embedded import jars
-from streaming_pipeline.embedded.ports import LOOPBACK, free_ports, is_port_free, port_accepts
-from streaming_pipeline.embedded.processes import (
-    find_java,
-    output_since_last_start,
-    pid_alive,
-    start_background,
-    stop_pid,
-    tail,
-)
+from streaming_pipeline.embedded.ports import LOOPBACK, free_ports, port_accepts
+from streaming_pipeline.embedded.processes import ManagedProcess, find_java, log_header, output_since_last_start, tail
 from streaming_pipeline.errors import StackError
 
 DEFAULT_HEAP = "512m"
@@ -66,8 +58,10 @@ def _read_properties(path: Path) -> dict[str, str]:
     return result
 
 
-class EmbeddedKafkaBroker:
+class EmbeddedKafkaBroker(ManagedProcess):
     """One Kafka broker process (KRaft combined mode, node id 1) listening on ``host`` only."""
+
+    title = "the Kafka broker"
 
     def __init__(
         self,
@@ -82,6 +76,7 @@ class EmbeddedKafkaBroker:
         jvm_options: Sequence[str] = (),
         progress: Callable[[str], None] | None = None,
     ) -> None:
+        super().__init__()
         self.data_dir = Path(data_dir).resolve()
         self.host = host
         taken = [p for p in (port, controller_port) if p]
@@ -96,17 +91,12 @@ class EmbeddedKafkaBroker:
         self.extra_properties = dict(extra_properties or {})
         self.jvm_options = list(jvm_options)
         self._progress = progress
-        self._proc: subprocess.Popen[bytes] | None = None
 
     # ------------------------------------------------------------------ properties
 
     @property
     def bootstrap_servers(self) -> str:
         return f"{self.host}:{self.port}"
-
-    @property
-    def pid(self) -> int | None:
-        return self._proc.pid if self._proc is not None else None
 
     @property
     def log_file(self) -> Path:
@@ -126,10 +116,6 @@ class EmbeddedKafkaBroker:
     def kafka_log_dir(self) -> Path:
         """Where Kafka keeps topic data and the KRaft metadata log (``log.dirs``)."""
         return self.data_dir / "data"
-
-    @property
-    def running(self) -> bool:
-        return self._proc is not None and pid_alive(self._proc.pid)
 
     # ------------------------------------------------------------------ config
 
@@ -232,7 +218,7 @@ class EmbeddedKafkaBroker:
             raise StackError(f"could not format the Kafka storage in {self.kafka_log_dir}: {exc}") from exc
         output = (done.stdout or "") + (done.stderr or "")
         with open(self.output_file, "a") as out:
-            out.write(f"=== {time.strftime('%Y-%m-%d %H:%M:%S')} kafka storage format\n{output}")
+            out.write(log_header("kafka storage format") + output)
         if done.returncode != 0:
             last = "\n".join(output.strip().splitlines()[-15:])
             raise StackError(
@@ -248,13 +234,9 @@ class EmbeddedKafkaBroker:
 
     def _check_ports(self) -> None:
         for role, port in (("client (PLAINTEXT)", self.port), ("controller", self.controller_port)):
-            if not is_port_free(port, self.host):
-                raise StackError(
-                    f"cannot start the Kafka broker: port {port} on {self.host} (its {role} listener) "
-                    "is already in use by another process; stop that process or choose another port"
-                )
+            self._check_port_free(port, f" (its {role} listener)")
 
-    def start(self, timeout: float = 90.0) -> EmbeddedKafkaBroker:
+    def start(self, timeout: float = 90.0) -> Self:
         """Start the broker (formatting its storage the first time) and wait until it answers.
 
         Raises JavaNotFoundError, ArtifactResolutionError, or StackError naming the
@@ -268,76 +250,46 @@ class EmbeddedKafkaBroker:
         self._write_config()
         self._format_storage(java, classpath)
         command = self._java_command(java, classpath, jars.BROKER_MAIN_CLASS, str(self.properties_file))
-        started = time.monotonic()
-        self._proc = start_background(
-            command,
-            self.output_file,
-            cwd=self.data_dir,
-            label=f"kafka.Kafka {self.properties_file} (Kafka {jars.KAFKA_VERSION})",
-        )
-        try:
-            self._wait_ready(started + timeout)
-        except BaseException:
-            stop_pid(self._proc.pid, timeout=10)
-            raise
+        label = f"kafka.Kafka {self.properties_file} (Kafka {jars.KAFKA_VERSION})"
+        self._start_process(command, cwd=self.data_dir, label=label, timeout=timeout)
         return self
 
-    def _failure(self, what: str) -> StackError:
-        output = output_since_last_start(self.output_file, 15)
-        if not output.strip():
-            output = tail(self.log_file, 15)
-        return StackError(
-            f"the Kafka broker {what}. See its log {self.log_file} (process output: {self.output_file})."
-            + (f"\nLast lines:\n{output}" if output.strip() else "")
-        )
-
-    def _wait_ready(self, deadline: float) -> None:
+    def _readiness_probe(self) -> Callable[[], bool]:
+        """True once the broker lists itself in the cluster metadata (asked once its port accepts connections)."""
         from confluent_kafka import KafkaException
         from confluent_kafka.admin import AdminClient
 
-        assert self._proc is not None
         admin: AdminClient | None = None
-        while True:
-            code = self._proc.poll()
-            if code is not None:
-                raise self._failure(f"exited during start-up with code {code}")
-            if time.monotonic() > deadline:
-                raise self._failure(f"did not answer on {self.bootstrap_servers} in time")
-            if port_accepts(self.port, self.host):
-                if admin is None:
-                    admin = AdminClient(
-                        {
-                            "bootstrap.servers": self.bootstrap_servers,
-                            "socket.connection.setup.timeout.ms": 2000,
-                            "logger": _probe_logger,
-                        }
-                    )
-                try:
-                    metadata = admin.list_topics(timeout=2)
-                    if metadata.brokers:
-                        return
-                except KafkaException:
-                    pass
-            time.sleep(0.2)
 
-    def stop(self, timeout: float = 30.0) -> None:
-        """SIGTERM the broker (clean shutdown), SIGKILL after ``timeout`` seconds. Data is kept."""
-        if self._proc is None:
-            return
-        stop_pid(self._proc.pid, timeout=timeout)
-        self._proc.poll()
+        def ready() -> bool:
+            nonlocal admin
+            if not port_accepts(self.port, self.host):
+                return False
+            if admin is None:
+                admin = AdminClient(
+                    {
+                        "bootstrap.servers": self.bootstrap_servers,
+                        "socket.connection.setup.timeout.ms": 2000,
+                        "logger": _probe_logger,
+                    }
+                )
+            try:
+                return bool(admin.list_topics(timeout=2).brokers)
+            except KafkaException:
+                return False
 
-    def __enter__(self) -> EmbeddedKafkaBroker:
-        return self.start()
+        return ready
 
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.stop()
+    def _not_ready_in_time(self, timeout: float) -> str:
+        return f"did not answer on {self.bootstrap_servers} in time"
 
-    def __repr__(self) -> str:
-        state = f"pid {self.pid}" if self.running else "stopped"
-        return f"EmbeddedKafkaBroker({self.bootstrap_servers}, {self.data_dir}, {state})"
+    def _logs(self) -> str:
+        return f"{self.log_file} (process output: {self.output_file})"
+
+    def _last_lines(self) -> str:
+        """The process output since its start (JVM messages, broker errors), else the end of the broker log."""
+        output = output_since_last_start(self.output_file, 15)
+        return output if output.strip() else tail(self.log_file, 15)
+
+    def _described(self) -> tuple[object, ...]:
+        return (self.bootstrap_servers, self.data_dir)

@@ -56,17 +56,19 @@ import shutil
 import signal
 import stat
 import subprocess
-import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Self
 
 from streaming_pipeline.embedded.ports import LOOPBACK, is_port_free
 from streaming_pipeline.embedded.processes import (
+    ManagedProcess,
+    log_header,
     output_since_last_start,
     pid_alive,
-    start_background,
     stop_pid,
+    wait_gone,
 )
 from streaming_pipeline.errors import StackError
 
@@ -267,15 +269,6 @@ def _signal(pid: int, sig: int) -> None:
         os.kill(pid, sig)
 
 
-def _wait_gone(pid: int, timeout: float) -> bool:
-    deadline = time.monotonic() + timeout
-    while pid_alive(pid):
-        if time.monotonic() > deadline:
-            return False
-        time.sleep(0.1)
-    return True
-
-
 def stop_postgres(pid: int | None, timeout: float = 30.0) -> bool:
     """Fast shutdown: SIGINT to the server. When it has not exited within ``timeout`` s: SIGQUIT (immediate
     shutdown: the server stops its children itself), then, 5 s later, SIGKILL to it and its children.
@@ -283,10 +276,10 @@ def stop_postgres(pid: int | None, timeout: float = 30.0) -> bool:
     if not pid or not pid_alive(pid):
         return False
     _signal(pid, signal.SIGINT)
-    if _wait_gone(pid, timeout):
+    if wait_gone(pid, timeout):
         return False
     _signal(pid, signal.SIGQUIT)
-    if not _wait_gone(pid, 5.0):
+    if not wait_gone(pid, 5.0):
         children = server_children(pid)
         stop_pid(pid, timeout=0.0)  # SIGTERM then SIGKILL to the server's group
         for child in children:
@@ -294,8 +287,11 @@ def stop_postgres(pid: int | None, timeout: float = 30.0) -> bool:
     return True
 
 
-class PostgresServer:
+class PostgresServer(ManagedProcess):
     """A PostgreSQL server with its data under ``directory``, listening on ``host:port`` (loopback)."""
+
+    title = "PostgreSQL"
+    exited_during_start = "exited with code {code} while starting"
 
     def __init__(
         self,
@@ -306,15 +302,20 @@ class PostgresServer:
         log_dir: Path,
         binaries_root: Path = BINARIES_ROOT,
     ) -> None:
+        super().__init__()
         self.directory = Path(directory).resolve()
         self.port = int(port)
         self.host = host
-        self.log_file = Path(log_dir).resolve() / "postgres.log"
+        self.log_dir = Path(log_dir).resolve()
         self.binaries_root = binaries_root
         self.version: str | None = None
-        self._proc: subprocess.Popen[bytes] | None = None
 
     # ------------------------------------------------------------------ layout
+
+    @property
+    def log_file(self) -> Path:
+        """initdb's and the server's output."""
+        return self.log_dir / "postgres.log"
 
     @property
     def data_dir(self) -> Path:
@@ -334,10 +335,6 @@ class PostgresServer:
         return str(self.data_dir)
 
     @property
-    def pid(self) -> int | None:
-        return self._proc.pid if self._proc is not None else None
-
-    @property
     def url(self) -> str:
         """Where it answers, without a password: postgresql://dagster@127.0.0.1:PORT/dagster."""
         return server_url(self.host, self.port)
@@ -348,7 +345,7 @@ class PostgresServer:
 
     # ------------------------------------------------------------------ lifecycle
 
-    def start(self, timeout: float = 60.0) -> PostgresServer:
+    def start(self, timeout: float = 60.0) -> Self:
         """initdb when the data directory is new, start the server, wait until it accepts connections and create
         the ``dagster`` database when missing. Raises StackError naming the log file."""
         user = server_user(self.data_dir)
@@ -357,6 +354,17 @@ class PostgresServer:
         self._prepare(user)
         if not (self.data_dir / "PG_VERSION").is_file():
             self._initdb(binaries, user)
+        self._check_startable()
+        self._start_process(
+            user.command(self._command(binaries)),
+            env=_child_env(),
+            cwd=self.directory,
+            label=f"PostgreSQL {binaries.version} on {self.host}:{self.port} (data {self.data_dir})",
+            timeout=timeout,
+        )
+        return self
+
+    def _check_startable(self) -> None:
         if not self.passfile.is_file():
             raise StackError(
                 f"the PostgreSQL data directory {self.data_dir} exists but its password file {self.passfile} is "
@@ -365,10 +373,12 @@ class PostgresServer:
             )
         if not is_port_free(self.port, self.host):
             raise StackError(f"cannot start PostgreSQL: port {self.port} on {self.host} is in use; log {self.log_file}")
+
+    def _command(self, binaries: PostgresBinaries) -> list[str]:
         socket_dirs = str(self.socket_dir)
         if len(f"{socket_dirs}/.s.PGSQL.{self.port}") > MAX_SOCKET_PATH:
             socket_dirs = ""  # too long for a unix socket address: TCP only
-        command = [
+        return [
             str(binaries.postgres),
             "-D", str(self.data_dir),
             "-p", str(self.port),
@@ -376,28 +386,10 @@ class PostgresServer:
             "-c", f"unix_socket_directories={socket_dirs}",
             "-c", "logging_collector=off",
         ]  # fmt: skip
-        self._proc = start_background(
-            user.command(command),
-            self.log_file,
-            env=_child_env(),
-            cwd=self.directory,
-            label=f"PostgreSQL {binaries.version} on {self.host}:{self.port} (data {self.data_dir})",
-        )
-        try:
-            self._wait_ready(timeout)
-            self._create_database()
-        except BaseException:
-            self.stop(timeout=10)
-            raise
-        return self
 
-    def stop(self, timeout: float = 30.0) -> bool:
-        """Fast shutdown (SIGINT); killed after ``timeout`` s. Returns True when it had to be killed."""
-        if self._proc is None:
-            return False
-        killed = stop_postgres(self._proc.pid, timeout=timeout)
-        self._proc.poll()
-        return killed
+    def _terminate(self, pid: int, timeout: float) -> bool:
+        """Fast shutdown (SIGINT); killed after ``timeout`` s (see :func:`stop_postgres`)."""
+        return stop_postgres(pid, timeout=timeout)
 
     def connect(self, dbname: str = DATABASE, **options: Any) -> Any:
         """A psycopg2 connection as ``dagster`` (password from the password file)."""
@@ -450,7 +442,7 @@ class PostgresServer:
             if _version_key(binaries.version)[0] >= 14:
                 command.append("--no-instructions")  # its advice (pg_ctl ... start) is not how this server starts
             with open(self.log_file, "ab") as log:
-                log.write(f"=== {time.strftime('%Y-%m-%d %H:%M:%S')} initdb (PostgreSQL {binaries.version})\n".encode())
+                log.write(log_header(f"initdb (PostgreSQL {binaries.version})").encode())
                 log.flush()
                 done = subprocess.run(
                     user.command(command),
@@ -471,32 +463,35 @@ class PostgresServer:
                 f"log {self.log_file}:\n{output_since_last_start(self.log_file)}"
             )
 
-    def _wait_ready(self, timeout: float) -> None:
+    def _readiness_probe(self) -> Callable[[], bool]:
+        return self._accepts_connections
+
+    def _accepts_connections(self) -> bool:
+        """True once a client logs in with the password file; StackError when the server refuses that password."""
         import psycopg2
 
-        assert self._proc is not None
-        deadline = time.monotonic() + timeout
-        while True:
-            if self._proc.poll() is not None:
+        try:
+            self.connect(dbname="postgres", connect_timeout=2).close()
+            return True
+        except psycopg2.OperationalError as exc:
+            if "authentication failed" in str(exc):
                 raise StackError(
-                    f"PostgreSQL exited with code {self._proc.returncode} while starting; log {self.log_file}:\n"
-                    f"{output_since_last_start(self.log_file)}"
-                )
-            try:
-                self.connect(dbname="postgres", connect_timeout=2).close()
-                return
-            except psycopg2.OperationalError as exc:
-                if "authentication failed" in str(exc):
-                    raise StackError(
-                        f"PostgreSQL on {self.host}:{self.port} refused the password in {self.passfile}: "
-                        f"{str(exc).strip()}; log {self.log_file}"
-                    ) from exc
-            if time.monotonic() > deadline:
-                raise StackError(
-                    f"PostgreSQL did not accept connections on {self.host}:{self.port} within {timeout:.0f} s; "
-                    f"log {self.log_file}:\n{output_since_last_start(self.log_file)}"
-                )
-            time.sleep(0.2)
+                    f"PostgreSQL on {self.host}:{self.port} refused the password in {self.passfile}: "
+                    f"{str(exc).strip()}; log {self.log_file}"
+                ) from exc
+            return False
+
+    def _not_ready_in_time(self, timeout: float) -> str:
+        return f"did not accept connections on {self.host}:{self.port} within {timeout:.0f} s"
+
+    def failure(self, what: str) -> StackError:
+        return StackError(f"PostgreSQL {what}; log {self.log_file}:\n{output_since_last_start(self.log_file)}")
+
+    def _after_ready(self) -> None:
+        self._create_database()
+
+    def _described(self) -> tuple[object, ...]:
+        return (self.url, self.directory)
 
     def _create_database(self) -> None:
         connection = self.connect(dbname="postgres")
@@ -545,4 +540,4 @@ def _write_private(path: Path, text: str) -> None:
 
 def _note(log_file: Path, message: str) -> None:
     with open(log_file, "a") as log:
-        log.write(f"=== {time.strftime('%Y-%m-%d %H:%M:%S')} {message}\n")
+        log.write(log_header(message))

@@ -1,7 +1,9 @@
-"""Process helpers: find Java, start a detached background process, check and stop it by pid."""
+"""Process helpers: find Java, start a detached background process, check and stop it by pid, a file lock; and
+:class:`ManagedProcess`, what every server of the embedded stack shares (start, wait until ready, stop)."""
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import os
 import re
@@ -10,9 +12,12 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
+from types import TracebackType
+from typing import Self
 
+from streaming_pipeline.embedded.ports import is_port_free
 from streaming_pipeline.errors import JavaNotFoundError, StackError
 
 MIN_JAVA_VERSION = 17
@@ -101,8 +106,7 @@ def start_background(
     """
     output_file.parent.mkdir(parents=True, exist_ok=True)
     with open(output_file, "ab") as out:
-        header = f"{START_MARKER}{time.strftime('%Y-%m-%d %H:%M:%S')} starting {label or ' '.join(command)}\n"
-        out.write(header.encode())
+        out.write(log_header(f"starting {label or ' '.join(command)}").encode())
         out.flush()
         try:
             proc = subprocess.Popen(
@@ -190,7 +194,8 @@ def _signal(pid: int, sig: int) -> None:
         pass
 
 
-def _wait_gone(pid: int, timeout: float) -> bool:
+def wait_gone(pid: int, timeout: float) -> bool:
+    """Wait up to ``timeout`` s for ``pid`` to exit (reaped when this process started it); False if it did not."""
     child = _CHILDREN.get(pid)
     if child is not None:
         try:
@@ -217,17 +222,31 @@ def stop_pid(pid: int | None, timeout: float = 30.0) -> bool:
             _reap(pid)
         return False
     _signal(pid, signal.SIGTERM)
-    if _wait_gone(pid, timeout):
+    if wait_gone(pid, timeout):
         return False
     _signal(pid, signal.SIGKILL)
-    _wait_gone(pid, 10.0)
+    wait_gone(pid, 10.0)
     return True
+
+
+def stop_announced(
+    pid: int, label: str, timeout: float, say: Callable[[str], None], stop: Callable[[int, float], bool] = stop_pid
+) -> None:
+    """``stop(pid, timeout)`` (default :func:`stop_pid`), telling ``say`` what it does and when it had to kill."""
+    say(f"Stopping {label} (pid {pid})")
+    if stop(pid, timeout):
+        say(f"{label} did not stop within {timeout:.0f}s and was killed")
 
 
 def _reap(pid: int) -> None:
     child = _CHILDREN.pop(pid, None)
     if child is not None:
         child.poll()
+
+
+def log_header(text: str) -> str:
+    """``=== <time> <text>``: the line written to a log before each start (see :func:`output_since_last_start`)."""
+    return f"{START_MARKER}{time.strftime('%Y-%m-%d %H:%M:%S')} {text}\n"
 
 
 def tail(path: Path, lines: int = 20) -> str:
@@ -261,3 +280,169 @@ def python_env_with_project() -> dict[str, str]:
     current = env.get("PYTHONPATH")
     env["PYTHONPATH"] = root + (os.pathsep + current if current else "")
     return env
+
+
+@contextlib.contextmanager
+def exclusive_lock(lock_file: Path) -> Iterator[None]:
+    """Hold an exclusive lock on ``lock_file`` (flock; made with its folder when missing): one process at a time."""
+    import fcntl
+
+    lock_file.parent.mkdir(parents=True, exist_ok=True)
+    with open(lock_file, "w") as handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
+
+
+# --------------------------------------------------------------------------- a server in the background
+
+
+class ManagedProcess:
+    """One server process of the embedded stack (the Kafka broker, the schema registry, the Spark Connect server,
+    a Spark master or worker, PostgreSQL), started in the background by this object.
+
+    A subclass gives its ``title`` (how errors name it), ``log_file`` (and ``output_file`` when the process
+    output goes elsewhere), a ``start()`` that prepares what the server needs and then calls
+    :meth:`_start_process` with its command line, a readiness probe and the timeout message. The base starts the
+    process with its output in ``output_file``, waits until the probe says it answers while checking that it has
+    not exited, stops it again when that fails (or is interrupted) and raises a StackError naming the log and
+    showing its last lines. :meth:`stop` and the context manager work on the process this object started only.
+    """
+
+    title: str = "the process"
+    host: str
+    poll_seconds: float = 0.2  # between two readiness probes
+    cleanup_seconds: float = 10.0  # how long the stop after a failed start waits before killing
+    exited_during_start: str = "exited during start-up with code {code}"
+
+    def __init__(self) -> None:
+        self._proc: subprocess.Popen[bytes] | None = None
+
+    # ------------------------------------------------------------------ what a subclass gives
+
+    @property
+    def log_file(self) -> Path:
+        raise NotImplementedError
+
+    @property
+    def output_file(self) -> Path:
+        """Where the process's stdout and stderr go: its log file unless the subclass says otherwise."""
+        return self.log_file
+
+    def start(self, timeout: float = 60.0) -> Self:
+        """Start the server and wait until it answers (StackError naming the log when it does not)."""
+        raise NotImplementedError
+
+    def _readiness_probe(self) -> Callable[[], bool]:
+        """A check that is True once the server answers (called every ``poll_seconds`` until then)."""
+        raise NotImplementedError
+
+    def _not_ready_in_time(self, timeout: float) -> str:
+        """What the error says when the server has not answered ``timeout`` s after it started."""
+        raise NotImplementedError
+
+    def _after_ready(self) -> None:
+        """A last start-up step once the server answers (a failure there stops it too)."""
+
+    # ------------------------------------------------------------------ state
+
+    @property
+    def pid(self) -> int | None:
+        return self._proc.pid if self._proc is not None else None
+
+    @property
+    def running(self) -> bool:
+        return self._proc is not None and pid_alive(self._proc.pid)
+
+    @property
+    def exited(self) -> bool:
+        """True when the process this object started has exited (read from the process, not from its pid)."""
+        return self._proc is not None and self._proc.poll() is not None
+
+    # ------------------------------------------------------------------ start
+
+    def _check_port_free(self, port: int, listener: str = "") -> None:
+        if not is_port_free(port, self.host):
+            raise StackError(
+                f"cannot start {self.title}: port {port} on {self.host}{listener} is already in use by another "
+                "process; stop that process or choose another port"
+            )
+
+    def _start_process(
+        self, command: Sequence[str], *, cwd: Path, label: str, timeout: float, env: Mapping[str, str] | None = None
+    ) -> None:
+        """Start ``command`` and wait up to ``timeout`` s until it answers; stop it again when it does not."""
+        self._launch(command, cwd=cwd, label=label, env=env)
+        try:
+            self._wait_ready(time.monotonic() + timeout, timeout)
+            self._after_ready()
+        except BaseException:
+            self.stop(timeout=self.cleanup_seconds)
+            raise
+
+    def _launch(
+        self, command: Sequence[str], *, cwd: Path, label: str, env: Mapping[str, str] | None = None
+    ) -> None:
+        self._proc = start_background(command, self.output_file, env=env, cwd=cwd, label=label)
+
+    def _wait_ready(self, deadline: float, timeout: float) -> None:
+        """Probe until the server answers; StackError when the process exits first or ``deadline`` passes."""
+        assert self._proc is not None
+        ready = self._readiness_probe()
+        while True:
+            code = self._proc.poll()
+            if code is not None:
+                raise self.failure(self.exited_during_start.format(code=code))
+            if ready():
+                return
+            if time.monotonic() > deadline:
+                raise self.failure(self._not_ready_in_time(timeout))
+            time.sleep(self.poll_seconds)
+
+    def failure(self, what: str) -> StackError:
+        """The error saying the server ``what`` (e.g. "exited during start-up with code 1"): names its log and
+        shows the last lines the process wrote."""
+        output = self._last_lines()
+        return StackError(
+            f"{self.title} {what}. See its log {self._logs()}." + (f"\nLast lines:\n{output}" if output.strip() else "")
+        )
+
+    def _logs(self) -> str:
+        """The log file(s) an error names."""
+        return str(self.log_file)
+
+    def _last_lines(self) -> str:
+        return output_since_last_start(self.output_file, 15)
+
+    # ------------------------------------------------------------------ stop
+
+    def stop(self, timeout: float = 30.0) -> bool:
+        """Stop the process this object started (see :meth:`_terminate`); its data is kept. True when it had to
+        be killed."""
+        if self._proc is None:
+            return False
+        killed = self._terminate(self._proc.pid, timeout)
+        self._proc.poll()
+        return killed
+
+    def _terminate(self, pid: int, timeout: float) -> bool:
+        """SIGTERM to the process's group (it leads one), SIGKILL after ``timeout`` s; True when killed."""
+        return stop_pid(pid, timeout=timeout)
+
+    def __enter__(self) -> Self:
+        return self.start()
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self.stop()
+
+    def _described(self) -> tuple[object, ...]:
+        """What repr() shows before the state (where the server answers, its folder)."""
+        return (self.title,)
+
+    def __repr__(self) -> str:
+        state = f"pid {self.pid}" if self.running else "stopped"
+        return f"{type(self).__name__}({', '.join(str(part) for part in self._described())}, {state})"

@@ -2,23 +2,16 @@
 
 from __future__ import annotations
 
-import subprocess
+import functools
 import sys
-import time
 import urllib.error
 import urllib.request
+from collections.abc import Callable
 from pathlib import Path
-from types import TracebackType
+from typing import Self
 
-from streaming_pipeline.embedded.ports import LOOPBACK, free_port, is_port_free
-from streaming_pipeline.embedded.processes import (
-    output_since_last_start,
-    pid_alive,
-    python_env_with_project,
-    start_background,
-    stop_pid,
-)
-from streaming_pipeline.errors import StackError
+from streaming_pipeline.embedded.ports import LOOPBACK, free_port
+from streaming_pipeline.embedded.processes import ManagedProcess, python_env_with_project
 
 REGISTRY_MODULE = "streaming_pipeline.registry"
 
@@ -32,8 +25,12 @@ def registry_answers(url: str, timeout: float = 1.0) -> bool:
         return False
 
 
-class SchemaRegistryProcess:
+class SchemaRegistryProcess(ManagedProcess):
     """``python -m streaming_pipeline.registry --host H --port P --data-dir DIR`` in the background."""
+
+    title = "the schema registry"
+    poll_seconds = 0.1
+    cleanup_seconds = 5.0
 
     def __init__(
         self,
@@ -44,28 +41,20 @@ class SchemaRegistryProcess:
         log_dir: Path | None = None,
         module: str = REGISTRY_MODULE,
     ) -> None:
+        super().__init__()
         self.data_dir = Path(data_dir).resolve()
         self.host = host
         self.port: int = port if port is not None else free_port(host)
         self.log_dir = Path(log_dir).resolve() if log_dir else self.data_dir
         self.module = module
-        self._proc: subprocess.Popen[bytes] | None = None
 
     @property
     def url(self) -> str:
         return f"http://{self.host}:{self.port}"
 
     @property
-    def pid(self) -> int | None:
-        return self._proc.pid if self._proc is not None else None
-
-    @property
     def log_file(self) -> Path:
         return self.log_dir / "registry.log"
-
-    @property
-    def running(self) -> bool:
-        return self._proc is not None and pid_alive(self._proc.pid)
 
     def command(self) -> list[str]:
         return [
@@ -80,63 +69,26 @@ class SchemaRegistryProcess:
             str(self.data_dir),
         ]
 
-    def start(self, timeout: float = 30.0) -> SchemaRegistryProcess:
+    def start(self, timeout: float = 30.0) -> Self:
         """Start the registry and wait until ``GET /subjects`` answers 200 (StackError naming the log if not)."""
         if self.running:
             return self
-        if not is_port_free(self.port, self.host):
-            raise StackError(
-                f"cannot start the schema registry: port {self.port} on {self.host} is already in use "
-                "by another process; stop that process or choose another port"
-            )
+        self._check_port_free(self.port)
         self.data_dir.mkdir(parents=True, exist_ok=True)
-        self._proc = start_background(
+        self._start_process(
             self.command(),
-            self.log_file,
             env=python_env_with_project(),
             cwd=self.data_dir,
             label=f"schema registry ({self.module}) on {self.url}",
+            timeout=timeout,
         )
-        deadline = time.monotonic() + timeout
-        try:
-            while True:
-                code = self._proc.poll()
-                if code is not None:
-                    raise self._failure(f"exited during start-up with code {code}")
-                if registry_answers(self.url):
-                    return self
-                if time.monotonic() > deadline:
-                    raise self._failure(f"did not answer GET {self.url}/subjects within {timeout:.0f}s")
-                time.sleep(0.1)
-        except BaseException:
-            stop_pid(self._proc.pid, timeout=5)
-            raise
+        return self
 
-    def _failure(self, what: str) -> StackError:
-        output = output_since_last_start(self.log_file, 15)
-        return StackError(
-            f"the schema registry {what}. See its log {self.log_file}."
-            + (f"\nLast lines:\n{output}" if output.strip() else "")
-        )
+    def _readiness_probe(self) -> Callable[[], bool]:
+        return functools.partial(registry_answers, self.url)
 
-    def stop(self, timeout: float = 30.0) -> None:
-        """SIGTERM the registry, SIGKILL after ``timeout`` seconds. Its data is kept."""
-        if self._proc is None:
-            return
-        stop_pid(self._proc.pid, timeout=timeout)
-        self._proc.poll()
+    def _not_ready_in_time(self, timeout: float) -> str:
+        return f"did not answer GET {self.url}/subjects within {timeout:.0f}s"
 
-    def __enter__(self) -> SchemaRegistryProcess:
-        return self.start()
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.stop()
-
-    def __repr__(self) -> str:
-        state = f"pid {self.pid}" if self.running else "stopped"
-        return f"SchemaRegistryProcess({self.url}, {self.data_dir}, {state})"
+    def _described(self) -> tuple[object, ...]:
+        return (self.url, self.data_dir)

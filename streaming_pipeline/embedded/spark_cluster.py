@@ -29,27 +29,19 @@ from __future__ import annotations
 import json
 import os
 import re
-import subprocess
 import sys
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from streaming_pipeline.embedded.jars import pyspark_home
 from streaming_pipeline.embedded.ports import LOOPBACK, free_port, is_port_free
-from streaming_pipeline.embedded.spark_connect import spark_log4j2
-from streaming_pipeline.embedded.processes import (
-    find_java,
-    output_since_last_start,
-    pid_matches,
-    python_env_with_project,
-    start_background,
-    stop_pid,
-)
+from streaming_pipeline.embedded.processes import ManagedProcess, output_since_last_start, pid_matches, stop_announced
+from streaming_pipeline.embedded.spark_connect import spark_environment, spark_log4j2
 from streaming_pipeline.errors import ConfigurationError, StackError
 
 MASTER_CLASS = "org.apache.spark.deploy.master.Master"
@@ -227,6 +219,61 @@ class SparkClusterStatus:
         }
 
 
+# --------------------------------------------------------------------------- its processes
+
+
+class SparkDaemon(ManagedProcess):
+    """A worker (or the master) as the cluster object starts it: pyspark's ``bin/spark-class`` in the background,
+    its output in its own log. While the cluster starts, whether it exited is read from the process itself, not
+    from its command line (briefly unreadable while bash execs java). The cluster stops it by its pid."""
+
+    poll_seconds = 0.25
+    exited_during_start = "exited during start-up"
+
+    def __init__(self, title: str, log_file: Path) -> None:
+        super().__init__()
+        self.title = title
+        self._log_file = log_file
+
+    @property
+    def log_file(self) -> Path:
+        return self._log_file
+
+    def launch(self, command: list[str], env: Mapping[str, str], cwd: Path, label: str) -> int:
+        """Start the process without waiting for it; its pid."""
+        self._launch(command, env=env, cwd=cwd, label=label)
+        assert self.pid is not None
+        return self.pid
+
+
+class SparkMaster(SparkDaemon):
+    """The master: it answers once its web UI's ``/json`` says ALIVE, at the URL it was started for."""
+
+    def __init__(self, master_url: str, webui_url: str, log_file: Path) -> None:
+        super().__init__(f"the Spark master ({master_url})", log_file)
+        self.master_url = master_url
+        self.webui_url = webui_url
+
+    def wait_alive(self, deadline: float, timeout: float) -> None:
+        """Until the master is ALIVE; StackError naming its log when it exits or ``deadline`` passes."""
+        self._wait_ready(deadline, timeout)
+
+    def _readiness_probe(self) -> Callable[[], bool]:
+        return self._alive
+
+    def _alive(self) -> bool:
+        # The master turns ALIVE after its RPC endpoint is bound (probing that port only adds log lines).
+        view = read_master(self.webui_url)
+        if view is None or view.state != "ALIVE":
+            return False
+        if view.url != self.master_url:
+            raise self.failure(f"reports the URL {view.url}, not {self.master_url}")
+        return True
+
+    def _not_ready_in_time(self, timeout: float) -> str:
+        return f"did not answer on {self.master_url} and {self.webui_url} within {timeout:.0f}s"
+
+
 # --------------------------------------------------------------------------- the cluster
 
 
@@ -263,9 +310,8 @@ class SparkStandaloneCluster:
         self.webui_port = webui_port or free_port(host, exclude=[self.master_port])
         self.master_pid: int | None = None
         self.worker_pids: list[int | None] = [None] * workers
-        # The processes this object started ("master", "worker-<i>"): while starting, their exit is read from
-        # the process itself, not from its command line (which is briefly unreadable while bash execs java).
-        self._procs: dict[str, subprocess.Popen[bytes]] = {}
+        # The processes this object started: "master", "worker-<i>".
+        self._procs: dict[str, SparkDaemon] = {}
 
     # ------------------------------------------------------------------ state (stack.json)
 
@@ -374,16 +420,11 @@ class SparkStandaloneCluster:
     # ------------------------------------------------------------------ processes
 
     def environment(self) -> dict[str, str]:
-        env = python_env_with_project()
-        java = find_java()
-        env["JAVA_HOME"] = str(java.resolve().parents[1])
-        env["SPARK_HOME"] = str(pyspark_home())
+        env = spark_environment(self.host)  # SPARK_LOCAL_IP: the web UIs bind there
         env["SPARK_CONF_DIR"] = str(self.conf_dir)  # ours only: no foreign spark-env.sh or spark-defaults.conf
-        env["SPARK_LOCAL_IP"] = self.host  # the web UIs bind here
         env["SPARK_DAEMON_MEMORY"] = DAEMON_MEMORY
-        env["PYSPARK_PYTHON"] = sys.executable
-        for name in ("SPARK_REMOTE", "SPARK_CONNECT_MODE_ENABLED", "SPARK_MASTER", "SPARK_LOCAL_DIRS",
-                     "SPARK_WORKER_DIR", "SPARK_WORKER_OPTS", "SPARK_MASTER_OPTS", "SPARK_DAEMON_JAVA_OPTS"):
+        for name in ("SPARK_MASTER", "SPARK_LOCAL_DIRS", "SPARK_WORKER_DIR", "SPARK_WORKER_OPTS", "SPARK_MASTER_OPTS",
+                     "SPARK_DAEMON_JAVA_OPTS"):
             env.pop(name, None)
         return env
 
@@ -435,104 +476,86 @@ class SparkStandaloneCluster:
         say = progress or _quiet
         if self.running and self._alive_count() == self.workers:
             return self
-        for port, what in ((self.master_port, "port"), (self.webui_port, "web UI port")):
-            if not is_port_free(port, self.host):
-                raise StackError(
-                    f"cannot start the Spark master: its {what} {port} on {self.host} is in use by another "
-                    f"process; stop that process or let the stack pick another port. Log: {self.master_log_file}"
-                )
+        self._check_master_ports()
         env = self.environment()
         self._write_files()
         deadline = time.monotonic() + timeout
         try:
-            for attempt in range(1, MASTER_START_ATTEMPTS + 1):
-                say(f"Starting the Spark master on {self.master_url} (web UI {self.webui_url}, "
-                    f"log: {self.master_log_file})")
-                self._procs["master"] = start_background(
-                    self.master_command(), self.master_log_file, env=env, cwd=self.work_dir,
-                    label=f"Spark master on {self.master_url}")
-                self.master_pid = self._procs["master"].pid
-                try:
-                    self._wait_for_master(deadline, timeout)
-                    break
-                except StackError:
-                    lost_port = _BIND_FAILED.search(output_since_last_start(self.master_log_file, 400))
-                    if not lost_port or attempt == MASTER_START_ATTEMPTS or self._procs["master"].poll() is None:
-                        raise
-                    # Someone took a port after it was chosen: choose again (no client is configured with them).
-                    self.master_port = free_port(self.host, exclude=[self.master_port, self.webui_port])
-                    self.webui_port = free_port(self.host, exclude=[self.master_port, self.webui_port])
-                    say(f"The Spark master lost a port to another process; trying ports {self.master_port} and "
-                        f"{self.webui_port}")
-            for index in self.worker_indexes:
-                say(f"Starting Spark worker {index} of {self.workers}: {self.worker_cores} core(s), "
-                    f"{self.worker_memory_mb} MiB (log: {self.worker_log_file(index)})")
-                self._procs[f"worker-{index}"] = start_background(
-                    self.worker_command(index), self.worker_log_file(index), env=env, cwd=self.worker_dir(index),
-                    label=f"Spark worker {index} of {self.master_url}")
-                self.worker_pids[index - 1] = self._procs[f"worker-{index}"].pid
+            self._start_master(env, deadline, timeout, say)
+            self._start_workers(env, say)
             self._wait_for_workers(deadline, timeout)
         except BaseException:
             self.stop(timeout=10)
             raise
         return self
 
+    def _check_master_ports(self) -> None:
+        for port, what in ((self.master_port, "port"), (self.webui_port, "web UI port")):
+            if not is_port_free(port, self.host):
+                raise StackError(
+                    f"cannot start the Spark master: its {what} {port} on {self.host} is in use by another "
+                    f"process; stop that process or let the stack pick another port. Log: {self.master_log_file}"
+                )
+
+    def _start_master(self, env: Mapping[str, str], deadline: float, timeout: float, say: Progress) -> None:
+        """Start the master and wait until it is ALIVE; on other ports when another process took one of its own."""
+        for attempt in range(1, MASTER_START_ATTEMPTS + 1):
+            say(f"Starting the Spark master on {self.master_url} (web UI {self.webui_url}, "
+                f"log: {self.master_log_file})")
+            master = SparkMaster(self.master_url, self.webui_url, self.master_log_file)
+            self.master_pid = master.launch(self.master_command(), env, self.work_dir,
+                                            f"Spark master on {self.master_url}")
+            self._procs["master"] = master
+            try:
+                master.wait_alive(deadline, timeout)
+                return
+            except StackError:
+                lost_port = _BIND_FAILED.search(output_since_last_start(self.master_log_file, 400))
+                if not lost_port or attempt == MASTER_START_ATTEMPTS or not master.exited:
+                    raise
+                # Someone took a port after it was chosen: choose again (no client is configured with them).
+                self.master_port = free_port(self.host, exclude=[self.master_port, self.webui_port])
+                self.webui_port = free_port(self.host, exclude=[self.master_port, self.webui_port])
+                say(f"The Spark master lost a port to another process; trying ports {self.master_port} and "
+                    f"{self.webui_port}")
+
+    def _start_workers(self, env: Mapping[str, str], say: Progress) -> None:
+        for index in self.worker_indexes:
+            say(f"Starting Spark worker {index} of {self.workers}: {self.worker_cores} core(s), "
+                f"{self.worker_memory_mb} MiB (log: {self.worker_log_file(index)})")
+            worker = SparkDaemon(f"Spark worker {index} of {self.workers} ({self.master_url})",
+                                 self.worker_log_file(index))
+            self.worker_pids[index - 1] = worker.launch(self.worker_command(index), env, self.worker_dir(index),
+                                                        f"Spark worker {index} of {self.master_url}")
+            self._procs[f"worker-{index}"] = worker
+
     def _alive_count(self) -> int:
         view = read_master(self.webui_url)
         return len(view.workers) if view else 0
 
-    def _master_failure(self, what: str) -> StackError:
-        output = output_since_last_start(self.master_log_file, 15)
-        return StackError(
-            f"the Spark master ({self.master_url}) {what}. See its log {self.master_log_file}."
-            + (f"\nLast lines:\n{output}" if output.strip() else "")
-        )
-
-    def _worker_failure(self, index: int, what: str) -> StackError:
-        log = self.worker_log_file(index)
-        output = output_since_last_start(log, 15)
-        return StackError(
-            f"Spark worker {index} of {self.workers} ({self.master_url}) {what}. See its log {log}."
-            + (f"\nLast lines:\n{output}" if output.strip() else "")
-        )
-
-    def _exited(self, key: str) -> bool:
-        proc = self._procs.get(key)
-        if proc is not None:
-            return proc.poll() is not None
-        return not (self.master_running() if key == "master" else self.worker_running(int(key.split("-")[1])))
-
-    def _wait_for_master(self, deadline: float, timeout: float) -> None:
-        while True:
-            if self._exited("master"):
-                raise self._master_failure("exited during start-up")
-            # The master turns ALIVE after its RPC endpoint is bound (probing that port only adds log lines).
-            view = read_master(self.webui_url)
-            if view is not None and view.state == "ALIVE":
-                if view.url != self.master_url:
-                    raise self._master_failure(f"reports the URL {view.url}, not {self.master_url}")
-                return
-            if time.monotonic() > deadline:
-                raise self._master_failure(f"did not answer on {self.master_url} and {self.webui_url} "
-                                           f"within {timeout:.0f}s")
-            time.sleep(0.25)
-
     def _wait_for_workers(self, deadline: float, timeout: float) -> None:
+        master = self._procs["master"]
+        workers = [self._procs[f"worker-{index}"] for index in self.worker_indexes]
         while True:
-            if self._exited("master"):
-                raise self._master_failure("exited while the workers started")
-            for index in self.worker_indexes:
-                if self._exited(f"worker-{index}"):
-                    raise self._worker_failure(index, "exited during start-up")
+            if master.exited:
+                raise master.failure("exited while the workers started")
+            for worker in workers:
+                if worker.exited:
+                    raise worker.failure("exited during start-up")
             if self._alive_count() >= self.workers:
                 return
             if time.monotonic() > deadline:
-                waiting = [i for i in self.worker_indexes
-                           if REGISTERED not in output_since_last_start(self.worker_log_file(i), 400)]
-                if waiting:
-                    raise self._worker_failure(waiting[0], f"did not register with the master within {timeout:.0f}s")
-                raise self._master_failure(f"lists fewer than {self.workers} ALIVE workers after {timeout:.0f}s")
+                raise self._late_workers(timeout)
             time.sleep(0.25)
+
+    def _late_workers(self, timeout: float) -> StackError:
+        """The error when fewer workers than started are ALIVE at the deadline: one that never registered, if any."""
+        waiting = [i for i in self.worker_indexes
+                   if REGISTERED not in output_since_last_start(self.worker_log_file(i), 400)]
+        if waiting:
+            return self._procs[f"worker-{waiting[0]}"].failure(
+                f"did not register with the master within {timeout:.0f}s")
+        return self._procs["master"].failure(f"lists fewer than {self.workers} ALIVE workers after {timeout:.0f}s")
 
     def stop(self, timeout: float = 30.0, progress: Progress | None = None) -> bool:
         """Stop the workers (each with its executors: the whole process group), then the master: SIGTERM, then
@@ -543,23 +566,19 @@ class SparkStandaloneCluster:
         for index in self.worker_indexes:
             pid = self.worker_pids[index - 1]
             if pid and (self._own_and_alive(f"worker-{index}") or self.worker_running(index)):
-                say(f"Stopping Spark worker {index} (pid {pid})")
-                if stop_pid(pid, timeout=timeout):
-                    say(f"Spark worker {index} did not stop within {timeout:.0f}s and was killed")
+                stop_announced(pid, f"Spark worker {index}", timeout, say)
                 stopped = True
             self.worker_pids[index - 1] = None
         if self.master_pid and (self._own_and_alive("master") or self.master_running()):
-            say(f"Stopping the Spark master (pid {self.master_pid})")
-            if stop_pid(self.master_pid, timeout=timeout):
-                say(f"the Spark master did not stop within {timeout:.0f}s and was killed")
+            stop_announced(self.master_pid, "the Spark master", timeout, say)
             stopped = True
         self.master_pid = None
         self._procs.clear()
         return stopped
 
     def _own_and_alive(self, key: str) -> bool:
-        proc = self._procs.get(key)
-        return proc is not None and proc.poll() is None
+        daemon = self._procs.get(key)
+        return daemon is not None and daemon.pid is not None and not daemon.exited
 
     def status(self) -> SparkClusterStatus:
         master_up = self.master_running()

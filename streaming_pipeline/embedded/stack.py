@@ -43,7 +43,14 @@ from streaming_pipeline.embedded.ports import LOOPBACK, free_port, is_port_free
 from streaming_pipeline.embedded.dagster_home import write_dagster_yaml
 from streaming_pipeline.embedded.postgres import STANDARD_PORT as STANDARD_POSTGRES_PORT
 from streaming_pipeline.embedded.postgres import PostgresServer, server_url, stop_postgres, storage_config
-from streaming_pipeline.embedded.processes import find_java, pid_matches, stop_pid
+from streaming_pipeline.embedded.processes import (
+    ManagedProcess,
+    exclusive_lock,
+    find_java,
+    pid_matches,
+    stop_announced,
+    stop_pid,
+)
 from streaming_pipeline.embedded.registry_process import REGISTRY_MODULE, SchemaRegistryProcess
 from streaming_pipeline.embedded.spark_connect import STANDARD_PORT as STANDARD_SPARK_CONNECT_PORT
 from streaming_pipeline.embedded.spark_connect import SparkConnectServer
@@ -58,6 +65,8 @@ STANDARD_CONTROLLER_PORT = 9093
 STANDARD_REGISTRY_PORT = 8081
 
 Progress = Callable[[str], None]
+State = dict[str, Any]  # what stack.json holds
+Component = ManagedProcess | SparkStandaloneCluster
 
 
 def default_stack_dir() -> Path:
@@ -239,6 +248,10 @@ class EmbeddedStack:
     def spark_cluster_dir(self) -> Path:
         return self.directory / "spark-cluster"
 
+    def _log_files(self) -> dict[str, Path]:
+        return {"kafka": self.kafka_log_file, "registry": self.registry_log_file, "spark": self.spark_log_file,
+                "postgres": self.postgres_log_file}
+
     # Strings that appear in each component's command line (guards against a reused pid).
     def _markers(self) -> dict[str, str]:
         return {
@@ -250,7 +263,7 @@ class EmbeddedStack:
 
     # ------------------------------------------------------------------ state
 
-    def _load(self) -> dict[str, Any]:
+    def _load(self) -> State:
         try:
             state = json.loads(self.state_file.read_text())
         except FileNotFoundError:
@@ -259,7 +272,7 @@ class EmbeddedStack:
             return {}  # unreadable: treated as a stack that never ran
         return state if isinstance(state, dict) else {}
 
-    def _save(self, state: dict[str, Any]) -> None:
+    def _save(self, state: State) -> None:
         self.directory.mkdir(parents=True, exist_ok=True)
         state["version"] = 1
         state["directory"] = str(self.directory)
@@ -268,34 +281,27 @@ class EmbeddedStack:
         tmp.write_text(json.dumps(state, indent=2, sort_keys=True) + "\n")
         tmp.replace(self.state_file)
 
-    @contextlib.contextmanager
-    def _locked(self) -> Iterator[None]:
-        import fcntl
+    @property
+    def _lock_file(self) -> Path:
+        """Held while ``up`` or ``down`` runs: one of them at a time per stack directory."""
+        return self.directory / ".stack.lock"
 
-        self.directory.mkdir(parents=True, exist_ok=True)
-        with open(self.directory / ".stack.lock", "w") as handle:
-            fcntl.flock(handle, fcntl.LOCK_EX)
-            try:
-                yield
-            finally:
-                fcntl.flock(handle, fcntl.LOCK_UN)
-
-    def _running(self, state: dict[str, Any], name: str) -> bool:
+    def _running(self, state: State, name: str) -> bool:
         if name == "spark_cluster":
             cluster = self._spark_cluster(state)
             return cluster is not None and cluster.running
         return pid_matches(state.get(name, {}).get("pid"), self._markers()[name])
 
-    def _spark_enabled(self, state: dict[str, Any]) -> bool:
+    def _spark_enabled(self, state: State) -> bool:
         return bool(state.get("spark", {}).get("enabled", self.spark))
 
-    def _spark_workers(self, state: dict[str, Any]) -> int:
+    def _spark_workers(self, state: State) -> int:
         """Workers of the standalone cluster the engine drives, as recorded (0: a local driver)."""
         if not self._spark_enabled(state):
             return 0
         return int(state.get("spark_cluster", {}).get("workers") or 0)
 
-    def _spark_cluster(self, state: dict[str, Any]) -> SparkStandaloneCluster | None:
+    def _spark_cluster(self, state: State) -> SparkStandaloneCluster | None:
         """The recorded cluster (to inspect or stop it), None when the stack never started one."""
         record = state.get("spark_cluster") or {}
         if not record.get("workers") or not record.get("port") or not record.get("webui_port"):
@@ -304,7 +310,7 @@ class EmbeddedStack:
             self.spark_cluster_dir, record, self._host(state), log_dir=self.logs_dir
         )
 
-    def _record_spark_workers(self, state: dict[str, Any], say: Progress) -> None:
+    def _record_spark_workers(self, state: State, say: Progress) -> None:
         """Record the worker count asked for; refuse to change it under a running engine."""
         if self.spark_workers is None:
             return
@@ -323,36 +329,36 @@ class EmbeddedStack:
             leftover.stop(timeout=15, progress=say)
         state.setdefault("spark_cluster", {})["workers"] = self.spark_workers
 
-    def _postgres_enabled(self, state: dict[str, Any]) -> bool:
+    def _postgres_enabled(self, state: State) -> bool:
         return bool(state.get("postgres", {}).get("enabled", self.dagster_postgres))
 
-    def _postgres_url(self, state: dict[str, Any]) -> str | None:
+    def _postgres_url(self, state: State) -> str | None:
         port = state.get("postgres", {}).get("port")
         return server_url(self._host(state), port) if port else None
 
-    def _write_dagster_yaml(self, state: dict[str, Any]) -> None:
+    def _write_dagster_yaml(self, state: State) -> None:
         port = state.get("postgres", {}).get("port")
         postgres_db = None
         if self._postgres_enabled(state) and port:
             postgres_db = storage_config(self._host(state), port, self.postgres_dir / "pgpass")
         write_dagster_yaml(self.dagster_home, postgres_db)
 
-    def _host(self, state: dict[str, Any]) -> str:
+    def _host(self, state: State) -> str:
         return str(state.get("host") or self.host)
 
-    def _bootstrap(self, state: dict[str, Any]) -> str | None:
+    def _bootstrap(self, state: State) -> str | None:
         port = state.get("kafka", {}).get("port")
         return f"{self._host(state)}:{port}" if port else None
 
-    def _registry_url(self, state: dict[str, Any]) -> str | None:
+    def _registry_url(self, state: State) -> str | None:
         port = state.get("registry", {}).get("port")
         return f"http://{self._host(state)}:{port}" if port else None
 
-    def _spark_remote(self, state: dict[str, Any]) -> str | None:
+    def _spark_remote(self, state: State) -> str | None:
         port = state.get("spark", {}).get("port")
         return f"sc://{self._host(state)}:{port}" if port else None
 
-    def _info(self, state: dict[str, Any], *, already_running: bool) -> StackInfo:
+    def _info(self, state: State, *, already_running: bool) -> StackInfo:
         spark_up = self._spark_enabled(state) and self._running(state, "spark")
         postgres_up = self._postgres_enabled(state) and self._running(state, "postgres")
         return StackInfo(
@@ -374,13 +380,22 @@ class EmbeddedStack:
             **self._spark_cluster_info(state, spark_up),
         )
 
-    def _spark_cluster_info(self, state: dict[str, Any], spark_up: bool) -> dict[str, Any]:
+    def _spark_cluster_info(self, state: State, spark_up: bool) -> dict[str, Any]:
         cluster = self._spark_cluster(state) if spark_up and self._spark_workers(state) else None
         if cluster is None or not cluster.master_running():
             return {}
         return {"spark_master_url": cluster.master_url, "spark_workers": cluster.status().alive_workers}
 
     # ------------------------------------------------------------------ ports
+
+    def _take_client_port(
+        self, state: State, name: str, component: str, standard: int, taken: list[int], say: Progress
+    ) -> int:
+        """The port of ``name`` (see :meth:`_client_port`), added to ``taken``."""
+        log_file = self._log_files()[name]
+        port = self._client_port(component, state.get(name, {}).get("port"), standard, taken, log_file, say)
+        taken.append(port)
+        return port
 
     def _client_port(
         self,
@@ -428,121 +443,152 @@ class EmbeddedStack:
         """
         say = progress or _quiet
         deadline = time.monotonic() + timeout
-        with self._locked():
+        with exclusive_lock(self._lock_file):
             state = self._load()
-            state.setdefault("spark", {})["enabled"] = self.spark or bool(state.get("spark", {}).get("enabled"))
-            wanted = ["kafka", "registry"] + (["spark"] if self._spark_enabled(state) else [])
-            if self.dagster_postgres:  # recorded only when asked for: without it stack.json stays as it was
-                state.setdefault("postgres", {})["enabled"] = True
-            if self._postgres_enabled(state):
-                wanted.append("postgres")
-            self._record_spark_workers(state, say)
-            if "spark" in wanted and self._spark_workers(state):
-                wanted.insert(wanted.index("spark"), "spark_cluster")
-            missing = [name for name in wanted if not self._running(state, name)]
-            if "spark_cluster" in missing and "spark" not in missing:
-                # A driver cannot move to a new master: the engine starts again with the cluster.
-                self._stop_recorded("spark", "Spark Connect server", state, 15.0, say)
-                missing.append("spark")
+            wanted = self._wanted(state, say)
+            missing = self._missing(state, wanted, say)
             if not missing:
                 return self._info(state, already_running=True)
             self.logs_dir.mkdir(parents=True, exist_ok=True)
             self._write_dagster_yaml(state)
-            taken = [
-                port
-                for name in wanted
-                if name not in missing
-                for port in (state[name].get("port"), state[name].get("controller_port"))
-                if port
-            ]
-            starters = {"kafka": self._start_kafka, "registry": self._start_registry, "spark": self._start_spark,
-                        "postgres": self._start_postgres, "spark_cluster": self._start_spark_cluster}
-            started: list[
-                EmbeddedKafkaBroker | SchemaRegistryProcess | SparkConnectServer | PostgresServer
-                | SparkStandaloneCluster
-            ] = []
-            try:
-                for name in missing:
-                    component = starters[name](state, taken, deadline, say)
-                    started.append(component)
-                    self._save(state)
-            except BaseException:
-                for component in reversed(started):
-                    component.stop(timeout=15)
-                for name in missing:
-                    state.get(name, {})["pid"] = None
-                self._save(state)
-                raise
+            self._start_all(state, missing, self._ports_in_use(state, wanted, missing), deadline, say)
             return self._info(state, already_running=False)
 
-    def _start_kafka(
-        self, state: dict[str, Any], taken: list[int], deadline: float, say: Progress
-    ) -> EmbeddedKafkaBroker:
+    def _wanted(self, state: State, say: Progress) -> list[str]:
+        """The components this stack runs, in start order; the choices made now are recorded in ``state``."""
+        state.setdefault("spark", {})["enabled"] = self.spark or bool(state.get("spark", {}).get("enabled"))
+        wanted = ["kafka", "registry"] + (["spark"] if self._spark_enabled(state) else [])
+        if self.dagster_postgres:  # recorded only when asked for: without it stack.json stays as it was
+            state.setdefault("postgres", {})["enabled"] = True
+        if self._postgres_enabled(state):
+            wanted.append("postgres")
+        self._record_spark_workers(state, say)
+        if "spark" in wanted and self._spark_workers(state):
+            wanted.insert(wanted.index("spark"), "spark_cluster")
+        return wanted
+
+    def _missing(self, state: State, wanted: list[str], say: Progress) -> list[str]:
+        """Those of ``wanted`` that do not run, in start order."""
+        missing = [name for name in wanted if not self._running(state, name)]
+        if "spark_cluster" in missing and "spark" not in missing:
+            # A driver cannot move to a new master: the engine starts again with the cluster.
+            self._stop_recorded("spark", "Spark Connect server", state, 15.0, say)
+            missing.append("spark")
+        return missing
+
+    @staticmethod
+    def _ports_in_use(state: State, wanted: list[str], missing: list[str]) -> list[int]:
+        """The recorded ports of the components that run (the ones to start must not take them)."""
+        return [
+            port
+            for name in wanted
+            if name not in missing
+            for port in (state[name].get("port"), state[name].get("controller_port"))
+            if port
+        ]
+
+    def _start_all(
+        self, state: State, missing: list[str], taken: list[int], deadline: float, say: Progress
+    ) -> None:
+        """Start ``missing`` in order, saving stack.json after each; when one fails, stop those started."""
+        starters: dict[str, Callable[[State, list[int], float, Progress], Component]] = {
+            "kafka": self._start_kafka,
+            "registry": self._start_registry,
+            "spark": self._start_spark,
+            "postgres": self._start_postgres,
+            "spark_cluster": self._start_spark_cluster,
+        }
+        started: list[Component] = []
+        try:
+            for name in missing:
+                started.append(starters[name](state, taken, deadline, say))
+                self._save(state)
+        except BaseException:
+            for component in reversed(started):
+                component.stop(timeout=15)
+            for name in missing:
+                state.get(name, {})["pid"] = None
+            self._save(state)
+            raise
+
+    @staticmethod
+    def _start_server(server: ManagedProcess, label: str, address: str, minimum: float, deadline: float,
+                      say: Progress) -> None:
+        """``server.start`` with what is left until ``deadline`` (at least ``minimum`` s), then say it is ready."""
+        started = time.monotonic()
+        server.start(timeout=max(minimum, deadline - time.monotonic()))
+        say(f"{label} ready on {address} (pid {server.pid}, {time.monotonic() - started:.1f}s)")
+
+    def _start_kafka(self, state: State, taken: list[int], deadline: float, say: Progress) -> EmbeddedKafkaBroker:
         find_java()
-        recorded = state.get("kafka", {})
-        port = self._client_port(
-            "Kafka broker", recorded.get("port"), STANDARD_KAFKA_PORT, taken, self.kafka_log_file, say
-        )
-        taken.append(port)
-        controller_port = self._controller_port(recorded.get("controller_port"), taken)
+        port = self._take_client_port(state, "kafka", "Kafka broker", STANDARD_KAFKA_PORT, taken, say)
+        controller_port = self._controller_port(state.get("kafka", {}).get("controller_port"), taken)
         taken.append(controller_port)
         broker = EmbeddedKafkaBroker(
             self.kafka_dir, port, controller_port, self.host, log_dir=self.logs_dir, heap=self.kafka_heap, progress=say
         )
         say(f"Starting Kafka {jars.KAFKA_VERSION} broker on {broker.bootstrap_servers} (log: {broker.log_file})")
-        started = time.monotonic()
-        broker.start(timeout=max(10.0, deadline - time.monotonic()))
-        state["kafka"] = {
-            "pid": broker.pid,
-            "port": broker.port,
-            "controller_port": broker.controller_port,
-            "kafka_version": jars.KAFKA_VERSION,
-            "started_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
-        }
-        say(f"Kafka broker ready on {broker.bootstrap_servers} (pid {broker.pid}, {time.monotonic() - started:.1f}s)")
+        self._start_server(broker, "Kafka broker", broker.bootstrap_servers, 10.0, deadline, say)
+        state["kafka"] = _started(
+            broker.pid, broker.port, controller_port=broker.controller_port, kafka_version=jars.KAFKA_VERSION
+        )
         return broker
 
     def _start_registry(
-        self, state: dict[str, Any], taken: list[int], deadline: float, say: Progress
+        self, state: State, taken: list[int], deadline: float, say: Progress
     ) -> SchemaRegistryProcess:
-        port = self._client_port(
-            "schema registry",
-            state.get("registry", {}).get("port"),
-            STANDARD_REGISTRY_PORT,
-            taken,
-            self.registry_log_file,
-            say,
-        )
-        taken.append(port)
+        port = self._take_client_port(state, "registry", "schema registry", STANDARD_REGISTRY_PORT, taken, say)
         registry = SchemaRegistryProcess(
             self.registry_dir, port, self.host, log_dir=self.logs_dir, module=self.registry_module
         )
         say(f"Starting schema registry on {registry.url} (log: {registry.log_file})")
-        started = time.monotonic()
-        registry.start(timeout=max(15.0, deadline - time.monotonic()))
-        state["registry"] = {
-            "pid": registry.pid,
-            "port": registry.port,
-            "module": registry.module,
-            "started_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
-        }
-        say(f"Schema registry ready on {registry.url} (pid {registry.pid}, {time.monotonic() - started:.1f}s)")
+        self._start_server(registry, "Schema registry", registry.url, 15.0, deadline, say)
+        state["registry"] = _started(registry.pid, registry.port, module=registry.module)
         return registry
 
-    def _internal_port(self, recorded: int | None, standard: int | None, taken: list[int]) -> int:
-        """A port no client is configured with: the recorded one, else the standard one, else any free one."""
-        if recorded and recorded not in taken and is_port_free(recorded, self.host):
-            return int(recorded)
-        if standard and self.prefer_standard_ports and standard not in taken and is_port_free(standard, self.host):
-            return standard
-        return free_port(self.host, exclude=taken + ([standard] if standard else []))
+    def _start_spark(self, state: State, taken: list[int], deadline: float, say: Progress) -> SparkConnectServer:
+        port = self._take_client_port(state, "spark", "Spark Connect server", STANDARD_SPARK_CONNECT_PORT, taken, say)
+        jars.spark_jars(progress=say)
+        cluster = self._spark_cluster(state) if self._spark_workers(state) else None
+        driver: dict[str, Any] = {}
+        if cluster is not None:  # the driver of the standalone cluster, with the `cluster` profile
+            driver = {"profile": "cluster", "master": cluster.master_url, "conf": cluster.driver_conf()}
+            say(f"The Spark Connect server drives the standalone cluster {cluster.master_url}")
+        server = SparkConnectServer(self.spark_dir, port, self.host, log_dir=self.logs_dir, **driver)
+        say(f"Starting the Spark Connect server on {server.remote_url} (log: {server.log_file})")
+        self._start_server(server, "Spark Connect server", server.remote_url, 30.0, deadline, say)
+        state["spark"] = _started(server.pid, server.port, enabled=True)
+        return server
+
+    def _start_postgres(self, state: State, taken: list[int], deadline: float, say: Progress) -> PostgresServer:
+        port = self._take_client_port(state, "postgres", "PostgreSQL server", STANDARD_POSTGRES_PORT, taken, say)
+        server = PostgresServer(self.postgres_dir, port, self.host, log_dir=self.logs_dir)
+        say(f"Starting PostgreSQL (Dagster's storage) on {server.url} (log: {server.log_file})")
+        self._start_server(server, "PostgreSQL", server.url, 30.0, deadline, say)
+        state["postgres"] = _started(server.pid, server.port, enabled=True, postgres_version=server.version)
+        # dagster.yaml names the port, which is known only now on a first start.
+        self._write_dagster_yaml(state)
+        return server
 
     def _start_spark_cluster(
-        self, state: dict[str, Any], taken: list[int], deadline: float, say: Progress
+        self, state: State, taken: list[int], deadline: float, say: Progress
     ) -> SparkStandaloneCluster:
         leftover = self._spark_cluster(state)
         if leftover is not None:  # part of an earlier cluster still runs: start it whole again
             leftover.stop(timeout=15, progress=say)
+        cluster = self._new_spark_cluster(state, taken)
+        started = time.monotonic()
+        cluster.start(timeout=max(30.0, deadline - time.monotonic()), progress=say)
+        state["spark_cluster"] = {**cluster.record(), "started_at": _now()}
+        say(
+            f"Spark standalone cluster ready on {cluster.master_url} (web UI {cluster.webui_url}): {cluster.workers} "
+            f"worker(s), {cluster.worker_cores} core(s) and {cluster.worker_memory_mb} MiB each "
+            f"({time.monotonic() - started:.1f}s)"
+        )
+        return cluster
+
+    def _new_spark_cluster(self, state: State, taken: list[int]) -> SparkStandaloneCluster:
+        """The cluster to start: the recorded ports when free, the sizes given now or recorded for this many."""
         record = state.get("spark_cluster", {})
         workers = self._spark_workers(state)
         same_size = len(record.get("worker_pids") or []) == workers  # the recorded sizes were for this many
@@ -550,7 +596,7 @@ class EmbeddedStack:
         taken.append(master_port)
         webui_port = self._internal_port(record.get("webui_port"), None, taken)
         taken.append(webui_port)
-        cluster = SparkStandaloneCluster(
+        return SparkStandaloneCluster(
             self.spark_cluster_dir,
             workers,
             self.host,
@@ -561,87 +607,29 @@ class EmbeddedStack:
             worker_cores=self.spark_worker_cores or (record.get("worker_cores") if same_size else None),
             worker_memory=self.spark_worker_memory or (record.get("worker_memory_mb") if same_size else None),
         )
-        started = time.monotonic()
-        cluster.start(timeout=max(30.0, deadline - time.monotonic()), progress=say)
-        state["spark_cluster"] = {**cluster.record(), "started_at": time.strftime("%Y-%m-%dT%H:%M:%S%z")}
-        say(
-            f"Spark standalone cluster ready on {cluster.master_url} (web UI {cluster.webui_url}): {workers} "
-            f"worker(s), {cluster.worker_cores} core(s) and {cluster.worker_memory_mb} MiB each "
-            f"({time.monotonic() - started:.1f}s)"
-        )
-        return cluster
 
-    def _stop_recorded(self, name: str, label: str, state: dict[str, Any], timeout: float, say: Progress) -> bool:
-        """Stop one recorded component when its pid is still ours; True when it ran."""
+    def _internal_port(self, recorded: int | None, standard: int | None, taken: list[int]) -> int:
+        """A port no client is configured with: the recorded one, else the standard one, else any free one."""
+        if recorded and recorded not in taken and is_port_free(recorded, self.host):
+            return int(recorded)
+        if standard and self.prefer_standard_ports and standard not in taken and is_port_free(standard, self.host):
+            return standard
+        return free_port(self.host, exclude=taken + ([standard] if standard else []))
+
+    def _stop_recorded(
+        self, name: str, label: str, state: State, timeout: float, say: Progress,
+        stop: Callable[[int, float], bool] = stop_pid,
+    ) -> bool:
+        """Stop one recorded component with ``stop`` when its pid is still ours; True when it ran."""
         component = state.get(name) or {}
         pid = component.get("pid")
         running = bool(pid and pid_matches(pid, self._markers()[name]))
         if running:
-            say(f"Stopping {label} (pid {pid})")
-            if stop_pid(pid, timeout=timeout):
-                say(f"{label} did not stop within {timeout:.0f}s and was killed")
+            assert pid is not None
+            stop_announced(pid, label, timeout, say, stop)
         if component:
             component["pid"] = None
         return running
-
-    def _start_spark(
-        self, state: dict[str, Any], taken: list[int], deadline: float, say: Progress
-    ) -> SparkConnectServer:
-        port = self._client_port(
-            "Spark Connect server",
-            state.get("spark", {}).get("port"),
-            STANDARD_SPARK_CONNECT_PORT,
-            taken,
-            self.spark_log_file,
-            say,
-        )
-        taken.append(port)
-        jars.spark_jars(progress=say)
-        cluster = self._spark_cluster(state) if self._spark_workers(state) else None
-        driver: dict[str, Any] = {}
-        if cluster is not None:  # the driver of the standalone cluster, with the `cluster` profile
-            driver = {"profile": "cluster", "master": cluster.master_url, "conf": cluster.driver_conf()}
-            say(f"The Spark Connect server drives the standalone cluster {cluster.master_url}")
-        server = SparkConnectServer(self.spark_dir, port, self.host, log_dir=self.logs_dir, **driver)
-        say(f"Starting the Spark Connect server on {server.remote_url} (log: {server.log_file})")
-        started = time.monotonic()
-        server.start(timeout=max(30.0, deadline - time.monotonic()))
-        state["spark"] = {
-            "enabled": True,
-            "pid": server.pid,
-            "port": server.port,
-            "started_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
-        }
-        say(f"Spark Connect server ready on {server.remote_url} (pid {server.pid}, {time.monotonic() - started:.1f}s)")
-        return server
-
-    def _start_postgres(
-        self, state: dict[str, Any], taken: list[int], deadline: float, say: Progress
-    ) -> PostgresServer:
-        port = self._client_port(
-            "PostgreSQL server",
-            state.get("postgres", {}).get("port"),
-            STANDARD_POSTGRES_PORT,
-            taken,
-            self.postgres_log_file,
-            say,
-        )
-        taken.append(port)
-        server = PostgresServer(self.postgres_dir, port, self.host, log_dir=self.logs_dir)
-        say(f"Starting PostgreSQL (Dagster's storage) on {server.url} (log: {server.log_file})")
-        started = time.monotonic()
-        server.start(timeout=max(30.0, deadline - time.monotonic()))
-        state["postgres"] = {
-            "enabled": True,
-            "pid": server.pid,
-            "port": server.port,
-            "postgres_version": server.version,
-            "started_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
-        }
-        # dagster.yaml names the port, which is known only now on a first start.
-        self._write_dagster_yaml(state)
-        say(f"PostgreSQL ready on {server.url} (pid {server.pid}, {time.monotonic() - started:.1f}s)")
-        return server
 
     def status(self) -> StackStatus:
         """Each component: running or not, pid, address, log file (a stale stack.json reads as stopped)."""
@@ -651,7 +639,7 @@ class EmbeddedStack:
             "registry": self._registry_url(state),
             "spark": self._spark_remote(state),
         }
-        logs = {"kafka": self.kafka_log_file, "registry": self.registry_log_file, "spark": self.spark_log_file}
+        logs = self._log_files()
         components = {}
         for name in ("kafka", "registry", "spark"):
             running = self._running(state, name)
@@ -698,42 +686,24 @@ class EmbeddedStack:
         when the stack has it (SIGINT); data and ports are kept. Returns True when something was running.
         """
         say = progress or _quiet
-        with self._locked():
+        with exclusive_lock(self._lock_file):
             state = self._load()
             if not state:
                 return False
             stopped = False
-            markers = self._markers()
             for name, label in (
                 ("spark", "Spark Connect server"),
                 ("registry", "schema registry"),
                 ("kafka", "Kafka broker"),
             ):
-                component = state.get(name)
-                if not component:
-                    continue
-                pid = component.get("pid")
-                if pid and pid_matches(pid, markers[name]):
-                    say(f"Stopping {label} (pid {pid})")
-                    if stop_pid(pid, timeout=timeout):
-                        say(f"{label} did not stop within {timeout:.0f}s and was killed")
-                    stopped = True
-                component["pid"] = None
+                stopped = self._stop_recorded(name, label, state, timeout, say) or stopped
             # The standalone cluster after its driver (the Connect server, stopped above): workers, then master.
             cluster = self._spark_cluster(state)
             if cluster is not None:
                 stopped = cluster.stop(timeout=timeout, progress=say) or stopped
                 state["spark_cluster"].update(pid=None, worker_pids=[None] * cluster.workers)
             # Last: PostgreSQL, after whatever may still write to it. SIGINT (fast shutdown), see embedded.postgres.
-            postgres = state.get("postgres")
-            if postgres:
-                pid = postgres.get("pid")
-                if pid and pid_matches(pid, markers["postgres"]):
-                    say(f"Stopping PostgreSQL (pid {pid})")
-                    if stop_postgres(pid, timeout=timeout):
-                        say(f"PostgreSQL did not stop within {timeout:.0f}s and was killed")
-                    stopped = True
-                postgres["pid"] = None
+            stopped = self._stop_recorded("postgres", "PostgreSQL", state, timeout, say, stop_postgres) or stopped
             self._save(state)
             return stopped
 
@@ -751,3 +721,12 @@ def running_stack(directory: Path, *, timeout: float = 180.0, **stack_options: A
             stack.down()
         finally:
             atexit.unregister(stack.down)
+
+
+def _now() -> str:
+    return time.strftime("%Y-%m-%dT%H:%M:%S%z")
+
+
+def _started(pid: int | None, port: int, **fields: Any) -> dict[str, Any]:
+    """What stack.json records of a server just started: its pid and port, when, and ``fields``."""
+    return {**fields, "pid": pid, "port": port, "started_at": _now()}

@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from streaming_pipeline.embedded.stack import STACK_DIR_ENV, EmbeddedStack, StackInfo, StackStatus, default_stack_dir
-from streaming_pipeline.errors import StreamingPipelineError
+from streaming_pipeline.errors import exit_code
 
 
 def add_stack_parser(subparsers: Any) -> argparse.ArgumentParser:
@@ -170,53 +170,51 @@ def _print_spark_cluster(status: StackStatus) -> None:
 
 def run_stack_command(args: argparse.Namespace) -> int:
     """Run ``stack <command>``; returns the exit code (errors: one ``error:`` line on stderr, code 1)."""
+    commands = {"up": _up, "down": _down, "status": _status, "env": _env}
+    command = commands.get(getattr(args, "stack_command", None) or "")
+    if command is None:
+        print("error: choose a stack command: up, down, status or env", file=sys.stderr)
+        return 1
     directory = getattr(args, "stack_dir", None) or default_stack_dir()
-    command = getattr(args, "stack_command", None)
-    try:
-        if command == "up":
-            stack = EmbeddedStack(
-                directory,
-                prefer_standard_ports=not args.free_ports,
-                spark=not args.no_spark,
-                dagster_postgres=args.dagster_postgres,
-                spark_workers=args.spark_workers,
-                spark_worker_cores=args.spark_worker_cores,
-                spark_worker_memory=args.spark_worker_memory,
-            )
-            if args.no_spark and args.spark_workers:
-                print("error: --spark-workers needs the Spark Connect server; leave out --no-spark", file=sys.stderr)
-                return 1
-            info = stack.up(timeout=args.timeout, progress=_progress)
-            _print_info(info, stack)
-        elif command == "down":
-            stack = EmbeddedStack(directory)
-            if stack.down(timeout=args.timeout, progress=_progress):
-                print(f"Embedded stack stopped (data kept in {stack.directory})")
-            else:
-                print(f"Embedded stack in {stack.directory} was not running")
-        elif command == "status":
-            _print_status(EmbeddedStack(directory), args.json)
-        elif command == "env":
-            for line in EmbeddedStack(directory).env_lines():
-                print(line)
-        else:
-            print("error: choose a stack command: up, down, status or env", file=sys.stderr)
-            return 1
-    except StreamingPipelineError as exc:
-        print(f"error: {_one_line(exc)}", file=sys.stderr)
+    return exit_code(lambda: command(args, directory), first_line_only=True)
+
+
+def _up(args: argparse.Namespace, directory: Path) -> int:
+    stack = EmbeddedStack(
+        directory,
+        prefer_standard_ports=not args.free_ports,
+        spark=not args.no_spark,
+        dagster_postgres=args.dagster_postgres,
+        spark_workers=args.spark_workers,
+        spark_worker_cores=args.spark_worker_cores,
+        spark_worker_memory=args.spark_worker_memory,
+    )
+    if args.no_spark and args.spark_workers:
+        print("error: --spark-workers needs the Spark Connect server; leave out --no-spark", file=sys.stderr)
         return 1
-    except OSError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 1
-    except KeyboardInterrupt:
-        print("error: interrupted", file=sys.stderr)
-        return 130
+    info = stack.up(timeout=args.timeout, progress=_progress)
+    _print_info(info, stack)
     return 0
 
 
-def _one_line(exc: BaseException) -> str:
-    lines = [line.strip() for line in str(exc).splitlines() if line.strip()]
-    return lines[0] if lines else type(exc).__name__
+def _down(args: argparse.Namespace, directory: Path) -> int:
+    stack = EmbeddedStack(directory)
+    if stack.down(timeout=args.timeout, progress=_progress):
+        print(f"Embedded stack stopped (data kept in {stack.directory})")
+    else:
+        print(f"Embedded stack in {stack.directory} was not running")
+    return 0
+
+
+def _status(args: argparse.Namespace, directory: Path) -> int:
+    _print_status(EmbeddedStack(directory), args.json)
+    return 0
+
+
+def _env(_args: argparse.Namespace, directory: Path) -> int:
+    for line in EmbeddedStack(directory).env_lines():
+        print(line)
+    return 0
 
 
 def main(argv: list[str] | None = None) -> int:
