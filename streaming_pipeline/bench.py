@@ -13,9 +13,10 @@ import statistics
 import sys
 import tempfile
 import time
+from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import dagster as dg
 
@@ -143,7 +144,7 @@ def _plain_spark(spark: Any, bootstrap: str, out: Path) -> float:
     return time.monotonic() - started
 
 
-def _materialize_raw_rides(resources: dict[str, Any]) -> tuple[float, int, float]:
+def _materialize_raw_rides(resources: Mapping[str, Any]) -> tuple[float, int, float]:
     """(seconds, rows written, Spark trigger seconds) of one raw_rides materialization through Dagster."""
     from streaming_pipeline.assets import raw_rides
 
@@ -151,7 +152,9 @@ def _materialize_raw_rides(resources: dict[str, Any]) -> tuple[float, int, float
     run = dg.materialize([raw_rides], resources=resources)
     seconds = time.monotonic() - started
     metadata = run.get_asset_materialization_events()[0].materialization.metadata
-    return seconds, int(metadata["rows_written"].value), float(metadata["streaming_seconds"].value)
+    rows_written = cast(int, metadata["rows_written"].value)
+    streaming_seconds = cast(float, metadata["streaming_seconds"].value)
+    return seconds, int(rows_written), float(streaming_seconds)
 
 
 def run_bench(rides: int, json_path: Path | None) -> ThroughputResult:
@@ -162,9 +165,7 @@ def run_bench(rides: int, json_path: Path | None) -> ThroughputResult:
     result = ThroughputResult(rides=rides, machine=_machine())
     with tempfile.TemporaryDirectory(prefix="bench-") as tmp, running_stack(Path(tmp) / "stack") as stack:
         assert stack.spark_remote
-        settings = PipelineSettings.from_env(
-            {**stack.env(), "LAKEHOUSE_DIR": str(Path(tmp) / "lakehouse")}
-        )
+        settings = PipelineSettings.from_env({**stack.env(), "LAKEHOUSE_DIR": str(Path(tmp) / "lakehouse")})
         resources = build_resources(settings)
         _say(f"producing {rides:,} synthetic rides")
         started = time.monotonic()
@@ -363,11 +364,18 @@ def run_live_bench(probes: int, json_path: Path | None, gap_seconds: float = 3.0
     _print_rows(
         [
             ("probes", f"{probes} (1 first + {probes - 1} measured)"),
-            ("first ride -> raw_rides / vendor_counts (s)",
-             f"{result.first_ride_to_raw_rides_seconds:.1f} / {result.first_ride_to_vendor_counts_seconds:.1f}"),
-            ("produce -> raw_rides p50 / p95 (s)", f"{result.raw_rides_p50_seconds:.1f} / {result.raw_rides_p95_seconds:.1f}"),
-            ("produce -> vendor_counts p50 / p95 (s)",
-             f"{result.vendor_counts_p50_seconds:.1f} / {result.vendor_counts_p95_seconds:.1f}"),
+            (
+                "first ride -> raw_rides / vendor_counts (s)",
+                f"{result.first_ride_to_raw_rides_seconds:.1f} / {result.first_ride_to_vendor_counts_seconds:.1f}",
+            ),
+            (
+                "produce -> raw_rides p50 / p95 (s)",
+                f"{result.raw_rides_p50_seconds:.1f} / {result.raw_rides_p95_seconds:.1f}",
+            ),
+            (
+                "produce -> vendor_counts p50 / p95 (s)",
+                f"{result.vendor_counts_p50_seconds:.1f} / {result.vendor_counts_p95_seconds:.1f}",
+            ),
             ("produce -> the sensor's run request p50 (s)", f"{result.produce_to_run_requested_p50_seconds:.1f}"),
             ("run launch -> RUN_START p50 (s)", f"{result.run_launch_to_start_p50_seconds:.1f}"),
             ("sensor run duration p50 (s)", f"{result.run_duration_p50_seconds:.1f} over {result.sensor_runs} runs"),
@@ -416,8 +424,16 @@ def _raw_rides_frames(spark: Any, rides: list[dict[str, Any]], first_offset: int
     frame["schema_id"] = 1
     for column in ("pickup_datetime", "dropoff_datetime", "kafka_timestamp"):
         frame[column] = pd.to_datetime(frame[column], utc=True)
-    ints = ("vendor_id", "passenger_count", "rate_code_id", "pu_location_id", "do_location_id", "payment_type",
-            "kafka_partition", "schema_id")
+    ints = (
+        "vendor_id",
+        "passenger_count",
+        "rate_code_id",
+        "pu_location_id",
+        "do_location_id",
+        "payment_type",
+        "kafka_partition",
+        "schema_id",
+    )
     typed = spark.createDataFrame(frame)
     return typed.select(*[typed[c].cast("int").alias(c) if c in ints else typed[c] for c in typed.columns])
 
@@ -428,9 +444,7 @@ def _append_rides(spark: Any, path: str, rides: list[dict[str, Any]], first_offs
         _raw_rides_frames(spark, chunk, first_offset + start).write.format("delta").mode("append").save(path)
 
 
-def run_windows_bench(
-    histories: tuple[int, ...], new_rides: int, runs: int, json_path: Path | None
-) -> WindowsResult:
+def run_windows_bench(histories: tuple[int, ...], new_rides: int, runs: int, json_path: Path | None) -> WindowsResult:
     """Per history size, a lakehouse whose raw_rides gets that many synthetic rides (commits of 50,000, written
     straight as Delta) and one untimed windows run. Then, `runs` rounds: in each, every lakehouse in turn gets
     `new_rides` more rides (1% of them an hour late) and a timed windows run (stream + reconcile). The rounds
@@ -470,14 +484,17 @@ def run_windows_bench(
                 ended = time.monotonic()
                 if reconcile.full or reconcile.new_rides != new_rides:
                     raise BenchError(
-                        f"the reconcile read {reconcile.new_rides} new rides (full: {reconcile.full}), expected {new_rides}"
+                        f"the reconcile read {reconcile.new_rides} new rides (full: {reconcile.full}), "
+                        f"expected {new_rides}"
                     )
                 late[history] += reconcile.late_rides_found
                 totals[history].append(round(ended - began, 3))
                 streams[history].append(streamed - began)
                 reconciles[history].append(ended - streamed)
-                _say(f"run {run + 1}/{runs}, history {history:,}: {ended - began:.2f} s "
-                     f"(stream {streamed - began:.2f} s, reconcile {ended - streamed:.2f} s)")
+                _say(
+                    f"run {run + 1}/{runs}, history {history:,}: {ended - began:.2f} s "
+                    f"(stream {streamed - began:.2f} s, reconcile {ended - streamed:.2f} s)"
+                )
         for history in histories:
             key = str(history)
             result.seconds[key] = totals[history]
@@ -491,11 +508,18 @@ def run_windows_bench(
     rows = [("new rides per run", f"{new_rides:,} (about 1% an hour late)"), ("timed runs per history", str(runs))]
     for history in histories:
         key = str(history)
-        rows.append((f"windows run after {history:,} rides, p50 (s)",
-                     f"{result.seconds_p50[key]:.2f} (stream {result.stream_seconds_p50[key]:.2f}, "
-                     f"reconcile {result.reconcile_seconds_p50[key]:.2f})"))
-    rows += [(f"ratio {int(largest):,} / {int(smallest):,}", f"{result.ratio:.2f}"), ("engine", result.engine),
-             ("machine", result.machine)]
+        rows.append(
+            (
+                f"windows run after {history:,} rides, p50 (s)",
+                f"{result.seconds_p50[key]:.2f} (stream {result.stream_seconds_p50[key]:.2f}, "
+                f"reconcile {result.reconcile_seconds_p50[key]:.2f})",
+            )
+        )
+    rows += [
+        (f"ratio {int(largest):,} / {int(smallest):,}", f"{result.ratio:.2f}"),
+        ("engine", result.engine),
+        ("machine", result.machine),
+    ]
     _print_rows(rows, [])
     _write_json(json_path, result)
     return result

@@ -111,7 +111,9 @@ class BronzeBatchWriter:
             metrics = observation.get
             if int(metrics["records"]) == int(metrics["good"]):
                 return
-        append_once(dead_letter_rows(decoded), self.dead_letter_path, dead_letter_app_id(app_id), batch_id, attempt, extra=extra)
+        append_once(
+            dead_letter_rows(decoded), self.dead_letter_path, dead_letter_app_id(app_id), batch_id, attempt, extra=extra
+        )
 
     def _current_schemas(self, registry: RegistryClient, batch: DataFrame, batch_id: int) -> tuple[dict[int, str], str]:
         """The versions of the subject now (writer schemas by id) and the latest one (the reader schema)."""
@@ -127,7 +129,9 @@ class BronzeBatchWriter:
         latest = registry.latest(self.subject)
         return writer_schemas, latest[1] if latest else self.fallback_reader_schema
 
-    def _schemas_of(self, registry: RegistryClient, marker: dict[str, Any], batch_id: int) -> tuple[dict[int, str], str]:
+    def _schemas_of(
+        self, registry: RegistryClient, marker: dict[str, Any], batch_id: int
+    ) -> tuple[dict[int, str], str]:
         """The writer and reader schemas a committed batch was decoded with, by their ids (ids never change meaning)."""
         ids = [int(i) for i in marker["writer_schema_ids"]]
         reader_id = marker.get("reader_schema_id")
@@ -137,7 +141,8 @@ class BronzeBatchWriter:
             raise RegistryUnavailableError(
                 f"micro-batch {batch_id} of {self.asset_name} is being replayed after a crash and was decoded with "
                 f"schema ids {missing}, which the schema registry at {self.registry_url} no longer knows; its dead "
-                "letters cannot be derived as its rows were. Restore those schemas (or the registry's data) and run again."
+                "letters cannot be derived as its rows were. Restore those schemas (or the registry's data) and run "
+                "again."
             )
         writer_schemas = {i: str(texts[i]) for i in ids}
         return writer_schemas, str(texts[int(reader_id)]) if reader_id is not None else self.fallback_reader_schema

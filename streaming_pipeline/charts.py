@@ -26,13 +26,15 @@ def window_chart_png(windows: pd.DataFrame, title: str = "Trips per window and v
         for vendor in pivot.columns:
             heights = pivot[vendor].tolist()
             axis.bar(positions, heights, bottom=bottom, width=0.9, label=vendor)
-            bottom = [b + h for b, h in zip(bottom, heights)]
+            bottom = [b + h for b, h in zip(bottom, heights, strict=True)]
         if "late_trip_count" in frame and frame["late_trip_count"].sum() > 0:
             late = frame.groupby("window_start")["late_trip_count"].sum().reindex(pivot.index).fillna(0)
             axis.bar(positions, late.tolist(), bottom=bottom, width=0.9, color="black", alpha=0.5, label="late")
         step = max(1, len(pivot) // 12)
         axis.set_xticks(positions[::step])
-        axis.set_xticklabels([pd.Timestamp(t).strftime("%m-%d %H:%M") for t in pivot.index[::step]], rotation=30, ha="right")
+        axis.set_xticklabels(
+            [pd.Timestamp(t).strftime("%m-%d %H:%M") for t in pivot.index[::step]], rotation=30, ha="right"
+        )
         axis.legend(loc="upper right")
     axis.set_title(title)
     axis.set_xlabel("window start (UTC)")

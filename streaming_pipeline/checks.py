@@ -2,9 +2,9 @@
 
 import dagster as dg
 
+from streaming_pipeline.bronze_batches import DEAD_LETTER_TABLE
 from streaming_pipeline.delta_tables import read_table, table_exists
 from streaming_pipeline.errors import StreamingPipelineError
-from streaming_pipeline.bronze_batches import DEAD_LETTER_TABLE
 from streaming_pipeline.offsets import consumed_offsets, consumer_lag, table_start_offsets
 from streaming_pipeline.resources import KafkaResource, LakehouseResource, SparkResource
 from streaming_pipeline.settings import PICKUPS_TOPIC, RIDES_TOPIC
@@ -75,7 +75,11 @@ def _bronze_checks(asset_name: str, topic: str) -> list[dg.AssetChecksDefinition
         return dg.AssetCheckResult(
             passed=total <= DEFAULT_MAX_LAG,
             severity=dg.AssetCheckSeverity.WARN,
-            metadata={"lag": total, "lag_by_partition": {str(p): n for p, n in by_partition.items()}, "bound": DEFAULT_MAX_LAG},
+            metadata={
+                "lag": total,
+                "lag_by_partition": {str(p): n for p, n in by_partition.items()},
+                "bound": DEFAULT_MAX_LAG,
+            },
         )
 
     return [reconciles, unique, lag]
@@ -102,13 +106,21 @@ def windows_count_each_ride_once(spark: SparkResource, lakehouse: LakehouseResou
     path = lakehouse.table_path("ride_window_aggregates")
     consumed, reconciled = windows_positions(session, lakehouse) if table_exists(path) else (None, None)
     if consumed is None:
-        return dg.AssetCheckResult(passed=True, metadata={"note": "the window stream has read no version of raw_rides yet"})
+        return dg.AssetCheckResult(
+            passed=True, metadata={"note": "the window stream has read no version of raw_rides yet"}
+        )
     rides = session.read.format("delta").option("versionAsOf", consumed).load(lakehouse.table_path("raw_rides")).count()
-    counted = int(read_table(session, path).agg(F.sum(F.col("trip_count") + F.col("late_trip_count"))).collect()[0][0] or 0)
+    counted = int(
+        read_table(session, path).agg(F.sum(F.col("trip_count") + F.col("late_trip_count"))).collect()[0][0] or 0
+    )
     return dg.AssetCheckResult(
         passed=counted == rides,
-        metadata={"raw_rides_version": consumed, "reconciled_version": str(reconciled), "raw_rides_rows": rides,
-                  "on_time_plus_late": counted},
+        metadata={
+            "raw_rides_version": consumed,
+            "reconciled_version": str(reconciled),
+            "raw_rides_rows": rides,
+            "on_time_plus_late": counted,
+        },
     )
 
 

@@ -11,14 +11,22 @@ from streaming_pipeline.errors import StreamingPipelineError, exit_code
 
 
 def _add_connection_flags(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--bootstrap-servers", help="Kafka bootstrap servers (default: KAFKA_BOOTSTRAP_SERVERS or 127.0.0.1:9092)")
-    parser.add_argument("--schema-registry-url", help="Schema registry URL (default: SCHEMA_REGISTRY_URL or http://127.0.0.1:8081)")
-    parser.add_argument("--timeout", type=float, default=10.0, help="seconds to wait for the broker before giving up (default 10)")
+    parser.add_argument(
+        "--bootstrap-servers", help="Kafka bootstrap servers (default: KAFKA_BOOTSTRAP_SERVERS or 127.0.0.1:9092)"
+    )
+    parser.add_argument(
+        "--schema-registry-url", help="Schema registry URL (default: SCHEMA_REGISTRY_URL or http://127.0.0.1:8081)"
+    )
+    parser.add_argument(
+        "--timeout", type=float, default=10.0, help="seconds to wait for the broker before giving up (default 10)"
+    )
 
 
 def _add_produce_parser(subparsers: argparse._SubParsersAction) -> None:
     produce = subparsers.add_parser("produce", help="produce rides or pickup events to Kafka as Avro")
-    produce.add_argument("kind", choices=["rides", "pickups"], help="rides -> topic rides; pickups -> topic pickup_locations")
+    produce.add_argument(
+        "kind", choices=["rides", "pickups"], help="rides -> topic rides; pickups -> topic pickup_locations"
+    )
     source = produce.add_mutually_exclusive_group(required=True)
     source.add_argument("--csv", type=Path, help="a CSV file with the NYC TLC header")
     source.add_argument("--synthetic", type=int, metavar="N", help="N synthetic records")
@@ -26,8 +34,12 @@ def _add_produce_parser(subparsers: argparse._SubParsersAction) -> None:
     produce.add_argument("--acks", choices=["0", "1", "all"], default="all", help="producer acks (default all)")
     produce.add_argument("--seed", type=int, default=42, help="seed of the synthetic generator (default 42)")
     produce.add_argument("--partitions", type=int, default=2, help="partitions when the topic is created (default 2)")
-    produce.add_argument("--schema", type=Path, help="value schema .avsc to use instead of the default (e.g. schemas/ride_value_v2.avsc)")
-    produce.add_argument("--out-of-order-fraction", type=float, default=0.0, help="synthetic: share of rides up to 5 min out of order")
+    produce.add_argument(
+        "--schema", type=Path, help="value schema .avsc to use instead of the default (e.g. schemas/ride_value_v2.avsc)"
+    )
+    produce.add_argument(
+        "--out-of-order-fraction", type=float, default=0.0, help="synthetic: share of rides up to 5 min out of order"
+    )
     produce.add_argument("--late-fraction", type=float, default=0.0, help="synthetic: share of rides that arrive late")
     produce.add_argument("--late-by-seconds", type=float, default=3600.0, help="synthetic: how late the late rides are")
     produce.add_argument("--no-progress", action="store_true", help="no progress bar")
@@ -44,7 +56,9 @@ def _run_produce(args: argparse.Namespace) -> int:
     from streaming_pipeline.synthetic import SyntheticOptions, synthetic_pickups, synthetic_rides
 
     settings = PipelineSettings.from_env()
-    kafka = KafkaResource(bootstrap_servers=args.bootstrap_servers or settings.bootstrap_servers, timeout_seconds=args.timeout)
+    kafka = KafkaResource(
+        bootstrap_servers=args.bootstrap_servers or settings.bootstrap_servers, timeout_seconds=args.timeout
+    )
     registry = RegistryClient(args.schema_registry_url or settings.schema_registry_url)
     topic = RIDES_TOPIC if args.kind == "rides" else PICKUPS_TOPIC
     if args.csv is not None:
@@ -95,7 +109,9 @@ def _add_demo_parser(subparsers: argparse._SubParsersAction) -> None:
     demo.add_argument("--csv", type=Path, help="produce rides from this TLC CSV instead (pickups at their dropoffs)")
     demo.add_argument("--seed", type=int, default=42)
     demo.add_argument("--dir", type=Path, default=None, help="embedded stack directory (default .stack/)")
-    demo.add_argument("--lakehouse-dir", type=Path, default=None, help="Delta tables (default LAKEHOUSE_DIR or .lakehouse/)")
+    demo.add_argument(
+        "--lakehouse-dir", type=Path, default=None, help="Delta tables (default LAKEHOUSE_DIR or .lakehouse/)"
+    )
     demo.add_argument("--output-dir", type=Path, default=Path("demo-output"), help="where the chart PNG goes")
     demo.set_defaults(handler=_run_demo)
 
@@ -126,10 +142,18 @@ def _add_bench_parser(subparsers: argparse._SubParsersAction) -> None:
     bench.add_argument("--rides", type=int, default=1_000_000, help="throughput: synthetic rides (default 1,000,000)")
     bench.add_argument("--probes", type=int, default=12, help="--live: single-ride probes, the first reported apart")
     bench.add_argument("--gap", type=float, default=3.0, help="--live: seconds between probes (default 3)")
-    bench.add_argument("--windows", action="store_true",
-                       help="measure a windows run (stream + reconcile) of --new-rides rides after each --history size")
-    bench.add_argument("--history", type=int, nargs="+", default=[10_000, 1_000_000],
-                       help="--windows: rides already in raw_rides (default 10000 1000000)")
+    bench.add_argument(
+        "--windows",
+        action="store_true",
+        help="measure a windows run (stream + reconcile) of --new-rides rides after each --history size",
+    )
+    bench.add_argument(
+        "--history",
+        type=int,
+        nargs="+",
+        default=[10_000, 1_000_000],
+        help="--windows: rides already in raw_rides (default 10000 1000000)",
+    )
     bench.add_argument("--new-rides", type=int, default=1_000, help="--windows: new rides per timed run (default 1000)")
     bench.add_argument("--runs", type=int, default=5, help="--windows: timed runs per history size (default 5)")
     bench.add_argument("--json", type=Path, help="also write every figure to this JSON file")
@@ -152,7 +176,7 @@ def _add_sql_parser(subparsers: argparse._SubParsersAction) -> None:
     sql = subparsers.add_parser(
         "sql",
         help="run Spark SQL over the lakehouse: every table is a view named by its asset",
-        description="Runs on SPARK_REMOTE when set (`eval \"$(streaming-pipeline stack env)\"`), else an in-process "
+        description='Runs on SPARK_REMOTE when set (`eval "$(streaming-pipeline stack env)"`), else an in-process '
         "Spark. Tables: every asset of the lakehouse that exists, e.g. raw_rides, rides_enriched, vendor_counts.",
     )
     sql.add_argument("query", help='e.g. "SELECT vendor_id, trip_count FROM vendor_counts"')
@@ -161,13 +185,13 @@ def _add_sql_parser(subparsers: argparse._SubParsersAction) -> None:
 
 
 def _run_sql(args: argparse.Namespace) -> int:
+    # pyspark logs each failed query's context as a long JSON line; the error line below says what went wrong.
+    from pyspark.logger import PySparkLogger
+
     from streaming_pipeline.assets import ALL_ASSETS
     from streaming_pipeline.definitions import build_resources
     from streaming_pipeline.settings import PipelineSettings
     from streaming_pipeline.sql import format_rows, run_sql
-
-    # pyspark logs each failed query's context as a long JSON line; the error line below says what went wrong.
-    from pyspark.logger import PySparkLogger
 
     PySparkLogger.getLogger("SQLQueryContextLogger").disabled = True
     resources = build_resources(PipelineSettings.from_env())
@@ -193,9 +217,16 @@ def _add_replay_parser(subparsers: argparse._SubParsersAction) -> None:
     )
     replay.add_argument("asset", choices=["raw_rides", "raw_pickup_locations"], help="the bronze table to rebuild")
     start = replay.add_mutually_exclusive_group()
-    start.add_argument("--from", dest="from_", choices=["earliest"], default="earliest",
-                       help="start at the earliest offsets the topic still keeps (default)")
-    start.add_argument("--from-time", metavar="T", help="start at the first record at or after T (ISO-8601, UTC if no zone)")
+    start.add_argument(
+        "--from",
+        dest="from_",
+        choices=["earliest"],
+        default="earliest",
+        help="start at the earliest offsets the topic still keeps (default)",
+    )
+    start.add_argument(
+        "--from-time", metavar="T", help="start at the first record at or after T (ISO-8601, UTC if no zone)"
+    )
     start.add_argument("--from-offsets", metavar="P:O,...", help="start at these offsets (other partitions: earliest)")
     replay.set_defaults(handler=_run_replay)
 

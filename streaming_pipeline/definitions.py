@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+from typing import TypedDict
 
 import dagster as dg
 
@@ -18,7 +19,16 @@ def _secret(name: str) -> dg.EnvVar | None:
     return dg.EnvVar(name) if os.environ.get(name) else None
 
 
-def build_resources(settings: PipelineSettings) -> dict[str, dg.ConfigurableResource]:
+class PipelineResources(TypedDict):
+    """The resources of `build_resources()`, by key, each with its own type."""
+
+    kafka: KafkaResource
+    schema_registry: SchemaRegistryResource
+    spark: SparkResource
+    lakehouse: LakehouseResource
+
+
+def build_resources(settings: PipelineSettings) -> PipelineResources:
     return {
         "kafka": KafkaResource(
             bootstrap_servers=settings.bootstrap_servers,

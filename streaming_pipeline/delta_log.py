@@ -91,7 +91,9 @@ def commits(table_uri: str, *, after: int | None = None) -> Iterator[Commit] | N
             if after is not None and version <= after:
                 return
             with fs.open(f"{log_dir}/{version:020d}.json", "r") as handle:
-                info = next((action["commitInfo"] for line in handle if "commitInfo" in (action := json.loads(line))), {})
+                info: dict[str, Any] = next(
+                    (action["commitInfo"] for line in handle if "commitInfo" in (action := json.loads(line))), {}
+                )
             yield _commit(version, info)
 
     return read()

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass, field
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 from functools import reduce
 from typing import TYPE_CHECKING, Any
 
@@ -15,10 +15,16 @@ from pyspark.sql.types import StructType
 from streaming_pipeline.delta_log import commits
 from streaming_pipeline.delta_tables import delta_path_sql, read_table, table_exists, table_version
 from streaming_pipeline.streaming import StreamRunReport, run_available_now
-from streaming_pipeline.transformations import ride_pickup_joins, ride_window_aggregates, vendor_counts, window_late_counts
+from streaming_pipeline.transformations import (
+    ride_pickup_joins,
+    ride_window_aggregates,
+    vendor_counts,
+    window_late_counts,
+)
 
 if TYPE_CHECKING:
     from pyspark.sql import Column, DataFrame, SparkSession
+    from pyspark.sql.streaming import DataStreamWriter
 
     from streaming_pipeline.resources.lakehouse import LakehouseResource
 
@@ -42,7 +48,7 @@ def _delta_stream(spark: SparkSession, lakehouse: LakehouseResource, table: str)
 def update_vendor_counts(spark: SparkSession, lakehouse: LakehouseResource, log: Any = None) -> StreamRunReport:
     """Complete-mode running count: every micro-batch rewrites the small table from Spark's state."""
 
-    def start_writer():  # type: ignore[no-untyped-def]
+    def start_writer() -> DataStreamWriter:
         counts = vendor_counts(_delta_stream(spark, lakehouse, RAW_RIDES))
         return (
             counts.writeStream.format("delta")
@@ -141,7 +147,7 @@ def stream_ride_windows(spark: SparkSession, lakehouse: LakehouseResource, log: 
     before = stream_position(spark, lakehouse.checkpoint_path(WINDOWS))
     handler = WindowUpsert(lakehouse.table_path(WINDOWS), before.watermark_micros if before else None)
 
-    def start_writer():
+    def start_writer() -> DataStreamWriter:
         windows = ride_window_aggregates(
             _delta_stream(spark, lakehouse, RAW_RIDES), lakehouse.window_duration, lakehouse.watermark_delay
         )
@@ -239,7 +245,10 @@ def windows_positions(spark: SparkSession, lakehouse: LakehouseResource) -> tupl
     if position is None:
         return None, None
     _, marker = _last_reconcile(lakehouse.table_path(WINDOWS))
-    same_stream = marker and (marker.get("query_id"), marker.get("raw_rides_id")) == (position.query_id, position.table_id)
+    same_stream = marker and (marker.get("query_id"), marker.get("raw_rides_id")) == (
+        position.query_id,
+        position.table_id,
+    )
     return position.version, int(marker["raw_rides_version"]) if same_stream and marker else None
 
 
@@ -371,7 +380,12 @@ def reconcile_ride_windows(spark: SparkSession, lakehouse: LakehouseResource, lo
         columns = StructType([rides.schema[c] for c in ("pickup_datetime", "vendor_id", "total_amount")])
         touched = (
             ride_window_aggregates(spark.read.schema(columns).parquet(*files), lakehouse.window_duration)
-            .select(F.unix_micros("window_start").alias("s"), F.unix_micros("window_end").alias("e"), "vendor_id", "trip_count")
+            .select(
+                F.unix_micros("window_start").alias("s"),
+                F.unix_micros("window_end").alias("e"),
+                "vendor_id",
+                "trip_count",
+            )
             .collect()
             if files
             else []
@@ -391,13 +405,21 @@ def reconcile_ride_windows(spark: SparkSession, lakehouse: LakehouseResource, lo
         current = F.broadcast(windows.where(_in_ranges("window_start", ranges)))
 
     recounted = window_late_counts(all_counts, current).select(
-        "window_start", "window_end", "vendor_id", "late_trip_count", is_final.alias("is_final"),
+        "window_start",
+        "window_end",
+        "vendor_id",
+        "late_trip_count",
+        is_final.alias("is_final"),
         (F.col("late_trip_count") - F.col("previous_late_trip_count")).alias("late_found"),
     )
     # Windows the watermark passed since the previous reconcile keep their counts and become final.
     newly_final = _same_window(
         windows.where(~F.col("is_final") & is_final).select(
-            "window_start", "window_end", "vendor_id", "late_trip_count", F.lit(True).alias("is_final"),
+            "window_start",
+            "window_end",
+            "vendor_id",
+            "late_trip_count",
+            F.lit(True).alias("is_final"),
             F.lit(0).cast("long").alias("late_found"),
         ),
         recounted if result.full else F.broadcast(recounted),
@@ -407,11 +429,18 @@ def reconcile_ride_windows(spark: SparkSession, lakehouse: LakehouseResource, lo
     # recount, and then a few per hour of rides), so that the counts and the MERGE see the same rows. Not
     # localCheckpoint(): over Spark Connect its result is bound to the process's active session, which need not
     # be `spark` (a replay runs its job beside its own session), and it then fails with "No DataFrame with id".
-    changed = recounted.unionByName(newly_final).select(
-        F.unix_micros("window_start").alias("start_us"), F.unix_micros("window_end").alias("end_us"), "vendor_id",
-        F.col("late_trip_count").cast("long").alias("late_trip_count"), "is_final",
-        F.col("late_found").cast("long").alias("late_found"),
-    ).collect()
+    changed = (
+        recounted.unionByName(newly_final)
+        .select(
+            F.unix_micros("window_start").alias("start_us"),
+            F.unix_micros("window_end").alias("end_us"),
+            "vendor_id",
+            F.col("late_trip_count").cast("long").alias("late_trip_count"),
+            "is_final",
+            F.col("late_found").cast("long").alias("late_found"),
+        )
+        .collect()
+    )
     result.windows, result.late_rides_found = len(changed), sum(int(r["late_found"]) for r in changed)
     if result.windows:
         starts = sorted({int(r["start_us"]) for r in changed})
@@ -419,11 +448,20 @@ def reconcile_ride_windows(spark: SparkSession, lakehouse: LakehouseResource, lo
             [(r["start_us"], r["end_us"], r["vendor_id"], r["late_trip_count"], r["is_final"]) for r in changed],
             "start_us long, end_us long, vendor_id int, late_trip_count long, is_final boolean",
         ).select(
-            F.timestamp_micros("start_us").alias("window_start"), F.timestamp_micros("end_us").alias("window_end"),
-            "vendor_id", "late_trip_count", "is_final",
+            F.timestamp_micros("start_us").alias("window_start"),
+            F.timestamp_micros("end_us").alias("window_end"),
+            "vendor_id",
+            "late_trip_count",
+            "is_final",
         )
-        marker = {"writer": RECONCILE_WRITER, "raw_rides_version": position.version, "raw_rides_id": position.table_id,
-                  "query_id": position.query_id, "full": result.full, "files_readable": readable}
+        marker = {
+            "writer": RECONCILE_WRITER,
+            "raw_rides_version": position.version,
+            "raw_rides_id": position.table_id,
+            "query_id": position.query_id,
+            "full": result.full,
+            "files_readable": readable,
+        }
         _merge_reconciled(spark, table_path, changes, marker, starts if len(starts) <= _MAX_KEYS_IN_MERGE else [])
     if log is not None:
         log.info(
@@ -474,7 +512,7 @@ def update_ride_pickup_joins(
     drops it. Each micro-batch that dropped rows gets a row in `join_late_rows`, which the first run creates.
     """
 
-    def start_writer():
+    def start_writer() -> DataStreamWriter:
         joined = ride_pickup_joins(
             _delta_stream(spark, lakehouse, RAW_RIDES),
             _delta_stream(spark, lakehouse, RAW_PICKUPS),
@@ -493,7 +531,9 @@ def update_ride_pickup_joins(
     recorded = record_join_late_rows(spark, lakehouse.table_path(JOIN_LATE_ROWS), rows)
     dropped = report.rows_dropped_by_watermark()
     if dropped and log is not None:
-        log.warning(f"{JOINS}: {dropped} row(s) arrived behind the join's watermark and were dropped (see {JOIN_LATE_ROWS})")
+        log.warning(
+            f"{JOINS}: {dropped} row(s) arrived behind the join's watermark and were dropped (see {JOIN_LATE_ROWS})"
+        )
     last = (report.progresses[-1].get("eventTime") or {}).get("watermark") if report.progresses else None
     watermark = datetime.fromisoformat(last.replace("Z", "+00:00")) if last else None
     return JoinRunResult(report, dropped, watermark, recorded)
@@ -504,7 +544,7 @@ JOIN_LATE_ROWS_DDL = (
     "query_id STRING, batch_id BIGINT, input_rows BIGINT, rows_dropped_by_watermark BIGINT, watermark TIMESTAMP, "
     "run_id STRING, recorded_at TIMESTAMP"
 )
-_EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 
 
 def _from_micros(micros: int) -> datetime:
@@ -521,7 +561,11 @@ def join_late_rows(report: StreamRunReport, run_id: str | None) -> list[tuple[An
         if not dropped:
             continue
         text = (progress.get("eventTime") or {}).get("watermark")
-        micros = (datetime.fromisoformat(text.replace("Z", "+00:00")) - _EPOCH) // timedelta(microseconds=1) if text else None
+        micros = (
+            (datetime.fromisoformat(text.replace("Z", "+00:00")) - _EPOCH) // timedelta(microseconds=1)
+            if text
+            else None
+        )
         rows.append((str(progress.get("id")), int(progress["batchId"]), inputs, dropped, micros, run_id))
     return rows
 
@@ -540,8 +584,13 @@ def record_join_late_rows(spark: SparkSession, path: str, rows: list[tuple[Any, 
         "query_id STRING, batch_id BIGINT, input_rows BIGINT, rows_dropped_by_watermark BIGINT, watermark_micros "
         "BIGINT, run_id STRING",
     ).select(
-        "query_id", "batch_id", "input_rows", "rows_dropped_by_watermark",
-        F.timestamp_micros("watermark_micros").alias("watermark"), "run_id", F.current_timestamp().alias("recorded_at"),
+        "query_id",
+        "batch_id",
+        "input_rows",
+        "rows_dropped_by_watermark",
+        F.timestamp_micros("watermark_micros").alias("watermark"),
+        "run_id",
+        F.current_timestamp().alias("recorded_at"),
     )
     before = table_version(path)
     (
@@ -589,7 +638,11 @@ class AmountBranchWriter:
         observation = Observation(f"branch-{batch_id}-{attempt}")
         observed = batch.observe(observation, F.count(F.when(F.col("total_amount").isNull(), 1)).alias("null_amount"))
         wrote_high = append_once(
-            high_amount_rides(observed, self.threshold), self.high_path, f"branch:{HIGH_AMOUNT}:{query}", batch_id, attempt
+            high_amount_rides(observed, self.threshold),
+            self.high_path,
+            f"branch:{HIGH_AMOUNT}:{query}",
+            batch_id,
+            attempt,
         )
         null_amount = int(observation.get["null_amount"]) if wrote_high else None
         append_once(
@@ -612,8 +665,8 @@ class BranchRunResult:
 
 def update_amount_branches(spark: SparkSession, lakehouse: LakehouseResource, log: Any = None) -> BranchRunResult:
     """Branch raw_rides by total_amount (>= HIGH_AMOUNT_THRESHOLD goes high, below goes low, null to neither)."""
-    from streaming_pipeline.delta_tables import table_version
     from streaming_pipeline.delta_log import commits_since
+    from streaming_pipeline.delta_tables import table_version
     from streaming_pipeline.offsets import checkpoint_id
 
     high_path, low_path = lakehouse.table_path(HIGH_AMOUNT), lakehouse.table_path(LOW_AMOUNT)
@@ -621,7 +674,7 @@ def update_amount_branches(spark: SparkSession, lakehouse: LakehouseResource, lo
     handler = AmountBranchWriter(high_path, low_path, lakehouse.high_amount_threshold, checkpoint_dir)
     before = table_version(high_path), table_version(low_path)
 
-    def start_writer():  # type: ignore[no-untyped-def]
+    def start_writer() -> DataStreamWriter:
         return (
             _delta_stream(spark, lakehouse, RAW_RIDES)
             .writeStream.foreachBatch(handler)
@@ -672,7 +725,7 @@ def update_rides_enriched(spark: SparkSession, lakehouse: LakehouseResource, log
     """
     from streaming_pipeline.transformations import enrich_rides_with_zones
 
-    def start_writer():  # type: ignore[no-untyped-def]
+    def start_writer() -> DataStreamWriter:
         zones = read_table(spark, lakehouse.table_path(TAXI_ZONES))
         enriched = enrich_rides_with_zones(_delta_stream(spark, lakehouse, RAW_RIDES), zones).observe(
             "enrichment",

@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any
 from streaming_pipeline.delta_log import commits, latest_version
 
 if TYPE_CHECKING:
+    import pandas as pd
     from pyspark.sql import DataFrame, SparkSession
 
 
@@ -71,7 +72,7 @@ def read_table(spark: SparkSession, path: str) -> DataFrame:
 
 def preview_markdown(frame: DataFrame, rows: int = 10) -> str:
     """A small Markdown table of the first rows, for Dagster's metadata panel."""
-    sample = frame.limit(rows).toPandas()
+    sample: pd.DataFrame = frame.limit(rows).toPandas()
     if sample.empty:
         return "_empty_"
     for column in sample.columns:

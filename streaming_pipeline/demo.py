@@ -9,9 +9,10 @@ from __future__ import annotations
 
 import sys
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import dagster as dg
 
@@ -21,25 +22,49 @@ from streaming_pipeline.records import read_rides_csv
 from streaming_pipeline.settings import PICKUPS_TOPIC, RIDES_TOPIC, PipelineSettings
 from streaming_pipeline.synthetic import SyntheticOptions, synthetic_pickups, synthetic_rides
 
+if TYPE_CHECKING:
+    import pandas as pd
+
 #: How each table is shown: the order of its rows and the columns worth a look.
 TABLE_VIEWS: dict[str, tuple[list[str], list[str]]] = {
-    "raw_rides": (["pickup_datetime"], ["vendor_id", "pickup_datetime", "pu_location_id", "do_location_id",
-                                        "trip_distance", "total_amount", "kafka_partition", "kafka_offset"]),
-    "raw_pickup_locations": (["pickup_datetime"], ["pu_location_id", "pickup_datetime", "kafka_partition",
-                                                   "kafka_offset"]),
-    "dead_letter_records": (["kafka_topic", "kafka_partition", "kafka_offset"], ["kafka_topic", "kafka_partition",
-                                                                                  "kafka_offset", "error"]),
+    "raw_rides": (
+        ["pickup_datetime"],
+        [
+            "vendor_id",
+            "pickup_datetime",
+            "pu_location_id",
+            "do_location_id",
+            "trip_distance",
+            "total_amount",
+            "kafka_partition",
+            "kafka_offset",
+        ],
+    ),
+    "raw_pickup_locations": (
+        ["pickup_datetime"],
+        ["pu_location_id", "pickup_datetime", "kafka_partition", "kafka_offset"],
+    ),
+    "dead_letter_records": (
+        ["kafka_topic", "kafka_partition", "kafka_offset"],
+        ["kafka_topic", "kafka_partition", "kafka_offset", "error"],
+    ),
     "vendor_counts": (["vendor_id"], ["vendor_id", "trip_count"]),
-    "ride_window_aggregates": (["window_start", "vendor_id"], ["window_start", "window_end", "vendor_id", "trip_count",
-                                                              "total_amount_sum", "late_trip_count", "is_final"]),
-    "ride_pickup_joins": (["pickup_datetime", "vendor_id"], ["vendor_id", "location_id", "dropoff_datetime",
-                                                            "pickup_datetime"]),
+    "ride_window_aggregates": (
+        ["window_start", "vendor_id"],
+        ["window_start", "window_end", "vendor_id", "trip_count", "total_amount_sum", "late_trip_count", "is_final"],
+    ),
+    "ride_pickup_joins": (
+        ["pickup_datetime", "vendor_id"],
+        ["vendor_id", "location_id", "dropoff_datetime", "pickup_datetime"],
+    ),
     "join_late_rows": (["query_id", "batch_id"], ["batch_id", "input_rows", "rows_dropped_by_watermark", "watermark"]),
     "high_amount_rides": (["total_amount"], ["vendor_id", "pickup_datetime", "total_amount", "kafka_offset"]),
     "low_amount_rides": (["total_amount"], ["vendor_id", "pickup_datetime", "total_amount", "kafka_offset"]),
     "taxi_zones": (["location_id"], ["location_id", "borough", "zone", "service_zone"]),
-    "rides_enriched": (["pickup_datetime"], ["pickup_datetime", "pu_borough", "pu_zone", "do_borough", "do_zone",
-                                             "total_amount"]),
+    "rides_enriched": (
+        ["pickup_datetime"],
+        ["pickup_datetime", "pu_borough", "pu_zone", "do_borough", "do_zone", "total_amount"],
+    ),
 }
 DESCENDING = {"high_amount_rides"}
 SHOWN_ROWS = 5
@@ -86,23 +111,28 @@ def _produce(options: DemoOptions, kafka: Any, registry: Any, stages: _Stages) -
         synthetic = SyntheticOptions(seed=options.seed, out_of_order_fraction=0.05)
         rides = list(synthetic_rides(options.rides, synthetic))
         pickups = list(synthetic_pickups(options.rides, synthetic))
-        _check_produced(produce(kafka, registry, RIDES_TOPIC, rows_from_records(rides), total=len(rides),
-                                show_progress=False))
+        _check_produced(
+            produce(kafka, registry, RIDES_TOPIC, rows_from_records(rides), total=len(rides), show_progress=False)
+        )
         source = f"the synthetic generator (seed {options.seed})"
-    _check_produced(produce(kafka, registry, PICKUPS_TOPIC, rows_from_records(pickups), total=len(pickups),
-                            show_progress=False))
-    stages.say(f"produced {len(rides):,} rides and {len(pickups):,} pickups from {source} "
-               f"({time.monotonic() - started:.1f} s)")
+    _check_produced(
+        produce(kafka, registry, PICKUPS_TOPIC, rows_from_records(pickups), total=len(pickups), show_progress=False)
+    )
+    stages.say(
+        f"produced {len(rides):,} rides and {len(pickups):,} pickups from {source} ({time.monotonic() - started:.1f} s)"
+    )
     return len(rides)
 
 
-def _materialize(resources: dict[str, Any], stages: _Stages) -> dg.ExecuteInProcessResult:
+def _materialize(resources: Mapping[str, Any], stages: _Stages) -> dg.ExecuteInProcessResult:
     from streaming_pipeline.assets import ALL_ASSETS
     from streaming_pipeline.checks import ALL_CHECKS
 
     asset_count = sum(len(definition.keys) for definition in ALL_ASSETS)  # a multi-asset holds several
-    stages.say(f"materializing {asset_count} assets and {len(ALL_CHECKS)} checks through the Dagster "
-               "definitions on the Spark Connect engine...")
+    stages.say(
+        f"materializing {asset_count} assets and {len(ALL_CHECKS)} checks through the Dagster "
+        "definitions on the Spark Connect engine..."
+    )
     result = dg.materialize(
         [*ALL_ASSETS, *ALL_CHECKS],
         resources=resources,
@@ -118,8 +148,9 @@ def _materialize(resources: dict[str, Any], stages: _Stages) -> dg.ExecuteInProc
         materialization = event.event_specific_data.materialization  # type: ignore[union-attr]
         rows = materialization.metadata.get("dagster/row_count")
         detail = f"{rows.value:,} rows" if rows is not None else "done"
-        stages.say(f"  {materialization.asset_key.to_user_string()}: {detail} "
-                   f"({seconds.get(event.step_key, 0.0):.1f} s)")
+        stages.say(
+            f"  {materialization.asset_key.to_user_string()}: {detail} ({seconds.get(event.step_key, 0.0):.1f} s)"
+        )
     if not result.success:
         failures = [
             f"{e.step_key}: {e.step_failure_data.error.message.strip().splitlines()[0]}"  # type: ignore[union-attr]
@@ -144,8 +175,9 @@ def _show_tables(spark: Any, lakehouse: Any) -> dict[str, int]:
         counts[table] = frame.count()
         present = [c for c in columns if c in frame.columns]
         ordering = [F.col(c).desc() if table in DESCENDING else F.col(c) for c in order]
-        rounded = [F.round(c, 2).alias(c) if c.endswith(("amount", "amount_sum", "distance")) else F.col(c)
-                   for c in present]
+        rounded = [
+            F.round(c, 2).alias(c) if c.endswith(("amount", "amount_sum", "distance")) else F.col(c) for c in present
+        ]
         print(f"\n{table}: {counts[table]:,} rows (first {SHOWN_ROWS} by {', '.join(order)})")
         frame.orderBy(*ordering).select(*rounded).show(SHOWN_ROWS, truncate=False)
     return counts
@@ -163,9 +195,7 @@ def run_demo(options: DemoOptions) -> int:
     info = stack.up(progress=lambda message: stages.say(message))
     stages.say(f"embedded stack {'was already running' if was_running else 'started'} in {info.directory}")
     try:
-        settings = PipelineSettings.from_env(
-            {**info.env(), "LAKEHOUSE_DIR": str(options.lakehouse_dir.resolve())}
-        )
+        settings = PipelineSettings.from_env({**info.env(), "LAKEHOUSE_DIR": str(options.lakehouse_dir.resolve())})
         resources = build_resources(settings)
         _produce(options, resources["kafka"], resources["schema_registry"].get_client(), stages)
         result = _materialize(resources, stages)
@@ -173,18 +203,24 @@ def run_demo(options: DemoOptions) -> int:
         failed_checks = [e.check_name for e in evaluations if not e.passed]
         spark = resources["spark"].get_session()
         counts = _show_tables(spark, resources["lakehouse"])
-        windows = read_table(spark, resources["lakehouse"].table_path("ride_window_aggregates")).toPandas()
+        windows: pd.DataFrame = read_table(
+            spark, resources["lakehouse"].table_path("ride_window_aggregates")
+        ).toPandas()
         options.output_dir.mkdir(parents=True, exist_ok=True)
         chart = options.output_dir / "ride_window_aggregates.png"
         chart.write_bytes(window_chart_png(windows.sort_values("window_start").tail(300)))
         spark.stop()
         print("\n== summary ==")
         print("rows per table: " + ", ".join(f"{table} {n:,}" for table, n in counts.items()))
-        print(f"asset checks: {len(evaluations) - len(failed_checks)} of {len(evaluations)} passed"
-              + (f"; failed: {', '.join(failed_checks)}" if failed_checks else ""))
+        print(
+            f"asset checks: {len(evaluations) - len(failed_checks)} of {len(evaluations)} passed"
+            + (f"; failed: {', '.join(failed_checks)}" if failed_checks else "")
+        )
         print(f"window chart: {chart.resolve()}")
-        print("open the UI: streaming-pipeline stack up && eval \"$(streaming-pipeline stack env)\" && "
-              "dagster dev -w workspace.yaml   (then http://127.0.0.1:3000)")
+        print(
+            'open the UI: streaming-pipeline stack up && eval "$(streaming-pipeline stack env)" && '
+            "dagster dev -w workspace.yaml   (then http://127.0.0.1:3000)"
+        )
         return 1 if failed_checks else 0
     finally:
         if not was_running:

@@ -27,6 +27,7 @@ from streaming_pipeline.streaming import StreamRunReport, run_available_now
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
+    from pyspark.sql.streaming import DataStreamWriter
 
 
 @dataclass
@@ -85,7 +86,7 @@ def ingest_topic(
     table_before = table_version(table_path)
     dead_before = table_version(dead_letter_path)
 
-    def start_writer():  # type: ignore[no-untyped-def]
+    def start_writer() -> DataStreamWriter:
         source = (
             spark.readStream.format("kafka")
             .options(**kafka.spark_options())

@@ -229,7 +229,9 @@ class TopicProblems:
     def message(self) -> str:
         parts = []
         if self.went_backwards:
-            detail = ", ".join(f"[{p}] consumed up to {c}, topic ends at {e}" for p, (c, e) in sorted(self.went_backwards.items()))
+            detail = ", ".join(
+                f"[{p}] consumed up to {c}, topic ends at {e}" for p, (c, e) in sorted(self.went_backwards.items())
+            )
             parts.append(f"offsets went backwards (was the topic deleted and recreated?): {detail}")
         if self.deleted_unread:
             detail = ", ".join(
@@ -237,12 +239,15 @@ class TopicProblems:
             )
             parts.append(f"records were deleted (retention) before {self.asset_name} read them: {detail}")
         return (
-            f"{self.asset_name} cannot go on reading {self.topic}: " + "; ".join(parts)
+            f"{self.asset_name} cannot go on reading {self.topic}: "
+            + "; ".join(parts)
             + f". Rebuild the table from what the topic holds now with {replay_hint(self.asset_name)}."
         )
 
 
-def topic_problems(asset_name: str, topic: str, consumed: Offsets, watermarks: dict[int, tuple[int, int]]) -> TopicProblems:
+def topic_problems(
+    asset_name: str, topic: str, consumed: Offsets, watermarks: dict[int, tuple[int, int]]
+) -> TopicProblems:
     """Compare the consumed offsets with the topic's (earliest, end) offsets per partition."""
     backwards, deleted = {}, {}
     for partition, offset in sorted(consumed.items()):

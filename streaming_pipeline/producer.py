@@ -10,7 +10,7 @@ import threading
 import time
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 from confluent_kafka import KafkaError, KafkaException, Producer
 from confluent_kafka.serialization import MessageField, SerializationContext
@@ -18,8 +18,8 @@ from tqdm import tqdm
 
 from streaming_pipeline.errors import ConfigurationError
 from streaming_pipeline.records import CsvRow, Record
-from streaming_pipeline.resources.kafka import KafkaResource
 from streaming_pipeline.registry_client import RegistryClient
+from streaming_pipeline.resources.kafka import KafkaResource
 from streaming_pipeline.schemas import TOPIC_SCHEMA_FILES, key_subject, load_schema, value_subject
 from streaming_pipeline.settings import PICKUPS_TOPIC, RIDES_TOPIC
 
@@ -169,7 +169,9 @@ class _Encoder:
         key = record.get(self.key_field)
         key_context = SerializationContext(self.topic, MessageField.KEY)
         key_bytes = None if key is None else self.key_serializer(key, key_context)
-        return key_bytes, self.value_serializer(record, SerializationContext(self.topic, MessageField.VALUE))
+        # AvroSerializer returns None only for a None object; a record always serializes to bytes
+        value_bytes = cast(bytes, self.value_serializer(record, SerializationContext(self.topic, MessageField.VALUE)))
+        return key_bytes, value_bytes
 
 
 def _set_up_topic(

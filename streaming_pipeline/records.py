@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 import csv
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 from streaming_pipeline.errors import InputDataError
 
@@ -46,7 +46,7 @@ PICKUP_CSV_COLUMNS: dict[str, tuple[str, str, bool]] = {
 def parse_timestamp(text: str) -> datetime:
     """TLC times are naive wall-clock strings; the lakehouse reads them as UTC (DESIGN section 4)."""
     parsed = datetime.fromisoformat(text.strip())
-    return parsed.replace(tzinfo=timezone.utc) if parsed.tzinfo is None else parsed.astimezone(timezone.utc)
+    return parsed.replace(tzinfo=UTC) if parsed.tzinfo is None else parsed.astimezone(UTC)
 
 
 def _parse_int(text: str) -> int:
@@ -95,7 +95,9 @@ def read_csv(path: Path, columns: dict[str, tuple[str, str, bool]]) -> Iterator[
             if not row or all(not cell.strip() for cell in row):
                 continue
             if len(row) != len(header):
-                yield CsvRow(line_number, None, f"{path}: line {line_number}: expected {len(header)} cells, got {len(row)}")
+                yield CsvRow(
+                    line_number, None, f"{path}: line {line_number}: expected {len(header)} cells, got {len(row)}"
+                )
                 continue
             record: Record = {}
             problem = None

@@ -8,7 +8,7 @@ have to import Dagster to decode a micro-batch.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, cast
 
 from confluent_kafka.schema_registry import Schema, SchemaRegistryClient, SchemaRegistryError
 from confluent_kafka.schema_registry.avro import AvroDeserializer, AvroSerializer
@@ -70,7 +70,8 @@ class RegistryClient:
             schemas: dict[int, str] = {}
             for version in versions:
                 registered = client.get_version(subject, version, deleted=True)
-                schemas[registered.schema_id] = registered.schema.schema_str
+                # RegisteredSchema's fields are Optional; a version read from the registry has both
+                schemas[cast(int, registered.schema_id)] = cast(str, registered.schema.schema_str)
             return schemas
         except SchemaRegistryError as exc:
             if exc.http_status_code == 404:
@@ -98,7 +99,8 @@ class RegistryClient:
             raise self._unavailable(exc) from exc
         except Exception as exc:
             raise self._unavailable(exc) from exc
-        return registered.schema_id, registered.schema.schema_str
+        # RegisteredSchema's fields are Optional; a version read from the registry has both
+        return cast(int, registered.schema_id), cast(str, registered.schema.schema_str)
 
     def serializer(self, schema_str: str, *, auto_register: bool = False) -> AvroSerializer:
         """A Confluent-wire-format Avro serializer for `schema_str` (registered beforehand by `register`)."""

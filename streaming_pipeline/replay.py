@@ -22,15 +22,15 @@ import json
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
 import dagster as dg
 
-from streaming_pipeline.delta_tables import read_table, table_version
-from streaming_pipeline.errors import ConfigurationError, StreamingPipelineError
 from streaming_pipeline.bronze_batches import DEAD_LETTER_TABLE
 from streaming_pipeline.delta_log import filesystem
+from streaming_pipeline.delta_tables import read_table, table_version
+from streaming_pipeline.errors import ConfigurationError, StreamingPipelineError
 from streaming_pipeline.offsets import Offsets
 from streaming_pipeline.resources.kafka import KafkaResource
 from streaming_pipeline.resources.lakehouse import LakehouseResource
@@ -41,7 +41,9 @@ if TYPE_CHECKING:
 
 BRONZE_TOPICS = {"raw_rides": RIDES_TOPIC, "raw_pickup_locations": PICKUPS_TOPIC}
 # Written before the first batch when the bronze table is gone: the payload columns join on the first append.
-_KAFKA_COLUMNS_DDL = "kafka_topic STRING, kafka_partition INT, kafka_offset BIGINT, kafka_timestamp TIMESTAMP, schema_id INT"
+_KAFKA_COLUMNS_DDL = (
+    "kafka_topic STRING, kafka_partition INT, kafka_offset BIGINT, kafka_timestamp TIMESTAMP, schema_id INT"
+)
 
 
 class ReplayError(StreamingPipelineError):
@@ -62,29 +64,36 @@ class ReplayStart:
             try:
                 moment = datetime.fromisoformat(from_time)
             except ValueError as exc:
-                raise ConfigurationError(f"--from-time {from_time!r} is not an ISO-8601 time (e.g. 2026-11-22T08:00:00Z)") from exc
+                raise ConfigurationError(
+                    f"--from-time {from_time!r} is not an ISO-8601 time (e.g. 2026-11-22T08:00:00Z)"
+                ) from exc
             if moment.tzinfo is None:
-                moment = moment.replace(tzinfo=timezone.utc)
+                moment = moment.replace(tzinfo=UTC)
             return cls(earliest=False, time_ms=int(moment.timestamp() * 1000))
         if from_offsets is not None:
             offsets: Offsets = {}
             for part in from_offsets.split(","):
                 partition, sep, offset = part.strip().partition(":")
                 if not sep or not partition.strip().isdigit() or not offset.strip().lstrip("-").isdigit():
-                    raise ConfigurationError(f"--from-offsets {from_offsets!r}: expected PARTITION:OFFSET,... (e.g. 0:120,1:98), got {part!r}")
+                    raise ConfigurationError(
+                        f"--from-offsets {from_offsets!r}: expected PARTITION:OFFSET,... (e.g. 0:120,1:98), "
+                        f"got {part!r}"
+                    )
                 offsets[int(partition)] = int(offset)
             return cls(earliest=False, offsets=offsets)
         return cls()
 
     def describe(self) -> str:
         if self.time_ms is not None:
-            return f"time {datetime.fromtimestamp(self.time_ms / 1000, tz=timezone.utc).isoformat()}"
+            return f"time {datetime.fromtimestamp(self.time_ms / 1000, tz=UTC).isoformat()}"
         if self.offsets is not None:
             return "offsets " + ",".join(f"{p}:{o}" for p, o in sorted(self.offsets.items()))
         return "the earliest offsets"
 
 
-def resolve_start(start: ReplayStart, topic: str, watermarks: dict[int, tuple[int, int]], kafka: KafkaResource) -> Offsets:
+def resolve_start(
+    start: ReplayStart, topic: str, watermarks: dict[int, tuple[int, int]], kafka: KafkaResource
+) -> Offsets:
     """Concrete starting offsets for every partition, each within what the topic still keeps."""
     if not watermarks:
         raise ReplayError(f"topic {topic!r} does not exist on {kafka.bootstrap_servers}: nothing to replay")
@@ -94,7 +103,9 @@ def resolve_start(start: ReplayStart, topic: str, watermarks: dict[int, tuple[in
         return {p: low for p, (low, _) in sorted(watermarks.items())}
     unknown = sorted(set(start.offsets) - set(watermarks))
     if unknown:
-        raise ReplayError(f"--from-offsets names partition(s) {unknown} that {topic!r} does not have (it has {sorted(watermarks)})")
+        raise ReplayError(
+            f"--from-offsets names partition(s) {unknown} that {topic!r} does not have (it has {sorted(watermarks)})"
+        )
     resolved = {}
     for partition, (low, high) in sorted(watermarks.items()):
         offset = start.offsets.get(partition, low)
@@ -174,7 +185,9 @@ def move_checkpoints_aside(lakehouse: LakehouseResource, names: set[str]) -> dic
     return moved
 
 
-def empty_table(spark: SparkSession, path: str, marker: dict[str, Any], where: str | None = None, ddl: str | None = None) -> bool:
+def empty_table(
+    spark: SparkSession, path: str, marker: dict[str, Any], where: str | None = None, ddl: str | None = None
+) -> bool:
     """Rewrite the table at `path` without its rows (only the rows matching `where`, when given) in one commit
     carrying `marker`; a missing table is created from `ddl` when given. True when a commit was made."""
     from pyspark.sql import functions as F
@@ -205,8 +218,10 @@ def replay(
     if asset_name not in BRONZE_TOPICS:
         raise ReplayError(f"{asset_name!r} is not a bronze asset; replay one of {sorted(BRONZE_TOPICS)}")
     topic = BRONZE_TOPICS[asset_name]
-    kafka: KafkaResource = defs.resources["kafka"]  # type: ignore[assignment]
-    lakehouse: LakehouseResource = defs.resources["lakehouse"]  # type: ignore[assignment]
+    resources = defs.resources
+    assert resources is not None  # build_definitions() always binds the pipeline's resources
+    kafka: KafkaResource = resources["kafka"]
+    lakehouse: LakehouseResource = resources["lakehouse"]
     downstream = [name for name in downstream_assets(defs, asset_name) if name != DEAD_LETTER_TABLE]
     busy = _runs_in_flight(instance, {asset_name, *downstream})
     if busy:
@@ -216,7 +231,7 @@ def replay(
         )
     watermarks = kafka.watermark_offsets(topic)
     offsets = resolve_start(start, topic, watermarks, kafka)
-    spark = defs.resources["spark"].get_session()  # type: ignore[attr-defined]
+    spark = resources["spark"].get_session()
     table_path = lakehouse.table_path(asset_name)
     version_before = table_version(table_path)
     rows_before = read_table(spark, table_path).count() if version_before is not None else 0
@@ -226,30 +241,43 @@ def replay(
     report.moved_checkpoints = move_checkpoints_aside(lakehouse, {asset_name, *downstream})
     for old, new in report.moved_checkpoints.items():
         progress(f"  checkpoint {old} moved to {new}")
-    stamp = datetime.now(timezone.utc).isoformat()
+    stamp = datetime.now(UTC).isoformat()
     empty_table(
         spark,
         table_path,
-        {"replay_of": asset_name, "starting_offsets": {topic: {str(p): o for p, o in offsets.items()}},
-         "replaced_version": version_before, "replayed_at": stamp},
+        {
+            "replay_of": asset_name,
+            "starting_offsets": {topic: {str(p): o for p, o in offsets.items()}},
+            "replaced_version": version_before,
+            "replayed_at": stamp,
+        },
         ddl=_KAFKA_COLUMNS_DDL,
     )
     quoted = topic.replace("'", "''")
-    empty_table(spark, lakehouse.table_path(DEAD_LETTER_TABLE), {"replay_of_dead_letters": asset_name, "replayed_at": stamp},
-                where=f"kafka_topic = '{quoted}'")
+    empty_table(
+        spark,
+        lakehouse.table_path(DEAD_LETTER_TABLE),
+        {"replay_of_dead_letters": asset_name, "replayed_at": stamp},
+        where=f"kafka_topic = '{quoted}'",
+    )
     for name in downstream:
         if empty_table(spark, lakehouse.table_path(name), {"reset_by_replay_of": asset_name, "replayed_at": stamp}):
             report.reset_tables.append(name)
-    progress(f"  emptied {asset_name} and {len(report.reset_tables)} downstream table(s); the old versions stay readable")
+    progress(
+        f"  emptied {asset_name} and {len(report.reset_tables)} downstream table(s); the old versions stay readable"
+    )
 
     job = defs.resolve_job_def(f"{asset_name}_to_gold_job")
     progress(f"  running {job.name} ({1 + len(downstream)} asset(s))")
-    result = job.execute_in_process(instance=instance, raise_on_error=False, tags={"streaming-pipeline/replay": asset_name})
+    result = job.execute_in_process(
+        instance=instance, raise_on_error=False, tags={"streaming-pipeline/replay": asset_name}
+    )
     report.run_id = result.run_id
     if not result.success:
         failures = [str(e.event_specific_data.error.message).strip() for e in result.all_events if e.is_step_failure]  # type: ignore[union-attr]
         raise ReplayError(
-            f"the rebuild run {result.run_id} of {asset_name} failed: {'; '.join(failures) or 'see the run in the UI'}. "
+            f"the rebuild run {result.run_id} of {asset_name} failed: "
+            f"{'; '.join(failures) or 'see the run in the UI'}. "
             "The old content is kept in the Delta history; fix the cause and replay again"
         )
     report.rows_after = read_table(spark, table_path).count()

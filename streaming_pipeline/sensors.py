@@ -1,10 +1,11 @@
 """Offset sensors: one run from Kafka to gold as soon as records wait and no run works on the checkpoint.
 
 Spark commits no offsets to Kafka; every bronze commit records the end offsets of its micro-batch in the
-Delta log, so a tick compares the topic's end offsets with the table's (on any storage). The run it requests targets a job that
-selects the bronze asset and everything downstream of it, so gold follows in the same run. While a run that
-touches the bronze asset is in flight (a sensor run, a manual or a UI run) nothing is requested: new records
-batch up by themselves. A failed run is retried after a back-off that doubles with each consecutive failure.
+Delta log, so a tick compares the topic's end offsets with the table's (on any storage). The run it requests
+targets a job that selects the bronze asset and everything downstream of it, so gold follows in the same run.
+While a run that touches the bronze asset is in flight (a sensor run, a manual or a UI run) nothing is
+requested: new records batch up by themselves. A failed run is retried after a back-off that doubles with
+each consecutive failure.
 
 `decide` is the whole policy as a pure function; the sensor only gathers its inputs.
 """

@@ -98,7 +98,7 @@ class SensorSettings:
     max_backoff_seconds: float = 300.0
 
     @classmethod
-    def from_env(cls, environ: Mapping[str, str] | None = None) -> "SensorSettings":
+    def from_env(cls, environ: Mapping[str, str] | None = None) -> SensorSettings:
         env = os.environ if environ is None else environ
         defaults = cls()
         return cls(
@@ -128,7 +128,7 @@ class PipelineSettings:
     sensors: SensorSettings = SensorSettings()
 
     @classmethod
-    def from_env(cls, environ: Mapping[str, str] | None = None) -> "PipelineSettings":
+    def from_env(cls, environ: Mapping[str, str] | None = None) -> PipelineSettings:
         env = os.environ if environ is None else environ
         settings = cls(
             bootstrap_servers=env.get("KAFKA_BOOTSTRAP_SERVERS") or DEFAULT_BOOTSTRAP_SERVERS,

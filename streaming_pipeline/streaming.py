@@ -48,7 +48,7 @@ class StreamRunReport:
             return []
         first, last = self.progresses[0], self.progresses[-1]
         offsets = []
-        for start_source, end_source in zip(first.get("sources", []), last.get("sources", [])):
+        for start_source, end_source in zip(first.get("sources", []), last.get("sources", []), strict=False):
             offsets.append(
                 {
                     "description": end_source.get("description"),
@@ -105,7 +105,8 @@ def run_available_now(
         query = start_writer().queryName(query_name).trigger(availableNow=True).start()
         seen: set[int] = set()
         try:
-            while not query.awaitTermination(poll_seconds):
+            # pyspark annotates timeout as int, but takes seconds as int or float (int(timeout * 1000))
+            while not query.awaitTermination(poll_seconds):  # type: ignore[arg-type]
                 _collect(query, report, seen, log)
             _collect(query, report, seen, log)
             return report

@@ -11,11 +11,11 @@ import math
 import random
 from collections.abc import Iterator
 from dataclasses import dataclass
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 
 from streaming_pipeline.records import Record
 
-DEFAULT_START = datetime(2020, 7, 1, tzinfo=timezone.utc)
+DEFAULT_START = datetime(2020, 7, 1, tzinfo=UTC)
 
 # Busy Manhattan zones (Midtown, Upper East/West Side, airports, ...) and their relative weight.
 _BUSY_ZONES = [236, 237, 161, 162, 230, 170, 142, 239, 186, 48, 163, 234, 68, 107, 79, 141, 140, 238, 132, 138]

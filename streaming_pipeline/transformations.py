@@ -101,7 +101,9 @@ def classify_decoded(with_payload: DataFrame, writer_schemas: Mapping[int, str],
         F.when(F.col("frame_error").isNotNull(), F.col("frame_error"))
         .when(
             ~known,
-            F.format_string("unknown schema id %d: not a registered schema of this topic's subject", F.col("schema_id")),
+            F.format_string(
+                "unknown schema id %d: not a registered schema of this topic's subject", F.col("schema_id")
+            ),
         )
         .when(
             undecodable,
@@ -247,7 +249,11 @@ def window_late_counts(all_rides_per_window: DataFrame, aggregates: DataFrame) -
     late = F.greatest(F.col("all_trip_count") - F.coalesce(F.col("on_time_trip_count"), F.lit(0)), F.lit(0))
     before = [F.coalesce(F.col("a_late_trip_count"), F.lit(0)).cast("long").alias("previous_late_trip_count")]
     return joined.select(
-        "window_start", "window_end", "vendor_id", late.cast("long").alias("late_trip_count"), *(before if previous else [])
+        "window_start",
+        "window_end",
+        "vendor_id",
+        late.cast("long").alias("late_trip_count"),
+        *(before if previous else []),
     )
 
 
@@ -324,11 +330,13 @@ def enrich_rides_with_zones(rides: DataFrame, zones: DataFrame) -> DataFrame:
     unique_zones = zones.dropDuplicates(["location_id"])
 
     def side(prefix: str) -> DataFrame:
-        return F.broadcast(unique_zones.select(
-            F.col("location_id").alias(f"_{prefix}_zone_id"),
-            F.col("borough").alias(f"{prefix}_borough"),
-            F.col("zone").alias(f"{prefix}_zone"),
-        ))
+        return F.broadcast(
+            unique_zones.select(
+                F.col("location_id").alias(f"_{prefix}_zone_id"),
+                F.col("borough").alias(f"{prefix}_borough"),
+                F.col("zone").alias(f"{prefix}_zone"),
+            )
+        )
 
     return (
         rides.join(side("pu"), F.col("pu_location_id") == F.col("_pu_zone_id"), "left")

@@ -38,7 +38,10 @@ def all_coordinates(topic: str, offsets: Mapping[int, int]) -> set[tuple[str, in
 
 
 def produce_raw(
-    bootstrap_servers: str, topic: str, messages: Sequence[tuple[bytes | None, bytes | None]], partition: int | None = None
+    bootstrap_servers: str,
+    topic: str,
+    messages: Sequence[tuple[bytes | None, bytes | None]],
+    partition: int | None = None,
 ) -> list[tuple[int, int]]:
     """Send raw key/value bytes; return the (partition, offset) each one was written to, in order."""
     producer = Producer({"bootstrap.servers": bootstrap_servers, "acks": "all", "enable.idempotence": True})
@@ -64,7 +67,9 @@ def produce_raw(
     return [delivered[i] for i in range(len(messages))]
 
 
-def avro_frame(registry_resource: Any, schema_str: str, datum: Any, topic: str, field: MessageField = MessageField.VALUE) -> bytes:
+def avro_frame(
+    registry_resource: Any, schema_str: str, datum: Any, topic: str, field: MessageField = MessageField.VALUE
+) -> bytes:
     """Confluent wire-format bytes of `datum` (a record or, for keys, a plain value); the schema must be registered."""
     return registry_resource.serializer(schema_str)(datum, SerializationContext(topic, field))
 

@@ -37,8 +37,18 @@ pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
 # Every table the pipeline writes (join_late_rows appears only when the join's watermark dropped rows; when it
 # does, it must exist on both sides, which the comparison of the table sets checks).
-TABLES = {"raw_rides", "raw_pickup_locations", "dead_letter_records", "vendor_counts", "ride_window_aggregates",
-          "ride_pickup_joins", "high_amount_rides", "low_amount_rides", "taxi_zones", "rides_enriched"}
+TABLES = {
+    "raw_rides",
+    "raw_pickup_locations",
+    "dead_letter_records",
+    "vendor_counts",
+    "ride_window_aggregates",
+    "ride_pickup_joins",
+    "high_amount_rides",
+    "low_amount_rides",
+    "taxi_zones",
+    "rides_enriched",
+}
 # The only columns left out of the comparison: those that name a run or a wall-clock time.
 #   dead_letter_records.failed_at     when the micro-batch that set the record aside ran (wall clock)
 #   join_late_rows.query_id           the random id Spark gave the join's streaming query in its checkpoint
@@ -55,16 +65,26 @@ def engines(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[StackInf
     """(the stack whose engine drives a 2-worker cluster, the URL of a local-mode engine, a scratch dir).
     Both are stopped after the tests, also when one of them fails to start or a test fails."""
     root = tmp_path_factory.mktemp("cluster-vs-local")
-    with running_stack(root / "stack", timeout=420, spark=True, spark_workers=WORKERS, spark_worker_cores=1,
-                       spark_worker_memory="1g") as stack:
+    with running_stack(
+        root / "stack", timeout=420, spark=True, spark_workers=WORKERS, spark_worker_cores=1, spark_worker_memory="1g"
+    ) as stack:
         assert stack.spark_remote and stack.spark_master_url and stack.spark_workers == WORKERS
         with SparkConnectServer(root / "local-engine", log_dir=root / "local-engine") as local:
             yield stack, local.remote_url, root
 
 
 def _produce(stack: StackInfo, *args: str) -> None:
-    code = cli_main(["produce", *args, "--no-progress", "--bootstrap-servers", stack.bootstrap_servers,
-                     "--schema-registry-url", stack.schema_registry_url])
+    code = cli_main(
+        [
+            "produce",
+            *args,
+            "--no-progress",
+            "--bootstrap-servers",
+            stack.bootstrap_servers,
+            "--schema-registry-url",
+            stack.schema_registry_url,
+        ]
+    )
     assert code == 0, f"produce {' '.join(args)} exited with {code}"
 
 
@@ -86,33 +106,63 @@ def _materialize_both(stack: StackInfo, remotes: dict[str, str], lakehouses: dic
     """`dagster asset materialize -m streaming_pipeline.definitions --select '*'` on each engine into its own
     lakehouse, both at once (each is a Spark Connect client; the engines do the work). Each run's whole process
     group is killed if it outlives the timeout or the test."""
-    command = [sys.executable, "-m", "dagster", "asset", "materialize", "-m", "streaming_pipeline.definitions",
-               "--select", "*"]
+    command = [
+        sys.executable,
+        "-m",
+        "dagster",
+        "asset",
+        "materialize",
+        "-m",
+        "streaming_pipeline.definitions",
+        "--select",
+        "*",
+    ]
     foreign = ("SPARK_", "RIDE_", "JOIN_", "OFFSET_SENSOR_", "KAFKA_", "SCHEMA_REGISTRY_", "DAGSTER_")
-    base = {k: v for k, v in os.environ.items()
-            if not k.startswith(foreign)
-            and k not in ("LAKEHOUSE_DIR", "HIGH_AMOUNT_THRESHOLD", "TAXI_ZONES_CSV", "MAX_OFFSETS_PER_TRIGGER")}
+    base = {
+        k: v
+        for k, v in os.environ.items()
+        if not k.startswith(foreign)
+        and k not in ("LAKEHOUSE_DIR", "HIGH_AMOUNT_THRESHOLD", "TAXI_ZONES_CSV", "MAX_OFFSETS_PER_TRIGGER")
+    }
     runs: dict[str, tuple[subprocess.Popen[bytes], Path]] = {}
     try:
         for mode, remote in remotes.items():
             dagster_home = root / f"dagster-{mode}"
             dagster_home.mkdir(parents=True, exist_ok=True)
             (dagster_home / "dagster.yaml").touch()
-            env = {**base, "SPARK_REMOTE": remote, "KAFKA_BOOTSTRAP_SERVERS": stack.bootstrap_servers,
-                   "SCHEMA_REGISTRY_URL": stack.schema_registry_url, "LAKEHOUSE_DIR": str(lakehouses[mode]),
-                   "DAGSTER_HOME": str(dagster_home), "MAX_OFFSETS_PER_TRIGGER": str(PER_TRIGGER)}
+            env = {
+                **base,
+                "SPARK_REMOTE": remote,
+                "KAFKA_BOOTSTRAP_SERVERS": stack.bootstrap_servers,
+                "SCHEMA_REGISTRY_URL": stack.schema_registry_url,
+                "LAKEHOUSE_DIR": str(lakehouses[mode]),
+                "DAGSTER_HOME": str(dagster_home),
+                "MAX_OFFSETS_PER_TRIGGER": str(PER_TRIGGER),
+            }
             log = root / f"run-{mode}.log"
             with log.open("ab") as out:
-                runs[mode] = (subprocess.Popen(command, cwd=REPO_ROOT, env=env, stdout=out, stderr=subprocess.STDOUT,
-                                               stdin=subprocess.DEVNULL, start_new_session=True), log)
+                runs[mode] = (
+                    subprocess.Popen(
+                        command,
+                        cwd=REPO_ROOT,
+                        env=env,
+                        stdout=out,
+                        stderr=subprocess.STDOUT,
+                        stdin=subprocess.DEVNULL,
+                        start_new_session=True,
+                    ),
+                    log,
+                )
         deadline = time.monotonic() + RUN_TIMEOUT_S
         for mode, (proc, log) in runs.items():
             try:
                 code = proc.wait(timeout=max(1.0, deadline - time.monotonic()))
             except subprocess.TimeoutExpired:
                 code = None
-            assert code == 0, (f"materialize on the {mode} engine ({remotes[mode]}) ended with {code}:\n"
-                               f"{log.read_text(errors='replace')[-8000:]}")
+            assert code == 0, (
+                f"materialize on the {mode} engine ({remotes[mode]}) ended with {code}:\n"
+                f"{log.read_text(errors='replace')[-8000:]}"
+            )
     finally:
         for proc, _log in runs.values():
             if proc.poll() is None:
@@ -147,7 +197,8 @@ def _assert_identical(spark: Any, local: Path, cluster: Path, when: str) -> dict
     tables = _tables(local)
     assert tables >= TABLES, f"{when}: local mode wrote only {sorted(tables)}"
     assert _tables(cluster) == tables, (
-        f"{when}: tables differ: local {sorted(tables)}, cluster {sorted(_tables(cluster))}")
+        f"{when}: tables differ: local {sorted(tables)}, cluster {sorted(_tables(cluster))}"
+    )
     sizes = {}
     for name in sorted(tables):
         left_out = RUN_OR_CLOCK_COLUMNS.get(name, set())
@@ -175,8 +226,18 @@ def test_every_table_is_identical_on_a_two_worker_cluster_and_in_local_mode(
     # and records no schema decodes.
     _produce(stack, "rides", "--csv", str(rides_csv))
     _produce(stack, "pickups", "--csv", str(_pickups_near_dropoffs(rides_csv, root / "pickups.csv")))
-    _produce(stack, "rides", "--synthetic", "300", "--seed", "11", "--late-fraction", "0.05",
-             "--out-of-order-fraction", "0.1")
+    _produce(
+        stack,
+        "rides",
+        "--synthetic",
+        "300",
+        "--seed",
+        "11",
+        "--late-fraction",
+        "0.05",
+        "--out-of-order-fraction",
+        "0.1",
+    )
     _produce(stack, "pickups", "--synthetic", "120", "--seed", "11")
     produce_raw(stack.bootstrap_servers, "rides", [(b"1", b"\x01not avro"), (b"2", b"\x00\x00\x00\x03\xe7\x02")])
     produce_raw(stack.bootstrap_servers, "pickup_locations", [(b"7", b"\x00\x00")])

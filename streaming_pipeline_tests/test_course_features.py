@@ -28,12 +28,20 @@ def test_sql_command_prints_json_rows_and_fails_in_one_line(small_lakehouse: Pat
     env = {k: v for k, v in os.environ.items() if not k.startswith("SPARK_")}
     env["LAKEHOUSE_DIR"] = str(small_lakehouse)
     command = [sys.executable, "-m", "streaming_pipeline.cli", "sql"]
-    ok = subprocess.run([*command, "SELECT * FROM vendor_counts ORDER BY vendor_id", "--format", "json"],
-                        cwd=REPO_ROOT, env=env, capture_output=True, text=True, timeout=300, check=False)
+    ok = subprocess.run(
+        [*command, "SELECT * FROM vendor_counts ORDER BY vendor_id", "--format", "json"],
+        cwd=REPO_ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
     assert ok.returncode == 0, ok.stderr[-3000:]
     assert ok.stdout == '{"vendor_id": 1, "trip_count": 87}\n{"vendor_id": 2, "trip_count": 179}\n'
-    bad = subprocess.run([*command, "SELEC 1"], cwd=REPO_ROOT, env=env, capture_output=True, text=True, timeout=300,
-                         check=False)
+    bad = subprocess.run(
+        [*command, "SELEC 1"], cwd=REPO_ROOT, env=env, capture_output=True, text=True, timeout=300, check=False
+    )
     assert bad.returncode == 1 and bad.stdout == ""
     errors = [line for line in bad.stderr.splitlines() if line.startswith("error: ")]
     assert len(errors) == 1 and "PARSE_SYNTAX_ERROR" in errors[0], bad.stderr[-3000:]

@@ -20,7 +20,7 @@ from streaming_pipeline.sql import format_rows, register_tables, run_sql
 from streaming_pipeline.taxi_zones import read_taxi_zones, taxi_zones_csv_path
 from streaming_pipeline.transformations import enrich_rides_with_zones, high_amount_rides, low_amount_rides
 
-UTC = dt.timezone.utc
+UTC = dt.UTC
 PACKAGED_LOOKUP = Path(__file__).resolve().parents[1] / "streaming_pipeline" / "data" / "taxi_zone_lookup.csv"
 RIDE_SCHEMA = "kafka_offset BIGINT, vendor_id INT, pu_location_id INT, do_location_id INT, total_amount DOUBLE"
 ZONE_COLUMNS = ["kafka_offset", "pu_borough", "pu_zone", "do_borough", "do_zone"]
@@ -78,8 +78,12 @@ def test_branches_keep_whole_rows(spark) -> None:
 
 
 def test_read_taxi_zones_gives_the_265_tlc_zones_with_exact_columns(zones) -> None:
-    assert zones.dtypes == [("location_id", "int"), ("borough", "string"), ("zone", "string"),
-                            ("service_zone", "string")]
+    assert zones.dtypes == [
+        ("location_id", "int"),
+        ("borough", "string"),
+        ("zone", "string"),
+        ("service_zone", "string"),
+    ]
     rows = [tuple(row) for row in zones.collect()]
     expected = _lookup_by_csv_module()
     assert len(rows) == 265 == len(expected)
@@ -127,8 +131,7 @@ def test_a_malformed_lookup_row_fails_instead_of_losing_a_zone(spark, tmp_path: 
 
 
 def test_an_unknown_zone_id_keeps_its_ride_with_null_zone_columns(spark, zones) -> None:
-    rides = spark.createDataFrame([(0, 1, 1, 999, 10.0), (1, 2, 999, 265, 20.0), (2, 2, None, 132, 30.0)],
-                                  RIDE_SCHEMA)
+    rides = spark.createDataFrame([(0, 1, 1, 999, 10.0), (1, 2, 999, 265, 20.0), (2, 2, None, 132, 30.0)], RIDE_SCHEMA)
     enriched = enrich_rides_with_zones(rides, zones)
 
     assert enriched.columns == rides.columns + ["pu_borough", "pu_zone", "do_borough", "do_zone"]
@@ -177,8 +180,11 @@ def test_enrichment_runs_as_a_stream_static_join(spark, zones, tmp_path: Path) -
 
     stream = enrich_rides_with_zones(spark.readStream.format("delta").load(source), zones)
     query = (
-        stream.writeStream.format("delta").outputMode("append")
-        .option("checkpointLocation", str(tmp_path / "checkpoint")).trigger(availableNow=True).start(sink)
+        stream.writeStream.format("delta")
+        .outputMode("append")
+        .option("checkpointLocation", str(tmp_path / "checkpoint"))
+        .trigger(availableNow=True)
+        .start(sink)
     )
     query.awaitTermination()
 

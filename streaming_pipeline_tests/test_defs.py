@@ -40,15 +40,22 @@ def test_checks_guard_the_streaming_tables() -> None:
     graph = defs.resolve_asset_graph()
     checked = {key.asset_key.to_user_string() for key in graph.asset_check_keys}
     assert checked == {
-        "raw_rides", "raw_pickup_locations", "ride_window_aggregates", "ride_pickup_joins", "vendor_counts",
-        "high_amount_rides", "rides_enriched",
+        "raw_rides",
+        "raw_pickup_locations",
+        "ride_window_aggregates",
+        "ride_pickup_joins",
+        "vendor_counts",
+        "high_amount_rides",
+        "rides_enriched",
     }
 
 
 def test_offset_sensors_and_the_automation_sensor_start_running() -> None:
     sensors = {sensor.name: sensor for sensor in defs.sensors or []}
     assert set(sensors) == {
-        "raw_rides_offset_sensor", "raw_pickup_locations_offset_sensor", "default_automation_condition_sensor",
+        "raw_rides_offset_sensor",
+        "raw_pickup_locations_offset_sensor",
+        "default_automation_condition_sensor",
     }
     assert {name: sensor.default_status for name, sensor in sensors.items()} == {
         name: dg.DefaultSensorStatus.RUNNING for name in sensors
@@ -73,11 +80,18 @@ def _step_order(job_name: str) -> list[str]:
 
 def test_live_job_reaches_vendor_counts_right_after_bronze_and_the_windows_last() -> None:
     assert _step_order("raw_rides_to_gold_job") == [
-        "raw_rides", "vendor_counts", "amount_branches", "rides_enriched", "ride_pickup_joins",
-        "dead_letter_records", "ride_window_aggregates",
+        "raw_rides",
+        "vendor_counts",
+        "amount_branches",
+        "rides_enriched",
+        "ride_pickup_joins",
+        "dead_letter_records",
+        "ride_window_aggregates",
     ]
     assert _step_order("raw_pickup_locations_to_gold_job") == [
-        "raw_pickup_locations", "ride_pickup_joins", "dead_letter_records",
+        "raw_pickup_locations",
+        "ride_pickup_joins",
+        "dead_letter_records",
     ]
 
 

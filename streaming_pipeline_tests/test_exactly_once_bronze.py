@@ -33,14 +33,33 @@ pytestmark = pytest.mark.integration
 
 
 def _produce(stack, count: int, seed: int) -> None:
-    code = cli_main(["produce", "rides", "--synthetic", str(count), "--seed", str(seed), "--no-progress",
-                     "--bootstrap-servers", stack.bootstrap_servers, "--schema-registry-url", stack.schema_registry_url])
+    code = cli_main(
+        [
+            "produce",
+            "rides",
+            "--synthetic",
+            str(count),
+            "--seed",
+            str(seed),
+            "--no-progress",
+            "--bootstrap-servers",
+            stack.bootstrap_servers,
+            "--schema-registry-url",
+            stack.schema_registry_url,
+        ]
+    )
     assert code == 0
 
 
 def _ingest(spark, resources):
-    return ingest_topic(spark, resources["kafka"], resources["schema_registry"], resources["lakehouse"],
-                        topic=RIDES_TOPIC, asset_name="raw_rides")
+    return ingest_topic(
+        spark,
+        resources["kafka"],
+        resources["schema_registry"],
+        resources["lakehouse"],
+        topic=RIDES_TOPIC,
+        asset_name="raw_rides",
+    )
 
 
 def _coordinates(spark, path: str) -> list[tuple[str, int, int]]:
@@ -67,7 +86,9 @@ def test_checkpoint_reset_stops_the_run_and_replay_rebuilds_everything_exactly_o
     ends = end_offsets(stack.bootstrap_servers, RIDES_TOPIC)
     assert sum(ends.values()) == 40 == _vendor_total(spark, pipeline_resources)
     # What the table consumed is in its Delta log, and agrees with the checkpoint.
-    assert consumed_offsets(table, "raw_rides", RIDES_TOPIC) == ends == checkpoint_kafka_offsets(checkpoint)[RIDES_TOPIC]
+    assert (
+        consumed_offsets(table, "raw_rides", RIDES_TOPIC) == ends == checkpoint_kafka_offsets(checkpoint)[RIDES_TOPIC]
+    )
 
     shutil.rmtree(checkpoint)
     _produce(stack, 5, seed=2)
@@ -79,15 +100,24 @@ def test_checkpoint_reset_stops_the_run_and_replay_rebuilds_everything_exactly_o
     assert "streaming-pipeline replay raw_rides --from earliest" in message
     assert len(_coordinates(spark, table)) == 40, "the refused run changed the table"
 
-    report = replay("raw_rides", ReplayStart(), defs=defs, instance=dg.DagsterInstance.ephemeral(), progress=lambda _m: None)
+    report = replay(
+        "raw_rides", ReplayStart(), defs=defs, instance=dg.DagsterInstance.ephemeral(), progress=lambda _m: None
+    )
     ends = end_offsets(stack.bootstrap_servers, RIDES_TOPIC)
     coordinates = _coordinates(spark, table)
     assert len(coordinates) == len(set(coordinates)) == 45
     assert set(coordinates) == all_coordinates(RIDES_TOPIC, ends)
     assert (report.rows_before, report.rows_after) == (40, 45)
     assert report.starting_offsets == {p: 0 for p in ends}
-    assert set(report.reset_tables) == {"vendor_counts", "ride_window_aggregates", "ride_pickup_joins", "high_amount_rides",
-                                        "low_amount_rides", "rides_enriched", "join_late_rows"}
+    assert set(report.reset_tables) == {
+        "vendor_counts",
+        "ride_window_aggregates",
+        "ride_pickup_joins",
+        "high_amount_rides",
+        "low_amount_rides",
+        "rides_enriched",
+        "join_late_rows",
+    }
     # Downstream was rebuilt from the new table, not added to the old counts.
     assert _vendor_total(spark, pipeline_resources) == 45
     enriched = spark.read.format("delta").load(lakehouse.table_path("rides_enriched")).count()
@@ -96,8 +126,10 @@ def test_checkpoint_reset_stops_the_run_and_replay_rebuilds_everything_exactly_o
     # query's batch 0, 1, ... are not mistaken for batches the old query already wrote.
     amounts = [r["total_amount"] for r in spark.read.format("delta").load(table).select("total_amount").collect()]
     threshold = lakehouse.high_amount_threshold
-    for branch, expected in (("high_amount_rides", sum(1 for a in amounts if a is not None and a >= threshold)),
-                             ("low_amount_rides", sum(1 for a in amounts if a is not None and a < threshold))):
+    for branch, expected in (
+        ("high_amount_rides", sum(1 for a in amounts if a is not None and a >= threshold)),
+        ("low_amount_rides", sum(1 for a in amounts if a is not None and a < threshold)),
+    ):
         assert spark.read.format("delta").load(lakehouse.table_path(branch)).count() == expected, branch
     # The old content stays readable through time travel.
     old = spark.read.format("delta").option("versionAsOf", report.version_before).load(table).count()
@@ -134,7 +166,9 @@ def test_recreated_topic_is_reported_by_run_and_sensor_and_replay_reads_the_new_
     _produce(stack, 6, seed=5)  # recreates the topic: offsets start at 0 again
     ends = end_offsets(stack.bootstrap_servers, RIDES_TOPIC)
     consumed = consumed_offsets(table, "raw_rides", RIDES_TOPIC)
-    problems = topic_problems("raw_rides", RIDES_TOPIC, consumed, pipeline_resources["kafka"].watermark_offsets(RIDES_TOPIC))
+    problems = topic_problems(
+        "raw_rides", RIDES_TOPIC, consumed, pipeline_resources["kafka"].watermark_offsets(RIDES_TOPIC)
+    )
     expected_backwards = {p: (c, ends.get(p, 0)) for p, c in consumed.items() if c > ends.get(p, 0)}
     assert problems.went_backwards == expected_backwards and expected_backwards
     with pytest.raises(BronzeStateError) as caught:
@@ -147,14 +181,22 @@ def test_recreated_topic_is_reported_by_run_and_sensor_and_replay_reads_the_new_
     key = dg.AssetKey("raw_rides")
     sensor = build_offset_sensor(key, RIDES_TOPIC, live_job(key), SensorSettings())
     with dg.instance_for_test() as instance:
-        context = dg.build_sensor_context(instance=instance, resources={"kafka": pipeline_resources["kafka"], "lakehouse": lakehouse},
-                                          definitions=_defs(pipeline_resources))
+        context = dg.build_sensor_context(
+            instance=instance,
+            resources={"kafka": pipeline_resources["kafka"], "lakehouse": lakehouse},
+            definitions=_defs(pipeline_resources),
+        )
         result = sensor(context)
     skip = result.skip_reason.skip_message if isinstance(result, dg.SensorResult) else result.skip_message
     assert "offsets went backwards" in skip and not (isinstance(result, dg.SensorResult) and result.run_requests)
 
-    report = replay("raw_rides", ReplayStart(), defs=_defs(pipeline_resources), instance=dg.DagsterInstance.ephemeral(),
-                    progress=lambda _m: None)
+    report = replay(
+        "raw_rides",
+        ReplayStart(),
+        defs=_defs(pipeline_resources),
+        instance=dg.DagsterInstance.ephemeral(),
+        progress=lambda _m: None,
+    )
     coordinates = _coordinates(spark, table)
     assert len(coordinates) == len(set(coordinates)) == 6
     assert set(coordinates) == all_coordinates(RIDES_TOPIC, ends)
@@ -162,7 +204,9 @@ def test_recreated_topic_is_reported_by_run_and_sensor_and_replay_reads_the_new_
     assert _vendor_total(spark, pipeline_resources) == 6
 
 
-def test_records_deleted_unread_stop_the_run_and_replay_from_offsets_starts_where_asked(stack, pipeline_resources, spark):
+def test_records_deleted_unread_stop_the_run_and_replay_from_offsets_starts_where_asked(
+    stack, pipeline_resources, spark
+):
     lakehouse = pipeline_resources["lakehouse"]
     table = lakehouse.table_path("raw_rides")
     _produce(stack, 20, seed=6)
@@ -184,7 +228,13 @@ def test_records_deleted_unread_stop_the_run_and_replay_from_offsets_starts_wher
 
     # A replay of the kept records from explicit offsets: partition 0 from the cut, partition 1 from 3.
     start = ReplayStart.parse(from_offsets=f"0:{cut},1:3")
-    replay("raw_rides", start, defs=_defs(pipeline_resources), instance=dg.DagsterInstance.ephemeral(), progress=lambda _m: None)
+    replay(
+        "raw_rides",
+        start,
+        defs=_defs(pipeline_resources),
+        instance=dg.DagsterInstance.ephemeral(),
+        progress=lambda _m: None,
+    )
     expected = {(RIDES_TOPIC, 0, o) for o in range(cut, ends[0])} | {(RIDES_TOPIC, 1, o) for o in range(3, ends[1])}
     coordinates = _coordinates(spark, table)
     assert len(coordinates) == len(set(coordinates)) and set(coordinates) == expected
@@ -192,8 +242,9 @@ def test_records_deleted_unread_stop_the_run_and_replay_from_offsets_starts_wher
     # The reconcile check counts from where the replay started.
     from streaming_pipeline.checks import ALL_CHECKS
 
-    result = dg.materialize([*ALL_ASSETS, *ALL_CHECKS], resources=pipeline_resources, selection="raw_rides",
-                            raise_on_error=False)
+    result = dg.materialize(
+        [*ALL_ASSETS, *ALL_CHECKS], resources=pipeline_resources, selection="raw_rides", raise_on_error=False
+    )
     checks = {e.asset_check_key.name: e.passed for e in result.get_asset_check_evaluations()}
     assert checks["reconciles_with_kafka_offsets"] is True and checks["unique_kafka_coordinates"] is True
 
@@ -245,7 +296,9 @@ def test_emptied_registry_stops_the_stream_instead_of_dead_lettering_everything(
     assert len(rows) + dead == sum(ends.values()) == 10
 
 
-def test_reader_schema_registered_between_micro_batches_is_used_by_the_next_one(stack, pipeline_resources, spark, tmp_path):
+def test_reader_schema_registered_between_micro_batches_is_used_by_the_next_one(
+    stack, pipeline_resources, spark, tmp_path
+):
     """One handler (one worker, one registry client) across two micro-batches: v2, registered after the first,
     reads the second with its own field."""
     from confluent_kafka.serialization import MessageField
@@ -260,19 +313,27 @@ def test_reader_schema_registered_between_micro_batches_is_used_by_the_next_one(
     _produce(stack, 4, seed=11)
     v1_end = end_offsets(stack.bootstrap_servers, RIDES_TOPIC)
     handler = BronzeBatchWriter(
-        registry_url=stack.schema_registry_url, registry_auth=None, subject="rides-value",
-        fallback_reader_schema=load_schema("ride_value.avsc"), table_path=lakehouse.table_path("raw_rides"),
-        dead_letter_path=lakehouse.table_path("dead_letter_records"), asset_name="raw_rides",
+        registry_url=stack.schema_registry_url,
+        registry_auth=None,
+        subject="rides-value",
+        fallback_reader_schema=load_schema("ride_value.avsc"),
+        table_path=lakehouse.table_path("raw_rides"),
+        dead_letter_path=lakehouse.table_path("dead_letter_records"),
+        asset_name="raw_rides",
         checkpoint_dir=str(tmp_path / "no-checkpoint"),
     )
 
     def kafka_batch(start: dict[int, int], end: dict[int, int]):
         import json
 
-        return (spark.read.format("kafka").options(**pipeline_resources["kafka"].spark_options())
-                .option("subscribe", RIDES_TOPIC)
-                .option("startingOffsets", json.dumps({RIDES_TOPIC: {str(p): o for p, o in start.items()}}))
-                .option("endingOffsets", json.dumps({RIDES_TOPIC: {str(p): o for p, o in end.items()}})).load())
+        return (
+            spark.read.format("kafka")
+            .options(**pipeline_resources["kafka"].spark_options())
+            .option("subscribe", RIDES_TOPIC)
+            .option("startingOffsets", json.dumps({RIDES_TOPIC: {str(p): o for p, o in start.items()}}))
+            .option("endingOffsets", json.dumps({RIDES_TOPIC: {str(p): o for p, o in end.items()}}))
+            .load()
+        )
 
     handler(kafka_batch({p: 0 for p in v1_end}, v1_end), 0)
 
@@ -281,17 +342,30 @@ def test_reader_schema_registered_between_micro_batches_is_used_by_the_next_one(
     v2_id = registry.register("rides-value", v2_schema)
     key_schema = (SCHEMA_DIR / "ride_key.avsc").read_text()
     fees = [3.25, 0.75, 1.5]
-    rides = [{**r, "airport_fee": f} for r, f in zip(synthetic_rides(len(fees), SyntheticOptions(seed=12)), fees)]
-    placed = produce_raw(stack.bootstrap_servers, RIDES_TOPIC, [
-        (avro_frame(registry, key_schema, r["vendor_id"], RIDES_TOPIC, MessageField.KEY), avro_frame(registry, v2_schema, r, RIDES_TOPIC))
-        for r in rides])
+    rides = [
+        {**r, "airport_fee": f}
+        for r, f in zip(synthetic_rides(len(fees), SyntheticOptions(seed=12)), fees, strict=True)
+    ]
+    placed = produce_raw(
+        stack.bootstrap_servers,
+        RIDES_TOPIC,
+        [
+            (
+                avro_frame(registry, key_schema, r["vendor_id"], RIDES_TOPIC, MessageField.KEY),
+                avro_frame(registry, v2_schema, r, RIDES_TOPIC),
+            )
+            for r in rides
+        ],
+    )
     handler(kafka_batch(v1_end, end_offsets(stack.bootstrap_servers, RIDES_TOPIC)), 1)
 
     table = spark.read.format("delta").load(lakehouse.table_path("raw_rides"))
-    rows = {(r.kafka_partition, r.kafka_offset): (r.airport_fee, r.schema_id)
-            for r in table.select("kafka_partition", "kafka_offset", "airport_fee", "schema_id").collect()}
+    rows = {
+        (r.kafka_partition, r.kafka_offset): (r.airport_fee, r.schema_id)
+        for r in table.select("kafka_partition", "kafka_offset", "airport_fee", "schema_id").collect()
+    }
     assert len(rows) == 4 + 3
-    for (partition, offset), ride in zip(placed, rides):
+    for (partition, offset), ride in zip(placed, rides, strict=True):
         assert rows[(partition, offset)] == (ride["airport_fee"], v2_id)
     assert [fee for (p, o), (fee, _) in rows.items() if (p, o) not in set(placed)] == [None] * 4
 
@@ -323,17 +397,34 @@ def test_a_batch_replayed_after_a_crash_gets_its_dead_letters_from_the_schemas_i
     v2_id = registry.register("elsewhere-value", v2_schema)
     key_schema = (SCHEMA_DIR / "ride_key.avsc").read_text()
     v2_rides = [{**r, "airport_fee": 1.25} for r in synthetic_rides(2, SyntheticOptions(seed=22))]
-    placed = produce_raw(stack.bootstrap_servers, RIDES_TOPIC, [
-        (avro_frame(registry, key_schema, r["vendor_id"], RIDES_TOPIC, MessageField.KEY),
-         avro_frame(registry, v2_schema, r, "elsewhere")) for r in v2_rides])
+    placed = produce_raw(
+        stack.bootstrap_servers,
+        RIDES_TOPIC,
+        [
+            (
+                avro_frame(registry, key_schema, r["vendor_id"], RIDES_TOPIC, MessageField.KEY),
+                avro_frame(registry, v2_schema, r, "elsewhere"),
+            )
+            for r in v2_rides
+        ],
+    )
     ends = end_offsets(stack.bootstrap_servers, RIDES_TOPIC)
-    batch = (spark.read.format("kafka").options(**pipeline_resources["kafka"].spark_options())
-             .option("subscribe", RIDES_TOPIC).option("startingOffsets", "earliest")
-             .option("endingOffsets", json.dumps({RIDES_TOPIC: {str(p): o for p, o in ends.items()}})).load())
+    batch = (
+        spark.read.format("kafka")
+        .options(**pipeline_resources["kafka"].spark_options())
+        .option("subscribe", RIDES_TOPIC)
+        .option("startingOffsets", "earliest")
+        .option("endingOffsets", json.dumps({RIDES_TOPIC: {str(p): o for p, o in ends.items()}}))
+        .load()
+    )
     handler = BronzeBatchWriter(
-        registry_url=stack.schema_registry_url, registry_auth=None, subject="rides-value",
-        fallback_reader_schema=load_schema("ride_value.avsc"), table_path=lakehouse.table_path("raw_rides"),
-        dead_letter_path=lakehouse.table_path("dead_letter_records"), asset_name="raw_rides",
+        registry_url=stack.schema_registry_url,
+        registry_auth=None,
+        subject="rides-value",
+        fallback_reader_schema=load_schema("ride_value.avsc"),
+        table_path=lakehouse.table_path("raw_rides"),
+        dead_letter_path=lakehouse.table_path("dead_letter_records"),
+        asset_name="raw_rides",
         checkpoint_dir=str(tmp_path / "no-checkpoint"),
     )
 
@@ -352,10 +443,20 @@ def test_a_batch_replayed_after_a_crash_gets_its_dead_letters_from_the_schemas_i
 
     handler(batch, 0)  # the replay of batch 0
 
-    good = {(r.kafka_partition, r.kafka_offset) for r in spark.read.format("delta")
-            .load(lakehouse.table_path("raw_rides")).select("kafka_partition", "kafka_offset").collect()}
-    dead = [(r.kafka_partition, r.kafka_offset) for r in spark.read.format("delta")
-            .load(lakehouse.table_path("dead_letter_records")).select("kafka_partition", "kafka_offset").collect()]
+    good = {
+        (r.kafka_partition, r.kafka_offset)
+        for r in spark.read.format("delta")
+        .load(lakehouse.table_path("raw_rides"))
+        .select("kafka_partition", "kafka_offset")
+        .collect()
+    }
+    dead = [
+        (r.kafka_partition, r.kafka_offset)
+        for r in spark.read.format("delta")
+        .load(lakehouse.table_path("dead_letter_records"))
+        .select("kafka_partition", "kafka_offset")
+        .collect()
+    ]
     assert sorted(dead) == sorted(placed)
     assert len(good) == 3 and not good & set(dead)
     assert good | set(dead) == {(p, o) for _, p, o in all_coordinates(RIDES_TOPIC, ends)}

@@ -27,7 +27,7 @@ RIDES_DDL = (
     "vendor_id int, pickup_datetime timestamp, dropoff_datetime timestamp, do_location_id int, total_amount double, "
     "kafka_partition int, kafka_offset long"
 )
-UTC = dt.timezone.utc
+UTC = dt.UTC
 
 
 def at(hour: int, minute: int) -> dt.datetime:
@@ -65,9 +65,18 @@ class Bronze:
 
 def windows(spark, lakehouse: LakehouseResource) -> dict[tuple[int, int], tuple]:
     """{(window start as epoch seconds, vendor): (trip_count, total_amount_sum, late_trip_count, is_final)}."""
-    frame = spark.read.format("delta").load(lakehouse.table_path("ride_window_aggregates")).select(
-        F.unix_seconds("window_start").alias("start"), F.unix_seconds("window_end").alias("end"), "vendor_id",
-        "trip_count", "total_amount_sum", "late_trip_count", "is_final",
+    frame = (
+        spark.read.format("delta")
+        .load(lakehouse.table_path("ride_window_aggregates"))
+        .select(
+            F.unix_seconds("window_start").alias("start"),
+            F.unix_seconds("window_end").alias("end"),
+            "vendor_id",
+            "trip_count",
+            "total_amount_sum",
+            "late_trip_count",
+            "is_final",
+        )
     )
     rows = frame.collect()
     assert all(r.end == r.start + 600 for r in rows)
@@ -110,7 +119,10 @@ def test_a_bronze_commit_between_the_stream_and_the_reconcile_is_neither_late_no
     # Reconciled at the version the stream consumed: the racing rides are neither late nor windows yet.
     # Latest pickup 08:50 -> watermark 08:35: windows ending by then are final.
     assert (reconcile.raw_rides_version, reconcile.full, reconcile.new_rides, reconcile.late_rides_found) == (
-        consumed, False, 3, 0
+        consumed,
+        False,
+        3,
+        0,
     )
     assert windows(spark, lakehouse) == {
         (epoch(8, 0), 1): (2, 12.5, 0, True),
@@ -124,7 +136,9 @@ def test_a_bronze_commit_between_the_stream_and_the_reconcile_is_neither_late_no
     # The next run takes the racing rides on time. Latest pickup 09:05 -> watermark 08:50.
     second = update_ride_window_aggregates(spark, lakehouse)
     assert (second.reconcile.raw_rides_version, second.reconcile.new_rides, second.reconcile.late_rides_found) == (
-        raced, 3, 0
+        raced,
+        3,
+        0,
     )
     assert windows(spark, lakehouse) == {
         (epoch(8, 0), 1): (2, 12.5, 0, True),
@@ -150,7 +164,9 @@ def test_a_reconcile_left_undone_by_a_crashed_run_is_done_by_the_next_run(spark,
     rerun = update_ride_window_aggregates(spark, lakehouse)
     assert rerun.report.input_rows == 0
     assert (rerun.reconcile.raw_rides_version, rerun.reconcile.new_rides, rerun.reconcile.late_rides_found) == (
-        version, 3, 2
+        version,
+        3,
+        2,
     )
     # watermark 09:01 - 15 min = 08:46
     assert windows(spark, lakehouse) == {
@@ -165,9 +181,7 @@ def test_a_reconcile_left_undone_by_a_crashed_run_is_done_by_the_next_run(spark,
 
 def test_late_rides_are_counted_exactly_whether_spark_still_counts_them_or_drops_them(spark, lakehouse):
     bronze = Bronze(spark, lakehouse)
-    bronze.append(
-        (1, at(8, 1), 10.0), (1, at(8, 5), 2.5), (2, at(8, 12), 7.0), (1, at(8, 31), 4.0), (2, at(9, 0), 1.5)
-    )
+    bronze.append((1, at(8, 1), 10.0), (1, at(8, 5), 2.5), (2, at(8, 12), 7.0), (1, at(8, 31), 4.0), (2, at(9, 0), 1.5))
     update_ride_window_aggregates(spark, lakehouse)
     # latest pickup 09:00 -> watermark 08:45: every window but [09:00, 09:10) is final
     assert windows(spark, lakehouse) == {
@@ -181,7 +195,9 @@ def test_late_rides_are_counted_exactly_whether_spark_still_counts_them_or_drops
     # the watermark (08:20, 2), and two on time: 08:44 opens (08:40, 1), which ends after 08:45; 09:02 joins
     # (09:00, 2). Spark's late-event watermark lags one micro-batch, so it still counts the late ones in its
     # state; the table does not take them on time.
-    bronze.append((1, at(8, 7), 90.0), (1, at(8, 3), 90.0), (2, at(8, 22), 90.0), (1, at(8, 44), 5.0), (2, at(9, 2), 2.0))
+    bronze.append(
+        (1, at(8, 7), 90.0), (1, at(8, 3), 90.0), (2, at(8, 22), 90.0), (1, at(8, 44), 5.0), (2, at(9, 2), 2.0)
+    )
     second = update_ride_window_aggregates(spark, lakehouse)
     assert (second.reconcile.full, second.reconcile.new_rides, second.reconcile.late_rides_found) == (False, 5, 3)
     # latest on-time pickup 09:02 -> watermark 08:47
@@ -262,10 +278,24 @@ def test_pickups_behind_the_join_watermark_are_counted_in_join_late_rows(spark, 
 
     assert [r.rows_dropped_by_watermark for r in (first, second, third)] == [0, 0, 3]
     joined = spark.read.format("delta").load(lakehouse.table_path("ride_pickup_joins"))
-    assert sorted((r.vendor_id, r.pickup_kafka_offset) for r in joined.collect()) == [(1, 0), (1, 2), (2, 1), (2, 3), (2, 7)]
+    assert sorted((r.vendor_id, r.pickup_kafka_offset) for r in joined.collect()) == [
+        (1, 0),
+        (1, 2),
+        (2, 1),
+        (2, 3),
+        (2, 7),
+    ]
 
-    late = spark.read.format("delta").load(lakehouse.table_path("join_late_rows")).select(
-        "batch_id", "input_rows", "rows_dropped_by_watermark", F.unix_seconds("watermark").alias("watermark"), "run_id"
+    late = (
+        spark.read.format("delta")
+        .load(lakehouse.table_path("join_late_rows"))
+        .select(
+            "batch_id",
+            "input_rows",
+            "rows_dropped_by_watermark",
+            F.unix_seconds("watermark").alias("watermark"),
+            "run_id",
+        )
     )
     # One row per micro-batch that dropped rows; it appeared with the first.
     assert sorted(tuple(r) for r in late.collect()) == [(2, 4, 3, epoch(8, 45), "run-3")]
@@ -277,7 +307,9 @@ def test_pickups_behind_the_join_watermark_are_counted_in_join_late_rows(spark, 
     # What `streaming-pipeline sql` answers: the table is an asset of the definitions.
     names = [key.to_user_string() for assets_def in ALL_ASSETS for key in assets_def.keys]
     columns, rows = run_sql(
-        spark, {name: lakehouse.table_path(name) for name in names}, "SELECT sum(rows_dropped_by_watermark) FROM join_late_rows"
+        spark,
+        {name: lakehouse.table_path(name) for name in names},
+        "SELECT sum(rows_dropped_by_watermark) FROM join_late_rows",
     )
     assert rows == [(3,)]
 
@@ -295,7 +327,9 @@ def test_the_assets_report_late_rides_and_rows_dropped_by_the_join_watermark(spa
     pickups_path = lakehouse.table_path("raw_pickup_locations")
 
     def materialize() -> dict[str, dict]:
-        result = dg.materialize([ride_window_aggregates, ride_pickup_joins, windows_count_each_ride_once], resources=resources)
+        result = dg.materialize(
+            [ride_window_aggregates, ride_pickup_joins, windows_count_each_ride_once], resources=resources
+        )
         assert result.success
         [check] = result.get_asset_check_evaluations()
         assert check.passed, check.metadata

@@ -3,7 +3,7 @@
 
 from __future__ import annotations
 
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 
 import dagster as dg
 import pandas as pd
@@ -38,8 +38,16 @@ VALUE_SUBJECT = "rides-value"
 
 def _produce(stack, *args: str) -> None:
     code = cli_main(
-        ["produce", "rides", *args, "--no-progress",
-         "--bootstrap-servers", stack.bootstrap_servers, "--schema-registry-url", stack.schema_registry_url]
+        [
+            "produce",
+            "rides",
+            *args,
+            "--no-progress",
+            "--bootstrap-servers",
+            stack.bootstrap_servers,
+            "--schema-registry-url",
+            stack.schema_registry_url,
+        ]
     )
     assert code == 0, f"produce {args} exited with {code}"
 
@@ -63,8 +71,10 @@ def _failure_messages(result: dg.ExecuteInProcessResult) -> list[str]:
 
 
 def _coordinates(frame) -> list[tuple[str, int, int]]:
-    return [(r.kafka_topic, r.kafka_partition, r.kafka_offset)
-            for r in frame.select("kafka_topic", "kafka_partition", "kafka_offset").collect()]
+    return [
+        (r.kafka_topic, r.kafka_partition, r.kafka_offset)
+        for r in frame.select("kafka_topic", "kafka_partition", "kafka_offset").collect()
+    ]
 
 
 def _read(spark, resources, table: str):
@@ -94,23 +104,35 @@ def test_v2_rides_after_v1_add_a_column_null_for_old_rows(stack, pipeline_resour
     assert v2_id != v1_id
 
     fees = [1.25, 0.0, 2.5, 17.75, 0.5]
-    new_rides = [{**ride, "airport_fee": fee}
-                 for ride, fee in zip(synthetic_rides(len(fees), SyntheticOptions(seed=5)), fees)]
+    new_rides = [
+        {**ride, "airport_fee": fee}
+        for ride, fee in zip(synthetic_rides(len(fees), SyntheticOptions(seed=5)), fees, strict=True)
+    ]
     messages = []
     for ride in new_rides:
         value = avro_frame(registry, v2_schema, ride, TOPIC)
         assert confluent_header(value) == (0, v2_id)
         messages.append((avro_frame(registry, key_schema, ride["vendor_id"], TOPIC, MessageField.KEY), value))
     placed = produce_raw(stack.bootstrap_servers, TOPIC, messages)
-    expected_new = {(TOPIC, p, o): ride for (p, o), ride in zip(placed, new_rides)}
+    expected_new = {(TOPIC, p, o): ride for (p, o), ride in zip(placed, new_rides, strict=True)}
 
     _materialize([raw_rides, vendor_counts], pipeline_resources)
 
     raw = _read(spark, pipeline_resources, "raw_rides")
     assert "airport_fee" in raw.columns
-    rows = {(r.kafka_topic, r.kafka_partition, r.kafka_offset): r
-            for r in raw.select("kafka_topic", "kafka_partition", "kafka_offset", "airport_fee", "schema_id",
-                                "vendor_id", "total_amount", "trip_distance").collect()}
+    rows = {
+        (r.kafka_topic, r.kafka_partition, r.kafka_offset): r
+        for r in raw.select(
+            "kafka_topic",
+            "kafka_partition",
+            "kafka_offset",
+            "airport_fee",
+            "schema_id",
+            "vendor_id",
+            "total_amount",
+            "trip_distance",
+        ).collect()
+    }
     assert len(rows) == raw.count() == 271
     assert set(rows) == old_coordinates | set(expected_new)
     for coordinate in old_coordinates:
@@ -120,7 +142,10 @@ def test_v2_rides_after_v1_add_a_column_null_for_old_rows(stack, pipeline_resour
         row = rows[coordinate]
         assert (row.airport_fee, row.schema_id) == (ride["airport_fee"], v2_id), coordinate
         assert (row.vendor_id, row.total_amount, row.trip_distance) == (
-            ride["vendor_id"], ride["total_amount"], ride["trip_distance"]), coordinate
+            ride["vendor_id"],
+            ride["total_amount"],
+            ride["trip_distance"],
+        ), coordinate
 
     csv_vendors = pd.read_csv(rides_csv)["VendorID"].tolist()
     expected_counts = pd.Series(csv_vendors + [r["vendor_id"] for r in new_rides]).value_counts()
@@ -148,7 +173,7 @@ def test_undecodable_records_go_to_dead_letters_and_nothing_is_lost(stack, pipel
         "truncated": (b"k4", valid[:8]),
     }
     placed = produce_raw(stack.bootstrap_servers, TOPIC, list(bad.values()))
-    sent = {(TOPIC, p, o): (name, *bad[name]) for (p, o), name in zip(placed, bad)}
+    sent = {(TOPIC, p, o): (name, *bad[name]) for (p, o), name in zip(placed, bad, strict=True)}
     offsets = end_offsets(stack.bootstrap_servers, TOPIC)
     assert sum(offsets.values()) == 266 + 4
 
@@ -200,18 +225,36 @@ def _hand_made_rides(start: datetime, count: int) -> list[dict]:
 def _ride(pickup: datetime, *, vendor_id: int, total_amount: float) -> dict:
     # Amounts are multiples of 1/4, so every sum is exact in binary floating point.
     return {
-        "vendor_id": vendor_id, "pickup_datetime": pickup, "dropoff_datetime": pickup + timedelta(minutes=9),
-        "passenger_count": 1, "trip_distance": 2.5, "rate_code_id": 1, "store_and_fwd_flag": "N",
-        "pu_location_id": 161, "do_location_id": 236, "payment_type": 1, "fare_amount": total_amount - 1.0,
-        "extra": 0.5, "mta_tax": 0.5, "tip_amount": 0.0, "tolls_amount": 0.0, "improvement_surcharge": 0.0,
-        "total_amount": total_amount, "congestion_surcharge": 0.0,
+        "vendor_id": vendor_id,
+        "pickup_datetime": pickup,
+        "dropoff_datetime": pickup + timedelta(minutes=9),
+        "passenger_count": 1,
+        "trip_distance": 2.5,
+        "rate_code_id": 1,
+        "store_and_fwd_flag": "N",
+        "pu_location_id": 161,
+        "do_location_id": 236,
+        "payment_type": 1,
+        "fare_amount": total_amount - 1.0,
+        "extra": 0.5,
+        "mta_tax": 0.5,
+        "tip_amount": 0.0,
+        "tolls_amount": 0.0,
+        "improvement_surcharge": 0.0,
+        "total_amount": total_amount,
+        "congestion_surcharge": 0.0,
     }
 
 
 def _window_rows(spark, resources) -> dict[tuple[int, int], object]:
     frame = _read(spark, resources, "ride_window_aggregates").select(
-        F.expr("unix_seconds(window_start)").alias("ws"), F.expr("unix_seconds(window_end)").alias("we"),
-        "vendor_id", "trip_count", "late_trip_count", "total_amount_sum", "is_final",
+        F.expr("unix_seconds(window_start)").alias("ws"),
+        F.expr("unix_seconds(window_end)").alias("we"),
+        "vendor_id",
+        "trip_count",
+        "late_trip_count",
+        "total_amount_sum",
+        "is_final",
     )
     rows = frame.collect()
     keyed = {(r.ws, r.vendor_id): r for r in rows}
@@ -220,18 +263,20 @@ def _window_rows(spark, resources) -> dict[tuple[int, int], object]:
 
 
 def _per_window(rides: list[dict]) -> pd.DataFrame:
-    frame = pd.DataFrame({
-        "ws": [int(r["pickup_datetime"].timestamp()) // 600 * 600 for r in rides],
-        "vendor_id": [r["vendor_id"] for r in rides],
-        "total_amount": [r["total_amount"] for r in rides],
-    })
+    frame = pd.DataFrame(
+        {
+            "ws": [int(r["pickup_datetime"].timestamp()) // 600 * 600 for r in rides],
+            "vendor_id": [r["vendor_id"] for r in rides],
+            "total_amount": [r["total_amount"] for r in rides],
+        }
+    )
     return frame.groupby(["ws", "vendor_id"]).agg(n=("total_amount", "size"), s=("total_amount", "sum"))
 
 
 def test_late_ride_is_counted_not_dropped(stack, pipeline_resources, spark, tmp_path):
     lakehouse = pipeline_resources["lakehouse"]
     assert (lakehouse.window_duration, lakehouse.watermark_delay) == ("600 seconds", "900 seconds")
-    on_time = _hand_made_rides(datetime(2020, 7, 1, 8, 0, tzinfo=timezone.utc), 60)  # 4 hours
+    on_time = _hand_made_rides(datetime(2020, 7, 1, 8, 0, tzinfo=UTC), 60)  # 4 hours
     _produce(stack, "--csv", str(write_rides_csv(tmp_path / "on_time.csv", on_time)))
     _materialize([raw_rides, ride_window_aggregates], pipeline_resources)
 
@@ -247,7 +292,7 @@ def test_late_ride_is_counted_not_dropped(stack, pipeline_resources, spark, tmp_
         assert row.is_final == (row.we <= watermark), (ws, vendor)
 
     # One ride 2 hours before the latest pickup: its window ended long before the watermark.
-    late_pickup = datetime.fromtimestamp(max_pickup - 2 * 3600, tz=timezone.utc)
+    late_pickup = datetime.fromtimestamp(max_pickup - 2 * 3600, tz=UTC)
     late = _ride(late_pickup, vendor_id=2, total_amount=99.5)
     late_key = (int(late_pickup.timestamp()) // 600 * 600, 2)
     assert late_key in first and first[late_key].is_final, "precondition: the late ride's window is final already"
@@ -265,9 +310,11 @@ def test_late_ride_is_counted_not_dropped(stack, pipeline_resources, spark, tmp_
     # figures of the window stay what they were when it became final.
     late_row = second[late_key]
     assert (late_row.trip_count, late_row.late_trip_count, late_row.total_amount_sum) == (
-        first[late_key].trip_count, 1, first[late_key].total_amount_sum
+        first[late_key].trip_count,
+        1,
+        first[late_key].total_amount_sum,
     ), f"late ride absorbed into a final window: before {first[late_key]}, after {late_row}"
-    for key, expected in everything.iterrows():
+    for key in everything.index:
         row = second[key]
         assert row.late_trip_count == (1 if key == late_key else 0), key
         assert row.total_amount_sum == expected_on_time.loc[key].s, key

@@ -22,17 +22,17 @@ import subprocess
 import sys
 import time
 from collections import Counter
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
 from pyspark.sql import functions as F
 
 from streaming_pipeline.cli import main as cli_main
+from streaming_pipeline.embedded.processes import pid_alive
 from streaming_pipeline.settings import DEFAULT_HIGH_AMOUNT_THRESHOLD
 from streaming_pipeline.synthetic import SyntheticOptions, synthetic_pickups, synthetic_rides
 from streaming_pipeline_tests.kafka_helpers import REPO_ROOT, all_coordinates, end_offsets
-from streaming_pipeline.embedded.processes import pid_alive
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
@@ -47,14 +47,36 @@ RUN_TIMEOUT_S = 600
 
 
 def _produce(stack, topic: str, count: int, seed: int) -> None:
-    code = cli_main(["produce", topic, "--synthetic", str(count), "--seed", str(seed), "--no-progress",
-                     "--bootstrap-servers", stack.bootstrap_servers, "--schema-registry-url", stack.schema_registry_url])
+    code = cli_main(
+        [
+            "produce",
+            topic,
+            "--synthetic",
+            str(count),
+            "--seed",
+            str(seed),
+            "--no-progress",
+            "--bootstrap-servers",
+            stack.bootstrap_servers,
+            "--schema-registry-url",
+            stack.schema_registry_url,
+        ]
+    )
     assert code == 0, f"produce {topic} exited with {code}"
 
 
 def _command() -> list[str]:
-    return [sys.executable, "-m", "dagster", "asset", "materialize", "-m", "streaming_pipeline.definitions",
-            "--select", "*"]
+    return [
+        sys.executable,
+        "-m",
+        "dagster",
+        "asset",
+        "materialize",
+        "-m",
+        "streaming_pipeline.definitions",
+        "--select",
+        "*",
+    ]
 
 
 def _running_step(log: Path) -> str:
@@ -104,11 +126,18 @@ def test_sigkill_at_random_moments_then_rerun_gives_every_record_exactly_once(st
     dagster_home = tmp_path / "dagster_home"
     dagster_home.mkdir()
     (dagster_home / "dagster.yaml").write_text("")
-    env = {k: v for k, v in os.environ.items()
-           if not k.startswith(("SPARK_", "RIDE_", "JOIN_", "OFFSET_SENSOR_")) and k != "HIGH_AMOUNT_THRESHOLD"}
-    env.update(KAFKA_BOOTSTRAP_SERVERS=stack.bootstrap_servers, SCHEMA_REGISTRY_URL=stack.schema_registry_url,
-               LAKEHOUSE_DIR=str(lakehouse_dir), MAX_OFFSETS_PER_TRIGGER=str(PER_TRIGGER),
-               DAGSTER_HOME=str(dagster_home))
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if not k.startswith(("SPARK_", "RIDE_", "JOIN_", "OFFSET_SENSOR_")) and k != "HIGH_AMOUNT_THRESHOLD"
+    }
+    env.update(
+        KAFKA_BOOTSTRAP_SERVERS=stack.bootstrap_servers,
+        SCHEMA_REGISTRY_URL=stack.schema_registry_url,
+        LAKEHOUSE_DIR=str(lakehouse_dir),
+        MAX_OFFSETS_PER_TRIGGER=str(PER_TRIGGER),
+        DAGSTER_HOME=str(dagster_home),
+    )
 
     rides, pickups, killed_in, finished_rounds = [], [], Counter(), 0
     for round_number in range(MAX_ROUNDS):
@@ -121,16 +150,27 @@ def test_sigkill_at_random_moments_then_rerun_gives_every_record_exactly_once(st
         log = tmp_path / f"round-{round_number}.log"
         delay = rng.uniform(0.0, KILL_WINDOW_S)
         with log.open("wb") as out:
-            proc = subprocess.Popen(_command(), cwd=REPO_ROOT, env=env, stdout=out, stderr=subprocess.STDOUT,
-                                    stdin=subprocess.DEVNULL, start_new_session=True)
+            proc = subprocess.Popen(
+                _command(),
+                cwd=REPO_ROOT,
+                env=env,
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+                start_new_session=True,
+            )
             try:
                 deadline = time.monotonic() + RUN_TIMEOUT_S
                 while "STEP_START" not in log.read_text(errors="replace") and proc.poll() is None:
-                    assert time.monotonic() < deadline, f"round {round_number}: no step started:\n{log.read_text()[-4000:]}"
+                    assert time.monotonic() < deadline, (
+                        f"round {round_number}: no step started:\n{log.read_text()[-4000:]}"
+                    )
                     time.sleep(0.1)
                 kill_at = time.monotonic() + delay
                 while proc.poll() is None and time.monotonic() < kill_at:
-                    assert time.monotonic() < deadline, f"round {round_number}: the run did not end:\n{log.read_text()[-4000:]}"
+                    assert time.monotonic() < deadline, (
+                        f"round {round_number}: the run did not end:\n{log.read_text()[-4000:]}"
+                    )
                     time.sleep(0.05)
                 if proc.poll() is None:
                     step = _running_step(log)
@@ -152,8 +192,16 @@ def test_sigkill_at_random_moments_then_rerun_gives_every_record_exactly_once(st
     # The last run, to the end.
     final_log = tmp_path / "final.log"
     with final_log.open("wb") as out:
-        final = subprocess.run(_command(), cwd=REPO_ROOT, env=env, stdout=out, stderr=subprocess.STDOUT,
-                               stdin=subprocess.DEVNULL, timeout=RUN_TIMEOUT_S, check=False)
+        final = subprocess.run(
+            _command(),
+            cwd=REPO_ROOT,
+            env=env,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            timeout=RUN_TIMEOUT_S,
+            check=False,
+        )
     assert final.returncode == 0, f"the last run failed (seed {SEED}):\n{final_log.read_text()[-8000:]}"
 
     def table(name: str):
@@ -164,25 +212,36 @@ def test_sigkill_at_random_moments_then_rerun_gives_every_record_exactly_once(st
         coordinates = [tuple(r) for r in table(name).select("kafka_topic", "kafka_partition", "kafka_offset").collect()]
         assert len(coordinates) == len(set(coordinates)) == len(produced), name
         assert set(coordinates) == all_coordinates(topic, end_offsets(stack.bootstrap_servers, topic)), name
-        got = Counter((r[0], int(r[1])) for r in table(name).select(
-            F.expr("unix_micros(pickup_datetime)"), "pu_location_id").collect())
+        got = Counter(
+            (r[0], int(r[1]))
+            for r in table(name).select(F.expr("unix_micros(pickup_datetime)"), "pu_location_id").collect()
+        )
         want = Counter((int(p["pickup_datetime"].timestamp() * 1_000_000), int(p["pu_location_id"])) for p in produced)
         assert got == want, f"{name}: the rows differ from what was produced"
     assert table("dead_letter_records").count() == 0
 
     # Gold and silver, against what the test computes from the produced rides.
-    assert {r.vendor_id: r.trip_count for r in table("vendor_counts").collect()} == Counter(r["vendor_id"] for r in rides)
+    assert {r.vendor_id: r.trip_count for r in table("vendor_counts").collect()} == Counter(
+        r["vendor_id"] for r in rides
+    )
     per_window = Counter((_window_start(r["pickup_datetime"]), r["vendor_id"]) for r in rides)
-    windows = {(int(r.start), r.vendor_id): (r.trip_count, r.late_trip_count)
-               for r in table("ride_window_aggregates").select(
-                   F.unix_timestamp("window_start").alias("start"), "vendor_id", "trip_count", "late_trip_count").collect()}
+    windows = {
+        (int(r.start), r.vendor_id): (r.trip_count, r.late_trip_count)
+        for r in table("ride_window_aggregates")
+        .select(F.unix_timestamp("window_start").alias("start"), "vendor_id", "trip_count", "late_trip_count")
+        .collect()
+    }
     assert {key: on_time + late for key, (on_time, late) in windows.items()} == dict(per_window)
     high = sum(1 for r in rides if r["total_amount"] is not None and r["total_amount"] >= DEFAULT_HIGH_AMOUNT_THRESHOLD)
     low = sum(1 for r in rides if r["total_amount"] is not None and r["total_amount"] < DEFAULT_HIGH_AMOUNT_THRESHOLD)
     assert (table("high_amount_rides").count(), table("low_amount_rides").count()) == (high, low)
     enriched = [tuple(r) for r in table("rides_enriched").select("kafka_partition", "kafka_offset").collect()]
     assert len(enriched) == len(set(enriched)) == len(rides)
-    pairs = [tuple(r) for r in table("ride_pickup_joins").select(
-        "ride_kafka_partition", "ride_kafka_offset", "pickup_kafka_partition", "pickup_kafka_offset").collect()]
+    pairs = [
+        tuple(r)
+        for r in table("ride_pickup_joins")
+        .select("ride_kafka_partition", "ride_kafka_offset", "pickup_kafka_partition", "pickup_kafka_offset")
+        .collect()
+    ]
     assert len(pairs) == len(set(pairs)), "a (ride, pickup) pair was joined twice"
-    print(f"kill fuzz: done at {datetime.now(timezone.utc):%H:%M:%S}")
+    print(f"kill fuzz: done at {datetime.now(UTC):%H:%M:%S}")

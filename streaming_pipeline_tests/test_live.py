@@ -10,6 +10,7 @@ No test asserts a time: waits are bounded only so that a broken path fails inste
 from __future__ import annotations
 
 import csv
+import itertools
 import subprocess
 import sys
 from collections.abc import Callable, Iterator
@@ -71,8 +72,15 @@ def live(tmp_path_factory: pytest.TempPathFactory, spark: Any) -> Iterator[Live]
         assert stack.spark_remote and stack.dagster_home
         env = {**stack.env(), "LAKEHOUSE_DIR": str(root / "lakehouse"), "OFFSET_SENSOR_RETRY_BACKOFF_SECONDS": "2"}
         with DagsterDev(env, root / "dagster-dev.log") as dagster_dev:  # the README's `dagster dev -w workspace.yaml`
-            yield Live(stack, root / "lakehouse", stack.dagster_home, dagster_dev.port, dagster_dev.log_file, spark,
-                       dict(dagster_dev.env))
+            yield Live(
+                stack,
+                root / "lakehouse",
+                stack.dagster_home,
+                dagster_dev.port,
+                dagster_dev.log_file,
+                spark,
+                dict(dagster_dev.env),
+            )
 
 
 PRODUCED: list[dict[str, Any]] = []
@@ -122,8 +130,10 @@ def test_a_run_that_failed_while_the_registry_was_down_is_retried_once_it_is_bac
     rides = list(synthetic_rides(5, SyntheticOptions(seed=202)))
     # Encoded while the registry is up; sent while it is down (the producer itself needs no registry then).
     messages = [
-        (avro_frame(registry, key_schema, ride["vendor_id"], RIDES_TOPIC, field=_key_field()),
-         avro_frame(registry, schema, ride, RIDES_TOPIC))
+        (
+            avro_frame(registry, key_schema, ride["vendor_id"], RIDES_TOPIC, field=_key_field()),
+            avro_frame(registry, schema, ride, RIDES_TOPIC),
+        )
         for ride in rides
     ]
     before = live.count("raw_rides")
@@ -184,30 +194,35 @@ def test_a_manual_run_and_a_sensor_run_never_work_on_the_same_checkpoint_at_once
     # Every run that materialized raw_rides, whoever started it: their [start, end] intervals never overlap.
     records = live.instance().get_run_records()
     on_checkpoint = [
-        r for r in records
+        r
+        for r in records
         if r.dagster_run.job_name == "raw_rides_to_gold_job"
         or (r.dagster_run.asset_selection and dg.AssetKey("raw_rides") in r.dagster_run.asset_selection)
     ]
     intervals = sorted((r.start_time, r.end_time) for r in on_checkpoint if r.start_time is not None)
     assert len(intervals) >= 3 and all(end is not None for _, end in intervals)
-    for (_, previous_end), (start, _) in zip(intervals, intervals[1:]):
+    for (_, previous_end), (start, _) in itertools.pairwise(intervals):
         assert start >= previous_end, f"two runs on the raw_rides checkpoint overlapped: {intervals}"
     assert manual_run_id in {r.dagster_run.run_id for r in on_checkpoint}
-
 
 
 def test_replay_with_the_sensor_paused_rebuilds_raw_rides_and_gold_over_the_engine(live: Live) -> None:
     """The README's way out, typed as a user types it: pause the offset sensor, then `streaming-pipeline replay
     raw_rides`. Its Spark session is a Connect client of the stack's engine, beside the session of the job it runs."""
+
     def run(*command: str) -> subprocess.CompletedProcess[str]:
         return subprocess.run(list(command), cwd=REPO_ROOT, env=live.env, capture_output=True, text=True, timeout=600)
 
     paused = run(sys.executable, "-m", "dagster", "sensor", "stop", SENSOR_NAME, "-w", "workspace.yaml")
     assert paused.returncode == 0, paused.stdout + paused.stderr
     in_flight = [dg.DagsterRunStatus.QUEUED, dg.DagsterRunStatus.STARTING, dg.DagsterRunStatus.STARTED]
-    wait_until(live, "no run in flight", lambda: not live.instance().get_runs(filters=dg.RunsFilter(statuses=in_flight)))
+    wait_until(
+        live, "no run in flight", lambda: not live.instance().get_runs(filters=dg.RunsFilter(statuses=in_flight))
+    )
     assert live.count("raw_rides") == len(PRODUCED)
-    version_before = live.spark.sql(f"DESCRIBE HISTORY delta.`{live.lakehouse / 'raw_rides'}`").agg({"version": "max"}).first()[0]
+    version_before = (
+        live.spark.sql(f"DESCRIBE HISTORY delta.`{live.lakehouse / 'raw_rides'}`").agg({"version": "max"}).first()[0]
+    )
 
     replayed = run(sys.executable, "-m", "streaming_pipeline.cli", "replay", "raw_rides")
     assert replayed.returncode == 0, replayed.stdout + replayed.stderr

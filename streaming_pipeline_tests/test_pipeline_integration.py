@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import csv
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import dagster as dg
@@ -19,20 +19,42 @@ from streaming_pipeline.synthetic import SyntheticOptions, synthetic_rides
 
 pytestmark = pytest.mark.integration
 
-TABLES = ["raw_rides", "raw_pickup_locations", "dead_letter_records", "vendor_counts", "ride_window_aggregates",
-          "ride_pickup_joins", "high_amount_rides", "low_amount_rides", "taxi_zones", "rides_enriched"]
+TABLES = [
+    "raw_rides",
+    "raw_pickup_locations",
+    "dead_letter_records",
+    "vendor_counts",
+    "ride_window_aggregates",
+    "ride_pickup_joins",
+    "high_amount_rides",
+    "low_amount_rides",
+    "taxi_zones",
+    "rides_enriched",
+]
 LOOKUP = Path(__file__).resolve().parents[1] / "streaming_pipeline" / "data" / "taxi_zone_lookup.csv"
 GAP = pd.Timedelta(minutes=10)
 WINDOW = "10min"
 WATERMARK_DELAY = pd.Timedelta(minutes=15)
 
 RIDE_COLUMNS = {
-    "VendorID": "vendor_id", "tpep_pickup_datetime": "pickup_datetime", "tpep_dropoff_datetime": "dropoff_datetime",
-    "passenger_count": "passenger_count", "trip_distance": "trip_distance", "RatecodeID": "rate_code_id",
-    "store_and_fwd_flag": "store_and_fwd_flag", "PULocationID": "pu_location_id", "DOLocationID": "do_location_id",
-    "payment_type": "payment_type", "fare_amount": "fare_amount", "extra": "extra", "mta_tax": "mta_tax",
-    "tip_amount": "tip_amount", "tolls_amount": "tolls_amount", "improvement_surcharge": "improvement_surcharge",
-    "total_amount": "total_amount", "congestion_surcharge": "congestion_surcharge",
+    "VendorID": "vendor_id",
+    "tpep_pickup_datetime": "pickup_datetime",
+    "tpep_dropoff_datetime": "dropoff_datetime",
+    "passenger_count": "passenger_count",
+    "trip_distance": "trip_distance",
+    "RatecodeID": "rate_code_id",
+    "store_and_fwd_flag": "store_and_fwd_flag",
+    "PULocationID": "pu_location_id",
+    "DOLocationID": "do_location_id",
+    "payment_type": "payment_type",
+    "fare_amount": "fare_amount",
+    "extra": "extra",
+    "mta_tax": "mta_tax",
+    "tip_amount": "tip_amount",
+    "tolls_amount": "tolls_amount",
+    "improvement_surcharge": "improvement_surcharge",
+    "total_amount": "total_amount",
+    "congestion_surcharge": "congestion_surcharge",
 }
 
 
@@ -45,27 +67,43 @@ def _expected_rides(rides_csv: Path) -> pd.DataFrame:
 
 def _write_pickups_csv(rides: pd.DataFrame, path: Path) -> pd.DataFrame:
     """Pickups at the dropoff zones of some rides: on the inclusive bound, just outside it, and between."""
-    offsets = [timedelta(minutes=-10), timedelta(minutes=10), timedelta(minutes=10, seconds=1),
-               timedelta(minutes=-10, seconds=-1), timedelta(minutes=3), timedelta(0)]
+    offsets = [
+        timedelta(minutes=-10),
+        timedelta(minutes=10),
+        timedelta(minutes=10, seconds=1),
+        timedelta(minutes=-10, seconds=-1),
+        timedelta(minutes=3),
+        timedelta(0),
+    ]
     rows = []
     for index, ride in rides.iloc[::5].reset_index(drop=True).iterrows():
-        rows.append({"PULocationID": int(ride["do_location_id"]),
-                     "tpep_pickup_datetime": ride["dropoff_datetime"] + offsets[index % len(offsets)]})
+        rows.append(
+            {
+                "PULocationID": int(ride["do_location_id"]),
+                "tpep_pickup_datetime": ride["dropoff_datetime"] + offsets[index % len(offsets)],
+            }
+        )
     with path.open("w", newline="") as handle:
         writer = csv.DictWriter(handle, fieldnames=["PULocationID", "tpep_pickup_datetime"])
         writer.writeheader()
         for row in rows:
             writer.writerow({**row, "tpep_pickup_datetime": row["tpep_pickup_datetime"].strftime("%Y-%m-%d %H:%M:%S")})
-    return pd.DataFrame({"pu_location_id": [r["PULocationID"] for r in rows],
-                         "pickup_datetime": [r["tpep_pickup_datetime"] for r in rows]})
+    return pd.DataFrame(
+        {
+            "pu_location_id": [r["PULocationID"] for r in rows],
+            "pickup_datetime": [r["tpep_pickup_datetime"] for r in rows],
+        }
+    )
 
 
 def _expected_joins(rides: pd.DataFrame, pickups: pd.DataFrame) -> list[tuple]:
     pairs = rides[["vendor_id", "do_location_id", "dropoff_datetime"]].merge(
-        pickups, left_on="do_location_id", right_on="pu_location_id")
+        pickups, left_on="do_location_id", right_on="pu_location_id"
+    )
     pairs = pairs[(pairs["pickup_datetime"] - pairs["dropoff_datetime"]).abs() <= GAP]
-    return sorted((int(r.vendor_id), int(r.do_location_id), r.pickup_datetime, r.dropoff_datetime)
-                  for r in pairs.itertuples())
+    return sorted(
+        (int(r.vendor_id), int(r.do_location_id), r.pickup_datetime, r.dropoff_datetime) for r in pairs.itertuples()
+    )
 
 
 def _expected_windows(rides: pd.DataFrame) -> dict[tuple, tuple[int, float]]:
@@ -75,8 +113,19 @@ def _expected_windows(rides: pd.DataFrame) -> dict[tuple, tuple[int, float]]:
 
 
 def _produce(stack, kind: str, csv_path: Path) -> None:
-    code = cli_main(["produce", kind, "--csv", str(csv_path), "--no-progress",
-                     "--bootstrap-servers", stack.bootstrap_servers, "--schema-registry-url", stack.schema_registry_url])
+    code = cli_main(
+        [
+            "produce",
+            kind,
+            "--csv",
+            str(csv_path),
+            "--no-progress",
+            "--bootstrap-servers",
+            stack.bootstrap_servers,
+            "--schema-registry-url",
+            stack.schema_registry_url,
+        ]
+    )
     assert code == 0
 
 
@@ -99,11 +148,18 @@ def _check_tables(spark, resources, rides: pd.DataFrame, pickups: pd.DataFrame) 
     assert set(raw["kafka_topic"]) == {RIDES_TOPIC}
 
     counts = _table(spark, resources, "vendor_counts")
-    assert dict(zip(counts["vendor_id"], counts["trip_count"])) == rides["vendor_id"].value_counts().to_dict()
+    assert (
+        dict(zip(counts["vendor_id"], counts["trip_count"], strict=True)) == rides["vendor_id"].value_counts().to_dict()
+    )
 
     windows = _table(spark, resources, "ride_window_aggregates")
-    got_windows = {(r.window_start.to_pydatetime(), int(r.vendor_id)): (int(r.trip_count + r.late_trip_count), round(float(r.total_amount_sum), 2))
-                   for r in windows.itertuples()}
+    got_windows = {
+        (r.window_start.to_pydatetime(), int(r.vendor_id)): (
+            int(r.trip_count + r.late_trip_count),
+            round(float(r.total_amount_sum), 2),
+        )
+        for r in windows.itertuples()
+    }
     expected = _expected_windows(rides)
     assert {k: v[0] for k, v in got_windows.items()} == {k: v[0] for k, v in expected.items()}
     on_time = windows[windows["late_trip_count"] == 0]
@@ -114,31 +170,67 @@ def _check_tables(spark, resources, rides: pd.DataFrame, pickups: pd.DataFrame) 
     assert windows["is_final"].tolist() == (windows["window_end"] <= watermark).tolist()
 
     joins = _table(spark, resources, "ride_pickup_joins")
-    got_joins = sorted((int(r.vendor_id), int(r.location_id), r.pickup_datetime, r.dropoff_datetime) for r in joins.itertuples())
+    got_joins = sorted(
+        (int(r.vendor_id), int(r.location_id), r.pickup_datetime, r.dropoff_datetime) for r in joins.itertuples()
+    )
     assert got_joins == _expected_joins(rides, pickups)
     assert len(_table(spark, resources, "dead_letter_records")) == 0
 
     # Branching: >= 40 high, < 40 low (the CSV and the Avro schema have no null amounts).
     amounts = ["pickup_datetime", "dropoff_datetime", "pu_location_id", "total_amount"]
-    for table, chosen in (("high_amount_rides", rides["total_amount"] >= 40), ("low_amount_rides", rides["total_amount"] < 40)):
+    for table, chosen in (
+        ("high_amount_rides", rides["total_amount"] >= 40),
+        ("low_amount_rides", rides["total_amount"] < 40),
+    ):
         got_branch = _table(spark, resources, table)
         assert list(got_branch.columns) == list(raw.columns), table
-        assert sorted(map(tuple, got_branch[amounts].values.tolist())) == sorted(map(tuple, rides[chosen][amounts].values.tolist())), table
+        assert sorted(map(tuple, got_branch[amounts].values.tolist())) == sorted(
+            map(tuple, rides[chosen][amounts].values.tolist())
+        ), table
 
     # Enrichment: a pandas merge with the lookup read as plain CSV; every ride once.
-    lookup = pd.read_csv(LOOKUP, keep_default_na=False).rename(columns={"locationid": "location_id"})  # zone 265 is "NA"
+    lookup = pd.read_csv(LOOKUP, keep_default_na=False).rename(
+        columns={"locationid": "location_id"}
+    )  # zone 265 is "NA"
     expected_enriched = rides.merge(
-        lookup[["location_id", "borough", "zone"]].rename(columns={"location_id": "pu_location_id", "borough": "pu_borough", "zone": "pu_zone"}),
-        on="pu_location_id", how="left",
+        lookup[["location_id", "borough", "zone"]].rename(
+            columns={"location_id": "pu_location_id", "borough": "pu_borough", "zone": "pu_zone"}
+        ),
+        on="pu_location_id",
+        how="left",
     ).merge(
-        lookup[["location_id", "borough", "zone"]].rename(columns={"location_id": "do_location_id", "borough": "do_borough", "zone": "do_zone"}),
-        on="do_location_id", how="left",
+        lookup[["location_id", "borough", "zone"]].rename(
+            columns={"location_id": "do_location_id", "borough": "do_borough", "zone": "do_zone"}
+        ),
+        on="do_location_id",
+        how="left",
     )
-    zone_columns = ["pickup_datetime", "pu_location_id", "do_location_id", "total_amount", "pu_borough", "pu_zone", "do_borough", "do_zone"]
+    zone_columns = [
+        "pickup_datetime",
+        "pu_location_id",
+        "do_location_id",
+        "total_amount",
+        "pu_borough",
+        "pu_zone",
+        "do_borough",
+        "do_zone",
+    ]
     got_enriched = _table(spark, resources, "rides_enriched")
     assert len(got_enriched) == len(rides)
-    assert sorted(map(tuple, got_enriched[zone_columns].astype(object).where(got_enriched[zone_columns].notna(), None).values.tolist())) == \
-        sorted(map(tuple, expected_enriched[zone_columns].astype(object).where(expected_enriched[zone_columns].notna(), None).values.tolist()))
+    assert sorted(
+        map(
+            tuple,
+            got_enriched[zone_columns].astype(object).where(got_enriched[zone_columns].notna(), None).values.tolist(),
+        )
+    ) == sorted(
+        map(
+            tuple,
+            expected_enriched[zone_columns]
+            .astype(object)
+            .where(expected_enriched[zone_columns].notna(), None)
+            .values.tolist(),
+        )
+    )
     assert len(_table(spark, resources, "taxi_zones")) == 265
 
 
@@ -160,15 +252,27 @@ def test_csv_rides_and_pickups_reach_every_table_exactly_and_reruns_change_nothi
     assert _versions(spark, pipeline_resources) == before
 
     # More data later: rides after the sample's last pickup, and pickups near their dropoffs.
-    options = SyntheticOptions(seed=7, start=datetime(2020, 7, 1, 2, 0, tzinfo=timezone.utc), mean_gap_seconds=30)
+    options = SyntheticOptions(seed=7, start=datetime(2020, 7, 1, 2, 0, tzinfo=UTC), mean_gap_seconds=30)
     more = list(synthetic_rides(40, options))
-    result = produce(pipeline_resources["kafka"], pipeline_resources["schema_registry"].get_client(), RIDES_TOPIC,
-                     rows_from_records(more), show_progress=False)
+    result = produce(
+        pipeline_resources["kafka"],
+        pipeline_resources["schema_registry"].get_client(),
+        RIDES_TOPIC,
+        rows_from_records(more),
+        show_progress=False,
+    )
     assert (result.sent, result.failed) == (40, 0)
-    more_pickups = [{"pu_location_id": r["do_location_id"], "pickup_datetime": r["dropoff_datetime"] + timedelta(minutes=2)}
-                    for r in more[::4]]
-    result = produce(pipeline_resources["kafka"], pipeline_resources["schema_registry"].get_client(), "pickup_locations",
-                     rows_from_records(more_pickups), show_progress=False)
+    more_pickups = [
+        {"pu_location_id": r["do_location_id"], "pickup_datetime": r["dropoff_datetime"] + timedelta(minutes=2)}
+        for r in more[::4]
+    ]
+    result = produce(
+        pipeline_resources["kafka"],
+        pipeline_resources["schema_registry"].get_client(),
+        "pickup_locations",
+        rows_from_records(more_pickups),
+        show_progress=False,
+    )
     assert (result.sent, result.failed) == (len(more_pickups), 0)
 
     assert dg.materialize(ALL_ASSETS, resources=pipeline_resources).success

@@ -9,7 +9,7 @@ import signal
 import subprocess
 import sys
 import time
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
@@ -35,13 +35,30 @@ def kafka_stack(tmp_path_factory: pytest.TempPathFactory):
 
 
 def _cli(stack, *args: str) -> int:
-    return main([*args, "--no-progress", "--bootstrap-servers", stack.bootstrap_servers,
-                 "--schema-registry-url", stack.schema_registry_url, "--timeout", "5"])
+    return main(
+        [
+            *args,
+            "--no-progress",
+            "--bootstrap-servers",
+            stack.bootstrap_servers,
+            "--schema-registry-url",
+            stack.schema_registry_url,
+            "--timeout",
+            "5",
+        ]
+    )
 
 
 def _consumer(stack, group: str, **extra) -> Consumer:
-    return Consumer({"bootstrap.servers": stack.bootstrap_servers, "group.id": group,
-                     "auto.offset.reset": "earliest", "enable.auto.commit": False, **extra})
+    return Consumer(
+        {
+            "bootstrap.servers": stack.bootstrap_servers,
+            "group.id": group,
+            "auto.offset.reset": "earliest",
+            "enable.auto.commit": False,
+            **extra,
+        }
+    )
 
 
 def _drain(consumer: Consumer, expected: int, seconds: float = 30) -> list:
@@ -55,21 +72,32 @@ def _expected_csv_rows(path: Path) -> list[dict]:
     """The CSV read with the csv module only, converted by hand to the Avro field names and types."""
     as_int = lambda v: None if v == "" else int(v)  # noqa: E731
     as_float = lambda v: None if v == "" else float(v)  # noqa: E731
-    as_time = lambda v: datetime.strptime(v, "%Y-%m-%d %H:%M:%S").replace(tzinfo=timezone.utc)  # noqa: E731
+    as_time = lambda v: datetime.strptime(v, "%Y-%m-%d %H:%M:%S").replace(tzinfo=UTC)  # noqa: E731
     rows = []
     with path.open(newline="") as handle:
         for r in csv.DictReader(handle):
-            rows.append({
-                "vendor_id": as_int(r["VendorID"]), "pickup_datetime": as_time(r["tpep_pickup_datetime"]),
-                "dropoff_datetime": as_time(r["tpep_dropoff_datetime"]), "passenger_count": as_int(r["passenger_count"]),
-                "trip_distance": float(r["trip_distance"]), "rate_code_id": as_int(r["RatecodeID"]),
-                "store_and_fwd_flag": r["store_and_fwd_flag"] or None, "pu_location_id": int(r["PULocationID"]),
-                "do_location_id": int(r["DOLocationID"]), "payment_type": as_int(r["payment_type"]),
-                "fare_amount": float(r["fare_amount"]), "extra": float(r["extra"]), "mta_tax": float(r["mta_tax"]),
-                "tip_amount": float(r["tip_amount"]), "tolls_amount": float(r["tolls_amount"]),
-                "improvement_surcharge": float(r["improvement_surcharge"]), "total_amount": float(r["total_amount"]),
-                "congestion_surcharge": as_float(r["congestion_surcharge"]),
-            })
+            rows.append(
+                {
+                    "vendor_id": as_int(r["VendorID"]),
+                    "pickup_datetime": as_time(r["tpep_pickup_datetime"]),
+                    "dropoff_datetime": as_time(r["tpep_dropoff_datetime"]),
+                    "passenger_count": as_int(r["passenger_count"]),
+                    "trip_distance": float(r["trip_distance"]),
+                    "rate_code_id": as_int(r["RatecodeID"]),
+                    "store_and_fwd_flag": r["store_and_fwd_flag"] or None,
+                    "pu_location_id": int(r["PULocationID"]),
+                    "do_location_id": int(r["DOLocationID"]),
+                    "payment_type": as_int(r["payment_type"]),
+                    "fare_amount": float(r["fare_amount"]),
+                    "extra": float(r["extra"]),
+                    "mta_tax": float(r["mta_tax"]),
+                    "tip_amount": float(r["tip_amount"]),
+                    "tolls_amount": float(r["tolls_amount"]),
+                    "improvement_surcharge": float(r["improvement_surcharge"]),
+                    "total_amount": float(r["total_amount"]),
+                    "congestion_surcharge": as_float(r["congestion_surcharge"]),
+                }
+            )
     return rows
 
 
@@ -151,7 +179,9 @@ def test_cli_reports_missing_file(kafka_stack, tmp_path: Path, capsys) -> None:
     assert f"error: CSV file not found: {missing}" in capsys.readouterr().err
 
 
-def test_cli_reports_malformed_row_by_line_and_sends_the_good_ones(kafka_stack, rides_csv: Path, tmp_path: Path, capsys) -> None:
+def test_cli_reports_malformed_row_by_line_and_sends_the_good_ones(
+    kafka_stack, rides_csv: Path, tmp_path: Path, capsys
+) -> None:
     lines = rides_csv.read_text().splitlines()
     broken = lines[2].split(",")
     broken[4] = "far"  # trip_distance
@@ -167,8 +197,21 @@ def test_cli_reports_malformed_row_by_line_and_sends_the_good_ones(kafka_stack, 
 
 def test_cli_fails_fast_on_unreachable_broker(kafka_stack, rides_csv: Path, capsys) -> None:
     started = time.monotonic()
-    code = main(["produce", "rides", "--csv", str(rides_csv), "--no-progress", "--bootstrap-servers", "127.0.0.1:1",
-                 "--schema-registry-url", kafka_stack.schema_registry_url, "--timeout", "3"])
+    code = main(
+        [
+            "produce",
+            "rides",
+            "--csv",
+            str(rides_csv),
+            "--no-progress",
+            "--bootstrap-servers",
+            "127.0.0.1:1",
+            "--schema-registry-url",
+            kafka_stack.schema_registry_url,
+            "--timeout",
+            "3",
+        ]
+    )
     assert code == 1
     assert time.monotonic() - started < 30
     assert "error: Kafka at 127.0.0.1:1 did not answer within 3 s" in capsys.readouterr().err
@@ -177,7 +220,15 @@ def test_cli_fails_fast_on_unreachable_broker(kafka_stack, rides_csv: Path, caps
 def test_cli_rejected_schema_names_subject_and_sends_nothing(kafka_stack, rides_csv: Path, capsys) -> None:
     assert _cli(kafka_stack, "produce", "rides", "--synthetic", "1") == 0
     before = _end_total(kafka_stack, RIDES_TOPIC)
-    code = _cli(kafka_stack, "produce", "rides", "--csv", str(rides_csv), "--schema", str(SCHEMAS / "ride_value_incompatible.avsc"))
+    code = _cli(
+        kafka_stack,
+        "produce",
+        "rides",
+        "--csv",
+        str(rides_csv),
+        "--schema",
+        str(SCHEMAS / "ride_value_incompatible.avsc"),
+    )
     assert code == 1
     err = capsys.readouterr().err
     assert "rejected the schema for subject 'rides-value'" in err and "HTTP 409" in err
@@ -194,10 +245,26 @@ def test_cli_ctrl_c_flushes_and_reports_what_reached_the_topic(kafka_stack) -> N
     """SIGINT mid-run: exit 130 with the summary, and the count it reports is exactly what the topic received."""
     before = _end_total(kafka_stack, RIDES_TOPIC)
     process = subprocess.Popen(
-        [sys.executable, "-m", "streaming_pipeline.cli", "produce", "rides", "--synthetic", "100000", "--rate", "200",
-         "--no-progress", "--bootstrap-servers", kafka_stack.bootstrap_servers,
-         "--schema-registry-url", kafka_stack.schema_registry_url],
-        cwd=SCHEMAS.parent, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        [
+            sys.executable,
+            "-m",
+            "streaming_pipeline.cli",
+            "produce",
+            "rides",
+            "--synthetic",
+            "100000",
+            "--rate",
+            "200",
+            "--no-progress",
+            "--bootstrap-servers",
+            kafka_stack.bootstrap_servers,
+            "--schema-registry-url",
+            kafka_stack.schema_registry_url,
+        ],
+        cwd=SCHEMAS.parent,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
     )
 
     def sending() -> bool:

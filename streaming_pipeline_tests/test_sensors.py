@@ -19,8 +19,12 @@ POLICY = SensorSettings(min_records=10, max_wait_seconds=30, retry_backoff_secon
 
 def _decide(**overrides: object) -> Decision:
     inputs: dict[str, object] = dict(
-        waiting=0, oldest_age_seconds=None, run_in_flight=False, consecutive_failures=0,
-        seconds_since_failure=None, policy=POLICY,
+        waiting=0,
+        oldest_age_seconds=None,
+        run_in_flight=False,
+        consecutive_failures=0,
+        seconds_since_failure=None,
+        policy=POLICY,
     )
     inputs.update(overrides)
     return decide(**inputs)  # type: ignore[arg-type]
@@ -49,8 +53,12 @@ def test_few_records_wait_until_the_oldest_is_old_enough() -> None:
 
 def test_default_policy_requests_as_soon_as_one_record_waits() -> None:
     assert decide(
-        waiting=1, oldest_age_seconds=None, run_in_flight=False, consecutive_failures=0,
-        seconds_since_failure=None, policy=SensorSettings(),
+        waiting=1,
+        oldest_age_seconds=None,
+        run_in_flight=False,
+        consecutive_failures=0,
+        seconds_since_failure=None,
+        policy=SensorSettings(),
     ).request
 
 
@@ -67,8 +75,13 @@ def test_failed_runs_are_retried_after_a_back_off_that_doubles_up_to_the_maximum
 
 
 def test_sensor_settings_come_from_documented_environment_variables() -> None:
-    settings = SensorSettings.from_env({"OFFSET_SENSOR_MIN_RECORDS": "500", "OFFSET_SENSOR_INTERVAL_SECONDS": "7",
-                                        "OFFSET_SENSOR_RETRY_BACKOFF_SECONDS": "2.5"})
+    settings = SensorSettings.from_env(
+        {
+            "OFFSET_SENSOR_MIN_RECORDS": "500",
+            "OFFSET_SENSOR_INTERVAL_SECONDS": "7",
+            "OFFSET_SENSOR_RETRY_BACKOFF_SECONDS": "2.5",
+        }
+    )
     assert (settings.min_records, settings.interval_seconds, settings.retry_backoff_seconds) == (500, 7, 2.5)
     from streaming_pipeline.errors import ConfigurationError
 
@@ -82,8 +95,13 @@ def test_the_live_job_selects_bronze_and_everything_downstream_without_checks() 
     job = defs.resolve_job_def("raw_rides_to_gold_job")
     # Every node is an asset (no check steps), and they are bronze raw_rides and everything downstream of it.
     assert sorted(node.name for node in job.nodes) == [
-        "amount_branches", "dead_letter_records", "raw_rides", "ride_pickup_joins", "ride_window_aggregates",
-        "rides_enriched", "vendor_counts",
+        "amount_branches",
+        "dead_letter_records",
+        "raw_rides",
+        "ride_pickup_joins",
+        "ride_window_aggregates",
+        "rides_enriched",
+        "vendor_counts",
     ]
     assert {sensor.name: sensor.default_status for sensor in defs.sensors} == {
         "raw_rides_offset_sensor": dg.DefaultSensorStatus.RUNNING,
@@ -116,14 +134,28 @@ def test_sensor_requests_a_run_per_tick_with_unique_keys_while_records_wait(pipe
     assert not empty.run_requests and "no new records" in empty.skip_reason.skip_message
 
     rides = rows_from_records(synthetic_rides(4, SyntheticOptions(seed=1)))
-    assert produce(pipeline_resources["kafka"], pipeline_resources["schema_registry"].get_client(), RIDES_TOPIC, rides,
-                   show_progress=False).sent == 4
+    assert (
+        produce(
+            pipeline_resources["kafka"],
+            pipeline_resources["schema_registry"].get_client(),
+            RIDES_TOPIC,
+            rides,
+            show_progress=False,
+        ).sent
+        == 4
+    )
     few = sensor(dg.build_sensor_context(resources=resources, instance=instance, cursor=empty.cursor))
     assert not few.run_requests and "4 record(s) wait; waiting for 10" in few.skip_reason.skip_message
     assert few.asset_events[0].metadata["consumer_lag"].value == 4
 
     rides = rows_from_records(synthetic_rides(6, SyntheticOptions(seed=2)))
-    produce(pipeline_resources["kafka"], pipeline_resources["schema_registry"].get_client(), RIDES_TOPIC, rides, show_progress=False)
+    produce(
+        pipeline_resources["kafka"],
+        pipeline_resources["schema_registry"].get_client(),
+        RIDES_TOPIC,
+        rides,
+        show_progress=False,
+    )
     first = sensor(dg.build_sensor_context(resources=resources, instance=instance, cursor=few.cursor))
     snapshot = ",".join(f"{p}:{o}" for p, o in sorted(pipeline_resources["kafka"].end_offsets(RIDES_TOPIC).items()))
     assert [r.run_key for r in first.run_requests] == [f"{RIDES_TOPIC}@{snapshot}#1"]
@@ -144,7 +176,9 @@ def test_sensor_requests_a_run_when_the_oldest_waiting_record_is_older_than_max_
     producer.produce(RIDES_TOPIC, value=b"fresh", partition=0, timestamp=int(time.time() * 1000))
     producer.flush(10)
     key = dg.AssetKey("raw_rides")
-    patient = build_offset_sensor(key, RIDES_TOPIC, live_job(key), SensorSettings(min_records=1000, max_wait_seconds=60))
+    patient = build_offset_sensor(
+        key, RIDES_TOPIC, live_job(key), SensorSettings(min_records=1000, max_wait_seconds=60)
+    )
     instance = dg.DagsterInstance.ephemeral()
     fresh = patient(dg.build_sensor_context(resources=resources, instance=instance))
     assert not fresh.run_requests and "waiting for 1000" in fresh.skip_reason.skip_message

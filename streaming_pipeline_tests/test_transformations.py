@@ -31,7 +31,7 @@ from streaming_pipeline.transformations import (
     window_late_counts,
 )
 
-UTC = dt.timezone.utc
+UTC = dt.UTC
 SCHEMA_DIR = Path(__file__).resolve().parents[1] / "schemas"
 RIDE_V1 = (SCHEMA_DIR / "ride_value.avsc").read_text()
 RIDE_V2 = (SCHEMA_DIR / "ride_value_v2.avsc").read_text()
@@ -178,8 +178,13 @@ def test_mixed_v1_and_v2_batch_decoded_with_reader_v2_nulls_airport_fee_only_for
     r1 = ride_v1()
     r2 = ride_v2(vendor_id=2, airport_fee=1.75, total_amount=31.05, do_location_id=132)
     r3 = ride_v1(
-        vendor_id=None, passenger_count=None, rate_code_id=None, store_and_fwd_flag=None,
-        payment_type=None, congestion_surcharge=None, pickup_datetime=at(23, 59, 59, 999999),
+        vendor_id=None,
+        passenger_count=None,
+        rate_code_id=None,
+        store_and_fwd_flag=None,
+        payment_type=None,
+        congestion_surcharge=None,
+        pickup_datetime=at(23, 59, 59, 999999),
     )
     r4 = ride_v2(vendor_id=1, airport_fee=None, pu_location_id=1)
     ts2 = dt.datetime(2024, 3, 10, 9, 31, tzinfo=UTC)
@@ -229,7 +234,9 @@ def test_split_confluent_frames_reads_big_endian_schema_id_and_body(spark):
         (b"b", confluent_frame(0x01020304, body), "rides", 0, 1, KAFKA_TS),
         (b"c", confluent_frame(256, b"\x02"), "rides", 0, 2, KAFKA_TS),
     ]
-    frames = split_confluent_frames(kafka_records(spark, rows)).select("offset", "schema_id", "avro_body", "frame_error")
+    frames = split_confluent_frames(kafka_records(spark, rows)).select(
+        "offset", "schema_id", "avro_body", "frame_error"
+    )
     assert_exact(
         spark,
         frames,
@@ -244,8 +251,22 @@ def test_pickup_frames_decode_to_bronze_and_truncated_pickup_goes_to_dead_letter
     p3 = {"pu_location_id": 265, "pickup_datetime": at(7, 59, 59, 999999)}
     cut = confluent_frame(PICKUP_ID, avro_body(PICKUP, p3))[:-2]
     rows = [
-        (b"\x00\x00\x00\x00\x03\x84\x02", confluent_frame(PICKUP_ID, avro_body(PICKUP, p1)), "pickup_locations", 0, 0, KAFKA_TS),
-        (b"\x00\x00\x00\x00\x03\x02", confluent_frame(PICKUP_ID, avro_body(PICKUP, p2)), "pickup_locations", 1, 0, KAFKA_TS),
+        (
+            b"\x00\x00\x00\x00\x03\x84\x02",
+            confluent_frame(PICKUP_ID, avro_body(PICKUP, p1)),
+            "pickup_locations",
+            0,
+            0,
+            KAFKA_TS,
+        ),
+        (
+            b"\x00\x00\x00\x00\x03\x02",
+            confluent_frame(PICKUP_ID, avro_body(PICKUP, p2)),
+            "pickup_locations",
+            1,
+            0,
+            KAFKA_TS,
+        ),
         (b"key3", cut, "pickup_locations", 1, 1, KAFKA_TS),
     ]
     decoded = decode(spark, rows, {PICKUP_ID: PICKUP}, PICKUP)
@@ -300,7 +321,12 @@ BAD_FRAMES = [
         _FULL_FRAME[:-1],
         f"Avro body ({len(_RIDE_BODY) - 1} bytes) cannot be decoded with writer schema id {RIDE_V1_ID}",
     ),
-    ("garbage_body", b"k", confluent_frame(RIDE_V1_ID, b"garbage!"), "Avro body (8 bytes) cannot be decoded with writer schema id 1"),
+    (
+        "garbage_body",
+        b"k",
+        confluent_frame(RIDE_V1_ID, b"garbage!"),
+        "Avro body (8 bytes) cannot be decoded with writer schema id 1",
+    ),
     (
         "garbage_body_v2",
         b"\xff\xfe",
@@ -431,10 +457,15 @@ def trailing_error(body_length: int, record_length: int, schema_id: int) -> str:
 EDGE_RIDES = [
     ride_v1(vendor_id=63, passenger_count=-64, rate_code_id=64, payment_type=-65, store_and_fwd_flag=""),
     ride_v1(vendor_id=8191, passenger_count=-8192, rate_code_id=8192, payment_type=-8193, store_and_fwd_flag="Y"),
-    ride_v1(vendor_id=2**31 - 1, passenger_count=-(2**31), rate_code_id=None, payment_type=None, store_and_fwd_flag=None),
+    ride_v1(
+        vendor_id=2**31 - 1, passenger_count=-(2**31), rate_code_id=None, payment_type=None, store_and_fwd_flag=None
+    ),
     ride_v1(pu_location_id=0, do_location_id=-1, store_and_fwd_flag="é" * 70, congestion_surcharge=None),
     ride_v1(total_amount=float("nan"), tip_amount=float("-inf"), fare_amount=-0.0, store_and_fwd_flag="N" * 200),
-    ride_v1(pickup_datetime=dt.datetime(1970, 1, 1, tzinfo=UTC), dropoff_datetime=dt.datetime(1969, 12, 31, 23, 59, 59, 999999, tzinfo=UTC)),
+    ride_v1(
+        pickup_datetime=dt.datetime(1970, 1, 1, tzinfo=UTC),
+        dropoff_datetime=dt.datetime(1969, 12, 31, 23, 59, 59, 999999, tzinfo=UTC),
+    ),
     ride_v1(pickup_datetime=dt.datetime(9999, 12, 31, 23, 59, 59, 999999, tzinfo=UTC)),
 ]
 
@@ -446,7 +477,8 @@ def test_records_at_the_edges_of_each_encoding_are_good_and_the_same_with_traili
     rows = [(b"good", confluent_frame(RIDE_V1_ID, body), "rides", 0, i, KAFKA_TS) for i, body in enumerate(bodies)]
     extra = [b"\x00", b"\x02\x02", b"\xff" * 9]
     rows += [
-        (b"bad", confluent_frame(RIDE_V1_ID, body + extra[i % 3]), "rides", 1, i, KAFKA_TS) for i, body in enumerate(bodies)
+        (b"bad", confluent_frame(RIDE_V1_ID, body + extra[i % 3]), "rides", 1, i, KAFKA_TS)
+        for i, body in enumerate(bodies)
     ]
     decoded = decode(spark, rows, RIDE_WRITERS, RIDE_V2)
 
@@ -555,7 +587,14 @@ def test_window_aggregates_windows_are_aligned_to_the_epoch_not_to_the_hour_or_f
         start = dt.datetime.fromtimestamp(epoch - epoch % duration, UTC)
         groups[(start, vendor)].append((pickup, total))
     expected_rows = [
-        (start, start + dt.timedelta(seconds=duration), vendor, len(items), sum(t for _, t in items), max(p for p, _ in items))
+        (
+            start,
+            start + dt.timedelta(seconds=duration),
+            vendor,
+            len(items),
+            sum(t for _, t in items),
+            max(p for p, _ in items),
+        )
         for (start, vendor), items in groups.items()
     ]
     # none of these windows is aligned to the hour or to the first ride (06:03:17)
@@ -694,8 +733,14 @@ def test_pickup_join_matches_dropoff_location_one_row_per_pair(spark, max_gap):
     assert len(expected_rows) == 6  # by hand: ride 1 -> 3 pickups, ride 2 -> 1, ride 3 (null vendor) -> 2
     actual = ride_pickup_joins(rides, pickups, max_gap)
     assert actual.columns == [
-        "vendor_id", "location_id", "pickup_datetime", "dropoff_datetime",
-        "ride_kafka_partition", "ride_kafka_offset", "pickup_kafka_partition", "pickup_kafka_offset",
+        "vendor_id",
+        "location_id",
+        "pickup_datetime",
+        "dropoff_datetime",
+        "ride_kafka_partition",
+        "ride_kafka_offset",
+        "pickup_kafka_partition",
+        "pickup_kafka_offset",
     ]
     assert_exact(spark, actual, expected_rows, JOIN_OUT_KAFKA_DDL)
 
@@ -722,7 +767,9 @@ def test_observed_metrics_are_summed_over_batches_in_both_progress_shapes() -> N
     report = StreamRunReport("q")
     schema = {"type": "struct", "fields": [{"name": "unknown_pickup_zones"}, {"name": "unknown_dropoff_zones"}]}
     report.add({"numInputRows": 5, "observedMetrics": {"enrichment": {"values": [2, 0], "schema": schema}}})
-    report.add({"numInputRows": 7, "observedMetrics": {"enrichment": {"unknown_pickup_zones": 1, "unknown_dropoff_zones": 3}}})
+    report.add(
+        {"numInputRows": 7, "observedMetrics": {"enrichment": {"unknown_pickup_zones": 1, "unknown_dropoff_zones": 3}}}
+    )
     assert report.observed_metrics("enrichment") == {"unknown_pickup_zones": 3, "unknown_dropoff_zones": 3}
     assert report.observed_metrics("other") == {}
     assert (report.input_rows, report.batches) == (12, 2)

@@ -95,8 +95,17 @@ def webserver_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     log_path = root / "webserver.log"
     with log_path.open("wb") as log:
         process = subprocess.Popen(
-            [sys.executable, "-m", "dagster_webserver", "-m", "streaming_pipeline.definitions",
-             "-h", "127.0.0.1", "-p", str(port)],
+            [
+                sys.executable,
+                "-m",
+                "dagster_webserver",
+                "-m",
+                "streaming_pipeline.definitions",
+                "-h",
+                "127.0.0.1",
+                "-p",
+                str(port),
+            ],
             cwd=REPO_ROOT,
             env=env,
             stdin=subprocess.DEVNULL,
@@ -117,8 +126,10 @@ def webserver_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
             except (urllib.error.URLError, OSError):
                 pass
             if time.monotonic() > deadline:
-                pytest.fail(f"dagster-webserver did not answer /server_info in {SERVER_START_TIMEOUT_S}s:\n"
-                            f"{_log_tail(log_path)}")
+                pytest.fail(
+                    f"dagster-webserver did not answer /server_info in {SERVER_START_TIMEOUT_S}s:\n"
+                    f"{_log_tail(log_path)}"
+                )
             time.sleep(0.5)
         yield url
     finally:

@@ -4,12 +4,18 @@ import dagster as dg
 
 from streaming_pipeline.assets import tables
 from streaming_pipeline.assets.bronze import raw_rides
-from streaming_pipeline.assets.metadata import OWNERS, checkpoint_pool, delta_table_metadata, step_priority
+from streaming_pipeline.assets.metadata import (
+    OWNERS,
+    SharedSpecArgs,
+    checkpoint_pool,
+    delta_table_metadata,
+    step_priority,
+)
 from streaming_pipeline.delta_streams import HIGH_AMOUNT, LOW_AMOUNT, RAW_RIDES, update_amount_branches
 from streaming_pipeline.delta_tables import table_exists
 from streaming_pipeline.resources import LakehouseResource, SparkResource
 
-_COMMON = dict(
+_COMMON = SharedSpecArgs(
     group_name="silver",
     deps=[raw_rides],
     kinds={"spark", "delta"},

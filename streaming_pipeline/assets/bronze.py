@@ -4,8 +4,8 @@ import dagster as dg
 
 from streaming_pipeline.assets import tables
 from streaming_pipeline.assets.metadata import OWNERS, checkpoint_pool, delta_table_metadata, step_priority
-from streaming_pipeline.delta_tables import read_table, table_exists
 from streaming_pipeline.bronze_batches import DEAD_LETTER_SCHEMA_DDL, DEAD_LETTER_TABLE
+from streaming_pipeline.delta_tables import read_table, table_exists
 from streaming_pipeline.kafka_ingestion import BronzeRunResult, ingest_topic
 from streaming_pipeline.offsets import consumed_offsets
 from streaming_pipeline.resources import KafkaResource, LakehouseResource, SchemaRegistryResource, SparkResource
@@ -15,7 +15,12 @@ BRONZE = "bronze"
 
 
 def _bronze_result(
-    context: dg.AssetExecutionContext, spark_resource: SparkResource, lakehouse: LakehouseResource, run: BronzeRunResult, asset_name: str, topic: str
+    context: dg.AssetExecutionContext,
+    spark_resource: SparkResource,
+    lakehouse: LakehouseResource,
+    run: BronzeRunResult,
+    asset_name: str,
+    topic: str,
 ) -> dg.MaterializeResult:
     spark = spark_resource.get_session()
     offsets = run.kafka_offset_ranges()
@@ -59,7 +64,13 @@ def raw_rides(
     """Every ride from the `rides` topic, decoded with its writer schema and resolved to the latest
     registered schema, with its Kafka coordinates. Exactly once across re-runs and crashes."""
     run = ingest_topic(
-        spark.get_session(), kafka, schema_registry, lakehouse, topic=RIDES_TOPIC, asset_name="raw_rides", log=context.log
+        spark.get_session(),
+        kafka,
+        schema_registry,
+        lakehouse,
+        topic=RIDES_TOPIC,
+        asset_name="raw_rides",
+        log=context.log,
     )
     return _bronze_result(context, spark, lakehouse, run, "raw_rides", RIDES_TOPIC)
 

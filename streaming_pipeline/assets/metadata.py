@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypedDict
 
 import dagster as dg
 
@@ -12,6 +12,17 @@ if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
 OWNERS = ["team:data-platform"]
+
+
+class SharedSpecArgs(TypedDict):
+    """Keyword arguments that the specs of one multi-asset share, passed to `dg.AssetSpec(..., **shared)`."""
+
+    group_name: str
+    deps: list[dg.AssetsDefinition]
+    kinds: set[str]
+    owners: list[str]
+    tags: dict[str, str]
+    automation_condition: dg.AutomationCondition[Any]
 
 
 def checkpoint_pool(asset_name: str) -> str:
@@ -48,7 +59,11 @@ def delta_table_metadata(spark: SparkSession, path: str, *, preview_order: list[
     """
     version = table_version(path)
     if version is None:
-        return {"table_path": dg.MetadataValue.path(path), "delta_version": dg.MetadataValue.text("table not created yet"), "dagster/row_count": 0}
+        return {
+            "table_path": dg.MetadataValue.path(path),
+            "delta_version": dg.MetadataValue.text("table not created yet"),
+            "dagster/row_count": 0,
+        }
     frame = read_table(spark, path)
     ordered = frame.orderBy(*preview_order) if preview_order else frame
     return {

@@ -1,10 +1,18 @@
 """Silver/gold assets: streams from the bronze Delta tables (true lineage in the asset graph)."""
 
+from typing import TYPE_CHECKING
+
 import dagster as dg
 
 from streaming_pipeline.assets import tables
 from streaming_pipeline.assets.bronze import raw_pickup_locations, raw_rides
-from streaming_pipeline.assets.metadata import OWNERS, checkpoint_pool, delta_table_metadata, step_priority
+from streaming_pipeline.assets.metadata import (
+    OWNERS,
+    SharedSpecArgs,
+    checkpoint_pool,
+    delta_table_metadata,
+    step_priority,
+)
 from streaming_pipeline.delta_streams import (
     JOIN_LATE_ROWS,
     JOINS,
@@ -18,6 +26,9 @@ from streaming_pipeline.delta_streams import (
 )
 from streaming_pipeline.delta_tables import read_table, table_exists
 from streaming_pipeline.resources import LakehouseResource, SparkResource
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 MAX_CHART_WINDOWS = 200
 
@@ -47,14 +58,19 @@ def _stream_metadata(report) -> dict:
     op_tags=step_priority("vendor_counts"),
     metadata={"dagster/column_schema": tables.VENDOR_COUNTS},
 )
-def vendor_counts(context: dg.AssetExecutionContext, spark: SparkResource, lakehouse: LakehouseResource) -> dg.MaterializeResult:
+def vendor_counts(
+    context: dg.AssetExecutionContext, spark: SparkResource, lakehouse: LakehouseResource
+) -> dg.MaterializeResult:
     """Number of rides per vendor over everything ingested (a running count, stream/table duality)."""
     session = spark.get_session()
     if _sources_missing(context, lakehouse, RAW_RIDES):
         return dg.MaterializeResult(metadata={"skipped": "raw_rides does not exist yet"})
     report = update_vendor_counts(session, lakehouse, log=context.log)
     return dg.MaterializeResult(
-        metadata={**_stream_metadata(report), **delta_table_metadata(session, lakehouse.table_path(VENDOR_COUNTS), preview_order=["vendor_id"])}
+        metadata={
+            **_stream_metadata(report),
+            **delta_table_metadata(session, lakehouse.table_path(VENDOR_COUNTS), preview_order=["vendor_id"]),
+        }
     )
 
 
@@ -80,15 +96,20 @@ def ride_window_aggregates(
         return dg.MaterializeResult(metadata={"skipped": "raw_rides does not exist yet"})
     result = update_ride_window_aggregates(session, lakehouse, log=context.log)
     path = lakehouse.table_path(WINDOWS)
-    metadata = {**_stream_metadata(result.report), **delta_table_metadata(session, path, preview_order=["window_start", "vendor_id"])}
+    metadata = {
+        **_stream_metadata(result.report),
+        **delta_table_metadata(session, path, preview_order=["window_start", "vendor_id"]),
+    }
     if table_exists(path):
         from pyspark.sql import functions as F
 
         from streaming_pipeline.charts import png_markdown, window_chart_png  # matplotlib: only when drawing
 
         frame = read_table(session, path)
-        totals = frame.agg(F.sum("late_trip_count").alias("late"), F.sum(F.col("is_final").cast("int")).alias("final")).collect()[0]
-        recent = frame.orderBy(F.col("window_start").desc()).limit(MAX_CHART_WINDOWS * 3).toPandas()
+        totals = frame.agg(
+            F.sum("late_trip_count").alias("late"), F.sum(F.col("is_final").cast("int")).alias("final")
+        ).collect()[0]
+        recent: pd.DataFrame = frame.orderBy(F.col("window_start").desc()).limit(MAX_CHART_WINDOWS * 3).toPandas()
         png = window_chart_png(recent.sort_values("window_start"))
         reconcile = result.reconcile
         metadata.update(
@@ -96,7 +117,9 @@ def ride_window_aggregates(
                 "watermark": dg.MetadataValue.text(str(result.watermark)),
                 "late_rides_total": dg.MetadataValue.int(int(totals["late"] or 0)),
                 "late_rides_found_this_run": dg.MetadataValue.int(reconcile.late_rides_found),
-                "late_rides_dropped_by_watermark_this_run": dg.MetadataValue.int(result.report.rows_dropped_by_watermark()),
+                "late_rides_dropped_by_watermark_this_run": dg.MetadataValue.int(
+                    result.report.rows_dropped_by_watermark()
+                ),
                 "final_windows": dg.MetadataValue.int(int(totals["final"] or 0)),
                 "windows_reconciled": dg.MetadataValue.int(result.windows_changed_by_reconcile),
                 "reconciled_raw_rides_version": dg.MetadataValue.text(str(reconcile.raw_rides_version)),
@@ -110,7 +133,9 @@ def ride_window_aggregates(
 
 JOIN_LATE_ROWS_SCHEMA = dg.TableSchema(
     columns=[
-        dg.TableColumn("query_id", "string", description="The join query (its checkpoint); batch ids restart with a new one."),
+        dg.TableColumn(
+            "query_id", "string", description="The join query (its checkpoint); batch ids restart with a new one."
+        ),
         dg.TableColumn("batch_id", "bigint", description="Micro-batch of the join query."),
         dg.TableColumn("input_rows", "bigint", description="Rides and pickups the micro-batch read."),
         dg.TableColumn(
@@ -125,7 +150,7 @@ JOIN_LATE_ROWS_SCHEMA = dg.TableSchema(
     ]
 )
 
-_JOIN_SPEC = dict(
+_JOIN_SPEC = SharedSpecArgs(
     group_name="silver",
     deps=[raw_rides, raw_pickup_locations],
     kinds={"spark", "delta"},
@@ -161,10 +186,14 @@ def ride_pickup_joins(context: dg.AssetExecutionContext, spark: SparkResource, l
     session = spark.get_session()
     if _sources_missing(context, lakehouse, RAW_RIDES, RAW_PICKUPS):
         for name in (JOINS, JOIN_LATE_ROWS):
-            yield dg.MaterializeResult(asset_key=name, metadata={"skipped": "raw_rides or raw_pickup_locations does not exist yet"})
+            yield dg.MaterializeResult(
+                asset_key=name, metadata={"skipped": "raw_rides or raw_pickup_locations does not exist yet"}
+            )
         return
     result = update_ride_pickup_joins(session, lakehouse, log=context.log, run_id=context.run_id)
-    late = {"rows_dropped_by_watermark": dg.MetadataValue.int(result.rows_dropped_by_watermark)}
+    late: dict[str, dg.MetadataValue] = {
+        "rows_dropped_by_watermark": dg.MetadataValue.int(result.rows_dropped_by_watermark)
+    }
     if result.watermark is not None:
         late["join_watermark"] = dg.MetadataValue.text(str(result.watermark))
     late_path = lakehouse.table_path(JOIN_LATE_ROWS)
@@ -175,7 +204,11 @@ def ride_pickup_joins(context: dg.AssetExecutionContext, spark: SparkResource, l
         late["rows_dropped_by_watermark_total"] = dg.MetadataValue.int(int(total or 0))
     yield dg.MaterializeResult(
         asset_key=JOINS,
-        metadata={**_stream_metadata(result.report), **late, **delta_table_metadata(session, lakehouse.table_path(JOINS))},
+        metadata={
+            **_stream_metadata(result.report),
+            **late,
+            **delta_table_metadata(session, lakehouse.table_path(JOINS)),
+        },
     )
     yield dg.MaterializeResult(
         asset_key=JOIN_LATE_ROWS,

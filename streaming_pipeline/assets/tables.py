@@ -7,7 +7,9 @@ import dagster as dg
 KAFKA_COLUMNS = [
     dg.TableColumn("kafka_topic", "string", description="Source topic."),
     dg.TableColumn("kafka_partition", "int", description="Source partition."),
-    dg.TableColumn("kafka_offset", "bigint", description="Offset within the partition; (topic, partition, offset) is unique."),
+    dg.TableColumn(
+        "kafka_offset", "bigint", description="Offset within the partition; (topic, partition, offset) is unique."
+    ),
     dg.TableColumn("kafka_timestamp", "timestamp", description="Kafka record timestamp (UTC)."),
     dg.TableColumn("schema_id", "int", description="Registry id of the writer schema the record was encoded with."),
 ]

@@ -58,7 +58,9 @@ class DagsterDev:
         deadline = time.monotonic() + timeout
         while True:
             if self._proc.poll() is not None:
-                raise StackError(f"dagster dev exited with {self._proc.returncode}; log {self.log_file}:\n{tail(self.log_file)}")
+                raise StackError(
+                    f"dagster dev exited with {self._proc.returncode}; log {self.log_file}:\n{tail(self.log_file)}"
+                )
             try:
                 with urllib.request.urlopen(f"{self.url}/server_info", timeout=2) as response:
                     if response.status == 200:

@@ -270,7 +270,9 @@ class EmbeddedKafkaBroker(ManagedProcess):
                     {
                         "bootstrap.servers": self.bootstrap_servers,
                         "socket.connection.setup.timeout.ms": 2000,
-                        "logger": _probe_logger,
+                        # confluent-kafka's stubs type config values as str | int | float, but "logger"
+                        # takes a logging.Logger (documented in its configuration)
+                        "logger": _probe_logger,  # type: ignore[dict-item]
                     }
                 )
             try:

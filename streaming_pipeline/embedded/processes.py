@@ -35,9 +35,7 @@ START_MARKER = "=== "
 def java_major_version(java: str) -> int | None:
     """The major version `java -version` reports (8 for "1.8.0_x", 17 for "17.0.15"), None if unknown."""
     try:
-        done = subprocess.run(
-            [java, "-version"], capture_output=True, text=True, timeout=60, check=False
-        )
+        done = subprocess.run([java, "-version"], capture_output=True, text=True, timeout=60, check=False)
     except (OSError, subprocess.SubprocessError):
         return None
     match = re.search(r'version "(\d+)(?:\.(\d+))?', done.stderr + done.stdout)
@@ -167,9 +165,7 @@ def process_command_line(pid: int) -> str | None:
     except OSError:
         pass
     try:
-        done = subprocess.run(
-            ["ps", "-ww", "-o", "args=", "-p", str(pid)], capture_output=True, text=True, check=False
-        )
+        done = subprocess.run(["ps", "-ww", "-o", "args=", "-p", str(pid)], capture_output=True, text=True, check=False)
     except OSError:
         return None
     return done.stdout.strip() or None
@@ -382,9 +378,7 @@ class ManagedProcess:
             self.stop(timeout=self.cleanup_seconds)
             raise
 
-    def _launch(
-        self, command: Sequence[str], *, cwd: Path, label: str, env: Mapping[str, str] | None = None
-    ) -> None:
+    def _launch(self, command: Sequence[str], *, cwd: Path, label: str, env: Mapping[str, str] | None = None) -> None:
         self._proc = start_background(command, self.output_file, env=env, cwd=cwd, label=label)
 
     def _wait_ready(self, deadline: float, timeout: float) -> None:

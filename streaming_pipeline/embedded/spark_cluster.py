@@ -117,8 +117,14 @@ class AliveWorker:
     webui_url: str
 
     def as_json(self) -> dict[str, Any]:
-        return {"id": self.worker_id, "address": self.address, "cores": self.cores, "cores_used": self.cores_used,
-                "memory_mb": self.memory_mb, "webui_url": self.webui_url}
+        return {
+            "id": self.worker_id,
+            "address": self.address,
+            "cores": self.cores,
+            "cores_used": self.cores_used,
+            "memory_mb": self.memory_mb,
+            "webui_url": self.webui_url,
+        }
 
 
 @dataclass(frozen=True)
@@ -157,8 +163,9 @@ def read_master(webui_url: str, timeout: float = 3.0) -> MasterView | None:
         if isinstance(w, dict) and w.get("state") == "ALIVE"
     )
     apps = tuple(str(a.get("id")) for a in data.get("activeapps", []) if isinstance(a, dict))
-    return MasterView(url=str(data.get("url", "")), state=str(data.get("status", "")), workers=workers,
-                      active_apps=apps)
+    return MasterView(
+        url=str(data.get("url", "")), state=str(data.get("status", "")), workers=workers, active_apps=apps
+    )
 
 
 # --------------------------------------------------------------------------- status
@@ -213,9 +220,10 @@ class SparkClusterStatus:
             "worker_cores": self.worker_cores,
             "worker_memory_mb": self.worker_memory_mb,
             "workers": [w.as_json() for w in self.alive],
-            "processes": {p.name: {"running": p.running, "pid": p.pid, "address": p.address,
-                                   "log_file": str(p.log_file)}
-                          for p in self.processes},
+            "processes": {
+                p.name: {"running": p.running, "pid": p.pid, "address": p.address, "log_file": str(p.log_file)}
+                for p in self.processes
+            },
         }
 
 
@@ -423,29 +431,47 @@ class SparkStandaloneCluster:
         env = spark_environment(self.host)  # SPARK_LOCAL_IP: the web UIs bind there
         env["SPARK_CONF_DIR"] = str(self.conf_dir)  # ours only: no foreign spark-env.sh or spark-defaults.conf
         env["SPARK_DAEMON_MEMORY"] = DAEMON_MEMORY
-        for name in ("SPARK_MASTER", "SPARK_LOCAL_DIRS", "SPARK_WORKER_DIR", "SPARK_WORKER_OPTS", "SPARK_MASTER_OPTS",
-                     "SPARK_DAEMON_JAVA_OPTS"):
+        for name in (
+            "SPARK_MASTER",
+            "SPARK_LOCAL_DIRS",
+            "SPARK_WORKER_DIR",
+            "SPARK_WORKER_OPTS",
+            "SPARK_MASTER_OPTS",
+            "SPARK_DAEMON_JAVA_OPTS",
+        ):
             env.pop(name, None)
         return env
 
     def master_command(self) -> list[str]:
         return [
-            str(pyspark_home() / "bin" / "spark-class"), MASTER_CLASS,
-            "--host", self.host,
-            "--port", str(self.master_port),
-            "--webui-port", str(self.webui_port),
-            "--properties-file", str(self.master_conf_file),
+            str(pyspark_home() / "bin" / "spark-class"),
+            MASTER_CLASS,
+            "--host",
+            self.host,
+            "--port",
+            str(self.master_port),
+            "--webui-port",
+            str(self.webui_port),
+            "--properties-file",
+            str(self.master_conf_file),
         ]
 
     def worker_command(self, index: int) -> list[str]:
         return [
-            str(pyspark_home() / "bin" / "spark-class"), WORKER_CLASS,
-            "--host", self.host,
-            "--webui-port", "0",  # any free port
-            "--cores", str(self.worker_cores),
-            "--memory", f"{self.worker_memory_mb}m",
-            "--work-dir", str(self.worker_dir(index)),
-            "--properties-file", str(self.worker_conf_file(index)),
+            str(pyspark_home() / "bin" / "spark-class"),
+            WORKER_CLASS,
+            "--host",
+            self.host,
+            "--webui-port",
+            "0",  # any free port
+            "--cores",
+            str(self.worker_cores),
+            "--memory",
+            f"{self.worker_memory_mb}m",
+            "--work-dir",
+            str(self.worker_dir(index)),
+            "--properties-file",
+            str(self.worker_conf_file(index)),
             self.master_url,
         ]
 
@@ -500,11 +526,13 @@ class SparkStandaloneCluster:
     def _start_master(self, env: Mapping[str, str], deadline: float, timeout: float, say: Progress) -> None:
         """Start the master and wait until it is ALIVE; on other ports when another process took one of its own."""
         for attempt in range(1, MASTER_START_ATTEMPTS + 1):
-            say(f"Starting the Spark master on {self.master_url} (web UI {self.webui_url}, "
-                f"log: {self.master_log_file})")
+            say(
+                f"Starting the Spark master on {self.master_url} (web UI {self.webui_url}, log: {self.master_log_file})"
+            )
             master = SparkMaster(self.master_url, self.webui_url, self.master_log_file)
-            self.master_pid = master.launch(self.master_command(), env, self.work_dir,
-                                            f"Spark master on {self.master_url}")
+            self.master_pid = master.launch(
+                self.master_command(), env, self.work_dir, f"Spark master on {self.master_url}"
+            )
             self._procs["master"] = master
             try:
                 master.wait_alive(deadline, timeout)
@@ -516,17 +544,23 @@ class SparkStandaloneCluster:
                 # Someone took a port after it was chosen: choose again (no client is configured with them).
                 self.master_port = free_port(self.host, exclude=[self.master_port, self.webui_port])
                 self.webui_port = free_port(self.host, exclude=[self.master_port, self.webui_port])
-                say(f"The Spark master lost a port to another process; trying ports {self.master_port} and "
-                    f"{self.webui_port}")
+                say(
+                    f"The Spark master lost a port to another process; trying ports {self.master_port} and "
+                    f"{self.webui_port}"
+                )
 
     def _start_workers(self, env: Mapping[str, str], say: Progress) -> None:
         for index in self.worker_indexes:
-            say(f"Starting Spark worker {index} of {self.workers}: {self.worker_cores} core(s), "
-                f"{self.worker_memory_mb} MiB (log: {self.worker_log_file(index)})")
-            worker = SparkDaemon(f"Spark worker {index} of {self.workers} ({self.master_url})",
-                                 self.worker_log_file(index))
-            self.worker_pids[index - 1] = worker.launch(self.worker_command(index), env, self.worker_dir(index),
-                                                        f"Spark worker {index} of {self.master_url}")
+            say(
+                f"Starting Spark worker {index} of {self.workers}: {self.worker_cores} core(s), "
+                f"{self.worker_memory_mb} MiB (log: {self.worker_log_file(index)})"
+            )
+            worker = SparkDaemon(
+                f"Spark worker {index} of {self.workers} ({self.master_url})", self.worker_log_file(index)
+            )
+            self.worker_pids[index - 1] = worker.launch(
+                self.worker_command(index), env, self.worker_dir(index), f"Spark worker {index} of {self.master_url}"
+            )
             self._procs[f"worker-{index}"] = worker
 
     def _alive_count(self) -> int:
@@ -550,11 +584,13 @@ class SparkStandaloneCluster:
 
     def _late_workers(self, timeout: float) -> StackError:
         """The error when fewer workers than started are ALIVE at the deadline: one that never registered, if any."""
-        waiting = [i for i in self.worker_indexes
-                   if REGISTERED not in output_since_last_start(self.worker_log_file(i), 400)]
+        waiting = [
+            i for i in self.worker_indexes if REGISTERED not in output_since_last_start(self.worker_log_file(i), 400)
+        ]
         if waiting:
             return self._procs[f"worker-{waiting[0]}"].failure(
-                f"did not register with the master within {timeout:.0f}s")
+                f"did not register with the master within {timeout:.0f}s"
+            )
         return self._procs["master"].failure(f"lists fewer than {self.workers} ALIVE workers after {timeout:.0f}s")
 
     def stop(self, timeout: float = 30.0, progress: Progress | None = None) -> bool:
@@ -583,13 +619,21 @@ class SparkStandaloneCluster:
     def status(self) -> SparkClusterStatus:
         master_up = self.master_running()
         view = read_master(self.webui_url) if master_up else None
-        master = ClusterProcess("spark-master", self.master_pid if master_up else None, master_up,
-                                self.master_log_file, self.master_url)
+        master = ClusterProcess(
+            "spark-master", self.master_pid if master_up else None, master_up, self.master_log_file, self.master_url
+        )
         workers = []
         for index in self.worker_indexes:
             up = self.worker_running(index)
-            workers.append(ClusterProcess(f"spark-worker-{index}", self.worker_pids[index - 1] if up else None, up,
-                                          self.worker_log_file(index), self.worker_address(index) if up else None))
+            workers.append(
+                ClusterProcess(
+                    f"spark-worker-{index}",
+                    self.worker_pids[index - 1] if up else None,
+                    up,
+                    self.worker_log_file(index),
+                    self.worker_address(index) if up else None,
+                )
+            )
         return SparkClusterStatus(
             workers_wanted=self.workers,
             worker_cores=self.worker_cores,

@@ -38,9 +38,9 @@ from pathlib import Path
 from typing import Any
 
 from streaming_pipeline.embedded import jars
+from streaming_pipeline.embedded.dagster_home import write_dagster_yaml
 from streaming_pipeline.embedded.kafka_broker import DEFAULT_HEAP, EmbeddedKafkaBroker
 from streaming_pipeline.embedded.ports import LOOPBACK, free_port, is_port_free
-from streaming_pipeline.embedded.dagster_home import write_dagster_yaml
 from streaming_pipeline.embedded.postgres import STANDARD_PORT as STANDARD_POSTGRES_PORT
 from streaming_pipeline.embedded.postgres import PostgresServer, server_url, stop_postgres, storage_config
 from streaming_pipeline.embedded.processes import (
@@ -52,10 +52,10 @@ from streaming_pipeline.embedded.processes import (
     stop_pid,
 )
 from streaming_pipeline.embedded.registry_process import REGISTRY_MODULE, SchemaRegistryProcess
-from streaming_pipeline.embedded.spark_connect import STANDARD_PORT as STANDARD_SPARK_CONNECT_PORT
-from streaming_pipeline.embedded.spark_connect import SparkConnectServer
 from streaming_pipeline.embedded.spark_cluster import STANDARD_MASTER_PORT as STANDARD_SPARK_MASTER_PORT
 from streaming_pipeline.embedded.spark_cluster import SparkClusterStatus, SparkStandaloneCluster
+from streaming_pipeline.embedded.spark_connect import STANDARD_PORT as STANDARD_SPARK_CONNECT_PORT
+from streaming_pipeline.embedded.spark_connect import SparkConnectServer
 from streaming_pipeline.errors import StackError
 
 STACK_DIR_ENV = "STREAMING_PIPELINE_STACK_DIR"
@@ -127,8 +127,10 @@ class StackStatus:
 
     @property
     def components(self) -> tuple[ComponentStatus, ...]:
-        return (self.kafka, self.registry, self.spark) + ((self.postgres,) if self.postgres else ()) + (
-            self._spark_cluster_components()
+        return (
+            (self.kafka, self.registry, self.spark)
+            + ((self.postgres,) if self.postgres else ())
+            + (self._spark_cluster_components())
         )
 
     def _spark_cluster_components(self) -> tuple[ComponentStatus, ...]:
@@ -151,8 +153,13 @@ class StackStatus:
             "directory": str(self.directory),
             "running": self.running,
             "components": {
-                c.name: {"running": c.running, "enabled": c.enabled, "pid": c.pid, "address": c.address,
-                         "log_file": str(c.log_file)}
+                c.name: {
+                    "running": c.running,
+                    "enabled": c.enabled,
+                    "pid": c.pid,
+                    "address": c.address,
+                    "log_file": str(c.log_file),
+                }
                 for c in self.components
             },
             "spark_remote": self.spark.address if self.spark.running else None,
@@ -249,8 +256,12 @@ class EmbeddedStack:
         return self.directory / "spark-cluster"
 
     def _log_files(self) -> dict[str, Path]:
-        return {"kafka": self.kafka_log_file, "registry": self.registry_log_file, "spark": self.spark_log_file,
-                "postgres": self.postgres_log_file}
+        return {
+            "kafka": self.kafka_log_file,
+            "registry": self.registry_log_file,
+            "spark": self.spark_log_file,
+            "postgres": self.postgres_log_file,
+        }
 
     # Strings that appear in each component's command line (guards against a reused pid).
     def _markers(self) -> dict[str, str]:
@@ -487,9 +498,7 @@ class EmbeddedStack:
             if port
         ]
 
-    def _start_all(
-        self, state: State, missing: list[str], taken: list[int], deadline: float, say: Progress
-    ) -> None:
+    def _start_all(self, state: State, missing: list[str], taken: list[int], deadline: float, say: Progress) -> None:
         """Start ``missing`` in order, saving stack.json after each; when one fails, stop those started."""
         starters: dict[str, Callable[[State, list[int], float, Progress], Component]] = {
             "kafka": self._start_kafka,
@@ -512,8 +521,9 @@ class EmbeddedStack:
             raise
 
     @staticmethod
-    def _start_server(server: ManagedProcess, label: str, address: str, minimum: float, deadline: float,
-                      say: Progress) -> None:
+    def _start_server(
+        server: ManagedProcess, label: str, address: str, minimum: float, deadline: float, say: Progress
+    ) -> None:
         """``server.start`` with what is left until ``deadline`` (at least ``minimum`` s), then say it is ready."""
         started = time.monotonic()
         server.start(timeout=max(minimum, deadline - time.monotonic()))
@@ -534,9 +544,7 @@ class EmbeddedStack:
         )
         return broker
 
-    def _start_registry(
-        self, state: State, taken: list[int], deadline: float, say: Progress
-    ) -> SchemaRegistryProcess:
+    def _start_registry(self, state: State, taken: list[int], deadline: float, say: Progress) -> SchemaRegistryProcess:
         port = self._take_client_port(state, "registry", "schema registry", STANDARD_REGISTRY_PORT, taken, say)
         registry = SchemaRegistryProcess(
             self.registry_dir, port, self.host, log_dir=self.logs_dir, module=self.registry_module
@@ -617,7 +625,12 @@ class EmbeddedStack:
         return free_port(self.host, exclude=taken + ([standard] if standard else []))
 
     def _stop_recorded(
-        self, name: str, label: str, state: State, timeout: float, say: Progress,
+        self,
+        name: str,
+        label: str,
+        state: State,
+        timeout: float,
+        say: Progress,
         stop: Callable[[int, float], bool] = stop_pid,
     ) -> bool:
         """Stop one recorded component with ``stop`` when its pid is still ours; True when it ran."""
@@ -662,8 +675,12 @@ class EmbeddedStack:
                 log_file=self.postgres_log_file,
             )
         cluster = self._spark_cluster(state) if self._spark_workers(state) else None
-        return StackStatus(directory=self.directory, **components, postgres=postgres,
-                           spark_cluster=cluster.status() if cluster else None)
+        return StackStatus(
+            directory=self.directory,
+            **components,
+            postgres=postgres,
+            spark_cluster=cluster.status() if cluster else None,
+        )
 
     def info(self) -> StackInfo:
         """The addresses of the running stack; StackError when it is not (fully) running."""

@@ -122,8 +122,9 @@ def _print_info(info: StackInfo, stack: EmbeddedStack) -> None:
     if info.dagster_home:
         print(f"  DAGSTER_HOME={info.dagster_home}")
     if info.spark_master_url:
-        print(f"  Spark master: {info.spark_master_url} "
-              f"({info.spark_workers} worker(s) alive; `stack status` shows them)")
+        print(
+            f"  Spark master: {info.spark_master_url} ({info.spark_workers} worker(s) alive; `stack status` shows them)"
+        )
     if info.postgres_url:
         print(f"  Dagster storage: PostgreSQL {info.postgres_url} (password file {stack.postgres_dir / 'pgpass'})")
     print(f"  logs: {stack.logs_dir}")
@@ -164,8 +165,10 @@ def _print_spark_cluster(status: StackStatus) -> None:
     print(f"Spark master: {cluster.master_url} (web UI {cluster.webui_url})")
     print(f"Spark workers: {cluster.alive_workers} of {cluster.workers_wanted} alive, {cluster.cores} core(s) in all")
     for worker in cluster.alive:
-        print(f"  {worker.address}  {worker.cores} core(s) ({worker.cores_used} in use), {worker.memory_mb} MiB  "
-              f"{worker.webui_url}")
+        print(
+            f"  {worker.address}  {worker.cores} core(s) ({worker.cores_used} in use), {worker.memory_mb} MiB  "
+            f"{worker.webui_url}"
+        )
 
 
 def run_stack_command(args: argparse.Namespace) -> int:

@@ -11,8 +11,8 @@ import argparse
 import copy
 import signal
 import sys
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Sequence
 
 from streaming_pipeline.registry.app import DEFAULT_MAX_REQUEST_BYTES
 

@@ -10,8 +10,9 @@ from __future__ import annotations
 import hashlib
 import json
 import math
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
-from typing import Any, Callable, Iterable, Sequence
+from typing import Any, cast
 
 import avro.compatibility
 import avro.errors
@@ -258,17 +259,19 @@ def _default_is_valid(schema: avro.schema.Schema, value: Any) -> bool:
     if kind in ("bytes", "string", "fixed"):
         return isinstance(value, str)
     if kind == "enum":
-        return isinstance(value, str) and value in schema.symbols
+        return isinstance(value, str) and value in cast(avro.schema.EnumSchema, schema).symbols
     if kind == "array":
-        return isinstance(value, list) and all(_default_is_valid(schema.items, item) for item in value)
+        items = cast(avro.schema.ArraySchema, schema).items
+        return isinstance(value, list) and all(_default_is_valid(items, item) for item in value)
     if kind == "map":
-        return isinstance(value, dict) and all(_default_is_valid(schema.values, item) for item in value.values())
+        values = cast(avro.schema.MapSchema, schema).values
+        return isinstance(value, dict) and all(_default_is_valid(values, item) for item in value.values())
     if kind == "union":
-        return any(_default_is_valid(branch, value) for branch in schema.schemas)
+        return any(_default_is_valid(branch, value) for branch in cast(avro.schema.UnionSchema, schema).schemas)
     if kind in ("record", "error", "request"):
         if not isinstance(value, dict):
             return False
-        for field in schema.fields:
+        for field in cast(avro.schema.RecordSchema, schema).fields:
             if field.name in value:
                 if not _default_is_valid(field.type, value[field.name]):
                     return False
@@ -284,19 +287,20 @@ def _validate_defaults(schema: avro.schema.Schema, visited: set[int]) -> None:
     visited.add(id(schema))
     kind = schema.type
     if kind in ("record", "error", "request"):
-        for field in schema.fields:
+        record = cast(avro.schema.RecordSchema, schema)
+        for field in record.fields:
             if field.has_default and not _default_is_valid(field.type, field.default):
                 raise InvalidSchemaError(
-                    f"Invalid default for field {field.name!r} of {schema.fullname}: "
+                    f"Invalid default for field {field.name!r} of {record.fullname}: "
                     f"{json.dumps(field.default)} is not a valid {_describe(field.type)}"
                 )
             _validate_defaults(field.type, visited)
     elif kind == "array":
-        _validate_defaults(schema.items, visited)
+        _validate_defaults(cast(avro.schema.ArraySchema, schema).items, visited)
     elif kind == "map":
-        _validate_defaults(schema.values, visited)
+        _validate_defaults(cast(avro.schema.MapSchema, schema).values, visited)
     elif kind == "union":
-        for branch in schema.schemas:
+        for branch in cast(avro.schema.UnionSchema, schema).schemas:
             _validate_defaults(branch, visited)
 
 

@@ -55,7 +55,7 @@ def invalid_version(version: object) -> RegistryError:
         422,
         INVALID_VERSION,
         f"The specified version '{version}' is not a valid version id. "
-        "Allowed values are between [1, 2^31-1] and the string \"latest\"",
+        'Allowed values are between [1, 2^31-1] and the string "latest"',
     )
 
 

@@ -8,8 +8,9 @@ from __future__ import annotations
 
 import functools
 import sqlite3
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable, TypeVar
+from typing import Any, TypeVar
 
 from streaming_pipeline.registry import exceptions as ex
 from streaming_pipeline.registry.compatibility import (
@@ -131,9 +132,7 @@ class SchemaRegistry:
         return None
 
     def _level(self, conn: sqlite3.Connection, subject: str) -> str:
-        return (
-            self.store.get_config(conn, subject) or self.store.get_config(conn, None) or DEFAULT_COMPATIBILITY
-        )
+        return self.store.get_config(conn, subject) or self.store.get_config(conn, None) or DEFAULT_COMPATIBILITY
 
     def _problems(
         self, conn: sqlite3.Connection, level: str, new: ParsedSchema, targets: list[SubjectVersion]
@@ -208,9 +207,7 @@ class SchemaRegistry:
             self._referenced_schema(conn, schema_id)
             found = self.store.versions_of_schema(conn, schema_id, include_deleted)
             return [
-                {"subject": v.subject, "version": v.version}
-                for v in found
-                if subject is None or v.subject == subject
+                {"subject": v.subject, "version": v.version} for v in found if subject is None or v.subject == subject
             ]
 
     @_store_errors

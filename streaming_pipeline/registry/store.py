@@ -12,9 +12,9 @@ import json
 import sqlite3
 import threading
 import uuid
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterator
 
 DB_FILE_NAME = "registry.sqlite3"
 GLOBAL_SCOPE = "global"
@@ -140,7 +140,9 @@ class Store:
             "INSERT INTO schemas (fingerprint, schema_type, schema, refs, guid) VALUES (?, ?, ?, ?, ?)",
             (fingerprint, schema_type, schema, json.dumps(references), str(uuid.uuid4())),
         )
-        stored = self.schema_by_id(conn, int(cursor.lastrowid))
+        row_id = cursor.lastrowid
+        assert row_id is not None  # set by a successful INSERT
+        stored = self.schema_by_id(conn, row_id)
         assert stored is not None
         return stored
 
@@ -160,7 +162,9 @@ class Store:
         rows = conn.execute(sql + " ORDER BY version", (subject,)).fetchall()
         return [self._version_from_row(row) for row in rows]
 
-    def versions_of_schema(self, conn: sqlite3.Connection, schema_id: int, include_deleted: bool) -> list[SubjectVersion]:
+    def versions_of_schema(
+        self, conn: sqlite3.Connection, schema_id: int, include_deleted: bool
+    ) -> list[SubjectVersion]:
         sql = "SELECT * FROM subject_versions WHERE schema_id = ?"
         if not include_deleted:
             sql += " AND deleted = 0"

@@ -95,8 +95,10 @@ class KafkaResource(dg.ConfigurableResource):
                 f"Kafka at {self.bootstrap_servers} did not answer within {self.timeout_seconds:g} s: {exc}"
             ) from exc
         topic_metadata = metadata.topics.get(topic)
-        if topic_metadata is None or topic_metadata.error is not None:
-            if topic_metadata is not None and topic_metadata.error.code() not in (
+        if topic_metadata is None:
+            return []
+        if topic_metadata.error is not None:
+            if topic_metadata.error.code() not in (
                 KafkaError.UNKNOWN_TOPIC_OR_PART,
                 KafkaError._UNKNOWN_TOPIC,
             ):
@@ -132,7 +134,9 @@ class KafkaResource(dg.ConfigurableResource):
         except KafkaException as exc:
             if exc.args and exc.args[0].code() == KafkaError.TOPIC_ALREADY_EXISTS:
                 return False
-            raise BrokerUnavailableError(f"could not create topic {topic!r} on {self.bootstrap_servers}: {exc}") from exc
+            raise BrokerUnavailableError(
+                f"could not create topic {topic!r} on {self.bootstrap_servers}: {exc}"
+            ) from exc
         return True
 
     def record_timestamps(self, topic: str, offsets: dict[int, int]) -> dict[int, float]:
@@ -149,13 +153,16 @@ class KafkaResource(dg.ConfigurableResource):
                 message = consumer.poll(0.5)
                 if message is None or message.error() is not None:
                     continue
-                partition = message.partition()
-                if partition not in found and message.offset() >= offsets[partition]:
+                partition, offset = message.partition(), message.offset()
+                assert partition is not None and offset is not None  # set on every record without error
+                if partition not in found and offset >= offsets[partition]:
                     found[partition] = message.timestamp()[1] / 1000
                     consumer.pause([TopicPartition(topic, partition)])
             return found
         except KafkaException as exc:
-            raise BrokerUnavailableError(f"could not read {topic} at {offsets} from {self.bootstrap_servers}: {exc}") from exc
+            raise BrokerUnavailableError(
+                f"could not read {topic} at {offsets} from {self.bootstrap_servers}: {exc}"
+            ) from exc
         finally:
             consumer.close()
 

@@ -44,9 +44,14 @@ def test_both_sets_resolve_once_into_complete_cached_classpaths() -> None:
 
     spark = jars.spark_jars()
     spark_version, delta_version = jars.spark_versions()
-    assert {f"delta-spark_2.13-{delta_version}.jar", f"spark-sql-kafka-0-10_2.13-{spark_version}.jar",
-            f"spark-avro_2.13-{spark_version}.jar", f"spark-token-provider-kafka-0-10_2.13-{spark_version}.jar",
-            "kafka-clients-3.9.0.jar", "delta-storage-" + delta_version + ".jar"} <= set(_names(spark))
+    assert {
+        f"delta-spark_2.13-{delta_version}.jar",
+        f"spark-sql-kafka-0-10_2.13-{spark_version}.jar",
+        f"spark-avro_2.13-{spark_version}.jar",
+        f"spark-token-provider-kafka-0-10_2.13-{spark_version}.jar",
+        "kafka-clients-3.9.0.jar",
+        "delta-storage-" + delta_version + ".jar",
+    } <= set(_names(spark))
     # Nothing pyspark ships already (Hadoop, Scala, slf4j, ...): those would only shadow its own jars.
     shipped = jars.pyspark_jar_modules()
     assert not [name for name in _names(spark) if jars._JAR_NAME.match(name).group("module") in shipped]

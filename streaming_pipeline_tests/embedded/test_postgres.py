@@ -19,9 +19,9 @@ from typing import Any
 import pytest
 import yaml
 
+from streaming_pipeline.embedded import postgres as postgres_module
 from streaming_pipeline.embedded.dagster_dev import DagsterDev
 from streaming_pipeline.embedded.ports import free_port, is_port_free
-from streaming_pipeline.embedded import postgres as postgres_module
 from streaming_pipeline.embedded.postgres import PostgresServer, connect, find_binaries, server_children
 from streaming_pipeline.embedded.stack import EmbeddedStack, StackInfo, running_stack
 from streaming_pipeline.errors import StackError
@@ -285,7 +285,8 @@ def test_stack_up_with_dagster_postgres_writes_the_storage_and_down_stops_it(
     assert (status.postgres.pid, status.postgres.address) == (info.postgres_pid, info.postgres_url)
     assert status.as_json()["dagster_storage"] == "postgres"
     cli_status = subprocess.run(
-        [sys.executable, "-m", "streaming_pipeline.embedded.stack_cli", "stack", "status", "--dir", str(stack.directory)],
+        [sys.executable, "-m", "streaming_pipeline.embedded.stack_cli"]
+        + ["stack", "status", "--dir", str(stack.directory)],
         capture_output=True, text=True, timeout=60, check=True,
     ).stdout  # fmt: skip
     row = rf"^postgres\s+running\s+{info.postgres_pid}\s+postgresql://dagster@127\.0\.0\.1:{port}/dagster\s+\S+postgres\.log$"
@@ -400,7 +401,10 @@ def test_sensor_runs_and_materializations_are_recorded_in_postgres(
     from streaming_pipeline.synthetic import SyntheticOptions, synthetic_rides
 
     stack, port, lakehouse, log = (
-        live_on_postgres.stack, live_on_postgres.postgres_port, live_on_postgres.lakehouse, live_on_postgres.log
+        live_on_postgres.stack,
+        live_on_postgres.postgres_port,
+        live_on_postgres.lakehouse,
+        live_on_postgres.log,
     )
     assert stack.dagster_home is not None
     rides = list(synthetic_rides(6, SyntheticOptions(seed=606)))

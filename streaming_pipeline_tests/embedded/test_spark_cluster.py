@@ -52,8 +52,14 @@ spark.stop()
 
 
 def _cli(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "streaming_pipeline.embedded.stack_cli", "stack", *args],
-                          cwd=PROJECT_ROOT, capture_output=True, text=True, timeout=300, check=False)
+    return subprocess.run(
+        [sys.executable, "-m", "streaming_pipeline.embedded.stack_cli", "stack", *args],
+        cwd=PROJECT_ROOT,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
 
 
 def _processes_mentioning(text: str) -> list[tuple[int, str]]:
@@ -70,8 +76,14 @@ def _processes_mentioning(text: str) -> list[tuple[int, str]]:
 @pytest.fixture
 def cluster_stack(tmp_path: Path) -> Iterator[EmbeddedStack]:
     """A stack with 2 workers (1 core, 1 GiB each) on free ports; always brought down, also on failure."""
-    stack = EmbeddedStack(tmp_path / "stack", prefer_standard_ports=False, registry_module=FAKE_REGISTRY_MODULE,
-                          spark_workers=2, spark_worker_cores=1, spark_worker_memory="1g")
+    stack = EmbeddedStack(
+        tmp_path / "stack",
+        prefer_standard_ports=False,
+        registry_module=FAKE_REGISTRY_MODULE,
+        spark_workers=2,
+        spark_worker_cores=1,
+        spark_worker_memory="1g",
+    )
     try:
         yield stack
     finally:
@@ -102,7 +114,13 @@ def test_two_workers_status_queries_on_executors_and_down_leaves_no_process(
     assert [w["cores"] for w in status["spark_cluster"]["workers"]] == [1, 1]
     assert [w["memory_mb"] for w in status["spark_cluster"]["workers"]] == [1024, 1024]
     assert {name for name, c in status["components"].items() if c["running"]} == {
-        "kafka", "registry", "spark", "spark-master", "spark-worker-1", "spark-worker-2"}
+        "kafka",
+        "registry",
+        "spark",
+        "spark-master",
+        "spark-worker-1",
+        "spark-worker-2",
+    }
     master_pid = status["components"]["spark-master"]["pid"]
     worker_pids = [status["components"][f"spark-worker-{i}"]["pid"] for i in (1, 2)]
     worker_addresses = {w["address"] for w in status["spark_cluster"]["workers"]}
@@ -118,8 +136,11 @@ def test_two_workers_status_queries_on_executors_and_down_leaves_no_process(
     assert f"Spark master: {info.spark_master_url} (web UI http://127.0.0.1:" in text.stdout
     assert "Spark workers: 2 of 2 alive, 2 core(s) in all" in text.stdout
     for address in worker_addresses:
-        assert re.search(rf"^  {re.escape(address)}  1 core\(s\) \(\d in use\), 1024 MiB  http://127\.0\.0\.1:\d+$",
-                         text.stdout, re.MULTILINE), text.stdout
+        assert re.search(
+            rf"^  {re.escape(address)}  1 core\(s\) \(\d in use\), 1024 MiB  http://127\.0\.0\.1:\d+$",
+            text.stdout,
+            re.MULTILINE,
+        ), text.stdout
 
     # `stack up` again: nothing new; asking for another size while it runs is refused with the way out
     again = EmbeddedStack(stack.directory, prefer_standard_ports=False).up()
@@ -128,9 +149,15 @@ def test_two_workers_status_queries_on_executors_and_down_leaves_no_process(
         EmbeddedStack(stack.directory, spark_workers=3).up()
 
     # A query over SPARK_REMOTE runs on the two executors, in their own JVMs and working directories.
-    client = subprocess.run([sys.executable, "-c", CLUSTER_CLIENT, info.spark_remote, str(tmp_path / "delta")],
-                            cwd=PROJECT_ROOT, capture_output=True, text=True, timeout=600, check=False,
-                            env={k: v for k, v in os.environ.items() if not k.startswith("SPARK_")})
+    client = subprocess.run(
+        [sys.executable, "-c", CLUSTER_CLIENT, info.spark_remote, str(tmp_path / "delta")],
+        cwd=PROJECT_ROOT,
+        capture_output=True,
+        text=True,
+        timeout=600,
+        check=False,
+        env={k: v for k, v in os.environ.items() if not k.startswith("SPARK_")},
+    )
     assert client.returncode == 0, client.stdout + client.stderr[-4000:]
     result = json.loads(client.stdout.strip().splitlines()[-1])
     assert result["round_trip"] is True
@@ -144,16 +171,24 @@ def test_two_workers_status_queries_on_executors_and_down_leaves_no_process(
     assert len(executor_pids) == 2 and info.spark_pid not in executor_pids
     cluster_dir = stack.spark_cluster_dir
     assert sorted(Path(cwd).relative_to(cluster_dir).parts[0] for _command, cwd, _pid in jvms) == [
-        "worker-1", "worker-2"]
+        "worker-1",
+        "worker-2",
+    ]
     assert all(Path(cwd).parent.name.startswith("app-") for _command, cwd, _pid in jvms)
 
     # down: the Connect server, the workers with their executors, the master; nothing of this stack is left
     done = _cli("down", "--dir", str(stack.directory))
     assert done.returncode == 0, done.stderr
     lines = done.stdout.splitlines()
-    order = [next(i for i, line in enumerate(lines) if line.startswith(prefix))
-             for prefix in ("Stopping Spark Connect server", "Stopping Spark worker 1", "Stopping Spark worker 2",
-                            "Stopping the Spark master")]
+    order = [
+        next(i for i, line in enumerate(lines) if line.startswith(prefix))
+        for prefix in (
+            "Stopping Spark Connect server",
+            "Stopping Spark worker 1",
+            "Stopping Spark worker 2",
+            "Stopping the Spark master",
+        )
+    ]
     assert order == sorted(order), done.stdout
     for pid in [master_pid, *worker_pids, *executor_pids, info.spark_pid]:
         assert not pid_alive(pid), pid
@@ -173,8 +208,9 @@ class _BrokenWorkerCluster(SparkStandaloneCluster):
 @pytest.mark.integration
 @pytest.mark.slow
 def test_a_worker_that_cannot_start_is_an_error_naming_its_log_and_nothing_is_left(tmp_path: Path) -> None:
-    cluster = _BrokenWorkerCluster(tmp_path / "cluster", 1, log_dir=tmp_path / "logs", worker_cores=1,
-                                   worker_memory="1g")
+    cluster = _BrokenWorkerCluster(
+        tmp_path / "cluster", 1, log_dir=tmp_path / "logs", worker_cores=1, worker_memory="1g"
+    )
     try:
         with pytest.raises(StackError) as failure:
             cluster.start(timeout=240)
@@ -205,8 +241,7 @@ class _PortThiefCluster(SparkStandaloneCluster):
 @pytest.mark.integration
 @pytest.mark.slow
 def test_a_master_port_taken_after_it_was_chosen_is_chosen_again(tmp_path: Path) -> None:
-    cluster = _PortThiefCluster(tmp_path / "cluster", 1, log_dir=tmp_path / "logs", worker_cores=1,
-                                worker_memory="1g")
+    cluster = _PortThiefCluster(tmp_path / "cluster", 1, log_dir=tmp_path / "logs", worker_cores=1, worker_memory="1g")
     stolen = cluster.master_port
     messages: list[str] = []
     try:
@@ -226,11 +261,15 @@ def test_a_master_port_taken_after_it_was_chosen_is_chosen_again(tmp_path: Path)
 @pytest.mark.integration
 @pytest.mark.slow
 def test_a_master_that_does_not_answer_in_time_is_an_error_naming_its_log(tmp_path: Path) -> None:
-    cluster = SparkStandaloneCluster(tmp_path / "cluster", 1, log_dir=tmp_path / "logs", worker_cores=1,
-                                     worker_memory="1g")
+    cluster = SparkStandaloneCluster(
+        tmp_path / "cluster", 1, log_dir=tmp_path / "logs", worker_cores=1, worker_memory="1g"
+    )
     try:
-        with pytest.raises(StackError, match=r"the Spark master \(spark://127\.0\.0\.1:\d+\) did not answer .* "
-                                             r"within 0s\. See its log " + re.escape(str(cluster.master_log_file))):
+        with pytest.raises(
+            StackError,
+            match=r"the Spark master \(spark://127\.0\.0\.1:\d+\) did not answer .* "
+            r"within 0s\. See its log " + re.escape(str(cluster.master_log_file)),
+        ):
             cluster.start(timeout=0.2)
         assert _processes_mentioning(str(tmp_path / "cluster")) == []
     finally:
@@ -243,7 +282,11 @@ def test_worker_share_and_sizes() -> None:
     assert worker_share(3, cpu_count=2, memory_mb=2 * 1024) == (1, 1024)
     assert worker_share(4, cpu_count=16, memory_mb=64 * 1024) == (4, 2048)
     assert (parse_memory_mb("1g"), parse_memory_mb("1536m"), parse_memory_mb("2G"), parse_memory_mb("512")) == (
-        1024, 1536, 2048, 512)
+        1024,
+        1536,
+        2048,
+        512,
+    )
     for bad in ("", "1.5g", "0m", "lots"):
         with pytest.raises(ConfigurationError, match="is not a size"):
             parse_memory_mb(bad)
@@ -252,8 +295,9 @@ def test_worker_share_and_sizes() -> None:
 
 
 def test_the_driver_of_a_cluster_asks_for_executors_that_fit_its_workers(tmp_path: Path) -> None:
-    cluster = SparkStandaloneCluster(tmp_path, 2, worker_cores=1, worker_memory="1536m", master_port=17077,
-                                     webui_port=18080)
+    cluster = SparkStandaloneCluster(
+        tmp_path, 2, worker_cores=1, worker_memory="1536m", master_port=17077, webui_port=18080
+    )
     conf = cluster.driver_conf()
     assert conf["spark.master"] == "spark://127.0.0.1:17077"
     assert (conf["spark.executor.cores"], conf["spark.executor.memory"]) == ("1", "1536m")

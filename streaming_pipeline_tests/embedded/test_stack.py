@@ -228,7 +228,10 @@ def test_cli_with_real_registry_and_spark_connect(tmp_path: Path) -> None:
         # the engine answers a client, and runs Delta (in a subprocess: pytest's own process stays a classic driver)
         client = subprocess.run(
             [sys.executable, "-c", CONNECT_CLIENT, values["SPARK_REMOTE"], str(tmp_path / "delta")],
-            capture_output=True, text=True, timeout=180, check=False,
+            capture_output=True,
+            text=True,
+            timeout=180,
+            check=False,
         )
         assert client.returncode == 0 and client.stdout.strip() == "5", client.stderr[-3000:]
 

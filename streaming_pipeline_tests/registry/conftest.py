@@ -7,9 +7,9 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Iterator, Sequence
 
 import httpx
 import pytest
@@ -40,7 +40,7 @@ class RegistryProcess:
             except subprocess.TimeoutExpired:
                 self.process.kill()
                 self.process.wait(timeout=5)
-                raise AssertionError(f"registry did not stop on SIGTERM; log:\n{self.log()}")
+                raise AssertionError(f"registry did not stop on SIGTERM; log:\n{self.log()}") from None
         return int(self.process.returncode)
 
     def client(self) -> SchemaRegistryClient:

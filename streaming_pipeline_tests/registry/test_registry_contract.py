@@ -8,9 +8,10 @@ from __future__ import annotations
 import json
 import struct
 import uuid
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import httpx
 import pytest
@@ -194,7 +195,9 @@ WITH_A_STRING = record(field("a", "string"))
         ("FORWARD", WITH_A, WITH_A_STRING, False),
     ],
 )
-def test_compatibility_modes(shared_registry: RegistryProcess, level: str, old: str, new: str, compatible: bool) -> None:
+def test_compatibility_modes(
+    shared_registry: RegistryProcess, level: str, old: str, new: str, compatible: bool
+) -> None:
     client = shared_registry.client()
     subject = unique_subject(level.lower())
     assert client.set_compatibility(subject_name=subject, level=level) == {"compatibility": level}
@@ -262,7 +265,9 @@ def test_compatibility_verbose_messages(http: httpx.Client) -> None:
     assert body["is_compatible"] is False
     assert any("READER_FIELD_MISSING_DEFAULT_VALUE" in message and "b" in message for message in body["messages"])
     assert "{compatibility: 'BACKWARD'}" in body["messages"]
-    response = http.post(f"/compatibility/subjects/{subject}/versions", params={"verbose": "true"}, json={"schema": WITH_A})
+    response = http.post(
+        f"/compatibility/subjects/{subject}/versions", params={"verbose": "true"}, json={"schema": WITH_A}
+    )
     assert response.json() == {"is_compatible": True, "messages": []}
     # nothing registered yet: anything is compatible
     response = http.post(f"/compatibility/subjects/{unique_subject()}/versions", json={"schema": WITH_A})
@@ -323,7 +328,7 @@ def test_error_codes(shared_registry: RegistryProcess) -> None:
         Schema(json.dumps({"type": "object"}), "JSON"),
     ]
     for schema in invalid:
-        error = expect_error(lambda: client.register_schema(subject, schema), 422, 42201)
+        error = expect_error(lambda schema=schema: client.register_schema(subject, schema), 422, 42201)
         assert error.error_message.startswith("Invalid schema"), error.error_message
     assert client.get_versions(subject) == [1]
 
@@ -401,9 +406,7 @@ def test_avro_serializer_deserializer_round_trip(shared_registry: RegistryProces
 # persistence
 
 
-def test_data_and_ids_survive_restart(
-    registry_factory: Callable[[Path], RegistryProcess], tmp_path: Path
-) -> None:
+def test_data_and_ids_survive_restart(registry_factory: Callable[[Path], RegistryProcess], tmp_path: Path) -> None:
     data_dir = tmp_path / "registry-data"
     first = registry_factory(data_dir)
     client = first.client()

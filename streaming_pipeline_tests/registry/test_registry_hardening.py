@@ -11,8 +11,9 @@ import socket
 import subprocess
 import sys
 import uuid
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 from urllib.parse import urlsplit
 
 import httpx
@@ -33,15 +34,29 @@ def unique(prefix: str) -> str:
 
 
 def customer_schema(name: str = "Customer") -> str:
-    return json.dumps({"type": "record", "name": name, "namespace": "test.refs", "fields": [
-        {"name": "id", "type": "long"},
-    ]})
+    return json.dumps(
+        {
+            "type": "record",
+            "name": name,
+            "namespace": "test.refs",
+            "fields": [
+                {"name": "id", "type": "long"},
+            ],
+        }
+    )
 
 
 def order_schema(customer: str = "test.refs.Customer") -> str:
-    return json.dumps({"type": "record", "name": "Order", "namespace": "test.refs", "fields": [
-        {"name": "customer", "type": customer},
-    ]})
+    return json.dumps(
+        {
+            "type": "record",
+            "name": "Order",
+            "namespace": "test.refs",
+            "fields": [
+                {"name": "customer", "type": customer},
+            ],
+        }
+    )
 
 
 def nested_arrays(levels: int, inner: Any = "int") -> Any:
