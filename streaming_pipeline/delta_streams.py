@@ -14,7 +14,7 @@ from pyspark.sql.types import StructType
 
 from streaming_pipeline.delta_log import commits
 from streaming_pipeline.delta_tables import delta_path_sql, read_table, table_exists, table_version
-from streaming_pipeline.streaming import StreamRunReport, run_available_now
+from streaming_pipeline.streaming import Log, StreamRunReport, run_available_now
 from streaming_pipeline.transformations import (
     ride_pickup_joins,
     ride_window_aggregates,
@@ -45,7 +45,7 @@ def _delta_stream(spark: SparkSession, lakehouse: LakehouseResource, table: str)
     )
 
 
-def update_vendor_counts(spark: SparkSession, lakehouse: LakehouseResource, log: Any = None) -> StreamRunReport:
+def update_vendor_counts(spark: SparkSession, lakehouse: LakehouseResource, log: Log | None = None) -> StreamRunReport:
     """Complete-mode running count: every micro-batch rewrites the small table from Spark's state."""
 
     def start_writer() -> DataStreamWriter:
@@ -128,7 +128,7 @@ class WindowRunResult:
 
 
 def update_ride_window_aggregates(
-    spark: SparkSession, lakehouse: LakehouseResource, log: Any = None
+    spark: SparkSession, lakehouse: LakehouseResource, log: Log | None = None
 ) -> WindowRunResult:
     """Stream the windows, then make late rides and finality visible.
 
@@ -142,7 +142,7 @@ def update_ride_window_aggregates(
     return WindowRunResult(report, reconcile.watermark, reconcile.windows, reconcile)
 
 
-def stream_ride_windows(spark: SparkSession, lakehouse: LakehouseResource, log: Any = None) -> StreamRunReport:
+def stream_ride_windows(spark: SparkSession, lakehouse: LakehouseResource, log: Log | None = None) -> StreamRunReport:
     """The streaming half of a windows run: on-time rides into the windows, upserted."""
     before = stream_position(spark, lakehouse.checkpoint_path(WINDOWS))
     handler = WindowUpsert(lakehouse.table_path(WINDOWS), before.watermark_micros if before else None)
@@ -331,7 +331,9 @@ def _same_window(left: DataFrame, right: DataFrame, how: str) -> DataFrame:
     return left.join(keys, condition, how)
 
 
-def reconcile_ride_windows(spark: SparkSession, lakehouse: LakehouseResource, log: Any = None) -> WindowReconcile:
+def reconcile_ride_windows(
+    spark: SparkSession, lakehouse: LakehouseResource, log: Log | None = None
+) -> WindowReconcile:
     """Late counts and finality of the windows, at the raw_rides version the window stream has consumed.
 
     Writes one MERGE commit whose userMetadata records that version; nothing when no ride was added since the
@@ -503,7 +505,7 @@ class JoinRunResult:
 
 
 def update_ride_pickup_joins(
-    spark: SparkSession, lakehouse: LakehouseResource, log: Any = None, run_id: str | None = None
+    spark: SparkSession, lakehouse: LakehouseResource, log: Log | None = None, run_id: str | None = None
 ) -> JoinRunResult:
     """Stream-stream inner join, both sides watermarked, appended to Delta (exactly once via the checkpoint).
 
@@ -663,7 +665,9 @@ class BranchRunResult:
     null_amount_rides: int
 
 
-def update_amount_branches(spark: SparkSession, lakehouse: LakehouseResource, log: Any = None) -> BranchRunResult:
+def update_amount_branches(
+    spark: SparkSession, lakehouse: LakehouseResource, log: Log | None = None
+) -> BranchRunResult:
     """Branch raw_rides by total_amount (>= HIGH_AMOUNT_THRESHOLD goes high, below goes low, null to neither)."""
     from streaming_pipeline.delta_log import commits_since
     from streaming_pipeline.delta_tables import table_version
@@ -717,7 +721,9 @@ class EnrichmentRunResult:
     unknown_dropoff_zones: int
 
 
-def update_rides_enriched(spark: SparkSession, lakehouse: LakehouseResource, log: Any = None) -> EnrichmentRunResult:
+def update_rides_enriched(
+    spark: SparkSession, lakehouse: LakehouseResource, log: Log | None = None
+) -> EnrichmentRunResult:
     """Every ride of raw_rides once, with the boroughs and zones of its pickup and dropoff locations.
 
     A stream-static join: each micro-batch joins the zone table as it is then (broadcast). Rides already

@@ -70,3 +70,7 @@ def first_line(exc: BaseException) -> str:
     """The first non-blank line of ``exc``'s message (its class name when it has none)."""
     lines = [line.strip() for line in str(exc).splitlines() if line.strip()]
     return lines[0] if lines else type(exc).__name__
+
+
+class StreamingRunError(StreamingPipelineError):
+    """A streaming query failed; the message names the query and Spark's reason."""

@@ -11,7 +11,6 @@ read back from the Delta log (the markers of the commits it made).
 from __future__ import annotations
 
 import json
-import logging
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -23,7 +22,7 @@ from streaming_pipeline.resources.kafka import KafkaResource
 from streaming_pipeline.resources.lakehouse import LakehouseResource
 from streaming_pipeline.resources.schema_registry import SchemaRegistryResource
 from streaming_pipeline.schemas import TOPIC_SCHEMA_FILES, load_schema, value_subject
-from streaming_pipeline.streaming import StreamRunReport, run_available_now
+from streaming_pipeline.streaming import Log, StreamRunReport, run_available_now
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -64,7 +63,7 @@ def ingest_topic(
     *,
     topic: str,
     asset_name: str,
-    log: logging.Logger | Any = None,
+    log: Log | None = None,
 ) -> BronzeRunResult:
     """Drain everything new in `topic` into the Delta table of `asset_name` and the dead-letter table."""
     kafka.ensure_topic(topic)

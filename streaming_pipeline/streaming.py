@@ -7,21 +7,27 @@ import logging
 import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
 from pyspark.errors import StreamingQueryException
 from pyspark.sql.streaming import DataStreamWriter
 
-from streaming_pipeline.errors import StreamingPipelineError
+from streaming_pipeline.errors import StreamingRunError
 
 _LOG = logging.getLogger(__name__)
+
+
+class Log(Protocol):
+    """Where the streaming code reports progress: a `logging.Logger` or a Dagster run's `context.log`."""
+
+    def info(self, msg: str, /) -> object: ...
+
+    def warning(self, msg: str, /) -> object: ...
+
+
 # Delta asks to restart a stream whose source table changed schema (e.g. a v2 column was added).
 _RESTART_MARKERS = ("DELTA_SCHEMA_CHANGED", "Detected schema change", "DELTA_STREAMING_METADATA_EVOLUTION")
 MAX_SCHEMA_RESTARTS = 3
-
-
-class StreamingRunError(StreamingPipelineError):
-    """A streaming query failed; the message names the query and Spark's reason."""
 
 
 @dataclass
@@ -91,7 +97,7 @@ def run_available_now(
     query_name: str,
     start_writer: Callable[[], DataStreamWriter],
     *,
-    log: logging.Logger | Any = None,
+    log: Log | None = None,
     poll_seconds: float = 2.0,
 ) -> StreamRunReport:
     """Start the query built by `start_writer()` with availableNow, wait until it has drained, report.
@@ -151,7 +157,7 @@ def root_cause(message: str) -> str:
     return found[-1] if found else (lines[0] if lines else "unknown error")
 
 
-def _collect(query: Any, report: StreamRunReport, seen: set[int], log: Any) -> None:
+def _collect(query: Any, report: StreamRunReport, seen: set[int], log: Log) -> None:
     for progress in query.recentProgress:
         data = json.loads(progress.json)
         # Over Spark Connect the JSON lacks the derived figures; the progress object has them.

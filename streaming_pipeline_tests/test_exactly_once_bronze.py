@@ -268,7 +268,7 @@ def test_lakehouse_as_file_uri_keeps_consumed_offsets_readable(stack, pipeline_r
 
 
 def test_emptied_registry_stops_the_stream_instead_of_dead_lettering_everything(stack, pipeline_resources, spark):
-    from streaming_pipeline.streaming import StreamingRunError
+    from streaming_pipeline.errors import StreamingRunError
 
     lakehouse = pipeline_resources["lakehouse"]
     _produce(stack, 10, seed=10)

@@ -29,7 +29,7 @@ import pytest
 from pyspark.sql import functions as F
 
 from streaming_pipeline.cli import main as cli_main
-from streaming_pipeline.embedded.processes import pid_alive
+from streaming_pipeline.embedded.processes import group_members
 from streaming_pipeline.settings import DEFAULT_HIGH_AMOUNT_THRESHOLD
 from streaming_pipeline.synthetic import SyntheticOptions, synthetic_pickups, synthetic_rides
 from streaming_pipeline_tests.kafka_helpers import REPO_ROOT, all_coordinates, end_offsets
@@ -88,19 +88,6 @@ def _running_step(log: Path) -> str:
     return running[-1] if running else ("(before the first step)" if not started else "(between steps)")
 
 
-def _group_members(pgid: int) -> list[int]:
-    """Live pids of process group `pgid`."""
-    members = []
-    for entry in Path("/proc").iterdir():
-        if entry.name.isdigit() and pid_alive(int(entry.name)):
-            try:
-                if os.getpgid(int(entry.name)) == pgid:
-                    members.append(int(entry.name))
-            except ProcessLookupError:
-                continue
-    return members
-
-
 def _kill_group(proc: subprocess.Popen) -> None:
     """SIGKILL the process group `proc` leads (the Dagster CLI and Spark's JVM) and wait until all of it is gone."""
     try:
@@ -109,7 +96,7 @@ def _kill_group(proc: subprocess.Popen) -> None:
         pass
     proc.wait(timeout=30)
     deadline = time.monotonic() + 20
-    while (alive := _group_members(proc.pid)) and time.monotonic() < deadline:
+    while (alive := group_members(proc.pid)) and time.monotonic() < deadline:
         time.sleep(0.1)
     assert not alive, f"processes {alive} of group {proc.pid} still alive 20 s after SIGKILL"
 

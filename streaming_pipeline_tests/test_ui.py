@@ -10,7 +10,6 @@ from __future__ import annotations
 import os
 import shutil
 import signal
-import socket
 import struct
 import subprocess
 import sys
@@ -22,6 +21,8 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+
+from streaming_pipeline.embedded.ports import free_port
 
 pytestmark = pytest.mark.integration
 
@@ -59,12 +60,6 @@ CHROMIUM_TIMEOUT_S = 60
 SERVER_START_TIMEOUT_S = 60
 
 
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
 def _log_tail(path: Path, lines: int = 40) -> str:
     try:
         return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
@@ -81,7 +76,7 @@ def webserver_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     home.mkdir()
     # Otherwise empty instance settings; the "join the community" dialog would cover the page on localhost.
     (home / "dagster.yaml").write_text("nux:\n  enabled: false\ntelemetry:\n  enabled: false\n")
-    port = _free_port()
+    port = free_port()
     env = {
         **os.environ,
         "DAGSTER_HOME": str(home),

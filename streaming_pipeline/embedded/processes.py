@@ -208,8 +208,44 @@ def wait_gone(pid: int, timeout: float) -> bool:
     return not pid_alive(pid)
 
 
+def group_members(pgid: int) -> list[int]:
+    """Live (not zombie) pids of process group ``pgid``, from /proc; [] where there is no /proc."""
+    members = []
+    for entry in Path("/proc").iterdir() if Path("/proc").is_dir() else []:
+        if not entry.name.isdigit():
+            continue
+        try:
+            if os.getpgid(int(entry.name)) == pgid and pid_alive(int(entry.name)):
+                members.append(int(entry.name))
+        except (ProcessLookupError, PermissionError):
+            continue
+    return members
+
+
+def _leads_group(pid: int) -> bool:
+    try:
+        return os.getpgid(pid) == pid
+    except (ProcessLookupError, PermissionError):
+        return False
+
+
+def _wait_group_gone(pgid: int, timeout: float) -> None:
+    """Wait until no process of group ``pgid`` is left (a launcher still exiting, executors); SIGKILL stragglers."""
+    deadline = time.monotonic() + timeout
+    while group_members(pgid):
+        if time.monotonic() > deadline:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(pgid, signal.SIGKILL)
+            deadline = time.monotonic() + 5.0
+            while group_members(pgid) and time.monotonic() < deadline:
+                time.sleep(0.1)
+            return
+        time.sleep(0.1)
+
+
 def stop_pid(pid: int | None, timeout: float = 30.0) -> bool:
-    """SIGTERM ``pid`` (its process group if it leads one), SIGKILL after ``timeout`` s.
+    """SIGTERM ``pid`` (its process group if it leads one), SIGKILL after ``timeout`` s. For a group, also waits
+    until every process of the group is gone, not only its leader.
 
     Returns True when it had to be killed.
     """
@@ -217,12 +253,15 @@ def stop_pid(pid: int | None, timeout: float = 30.0) -> bool:
         if pid:
             _reap(pid)
         return False
+    leads_group = _leads_group(pid)
     _signal(pid, signal.SIGTERM)
-    if wait_gone(pid, timeout):
-        return False
-    _signal(pid, signal.SIGKILL)
-    wait_gone(pid, 10.0)
-    return True
+    killed = not wait_gone(pid, timeout)
+    if killed:
+        _signal(pid, signal.SIGKILL)
+        wait_gone(pid, 10.0)
+    if leads_group:
+        _wait_group_gone(pid, 10.0)
+    return killed
 
 
 def stop_announced(
