@@ -77,6 +77,23 @@ def _vendor_total(spark, resources) -> int:
     return sum(r["trip_count"] for r in spark.read.format("delta").load(path).collect())
 
 
+def _rides_handler(stack, lakehouse, tmp_path: Path):
+    """The raw_rides foreachBatch handler, called directly (one worker, one registry client), with no checkpoint."""
+    from streaming_pipeline.bronze_batches import BronzeBatchWriter
+    from streaming_pipeline.schemas import load_schema
+
+    return BronzeBatchWriter(
+        registry_url=stack.schema_registry_url,
+        registry_auth=None,
+        subject="rides-value",
+        fallback_reader_schema=load_schema("ride_value.avsc"),
+        table_path=lakehouse.table_path("raw_rides"),
+        dead_letter_path=lakehouse.table_path("dead_letter_records"),
+        asset_name="raw_rides",
+        checkpoint_dir=str(tmp_path / "no-checkpoint"),
+    )
+
+
 def test_checkpoint_reset_stops_the_run_and_replay_rebuilds_everything_exactly_once(stack, pipeline_resources, spark):
     lakehouse = pipeline_resources["lakehouse"]
     table, checkpoint = lakehouse.table_path("raw_rides"), lakehouse.checkpoint_path("raw_rides")
@@ -303,25 +320,14 @@ def test_reader_schema_registered_between_micro_batches_is_used_by_the_next_one(
     reads the second with its own field."""
     from confluent_kafka.serialization import MessageField
 
-    from streaming_pipeline.bronze_batches import BronzeBatchWriter
     from streaming_pipeline.registry_client import RegistryClient
-    from streaming_pipeline.schemas import load_schema
     from streaming_pipeline.synthetic import SyntheticOptions, synthetic_rides
     from streaming_pipeline_tests.kafka_helpers import SCHEMA_DIR, avro_frame, produce_raw
 
     lakehouse = pipeline_resources["lakehouse"]
     _produce(stack, 4, seed=11)
     v1_end = end_offsets(stack.bootstrap_servers, RIDES_TOPIC)
-    handler = BronzeBatchWriter(
-        registry_url=stack.schema_registry_url,
-        registry_auth=None,
-        subject="rides-value",
-        fallback_reader_schema=load_schema("ride_value.avsc"),
-        table_path=lakehouse.table_path("raw_rides"),
-        dead_letter_path=lakehouse.table_path("dead_letter_records"),
-        asset_name="raw_rides",
-        checkpoint_dir=str(tmp_path / "no-checkpoint"),
-    )
+    handler = _rides_handler(stack, lakehouse, tmp_path)
 
     def kafka_batch(start: dict[int, int], end: dict[int, int]):
         import json
@@ -384,9 +390,7 @@ def test_a_batch_replayed_after_a_crash_gets_its_dead_letters_from_the_schemas_i
     from confluent_kafka.serialization import MessageField
 
     import streaming_pipeline.bronze_batches as ingestion
-    from streaming_pipeline.bronze_batches import BronzeBatchWriter
     from streaming_pipeline.registry_client import RegistryClient
-    from streaming_pipeline.schemas import load_schema
     from streaming_pipeline.synthetic import SyntheticOptions, synthetic_rides
     from streaming_pipeline_tests.kafka_helpers import SCHEMA_DIR, avro_frame, produce_raw
 
@@ -417,16 +421,7 @@ def test_a_batch_replayed_after_a_crash_gets_its_dead_letters_from_the_schemas_i
         .option("endingOffsets", json.dumps({RIDES_TOPIC: {str(p): o for p, o in ends.items()}}))
         .load()
     )
-    handler = BronzeBatchWriter(
-        registry_url=stack.schema_registry_url,
-        registry_auth=None,
-        subject="rides-value",
-        fallback_reader_schema=load_schema("ride_value.avsc"),
-        table_path=lakehouse.table_path("raw_rides"),
-        dead_letter_path=lakehouse.table_path("dead_letter_records"),
-        asset_name="raw_rides",
-        checkpoint_dir=str(tmp_path / "no-checkpoint"),
-    )
+    handler = _rides_handler(stack, lakehouse, tmp_path)
 
     real_append_once = ingestion.append_once
 
