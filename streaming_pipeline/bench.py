@@ -25,6 +25,7 @@ from streaming_pipeline.producer import produce, rows_from_records
 from streaming_pipeline.schemas import load_schema
 from streaming_pipeline.settings import RIDES_TOPIC, PipelineSettings
 from streaming_pipeline.synthetic import SyntheticOptions, synthetic_rides
+from streaming_pipeline.tables import RAW_RIDES, VENDOR_COUNTS
 
 
 class BenchError(StreamingPipelineError):
@@ -146,7 +147,7 @@ def _plain_spark(spark: Any, bootstrap: str, out: Path) -> float:
 
 def _materialize_raw_rides(resources: Mapping[str, Any]) -> tuple[float, int, float]:
     """(seconds, rows written, Spark trigger seconds) of one raw_rides materialization through Dagster."""
-    from streaming_pipeline.assets import raw_rides
+    from streaming_pipeline.bronze.assets import raw_rides
 
     started = time.monotonic()
     run = dg.materialize([raw_rides], resources=resources)
@@ -160,7 +161,7 @@ def _materialize_raw_rides(resources: Mapping[str, Any]) -> tuple[float, int, fl
 def run_bench(rides: int, json_path: Path | None) -> ThroughputResult:
     from streaming_pipeline.definitions import build_resources
     from streaming_pipeline.embedded.stack import running_stack
-    from streaming_pipeline.resources.spark import connect_session
+    from streaming_pipeline.engine.spark import connect_session
 
     result = ThroughputResult(rides=rides, machine=_machine())
     with tempfile.TemporaryDirectory(prefix="bench-") as tmp, running_stack(Path(tmp) / "stack") as stack:
@@ -257,15 +258,15 @@ class _Tables:
         self.lakehouse = lakehouse
 
     def raw_rides(self) -> int:
-        from streaming_pipeline.delta_log import commits
+        from streaming_pipeline.engine.delta_log import commits
 
-        return sum(commit.output_rows for commit in commits(str(self.lakehouse / "raw_rides")) or [])
+        return sum(commit.output_rows for commit in commits(str(self.lakehouse / RAW_RIDES.name)) or [])
 
     def counted_rides(self) -> int:
         from pyspark.errors import AnalysisException
 
         try:
-            frame = self.spark.read.format("delta").load(str(self.lakehouse / "vendor_counts"))
+            frame = self.spark.read.format("delta").load(str(self.lakehouse / VENDOR_COUNTS.name))
             return int(frame.selectExpr("coalesce(sum(trip_count), 0)").collect()[0][0])
         except AnalysisException:
             return 0
@@ -292,7 +293,7 @@ def _probe(kafka: Any, registry: Any, tables: _Tables, seed: int, expected: int,
 
 def _wait_until_no_run_in_flight(dagster_home: Path, timeout: float) -> None:
     """Each probe goes onto a quiet pipeline: a ride produced while a run works waits for that run to end first."""
-    from streaming_pipeline.sensors import IN_FLIGHT
+    from streaming_pipeline.bronze.sensors import IN_FLIGHT
 
     instance = dg.DagsterInstance.from_config(str(dagster_home))
     deadline = time.monotonic() + timeout
@@ -321,9 +322,9 @@ def run_live_bench(probes: int, json_path: Path | None, gap_seconds: float = 3.0
     """Freshness through the real `dagster dev` path: webserver + daemon, the offset sensor, the run it launches."""
     from streaming_pipeline.embedded.dagster_dev import DagsterDev
     from streaming_pipeline.embedded.stack import running_stack
+    from streaming_pipeline.engine.spark import connect_session
     from streaming_pipeline.registry_client import RegistryClient
     from streaming_pipeline.resources import KafkaResource
-    from streaming_pipeline.resources.spark import connect_session
 
     if probes < 2:
         raise BenchError("--probes must be at least 2 (the first probe is reported separately)")
@@ -450,10 +451,10 @@ def run_windows_bench(histories: tuple[int, ...], new_rides: int, runs: int, jso
     `new_rides` more rides (1% of them an hour late) and a timed windows run (stream + reconcile). The rounds
     interleave the history sizes, so that neither profits more from a warmer engine. The figure is the ratio of
     the medians, largest history over smallest."""
-    from streaming_pipeline.delta_streams import RAW_RIDES, reconcile_ride_windows, stream_ride_windows
     from streaming_pipeline.embedded.stack import running_stack
+    from streaming_pipeline.engine.spark import connect_session
+    from streaming_pipeline.gold.windows import reconcile_ride_windows, stream_ride_windows
     from streaming_pipeline.resources import LakehouseResource
-    from streaming_pipeline.resources.spark import connect_session
 
     result = WindowsResult(new_rides=new_rides, machine=_machine(), runs=runs, history_rides=list(histories))
     options = SyntheticOptions(seed=7, late_fraction=0.01)
@@ -466,7 +467,7 @@ def run_windows_bench(histories: tuple[int, ...], new_rides: int, runs: int, jso
             lakehouses[history] = LakehouseResource(root=str(Path(tmp) / f"lakehouse-{history}"))
             rides[history] = list(synthetic_rides(history + runs * new_rides, options))
             _say(f"history {history:,}: writing raw_rides, then one untimed windows run over it")
-            _append_rides(spark, lakehouses[history].table_path(RAW_RIDES), rides[history][:history], 0)
+            _append_rides(spark, lakehouses[history].table_path(RAW_RIDES.name), rides[history][:history], 0)
             stream_ride_windows(spark, lakehouses[history])
             reconcile_ride_windows(spark, lakehouses[history])
         totals: dict[int, list[float]] = {h: [] for h in histories}
@@ -476,7 +477,9 @@ def run_windows_bench(histories: tuple[int, ...], new_rides: int, runs: int, jso
         for run in range(runs):
             for history in histories:
                 lakehouse, start = lakehouses[history], history + run * new_rides
-                _append_rides(spark, lakehouse.table_path(RAW_RIDES), rides[history][start : start + new_rides], start)
+                _append_rides(
+                    spark, lakehouse.table_path(RAW_RIDES.name), rides[history][start : start + new_rides], start
+                )
                 began = time.monotonic()
                 stream_ride_windows(spark, lakehouse)
                 streamed = time.monotonic()

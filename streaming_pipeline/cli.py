@@ -7,6 +7,7 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
+from streaming_pipeline import tables
 from streaming_pipeline.errors import StreamingPipelineError, exit_code
 
 
@@ -188,8 +189,8 @@ def _run_sql(args: argparse.Namespace) -> int:
     # pyspark logs each failed query's context as a long JSON line; the error line below says what went wrong.
     from pyspark.logger import PySparkLogger
 
-    from streaming_pipeline.assets import ALL_ASSETS
     from streaming_pipeline.definitions import build_resources
+    from streaming_pipeline.layers import ALL_ASSETS
     from streaming_pipeline.settings import PipelineSettings
     from streaming_pipeline.sql import format_rows, run_sql
 
@@ -215,7 +216,11 @@ def _add_replay_parser(subparsers: argparse._SubParsersAction) -> None:
         "environment as the definitions (KAFKA_BOOTSTRAP_SERVERS, LAKEHOUSE_DIR, SPARK_REMOTE, DAGSTER_HOME, ...). "
         "The way out when a table and its checkpoint disagree, or a topic's offsets went backwards.",
     )
-    replay.add_argument("asset", choices=["raw_rides", "raw_pickup_locations"], help="the bronze table to rebuild")
+    replay.add_argument(
+        "asset",
+        choices=[tables.RAW_RIDES.name, tables.RAW_PICKUP_LOCATIONS.name],
+        help="the bronze table to rebuild",
+    )
     start = replay.add_mutually_exclusive_group()
     start.add_argument(
         "--from",

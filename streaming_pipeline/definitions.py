@@ -1,4 +1,5 @@
-"""Ties assets and resources together; configuration is read here, when definitions are built."""
+"""The code location: the layers' Definitions (bronze, silver, gold) merged, with the resources and the executor;
+configuration is read here, when definitions are built."""
 
 from __future__ import annotations
 
@@ -7,11 +8,12 @@ from typing import TypedDict
 
 import dagster as dg
 
-from streaming_pipeline.assets import ALL_ASSETS
-from streaming_pipeline.checks import ALL_CHECKS
-from streaming_pipeline.resources import KafkaResource, LakehouseResource, SchemaRegistryResource, SparkResource
-from streaming_pipeline.sensors import build_live_jobs_and_sensors
+from streaming_pipeline.bronze.definitions import bronze_definitions
+from streaming_pipeline.engine.spark import SparkResource
+from streaming_pipeline.gold import definitions as gold
+from streaming_pipeline.resources import KafkaResource, LakehouseResource, SchemaRegistryResource
 from streaming_pipeline.settings import PipelineSettings
+from streaming_pipeline.silver import definitions as silver
 
 
 def _secret(name: str) -> dg.EnvVar | None:
@@ -60,16 +62,16 @@ def build_resources(settings: PipelineSettings) -> PipelineResources:
 
 def build_definitions(settings: PipelineSettings | None = None) -> dg.Definitions:
     settings = settings or PipelineSettings.from_env()
-    jobs, sensors = build_live_jobs_and_sensors(settings.sensors)
-    return dg.Definitions(
-        assets=ALL_ASSETS,
-        asset_checks=ALL_CHECKS,
-        jobs=jobs,
-        sensors=sensors,
-        resources=build_resources(settings),
-        # One process and one Spark session per run: steps share the session instead of each
-        # starting a JVM (the multiprocess executor would start one per asset).
-        executor=dg.in_process_executor,
+    return dg.Definitions.merge(
+        bronze_definitions(settings.sensors),
+        silver.defs,
+        gold.defs,
+        dg.Definitions(
+            resources=build_resources(settings),
+            # One process and one Spark session per run: steps share the session instead of each
+            # starting a JVM (the multiprocess executor would start one per asset).
+            executor=dg.in_process_executor,
+        ),
     )
 
 

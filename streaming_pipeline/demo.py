@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 import dagster as dg
 
+from streaming_pipeline import tables
 from streaming_pipeline.errors import StreamingPipelineError
 from streaming_pipeline.producer import ProduceResult, produce, rows_from_records
 from streaming_pipeline.records import read_rides_csv
@@ -27,7 +28,7 @@ if TYPE_CHECKING:
 
 #: How each table is shown: the order of its rows and the columns worth a look.
 TABLE_VIEWS: dict[str, tuple[list[str], list[str]]] = {
-    "raw_rides": (
+    tables.RAW_RIDES.name: (
         ["pickup_datetime"],
         [
             "vendor_id",
@@ -40,33 +41,36 @@ TABLE_VIEWS: dict[str, tuple[list[str], list[str]]] = {
             "kafka_offset",
         ],
     ),
-    "raw_pickup_locations": (
+    tables.RAW_PICKUP_LOCATIONS.name: (
         ["pickup_datetime"],
         ["pu_location_id", "pickup_datetime", "kafka_partition", "kafka_offset"],
     ),
-    "dead_letter_records": (
+    tables.DEAD_LETTER_RECORDS.name: (
         ["kafka_topic", "kafka_partition", "kafka_offset"],
         ["kafka_topic", "kafka_partition", "kafka_offset", "error"],
     ),
-    "vendor_counts": (["vendor_id"], ["vendor_id", "trip_count"]),
-    "ride_window_aggregates": (
+    tables.VENDOR_COUNTS.name: (["vendor_id"], ["vendor_id", "trip_count"]),
+    tables.RIDE_WINDOW_AGGREGATES.name: (
         ["window_start", "vendor_id"],
         ["window_start", "window_end", "vendor_id", "trip_count", "total_amount_sum", "late_trip_count", "is_final"],
     ),
-    "ride_pickup_joins": (
+    tables.RIDE_PICKUP_JOINS.name: (
         ["pickup_datetime", "vendor_id"],
         ["vendor_id", "location_id", "dropoff_datetime", "pickup_datetime"],
     ),
-    "join_late_rows": (["query_id", "batch_id"], ["batch_id", "input_rows", "rows_dropped_by_watermark", "watermark"]),
-    "high_amount_rides": (["total_amount"], ["vendor_id", "pickup_datetime", "total_amount", "kafka_offset"]),
-    "low_amount_rides": (["total_amount"], ["vendor_id", "pickup_datetime", "total_amount", "kafka_offset"]),
-    "taxi_zones": (["location_id"], ["location_id", "borough", "zone", "service_zone"]),
-    "rides_enriched": (
+    tables.JOIN_LATE_ROWS.name: (
+        ["query_id", "batch_id"],
+        ["batch_id", "input_rows", "rows_dropped_by_watermark", "watermark"],
+    ),
+    tables.HIGH_AMOUNT_RIDES.name: (["total_amount"], ["vendor_id", "pickup_datetime", "total_amount", "kafka_offset"]),
+    tables.LOW_AMOUNT_RIDES.name: (["total_amount"], ["vendor_id", "pickup_datetime", "total_amount", "kafka_offset"]),
+    tables.TAXI_ZONES.name: (["location_id"], ["location_id", "borough", "zone", "service_zone"]),
+    tables.RIDES_ENRICHED.name: (
         ["pickup_datetime"],
         ["pickup_datetime", "pu_borough", "pu_zone", "do_borough", "do_zone", "total_amount"],
     ),
 }
-DESCENDING = {"high_amount_rides"}
+DESCENDING = {tables.HIGH_AMOUNT_RIDES.name}
 SHOWN_ROWS = 5
 
 
@@ -125,8 +129,7 @@ def _produce(options: DemoOptions, kafka: Any, registry: Any, stages: _Stages) -
 
 
 def _materialize(resources: Mapping[str, Any], stages: _Stages) -> dg.ExecuteInProcessResult:
-    from streaming_pipeline.assets import ALL_ASSETS
-    from streaming_pipeline.checks import ALL_CHECKS
+    from streaming_pipeline.layers import ALL_ASSETS, ALL_CHECKS
 
     asset_count = sum(len(definition.keys) for definition in ALL_ASSETS)  # a multi-asset holds several
     stages.say(
@@ -164,7 +167,7 @@ def _materialize(resources: Mapping[str, Any], stages: _Stages) -> dg.ExecuteInP
 def _show_tables(spark: Any, lakehouse: Any) -> dict[str, int]:
     from pyspark.sql import functions as F
 
-    from streaming_pipeline.delta_tables import read_table, table_exists
+    from streaming_pipeline.engine.delta_tables import read_table, table_exists
 
     counts: dict[str, int] = {}
     for table, (order, columns) in TABLE_VIEWS.items():
@@ -184,10 +187,10 @@ def _show_tables(spark: Any, lakehouse: Any) -> dict[str, int]:
 
 
 def run_demo(options: DemoOptions) -> int:
-    from streaming_pipeline.charts import window_chart_png
     from streaming_pipeline.definitions import build_resources
-    from streaming_pipeline.delta_tables import read_table
     from streaming_pipeline.embedded.stack import EmbeddedStack
+    from streaming_pipeline.engine.delta_tables import read_table
+    from streaming_pipeline.gold.charts import window_chart_png
 
     stages = _Stages()
     stack = EmbeddedStack(options.stack_dir)
@@ -204,7 +207,7 @@ def run_demo(options: DemoOptions) -> int:
         spark = resources["spark"].get_session()
         counts = _show_tables(spark, resources["lakehouse"])
         windows: pd.DataFrame = read_table(
-            spark, resources["lakehouse"].table_path("ride_window_aggregates")
+            spark, resources["lakehouse"].table_path(tables.RIDE_WINDOW_AGGREGATES.name)
         ).toPandas()
         options.output_dir.mkdir(parents=True, exist_ok=True)
         chart = options.output_dir / "ride_window_aggregates.png"

@@ -27,23 +27,21 @@ from typing import TYPE_CHECKING, Any
 
 import dagster as dg
 
-from streaming_pipeline.bronze_batches import DEAD_LETTER_TABLE
-from streaming_pipeline.delta_log import filesystem
-from streaming_pipeline.delta_tables import read_table, table_version
+from streaming_pipeline.bronze.offsets import Offsets
+from streaming_pipeline.engine.delta_log import filesystem
+from streaming_pipeline.engine.delta_tables import read_table, table_version
 from streaming_pipeline.errors import ConfigurationError, StreamingPipelineError
-from streaming_pipeline.offsets import Offsets
 from streaming_pipeline.resources.kafka import KafkaResource
 from streaming_pipeline.resources.lakehouse import LakehouseResource
 from streaming_pipeline.settings import PICKUPS_TOPIC, RIDES_TOPIC
+from streaming_pipeline.tables import DEAD_LETTER_RECORDS, KAFKA_COLUMNS, RAW_PICKUP_LOCATIONS, RAW_RIDES, ddl
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
-BRONZE_TOPICS = {"raw_rides": RIDES_TOPIC, "raw_pickup_locations": PICKUPS_TOPIC}
+BRONZE_TOPICS = {RAW_RIDES.name: RIDES_TOPIC, RAW_PICKUP_LOCATIONS.name: PICKUPS_TOPIC}
 # Written before the first batch when the bronze table is gone: the payload columns join on the first append.
-_KAFKA_COLUMNS_DDL = (
-    "kafka_topic STRING, kafka_partition INT, kafka_offset BIGINT, kafka_timestamp TIMESTAMP, schema_id INT"
-)
+_KAFKA_COLUMNS_DDL = ddl(KAFKA_COLUMNS)
 
 
 class ReplayError(StreamingPipelineError):
@@ -154,7 +152,7 @@ def downstream_assets(defs: dg.Definitions, asset_name: str) -> list[str]:
 
 
 def _runs_in_flight(instance: dg.DagsterInstance, names: set[str]) -> list[str]:
-    from streaming_pipeline.sensors import IN_FLIGHT
+    from streaming_pipeline.bronze.sensors import IN_FLIGHT
 
     found = []
     for run in instance.get_runs(filters=dg.RunsFilter(statuses=IN_FLIGHT), limit=200):
@@ -222,7 +220,7 @@ def replay(
     assert resources is not None  # build_definitions() always binds the pipeline's resources
     kafka: KafkaResource = resources["kafka"]
     lakehouse: LakehouseResource = resources["lakehouse"]
-    downstream = [name for name in downstream_assets(defs, asset_name) if name != DEAD_LETTER_TABLE]
+    downstream = [name for name in downstream_assets(defs, asset_name) if name != DEAD_LETTER_RECORDS.name]
     busy = _runs_in_flight(instance, {asset_name, *downstream})
     if busy:
         raise ReplayError(
@@ -256,7 +254,7 @@ def replay(
     quoted = topic.replace("'", "''")
     empty_table(
         spark,
-        lakehouse.table_path(DEAD_LETTER_TABLE),
+        lakehouse.table_path(DEAD_LETTER_RECORDS.name),
         {"replay_of_dead_letters": asset_name, "replayed_at": stamp},
         where=f"kafka_topic = '{quoted}'",
     )

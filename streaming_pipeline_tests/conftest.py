@@ -22,7 +22,7 @@ def rides_csv() -> Path:
 @pytest.fixture(scope="session")
 def spark() -> Iterator[object]:
     """One local SparkSession for the whole test session: Delta, Kafka and Avro jars, UTC, UI off."""
-    from streaming_pipeline.resources.spark import SparkResource
+    from streaming_pipeline.engine.spark import SparkResource
 
     resource = SparkResource(
         stop_on_teardown=False,
@@ -55,7 +55,7 @@ def pipeline_resources(stack, lakehouse_dir: Path, spark) -> dict[str, object]:
     """The resources `definitions.py` builds, pointed at the test's stack and lakehouse, sharing the
     session-wide SparkSession."""
     from streaming_pipeline.definitions import build_resources
-    from streaming_pipeline.resources import SparkResource
+    from streaming_pipeline.engine.spark import SparkResource
     from streaming_pipeline.settings import PipelineSettings
 
     settings = PipelineSettings.from_env(

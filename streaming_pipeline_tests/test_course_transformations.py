@@ -16,9 +16,9 @@ from pathlib import Path
 import pytest
 
 from streaming_pipeline.errors import ConfigurationError, QueryError
+from streaming_pipeline.silver.taxi_zones import read_taxi_zones, taxi_zones_csv_path
+from streaming_pipeline.silver.transformations import enrich_rides_with_zones, high_amount_rides, low_amount_rides
 from streaming_pipeline.sql import format_rows, register_tables, run_sql
-from streaming_pipeline.taxi_zones import read_taxi_zones, taxi_zones_csv_path
-from streaming_pipeline.transformations import enrich_rides_with_zones, high_amount_rides, low_amount_rides
 
 UTC = dt.UTC
 PACKAGED_LOOKUP = Path(__file__).resolve().parents[1] / "streaming_pipeline" / "data" / "taxi_zone_lookup.csv"

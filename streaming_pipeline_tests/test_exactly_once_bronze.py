@@ -14,18 +14,18 @@ import pytest
 from confluent_kafka import TopicPartition
 from confluent_kafka.admin import AdminClient
 
-from streaming_pipeline.assets import ALL_ASSETS
-from streaming_pipeline.cli import main as cli_main
-from streaming_pipeline.kafka_ingestion import ingest_topic
-from streaming_pipeline.offsets import (
+from streaming_pipeline.bronze.ingestion import ingest_topic
+from streaming_pipeline.bronze.offsets import (
     BronzeStateError,
     checkpoint_kafka_offsets,
     consumed_offsets,
     table_start_offsets,
     topic_problems,
 )
+from streaming_pipeline.bronze.sensors import build_live_jobs_and_sensors
+from streaming_pipeline.cli import main as cli_main
+from streaming_pipeline.layers import ALL_ASSETS
 from streaming_pipeline.replay import ReplayStart, replay
-from streaming_pipeline.sensors import build_live_jobs_and_sensors
 from streaming_pipeline.settings import RIDES_TOPIC, SensorSettings
 from streaming_pipeline_tests.kafka_helpers import all_coordinates, end_offsets
 
@@ -79,7 +79,7 @@ def _vendor_total(spark, resources) -> int:
 
 def _rides_handler(stack, lakehouse, tmp_path: Path):
     """The raw_rides foreachBatch handler, called directly (one worker, one registry client), with no checkpoint."""
-    from streaming_pipeline.bronze_batches import BronzeBatchWriter
+    from streaming_pipeline.bronze.batches import BronzeBatchWriter
     from streaming_pipeline.schemas import load_schema
 
     return BronzeBatchWriter(
@@ -193,7 +193,7 @@ def test_recreated_topic_is_reported_by_run_and_sensor_and_replay_reads_the_new_
     assert "offsets went backwards" in str(caught.value) and "streaming-pipeline replay raw_rides" in str(caught.value)
 
     # The sensor says the same instead of "no new records", and requests no run that would fail.
-    from streaming_pipeline.sensors import build_offset_sensor, live_job
+    from streaming_pipeline.bronze.sensors import build_offset_sensor, live_job
 
     key = dg.AssetKey("raw_rides")
     sensor = build_offset_sensor(key, RIDES_TOPIC, live_job(key), SensorSettings())
@@ -257,7 +257,7 @@ def test_records_deleted_unread_stop_the_run_and_replay_from_offsets_starts_wher
     assert len(coordinates) == len(set(coordinates)) and set(coordinates) == expected
     assert table_start_offsets(table, "raw_rides", RIDES_TOPIC) == {0: cut, 1: 3}
     # The reconcile check counts from where the replay started.
-    from streaming_pipeline.checks import ALL_CHECKS
+    from streaming_pipeline.layers import ALL_CHECKS
 
     result = dg.materialize(
         [*ALL_ASSETS, *ALL_CHECKS], resources=pipeline_resources, selection="raw_rides", raise_on_error=False
@@ -389,7 +389,7 @@ def test_a_batch_replayed_after_a_crash_gets_its_dead_letters_from_the_schemas_i
 
     from confluent_kafka.serialization import MessageField
 
-    import streaming_pipeline.bronze_batches as ingestion
+    import streaming_pipeline.bronze.batches as ingestion
     from streaming_pipeline.registry_client import RegistryClient
     from streaming_pipeline.synthetic import SyntheticOptions, synthetic_rides
     from streaming_pipeline_tests.kafka_helpers import SCHEMA_DIR, avro_frame, produce_raw

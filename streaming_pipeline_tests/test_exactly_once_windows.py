@@ -14,13 +14,13 @@ import json
 import pytest
 from pyspark.sql import functions as F
 
-from streaming_pipeline.delta_streams import (
+from streaming_pipeline.engine.delta_tables import table_version
+from streaming_pipeline.gold.windows import (
     RECONCILE_WRITER,
     reconcile_ride_windows,
     stream_ride_windows,
     update_ride_window_aggregates,
 )
-from streaming_pipeline.delta_tables import table_version
 from streaming_pipeline.resources.lakehouse import LakehouseResource
 
 RIDES_DDL = (
@@ -251,8 +251,8 @@ PICKUPS_DDL = "pu_location_id int, pickup_datetime timestamp, kafka_partition in
 
 
 def test_pickups_behind_the_join_watermark_are_counted_in_join_late_rows(spark, lakehouse):
-    from streaming_pipeline.assets import ALL_ASSETS
-    from streaming_pipeline.delta_streams import update_ride_pickup_joins
+    from streaming_pipeline.layers import ALL_ASSETS
+    from streaming_pipeline.silver.joins import update_ride_pickup_joins
     from streaming_pipeline.sql import run_sql
 
     rides_path, pickups_path = lakehouse.table_path("raw_rides"), lakehouse.table_path("raw_pickup_locations")
@@ -317,9 +317,10 @@ def test_pickups_behind_the_join_watermark_are_counted_in_join_late_rows(spark, 
 def test_the_assets_report_late_rides_and_rows_dropped_by_the_join_watermark(spark, lakehouse):
     import dagster as dg
 
-    from streaming_pipeline.assets import ride_pickup_joins, ride_window_aggregates
-    from streaming_pipeline.checks import windows_count_each_ride_once
-    from streaming_pipeline.resources import SparkResource
+    from streaming_pipeline.engine.spark import SparkResource
+    from streaming_pipeline.gold.assets import ride_window_aggregates
+    from streaming_pipeline.gold.checks import windows_count_each_ride_once
+    from streaming_pipeline.silver.assets import ride_pickup_joins
     from streaming_pipeline_tests.conftest import SPARK_TEST_CONF
 
     resources = {"spark": SparkResource(stop_on_teardown=False, conf=SPARK_TEST_CONF), "lakehouse": lakehouse}

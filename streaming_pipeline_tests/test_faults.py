@@ -11,8 +11,9 @@ import pytest
 from confluent_kafka.serialization import MessageField
 from pyspark.sql import functions as F
 
-from streaming_pipeline.assets import dead_letter_records, raw_rides, ride_window_aggregates, vendor_counts
+from streaming_pipeline.bronze.assets import dead_letter_records, raw_rides
 from streaming_pipeline.cli import main as cli_main
+from streaming_pipeline.gold.assets import ride_window_aggregates, vendor_counts
 from streaming_pipeline.records import read_rides_csv
 from streaming_pipeline.registry_client import RegistryClient
 from streaming_pipeline.synthetic import SyntheticOptions, synthetic_rides

@@ -13,8 +13,9 @@ import sys
 
 import pytest
 
-from streaming_pipeline.bronze_batches import BronzeBatchWriter
-from streaming_pipeline.delta_streams import AmountBranchWriter, WindowUpsert
+from streaming_pipeline.bronze.batches import BronzeBatchWriter
+from streaming_pipeline.gold.windows import WindowUpsert
+from streaming_pipeline.silver.branches import AmountBranchWriter
 
 HANDLERS = {
     "bronze": BronzeBatchWriter(

@@ -10,9 +10,9 @@ import dagster as dg
 import pandas as pd
 import pytest
 
-from streaming_pipeline.assets import ALL_ASSETS
 from streaming_pipeline.cli import main as cli_main
-from streaming_pipeline.delta_tables import table_version
+from streaming_pipeline.engine.delta_tables import table_version
+from streaming_pipeline.layers import ALL_ASSETS
 from streaming_pipeline.producer import produce, rows_from_records
 from streaming_pipeline.settings import RIDES_TOPIC
 from streaming_pipeline.synthetic import SyntheticOptions, synthetic_rides

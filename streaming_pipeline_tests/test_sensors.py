@@ -7,10 +7,10 @@ import time
 import dagster as dg
 import pytest
 
-from streaming_pipeline.offsets import consumer_lag
+from streaming_pipeline.bronze.offsets import consumer_lag
+from streaming_pipeline.bronze.sensors import Decision, build_offset_sensor, decide, live_job
 from streaming_pipeline.producer import produce, rows_from_records
 from streaming_pipeline.resources import KafkaResource, LakehouseResource
-from streaming_pipeline.sensors import Decision, build_offset_sensor, decide, live_job
 from streaming_pipeline.settings import RIDES_TOPIC, SensorSettings
 from streaming_pipeline.synthetic import SyntheticOptions, synthetic_rides
 

@@ -1,4 +1,5 @@
-"""Unit tests of `streaming_pipeline.transformations` on small static DataFrames.
+"""Unit tests of the layers' pure transformations (`bronze.decode`, `silver.transformations`,
+`gold.transformations`) on small static DataFrames.
 
 Every expected row is written by hand or computed in plain Python here, never with the code under test.
 Inputs use timezone-aware UTC datetimes; Spark (session time zone UTC) returns naive UTC datetimes.
@@ -17,19 +18,18 @@ import fastavro
 import pytest
 from pyspark.sql import functions as F
 
-from streaming_pipeline.transformations import (
-    DEAD_LETTER_COLUMNS,
-    KAFKA_COLUMNS,
-    bronze_rows,
-    dead_letter_rows,
-    decode_avro_frames,
+from streaming_pipeline.bronze.decode import bronze_rows, dead_letter_rows, decode_avro_frames, split_confluent_frames
+from streaming_pipeline.gold.transformations import (
     late_ride_counts,
-    ride_pickup_joins,
     ride_window_aggregates,
-    split_confluent_frames,
     vendor_counts,
     window_late_counts,
 )
+from streaming_pipeline.silver.transformations import ride_pickup_joins
+from streaming_pipeline.tables import DEAD_LETTER_RECORDS
+from streaming_pipeline.tables import KAFKA_COLUMN_NAMES as KAFKA_COLUMNS
+
+DEAD_LETTER_COLUMNS = DEAD_LETTER_RECORDS.column_names
 
 UTC = dt.UTC
 SCHEMA_DIR = Path(__file__).resolve().parents[1] / "schemas"
@@ -762,7 +762,7 @@ def test_pickup_join_ride_matching_two_pickups_gives_two_rows_without_kafka_colu
 
 def test_observed_metrics_are_summed_over_batches_in_both_progress_shapes() -> None:
     """In-process progress JSON has {metric: value}; Spark Connect's has {values, schema}."""
-    from streaming_pipeline.streaming import StreamRunReport
+    from streaming_pipeline.engine.streams import StreamRunReport
 
     report = StreamRunReport("q")
     schema = {"type": "struct", "fields": [{"name": "unknown_pickup_zones"}, {"name": "unknown_dropoff_zones"}]}

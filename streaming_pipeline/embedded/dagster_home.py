@@ -1,7 +1,7 @@
 """The Dagster instance directory of the embedded stack (DAGSTER_HOME, exported by `stack env`).
 
 Its dagster.yaml makes the live path behave: every concurrency pool (one per streaming checkpoint, see
-`assets.metadata.checkpoint_pool`) admits one run at a time, counted per run, so a sensor run, a manual run
+`asset_metadata.checkpoint_pool`) admits one run at a time, counted per run, so a sensor run, a manual run
 and a UI run never work on the same checkpoint at once; queued runs are picked up every second; sensors are
 evaluated on threads, so one slow tick does not hold the others back.
 

@@ -98,7 +98,7 @@ class SparkConnectServer(ManagedProcess):
         return self.log_dir / "spark-connect.log"
 
     def settings(self) -> dict[str, str]:
-        from streaming_pipeline.resources.spark import engine_conf
+        from streaming_pipeline.engine.spark import engine_conf
 
         settings = engine_conf(self.profile, self.master, self.conf)
         settings.update(

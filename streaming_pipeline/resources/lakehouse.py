@@ -44,7 +44,7 @@ class LakehouseResource(dg.ConfigurableResource):
 
     @property
     def taxi_zones_csv(self) -> str:
-        from streaming_pipeline.taxi_zones import taxi_zones_csv_path
+        from streaming_pipeline.silver.taxi_zones import taxi_zones_csv_path
 
         return taxi_zones_csv_path(self.taxi_zones_csv_override)
 

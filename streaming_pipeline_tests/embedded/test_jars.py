@@ -106,7 +106,7 @@ def test_an_unreachable_repository_gives_a_clear_error(private_home: Path, monke
 
 
 def test_spark_sessions_start_from_explicit_jars_and_never_resolve() -> None:
-    from streaming_pipeline.resources.spark import engine_conf
+    from streaming_pipeline.engine.spark import engine_conf
 
     conf = engine_conf("local")
     assert "spark.jars.packages" not in conf

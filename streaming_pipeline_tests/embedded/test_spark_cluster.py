@@ -29,7 +29,7 @@ CLUSTER_CLIENT = """
 import json, sys
 from pyspark.sql import functions as F
 from pyspark.sql.avro.functions import from_avro, to_avro
-from streaming_pipeline.resources.spark import connect_session
+from streaming_pipeline.engine.spark import connect_session
 
 spark = connect_session(sys.argv[1])
 schema = '{"type": "record", "name": "r", "fields": [{"name": "id", "type": "long"}]}'

@@ -22,7 +22,7 @@ PROJECT_ROOT = Path(__file__).resolve().parents[2]
 REAL_REGISTRY = PROJECT_ROOT / "streaming_pipeline" / "registry" / "__main__.py"
 CONNECT_CLIENT = """
 import sys
-from streaming_pipeline.resources.spark import connect_session
+from streaming_pipeline.engine.spark import connect_session
 session = connect_session(sys.argv[1])
 session.range(5).write.format("delta").save(sys.argv[2])
 print(session.read.format("delta").load(sys.argv[2]).count())

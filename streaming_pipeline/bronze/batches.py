@@ -18,20 +18,15 @@ import uuid
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from streaming_pipeline.delta_tables import append_once
+from streaming_pipeline.bronze.offsets import bronze_app_prefix, checkpoint_batch_offsets, checkpoint_id, delta_markers
+from streaming_pipeline.engine.delta_tables import append_once
 from streaming_pipeline.errors import RegistryUnavailableError
-from streaming_pipeline.offsets import bronze_app_prefix, checkpoint_batch_offsets, checkpoint_id, delta_markers
+from streaming_pipeline.tables import DEAD_LETTER_RECORDS
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
 
     from streaming_pipeline.registry_client import RegistryClient
-
-DEAD_LETTER_TABLE = "dead_letter_records"
-DEAD_LETTER_SCHEMA_DDL = (
-    "kafka_topic STRING, kafka_partition INT, kafka_offset BIGINT, raw_key BINARY, raw_value BINARY, "
-    "error STRING, failed_at TIMESTAMP"
-)
 
 _REGISTRIES: dict[tuple[str, str | None], RegistryClient] = {}
 
@@ -69,7 +64,7 @@ class BronzeBatchWriter:
         from pyspark.sql import Observation
         from pyspark.sql import functions as F
 
-        from streaming_pipeline.transformations import (
+        from streaming_pipeline.bronze.decode import (
             bronze_rows,
             dead_letter_rows,
             decode_avro_frames,
@@ -170,4 +165,4 @@ def bronze_app_id(asset_name: str, checkpoint: str | None) -> str:
 
 
 def dead_letter_app_id(app_id: str) -> str:
-    return f"{app_id}->{DEAD_LETTER_TABLE}"
+    return f"{app_id}->{DEAD_LETTER_RECORDS.name}"

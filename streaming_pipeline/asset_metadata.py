@@ -1,4 +1,5 @@
-"""Materialization metadata shared by the assets: Delta version, row count, preview."""
+"""Dagster asset helpers shared by the layers: owners, concurrency pools, step priorities, the column schema
+shown in the UI (from `tables`) and materialization metadata (Delta version, row count, preview)."""
 
 from __future__ import annotations
 
@@ -6,10 +7,14 @@ from typing import TYPE_CHECKING, Any, TypedDict
 
 import dagster as dg
 
-from streaming_pipeline.delta_tables import preview_markdown, read_table, table_version
+from streaming_pipeline import tables
+from streaming_pipeline.engine.delta_tables import preview_markdown, read_table, table_exists, table_version
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
+
+    from streaming_pipeline.engine.streams import StreamRunReport
+    from streaming_pipeline.resources.lakehouse import LakehouseResource
 
 OWNERS = ["team:data-platform"]
 
@@ -25,6 +30,15 @@ class SharedSpecArgs(TypedDict):
     automation_condition: dg.AutomationCondition[Any]
 
 
+def column_schema(table: tables.Table) -> dg.TableSchema:
+    """The table's columns as the Dagster UI shows them (`dagster/column_schema` metadata)."""
+    return dg.TableSchema(columns=[dg.TableColumn(c.name, c.type, description=c.description) for c in table.columns])
+
+
+def layer_tags(layer: str) -> dict[str, str]:
+    return {"layer": layer}
+
+
 def checkpoint_pool(asset_name: str) -> str:
     """The Dagster concurrency pool of the streaming query that owns this asset's checkpoint.
 
@@ -37,12 +51,12 @@ def checkpoint_pool(asset_name: str) -> str:
 # The order in which a run executes the steps that are ready (Dagster runs a higher `dagster/priority` first):
 # after bronze, the live job reaches the cheap running counts before the slower silver tables and the windows.
 STEP_PRIORITY = {
-    "vendor_counts": 40,
-    "amount_branches": 30,
-    "rides_enriched": 30,
-    "ride_pickup_joins": 20,
-    "dead_letter_records": 10,
-    "ride_window_aggregates": 0,
+    tables.VENDOR_COUNTS.name: 40,
+    tables.AMOUNT_BRANCHES: 30,
+    tables.RIDES_ENRICHED.name: 30,
+    tables.RIDE_PICKUP_JOINS.name: 20,
+    tables.DEAD_LETTER_RECORDS.name: 10,
+    tables.RIDE_WINDOW_AGGREGATES.name: 0,
 }
 
 
@@ -71,4 +85,20 @@ def delta_table_metadata(spark: SparkSession, path: str, *, preview_order: list[
         "delta_version": dg.MetadataValue.int(version),
         "dagster/row_count": dg.MetadataValue.int(frame.count()),
         "preview": dg.MetadataValue.md(preview_markdown(ordered)),
+    }
+
+
+def missing_sources(context: dg.AssetExecutionContext, lakehouse: LakehouseResource, *names: str) -> list[str]:
+    """The source tables among `names` that do not exist yet (logged as a warning: nothing to stream)."""
+    missing = [n for n in names if not table_exists(lakehouse.table_path(n))]
+    if missing:
+        context.log.warning(f"source table(s) {', '.join(missing)} not created yet: nothing to stream")
+    return missing
+
+
+def stream_metadata(report: StreamRunReport) -> dict[str, Any]:
+    """Rows read and micro-batches of a stream run."""
+    return {
+        "rows_read": dg.MetadataValue.int(report.input_rows),
+        "micro_batches": dg.MetadataValue.int(report.batches),
     }

@@ -2,16 +2,21 @@
 
 import dagster as dg
 
-from streaming_pipeline.assets import tables
-from streaming_pipeline.assets.metadata import OWNERS, checkpoint_pool, delta_table_metadata, step_priority
-from streaming_pipeline.bronze_batches import DEAD_LETTER_SCHEMA_DDL, DEAD_LETTER_TABLE
-from streaming_pipeline.delta_tables import read_table, table_exists
-from streaming_pipeline.kafka_ingestion import BronzeRunResult, ingest_topic
-from streaming_pipeline.offsets import consumed_offsets
-from streaming_pipeline.resources import KafkaResource, LakehouseResource, SchemaRegistryResource, SparkResource
+from streaming_pipeline.asset_metadata import (
+    OWNERS,
+    checkpoint_pool,
+    column_schema,
+    delta_table_metadata,
+    layer_tags,
+    step_priority,
+)
+from streaming_pipeline.bronze.ingestion import BronzeRunResult, ingest_topic
+from streaming_pipeline.bronze.offsets import consumed_offsets
+from streaming_pipeline.engine.delta_tables import read_table, table_exists
+from streaming_pipeline.engine.spark import SparkResource
+from streaming_pipeline.resources import KafkaResource, LakehouseResource, SchemaRegistryResource
 from streaming_pipeline.settings import PICKUPS_TOPIC, RIDES_TOPIC
-
-BRONZE = "bronze"
+from streaming_pipeline.tables import DEAD_LETTER_RECORDS, RAW_PICKUP_LOCATIONS, RAW_RIDES
 
 
 def _bronze_result(
@@ -29,7 +34,7 @@ def _bronze_result(
         f"{run.rows_written} rows written, {run.dead_letters} dead letter(s)"
     )
     if run.dead_letters:
-        context.log.warning(f"{asset_name}: {run.dead_letters} record(s) sent to {DEAD_LETTER_TABLE}")
+        context.log.warning(f"{asset_name}: {run.dead_letters} record(s) sent to {DEAD_LETTER_RECORDS.name}")
     return dg.MaterializeResult(
         metadata={
             "rows_read": dg.MetadataValue.int(run.report.input_rows),
@@ -47,12 +52,13 @@ def _bronze_result(
 
 
 @dg.asset(
-    group_name=BRONZE,
+    name=RAW_RIDES.name,
+    group_name=RAW_RIDES.layer,
     kinds={"kafka", "spark", "delta"},
     owners=OWNERS,
-    tags={"layer": "bronze"},
-    pool=checkpoint_pool("raw_rides"),
-    metadata={"dagster/column_schema": tables.RAW_RIDES, "source_topic": RIDES_TOPIC},
+    tags=layer_tags(RAW_RIDES.layer),
+    pool=checkpoint_pool(RAW_RIDES.name),
+    metadata={"dagster/column_schema": column_schema(RAW_RIDES), "source_topic": RIDES_TOPIC},
 )
 def raw_rides(
     context: dg.AssetExecutionContext,
@@ -69,19 +75,20 @@ def raw_rides(
         schema_registry,
         lakehouse,
         topic=RIDES_TOPIC,
-        asset_name="raw_rides",
+        asset_name=RAW_RIDES.name,
         log=context.log,
     )
-    return _bronze_result(context, spark, lakehouse, run, "raw_rides", RIDES_TOPIC)
+    return _bronze_result(context, spark, lakehouse, run, RAW_RIDES.name, RIDES_TOPIC)
 
 
 @dg.asset(
-    group_name=BRONZE,
+    name=RAW_PICKUP_LOCATIONS.name,
+    group_name=RAW_PICKUP_LOCATIONS.layer,
     kinds={"kafka", "spark", "delta"},
     owners=OWNERS,
-    tags={"layer": "bronze"},
-    pool=checkpoint_pool("raw_pickup_locations"),
-    metadata={"dagster/column_schema": tables.RAW_PICKUP_LOCATIONS, "source_topic": PICKUPS_TOPIC},
+    tags=layer_tags(RAW_PICKUP_LOCATIONS.layer),
+    pool=checkpoint_pool(RAW_PICKUP_LOCATIONS.name),
+    metadata={"dagster/column_schema": column_schema(RAW_PICKUP_LOCATIONS), "source_topic": PICKUPS_TOPIC},
 )
 def raw_pickup_locations(
     context: dg.AssetExecutionContext,
@@ -97,21 +104,22 @@ def raw_pickup_locations(
         schema_registry,
         lakehouse,
         topic=PICKUPS_TOPIC,
-        asset_name="raw_pickup_locations",
+        asset_name=RAW_PICKUP_LOCATIONS.name,
         log=context.log,
     )
-    return _bronze_result(context, spark, lakehouse, run, "raw_pickup_locations", PICKUPS_TOPIC)
+    return _bronze_result(context, spark, lakehouse, run, RAW_PICKUP_LOCATIONS.name, PICKUPS_TOPIC)
 
 
 @dg.asset(
-    group_name=BRONZE,
+    name=DEAD_LETTER_RECORDS.name,
+    group_name=DEAD_LETTER_RECORDS.layer,
     deps=[raw_rides, raw_pickup_locations],
     kinds={"spark", "delta"},
     owners=OWNERS,
-    tags={"layer": "bronze"},
+    tags=layer_tags(DEAD_LETTER_RECORDS.layer),
     automation_condition=dg.AutomationCondition.eager(),
-    metadata={"dagster/column_schema": tables.DEAD_LETTER_RECORDS},
-    op_tags=step_priority("dead_letter_records"),
+    metadata={"dagster/column_schema": column_schema(DEAD_LETTER_RECORDS)},
+    op_tags=step_priority(DEAD_LETTER_RECORDS.name),
 )
 def dead_letter_records(
     context: dg.AssetExecutionContext, spark: SparkResource, lakehouse: LakehouseResource
@@ -120,9 +128,9 @@ def dead_letter_records(
     with raw bytes and the reason. The bronze ingestion appends them in the same micro-batch as the
     good rows; this asset makes sure the table exists and reports what is in it."""
     session = spark.get_session()
-    path = lakehouse.table_path(DEAD_LETTER_TABLE)
+    path = lakehouse.table_path(DEAD_LETTER_RECORDS.name)
     if not table_exists(path):
-        session.createDataFrame([], DEAD_LETTER_SCHEMA_DDL).write.format("delta").mode("append").save(path)
+        session.createDataFrame([], DEAD_LETTER_RECORDS.ddl).write.format("delta").mode("append").save(path)
     from pyspark.sql import functions as F
 
     frame = read_table(session, path)
@@ -136,3 +144,6 @@ def dead_letter_records(
             **delta_table_metadata(session, path, preview_order=["kafka_topic", "kafka_partition", "kafka_offset"]),
         }
     )
+
+
+ASSETS = [raw_rides, raw_pickup_locations, dead_letter_records]

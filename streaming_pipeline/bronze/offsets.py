@@ -1,7 +1,7 @@
 """What a bronze table has consumed from Kafka, and whether its table, checkpoint and topic still agree.
 
 Spark-free, for the sensors, the checks and the start of every bronze run. Files are read through fsspec
-(`delta_log`), so a lakehouse given as a plain path, a `file://` URI or an object-store URI (`s3a://`, with
+(`engine.delta_log`), so a lakehouse given as a plain path, a `file://` URI or an object-store URI (`s3a://`, with
 s3fs installed) reads the same way.
 
 Two records of consumption exist:
@@ -22,7 +22,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
-from streaming_pipeline.delta_log import commits, filesystem, numbered_files, read_text
+from streaming_pipeline.engine.delta_log import commits, filesystem, numbered_files, read_text
 from streaming_pipeline.errors import StreamingPipelineError
 
 Offsets = dict[int, int]

@@ -1,7 +1,7 @@
 """Kafka -> Delta bronze ingestion: one availableNow run of a bronze table's streaming query.
 
 Exactly once: Spark keeps the Kafka offsets in the query checkpoint, and the foreachBatch handler
-(`bronze_batches.BronzeBatchWriter`) appends every micro-batch idempotently. Every run first checks that
+(`bronze.batches.BronzeBatchWriter`) appends every micro-batch idempotently. Every run first checks that
 table, checkpoint and topic still agree (offsets.check_bronze_state, offsets.topic_problems): a reset
 checkpoint, a recreated table or a topic whose offsets went backwards stops the run with an error naming
 `streaming-pipeline replay`, instead of losing or duplicating records. After the run, what the handler did is
@@ -14,15 +14,16 @@ import json
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from streaming_pipeline.bronze_batches import DEAD_LETTER_TABLE, BronzeBatchWriter, bronze_app_id, dead_letter_app_id
-from streaming_pipeline.delta_log import BatchCounts, commits_since
-from streaming_pipeline.delta_tables import table_version
-from streaming_pipeline.offsets import BronzeStateError, check_bronze_state, checkpoint_id, topic_problems
+from streaming_pipeline.bronze.batches import BronzeBatchWriter, bronze_app_id, dead_letter_app_id
+from streaming_pipeline.bronze.offsets import BronzeStateError, check_bronze_state, checkpoint_id, topic_problems
+from streaming_pipeline.engine.delta_log import BatchCounts, commits_since
+from streaming_pipeline.engine.delta_tables import table_version
+from streaming_pipeline.engine.streams import Log, StreamRunReport, run_available_now
 from streaming_pipeline.resources.kafka import KafkaResource
 from streaming_pipeline.resources.lakehouse import LakehouseResource
 from streaming_pipeline.resources.schema_registry import SchemaRegistryResource
 from streaming_pipeline.schemas import TOPIC_SCHEMA_FILES, load_schema, value_subject
-from streaming_pipeline.streaming import Log, StreamRunReport, run_available_now
+from streaming_pipeline.tables import DEAD_LETTER_RECORDS
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -70,7 +71,7 @@ def ingest_topic(
     _, value_file = TOPIC_SCHEMA_FILES[topic]
     table_path = lakehouse.table_path(asset_name)
     checkpoint_dir = lakehouse.checkpoint_path(asset_name)
-    dead_letter_path = lakehouse.table_path(DEAD_LETTER_TABLE)
+    dead_letter_path = lakehouse.table_path(DEAD_LETTER_RECORDS.name)
     starting_offsets = _starting_offsets(kafka, table_path, checkpoint_dir, asset_name, topic)
     handler = BronzeBatchWriter(
         registry_url=registry.url,

@@ -1,26 +1,21 @@
-"""Streams from the bronze Delta tables into the silver/gold tables (Spark and Delta I/O around the
-pure transformations). Upserts are SQL MERGE INTO delta.`path`, which works over Spark Connect and in-process."""
+"""The ride_window_aggregates stream (event-time windows of raw_rides, upserted) and its reconcile step (late rides
+and finality). Upserts are SQL MERGE INTO delta.`path`, which works over Spark Connect and in-process."""
 
 from __future__ import annotations
 
 import json
 from dataclasses import dataclass, field
-from datetime import UTC, datetime, timedelta
 from functools import reduce
 from typing import TYPE_CHECKING, Any
 
 from pyspark.sql import functions as F
 from pyspark.sql.types import StructType
 
-from streaming_pipeline.delta_log import commits
-from streaming_pipeline.delta_tables import delta_path_sql, read_table, table_exists, table_version
-from streaming_pipeline.streaming import Log, StreamRunReport, run_available_now
-from streaming_pipeline.transformations import (
-    ride_pickup_joins,
-    ride_window_aggregates,
-    vendor_counts,
-    window_late_counts,
-)
+from streaming_pipeline.engine.delta_log import commits
+from streaming_pipeline.engine.delta_tables import delta_path_sql, read_table, table_exists
+from streaming_pipeline.engine.streams import Log, StreamRunReport, delta_stream, from_epoch_micros, run_available_now
+from streaming_pipeline.gold.transformations import ride_window_aggregates, window_late_counts
+from streaming_pipeline.tables import RAW_RIDES, RIDE_WINDOW_AGGREGATES
 
 if TYPE_CHECKING:
     from pyspark.sql import Column, DataFrame, SparkSession
@@ -28,36 +23,8 @@ if TYPE_CHECKING:
 
     from streaming_pipeline.resources.lakehouse import LakehouseResource
 
-RAW_RIDES = "raw_rides"
-RAW_PICKUPS = "raw_pickup_locations"
-VENDOR_COUNTS = "vendor_counts"
-WINDOWS = "ride_window_aggregates"
-JOINS = "ride_pickup_joins"
-
+WINDOWS = RIDE_WINDOW_AGGREGATES.name
 _WINDOW_KEY = "t.window_start = s.window_start AND t.vendor_id <=> s.vendor_id"
-
-
-def _delta_stream(spark: SparkSession, lakehouse: LakehouseResource, table: str) -> DataFrame:
-    return (
-        spark.readStream.format("delta")
-        .option("maxFilesPerTrigger", lakehouse.max_files_per_trigger)
-        .load(lakehouse.table_path(table))
-    )
-
-
-def update_vendor_counts(spark: SparkSession, lakehouse: LakehouseResource, log: Log | None = None) -> StreamRunReport:
-    """Complete-mode running count: every micro-batch rewrites the small table from Spark's state."""
-
-    def start_writer() -> DataStreamWriter:
-        counts = vendor_counts(_delta_stream(spark, lakehouse, RAW_RIDES))
-        return (
-            counts.writeStream.format("delta")
-            .outputMode("complete")
-            .option("checkpointLocation", lakehouse.checkpoint_path(VENDOR_COUNTS))
-            .option("path", lakehouse.table_path(VENDOR_COUNTS))
-        )
-
-    return run_available_now(VENDOR_COUNTS, start_writer, log=log)
 
 
 @dataclass
@@ -149,7 +116,7 @@ def stream_ride_windows(spark: SparkSession, lakehouse: LakehouseResource, log: 
 
     def start_writer() -> DataStreamWriter:
         windows = ride_window_aggregates(
-            _delta_stream(spark, lakehouse, RAW_RIDES), lakehouse.window_duration, lakehouse.watermark_delay
+            delta_stream(spark, lakehouse, RAW_RIDES.name), lakehouse.window_duration, lakehouse.watermark_delay
         )
         return (
             windows.writeStream.outputMode("update")
@@ -168,7 +135,7 @@ def stream_ride_windows(spark: SparkSession, lakehouse: LakehouseResource, log: 
 # the userMetadata of its MERGE; the next one reads only the files raw_rides gained since (raw_rides is
 # append-only), and recounts only the windows those rides fall in. Finality is a predicate on window_end.
 
-RECONCILE_WRITER = "reconcile:ride_window_aggregates"
+RECONCILE_WRITER = f"reconcile:{WINDOWS}"
 # Operations after which raw_rides holds every row it held before, unchanged (OPTIMIZE rewrites files, not rows).
 _APPEND_ONLY = {"OPTIMIZE", "ADD COLUMNS", "UPGRADE PROTOCOL", "VACUUM START", "VACUUM END"}
 _DELTA_END_INDEX = 2**63 - 1
@@ -341,7 +308,7 @@ def reconcile_ride_windows(
     raw_rides outside their pickup times), and the windows not final yet.
     """
     table_path = lakehouse.table_path(WINDOWS)
-    rides_path = lakehouse.table_path(RAW_RIDES)
+    rides_path = lakehouse.table_path(RAW_RIDES.name)
     result = WindowReconcile()
     position = stream_position(spark, lakehouse.checkpoint_path(WINDOWS))
     if position is None or position.version is None:
@@ -352,7 +319,7 @@ def reconcile_ride_windows(
         result.reason = "no window yet"
         return result
     result.raw_rides_version = position.version
-    result.watermark = _from_micros(position.watermark_micros)
+    result.watermark = from_epoch_micros(position.watermark_micros)
     if marker and (marker.get("query_id"), marker.get("raw_rides_id")) == (position.query_id, position.table_id):
         result.previous_version = int(marker["raw_rides_version"])
     if result.previous_version == position.version:
@@ -494,261 +461,3 @@ def _merge_reconciled(
     finally:
         spark.conf.unset(key)
         spark.catalog.dropTempView(view)
-
-
-@dataclass
-class JoinRunResult:
-    report: StreamRunReport
-    rows_dropped_by_watermark: int  # rows of either side that arrived at or before the join's watermark, this run
-    watermark: Any = None  # the join's watermark in the run's last micro-batch
-    batches_recorded: int = 0  # rows appended to join_late_rows
-
-
-def update_ride_pickup_joins(
-    spark: SparkSession, lakehouse: LakehouseResource, log: Log | None = None, run_id: str | None = None
-) -> JoinRunResult:
-    """Stream-stream inner join, both sides watermarked, appended to Delta (exactly once via the checkpoint).
-
-    A ride or pickup that arrives with an event time at or before the watermark of the previous micro-batch
-    (the latest event time seen on the slower side minus RIDE_WATERMARK_DELAY) cannot be joined any more: Spark
-    drops it. Each micro-batch that dropped rows gets a row in `join_late_rows`, which the first run creates.
-    """
-
-    def start_writer() -> DataStreamWriter:
-        joined = ride_pickup_joins(
-            _delta_stream(spark, lakehouse, RAW_RIDES),
-            _delta_stream(spark, lakehouse, RAW_PICKUPS),
-            lakehouse.join_gap,
-            lakehouse.watermark_delay,
-        )
-        return (
-            joined.writeStream.format("delta")
-            .outputMode("append")
-            .option("checkpointLocation", lakehouse.checkpoint_path(JOINS))
-            .option("path", lakehouse.table_path(JOINS))
-        )
-
-    report = run_available_now(JOINS, start_writer, log=log)
-    rows = join_late_rows(report, run_id)
-    recorded = record_join_late_rows(spark, lakehouse.table_path(JOIN_LATE_ROWS), rows)
-    dropped = report.rows_dropped_by_watermark()
-    if dropped and log is not None:
-        log.warning(
-            f"{JOINS}: {dropped} row(s) arrived behind the join's watermark and were dropped (see {JOIN_LATE_ROWS})"
-        )
-    last = (report.progresses[-1].get("eventTime") or {}).get("watermark") if report.progresses else None
-    watermark = datetime.fromisoformat(last.replace("Z", "+00:00")) if last else None
-    return JoinRunResult(report, dropped, watermark, recorded)
-
-
-JOIN_LATE_ROWS = "join_late_rows"
-JOIN_LATE_ROWS_DDL = (
-    "query_id STRING, batch_id BIGINT, input_rows BIGINT, rows_dropped_by_watermark BIGINT, watermark TIMESTAMP, "
-    "run_id STRING, recorded_at TIMESTAMP"
-)
-_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
-
-
-def _from_micros(micros: int) -> datetime:
-    return _EPOCH + timedelta(microseconds=micros)
-
-
-def join_late_rows(report: StreamRunReport, run_id: str | None) -> list[tuple[Any, ...]]:
-    """One row per micro-batch whose watermark dropped rows: (query id, batch id, input rows, rows dropped by
-    the watermark, the batch's watermark in epoch microseconds, run id)."""
-    rows = []
-    for progress in report.progresses:
-        dropped = sum(int(op.get("numRowsDroppedByWatermark") or 0) for op in progress.get("stateOperators", []))
-        inputs = int(progress.get("numInputRows") or 0)
-        if not dropped:
-            continue
-        text = (progress.get("eventTime") or {}).get("watermark")
-        micros = (
-            (datetime.fromisoformat(text.replace("Z", "+00:00")) - _EPOCH) // timedelta(microseconds=1)
-            if text
-            else None
-        )
-        rows.append((str(progress.get("id")), int(progress["batchId"]), inputs, dropped, micros, run_id))
-    return rows
-
-
-def record_join_late_rows(spark: SparkSession, path: str, rows: list[tuple[Any, ...]]) -> int:
-    """Append `rows` (see join_late_rows) to the table at `path`, once: the append carries the query id and its
-    last batch id as txnAppId/txnVersion, so recording the same batches again adds nothing. The rows that were
-    appended. With no rows the table is created empty when it does not exist yet, so that it can be queried
-    (and is empty) before the watermark has dropped anything."""
-    if not rows:
-        if not table_exists(path):
-            spark.createDataFrame([], JOIN_LATE_ROWS_DDL).write.format("delta").mode("append").save(path)
-        return 0
-    frame = spark.createDataFrame(
-        rows,
-        "query_id STRING, batch_id BIGINT, input_rows BIGINT, rows_dropped_by_watermark BIGINT, watermark_micros "
-        "BIGINT, run_id STRING",
-    ).select(
-        "query_id",
-        "batch_id",
-        "input_rows",
-        "rows_dropped_by_watermark",
-        F.timestamp_micros("watermark_micros").alias("watermark"),
-        "run_id",
-        F.current_timestamp().alias("recorded_at"),
-    )
-    before = table_version(path)
-    (
-        frame.write.format("delta")
-        .mode("append")
-        .option("txnAppId", f"{JOIN_LATE_ROWS}:{rows[-1][0]}")
-        .option("txnVersion", max(int(r[1]) for r in rows))
-        .save(path)
-    )
-    return len(rows) if table_version(path) != before else 0
-
-
-HIGH_AMOUNT = "high_amount_rides"
-LOW_AMOUNT = "low_amount_rides"
-TAXI_ZONES = "taxi_zones"
-RIDES_ENRICHED = "rides_enriched"
-
-
-@dataclass
-class AmountBranchWriter:
-    """foreachBatch handler that branches each micro-batch of raw_rides into the high- and low-amount tables.
-
-    Both appends carry (txnAppId, txnVersion=batch id), so a batch replayed after a crash is skipped by a table
-    that has it. An Observation counts the rides with no total_amount (they go to neither table); the count
-    travels in the marker of the low-amount commit, which is written after the high-amount one.
-    """
-
-    high_path: str
-    low_path: str
-    threshold: float
-    checkpoint_dir: str
-
-    def __call__(self, batch: DataFrame, batch_id: int) -> None:
-        import uuid
-
-        from pyspark.sql import Observation
-
-        from streaming_pipeline.delta_tables import append_once
-        from streaming_pipeline.offsets import checkpoint_id
-        from streaming_pipeline.transformations import high_amount_rides, low_amount_rides
-
-        # One txnAppId per checkpoint: a new checkpoint (after a replay) starts again at batch 0.
-        query = checkpoint_id(self.checkpoint_dir)
-        attempt = uuid.uuid4().hex
-        observation = Observation(f"branch-{batch_id}-{attempt}")
-        observed = batch.observe(observation, F.count(F.when(F.col("total_amount").isNull(), 1)).alias("null_amount"))
-        wrote_high = append_once(
-            high_amount_rides(observed, self.threshold),
-            self.high_path,
-            f"branch:{HIGH_AMOUNT}:{query}",
-            batch_id,
-            attempt,
-        )
-        null_amount = int(observation.get["null_amount"]) if wrote_high else None
-        append_once(
-            low_amount_rides(batch, self.threshold),
-            self.low_path,
-            f"branch:{LOW_AMOUNT}:{query}",
-            batch_id,
-            attempt,
-            extra={"null_amount_rides": null_amount},
-        )
-
-
-@dataclass
-class BranchRunResult:
-    report: StreamRunReport
-    high_rows: int
-    low_rows: int
-    null_amount_rides: int
-
-
-def update_amount_branches(
-    spark: SparkSession, lakehouse: LakehouseResource, log: Log | None = None
-) -> BranchRunResult:
-    """Branch raw_rides by total_amount (>= HIGH_AMOUNT_THRESHOLD goes high, below goes low, null to neither)."""
-    from streaming_pipeline.delta_log import commits_since
-    from streaming_pipeline.delta_tables import table_version
-    from streaming_pipeline.offsets import checkpoint_id
-
-    high_path, low_path = lakehouse.table_path(HIGH_AMOUNT), lakehouse.table_path(LOW_AMOUNT)
-    checkpoint_dir = lakehouse.checkpoint_path(f"{HIGH_AMOUNT}+{LOW_AMOUNT}")
-    handler = AmountBranchWriter(high_path, low_path, lakehouse.high_amount_threshold, checkpoint_dir)
-    before = table_version(high_path), table_version(low_path)
-
-    def start_writer() -> DataStreamWriter:
-        return (
-            _delta_stream(spark, lakehouse, RAW_RIDES)
-            .writeStream.foreachBatch(handler)
-            .option("checkpointLocation", checkpoint_dir)
-        )
-
-    report = run_available_now("amount_branches", start_writer, log=log)
-    query = checkpoint_id(checkpoint_dir)
-    high = commits_since(high_path, before[0], f"branch:{HIGH_AMOUNT}:{query}")
-    low = commits_since(low_path, before[1], f"branch:{LOW_AMOUNT}:{query}")
-    return BranchRunResult(
-        report,
-        high_rows=sum(c.rows for c in high),
-        low_rows=sum(c.rows for c in low),
-        null_amount_rides=sum(int(c.marker.get("null_amount_rides") or 0) for c in low),
-    )
-
-
-def refresh_taxi_zones(spark: SparkSession, lakehouse: LakehouseResource) -> bool:
-    """Load the zone lookup into its Delta table when the table differs from the CSV; True when it changed.
-
-    An unchanged lookup writes nothing, so re-running leaves the table's version as it is.
-    """
-    from streaming_pipeline.taxi_zones import read_taxi_zones
-
-    path = lakehouse.table_path(TAXI_ZONES)
-    zones = read_taxi_zones(spark, lakehouse.taxi_zones_csv)
-    if table_exists(path):
-        current = read_table(spark, path)
-        if current.exceptAll(zones).isEmpty() and zones.exceptAll(current).isEmpty():
-            return False
-    zones.write.format("delta").mode("overwrite").option("overwriteSchema", "true").save(path)
-    return True
-
-
-@dataclass
-class EnrichmentRunResult:
-    report: StreamRunReport
-    unknown_pickup_zones: int
-    unknown_dropoff_zones: int
-
-
-def update_rides_enriched(
-    spark: SparkSession, lakehouse: LakehouseResource, log: Log | None = None
-) -> EnrichmentRunResult:
-    """Every ride of raw_rides once, with the boroughs and zones of its pickup and dropoff locations.
-
-    A stream-static join: each micro-batch joins the zone table as it is then (broadcast). Rides already
-    enriched keep the zones they were enriched with when the lookup changes later.
-    """
-    from streaming_pipeline.transformations import enrich_rides_with_zones
-
-    def start_writer() -> DataStreamWriter:
-        zones = read_table(spark, lakehouse.table_path(TAXI_ZONES))
-        enriched = enrich_rides_with_zones(_delta_stream(spark, lakehouse, RAW_RIDES), zones).observe(
-            "enrichment",
-            F.count(F.when(F.col("pu_zone").isNull(), 1)).alias("unknown_pickup_zones"),
-            F.count(F.when(F.col("do_zone").isNull(), 1)).alias("unknown_dropoff_zones"),
-        )
-        return (
-            enriched.writeStream.format("delta")
-            .outputMode("append")
-            .option("checkpointLocation", lakehouse.checkpoint_path(RIDES_ENRICHED))
-            .option("path", lakehouse.table_path(RIDES_ENRICHED))
-        )
-
-    report = run_available_now(RIDES_ENRICHED, start_writer, log=log)
-    observed = report.observed_metrics("enrichment")
-    return EnrichmentRunResult(
-        report,
-        unknown_pickup_zones=observed.get("unknown_pickup_zones", 0),
-        unknown_dropoff_zones=observed.get("unknown_dropoff_zones", 0),
-    )

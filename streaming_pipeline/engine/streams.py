@@ -1,4 +1,5 @@
-"""Run a Structured Streaming query once with trigger(availableNow=True), logging progress."""
+"""Run a Structured Streaming query once with trigger(availableNow=True), logging progress; read a Delta table as
+a stream."""
 
 from __future__ import annotations
 
@@ -7,14 +8,34 @@ import logging
 import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from datetime import UTC, datetime, timedelta
+from typing import TYPE_CHECKING, Any, Protocol
 
 from pyspark.errors import StreamingQueryException
 from pyspark.sql.streaming import DataStreamWriter
 
 from streaming_pipeline.errors import StreamingRunError
 
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame, SparkSession
+
+    from streaming_pipeline.resources.lakehouse import LakehouseResource
+
 _LOG = logging.getLogger(__name__)
+EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+
+
+def from_epoch_micros(micros: int) -> datetime:
+    return EPOCH + timedelta(microseconds=micros)
+
+
+def delta_stream(spark: SparkSession, lakehouse: LakehouseResource, table: str) -> DataFrame:
+    """The lakehouse table `table` as a streaming source, at most `max_files_per_trigger` files per micro-batch."""
+    return (
+        spark.readStream.format("delta")
+        .option("maxFilesPerTrigger", lakehouse.max_files_per_trigger)
+        .load(lakehouse.table_path(table))
+    )
 
 
 class Log(Protocol):

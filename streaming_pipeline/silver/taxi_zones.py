@@ -44,7 +44,7 @@ def read_taxi_zones(spark: SparkSession, path: str) -> DataFrame:
     An explicit schema spares an inference pass; FAILFAST makes a malformed row (a non-numeric id, a missing
     column) an error instead of a zone silently lost from every join.
     """
-    from streaming_pipeline.transformations import taxi_zones_from_lookup
+    from streaming_pipeline.silver.transformations import taxi_zones_from_lookup
 
     raw = spark.read.schema(LOOKUP_SCHEMA_DDL).option("header", "true").option("mode", "FAILFAST").csv(path)
     return taxi_zones_from_lookup(raw)

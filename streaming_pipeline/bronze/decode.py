@@ -1,6 +1,8 @@
-"""Pure Spark transformations: DataFrame in, DataFrame out; no session, no I/O.
+"""Bronze decoding, as pure Spark transformations (DataFrame in, DataFrame out; no session, no I/O): Kafka
+records in the Confluent wire format split into schema id and Avro body, decoded with their writer schemas,
+and sorted into bronze rows and dead letters.
 
-They work the same on static DataFrames (unit tests) and on streaming DataFrames (the assets).
+They work the same on static DataFrames (unit tests) and on streaming DataFrames (the bronze handler).
 """
 
 from __future__ import annotations
@@ -13,9 +15,6 @@ from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 from pyspark.sql.avro.functions import from_avro, to_avro
 
-#: Columns every bronze table carries besides the decoded Avro fields.
-KAFKA_COLUMNS = ["kafka_topic", "kafka_partition", "kafka_offset", "kafka_timestamp", "schema_id"]
-DEAD_LETTER_COLUMNS = ["kafka_topic", "kafka_partition", "kafka_offset", "raw_key", "raw_value", "error", "failed_at"]
 CONFLUENT_HEADER_BYTES = 5
 
 
@@ -186,160 +185,4 @@ def dead_letter_rows(decoded: DataFrame, failed_at: Column | None = None) -> Dat
         F.col("value").alias("raw_value"),
         F.col("error"),
         (failed_at if failed_at is not None else F.current_timestamp()).alias("failed_at"),
-    )
-
-
-def vendor_counts(rides: DataFrame) -> DataFrame:
-    """Running number of rides per vendor."""
-    return rides.groupBy("vendor_id").agg(F.count(F.lit(1)).alias("trip_count"))
-
-
-def ride_window_aggregates(rides: DataFrame, window_duration: str, watermark_delay: str | None = None) -> DataFrame:
-    """Rides and revenue per vendor in tumbling event-time windows of `window_duration` on pickup time.
-
-    With `watermark_delay` (streaming), windows are finalized once the watermark passes their end and
-    later rides are left out of the aggregate (they are counted by `late_ride_counts`).
-    """
-    if watermark_delay is not None:
-        rides = rides.withWatermark("pickup_datetime", watermark_delay)
-    return (
-        rides.groupBy(F.window("pickup_datetime", window_duration), F.col("vendor_id"))
-        .agg(
-            F.count(F.lit(1)).alias("trip_count"),
-            # Money in cents: a running sum of doubles drifts (3798.040000000002).
-            F.round(F.sum("total_amount"), 2).alias("total_amount_sum"),
-            F.max("pickup_datetime").alias("max_pickup_datetime"),
-        )
-        .select(
-            F.col("window.start").alias("window_start"),
-            F.col("window.end").alias("window_end"),
-            "vendor_id",
-            "trip_count",
-            "total_amount_sum",
-            "max_pickup_datetime",
-        )
-    )
-
-
-def window_late_counts(all_rides_per_window: DataFrame, aggregates: DataFrame) -> DataFrame:
-    """For each window of `all_rides_per_window`, the rides the streaming aggregate left out (arrived after the
-    watermark): every ride of the window minus those counted on time, 0 when none.
-
-    `all_rides_per_window`: `ride_window_aggregates(...)` of ingested rides (batch, no watermark), all of them or
-    those of some windows. `aggregates`: rows of the `ride_window_aggregates` table (their `trip_count` are the
-    on-time rides). Output: window_start, window_end, vendor_id, late_trip_count, and, when `aggregates` has a
-    `late_trip_count`, previous_late_trip_count (0 for a window it lacks). A window missing from `aggregates`
-    had only late rides.
-    """
-    everything = all_rides_per_window.select(
-        "window_start", "window_end", "vendor_id", F.col("trip_count").alias("all_trip_count")
-    )
-    previous = "late_trip_count" in aggregates.columns
-    on_time = aggregates.select(
-        F.col("window_start").alias("a_window_start"),
-        F.col("vendor_id").alias("a_vendor_id"),
-        F.col("trip_count").alias("on_time_trip_count"),
-        *([F.col("late_trip_count").alias("a_late_trip_count")] if previous else []),
-    )
-    joined = everything.join(
-        on_time,
-        (F.col("window_start") == F.col("a_window_start")) & F.col("vendor_id").eqNullSafe(F.col("a_vendor_id")),
-        "left",
-    )
-    late = F.greatest(F.col("all_trip_count") - F.coalesce(F.col("on_time_trip_count"), F.lit(0)), F.lit(0))
-    before = [F.coalesce(F.col("a_late_trip_count"), F.lit(0)).cast("long").alias("previous_late_trip_count")]
-    return joined.select(
-        "window_start",
-        "window_end",
-        "vendor_id",
-        late.cast("long").alias("late_trip_count"),
-        *(before if previous else []),
-    )
-
-
-def late_ride_counts(all_rides_per_window: DataFrame, aggregates: DataFrame) -> DataFrame:
-    """The windows of `window_late_counts` that have late rides."""
-    late = window_late_counts(all_rides_per_window, aggregates).where(F.col("late_trip_count") > 0)
-    return late.select("window_start", "window_end", "vendor_id", "late_trip_count")
-
-
-def ride_pickup_joins(
-    rides: DataFrame, pickups: DataFrame, max_gap: str, watermark_delay: str | None = None
-) -> DataFrame:
-    """Pair a ride that dropped off at zone L at time d with each pickup at L at time p, |p - d| <= max_gap.
-
-    The bound is inclusive. With `watermark_delay` (streaming) both sides carry an event-time
-    watermark, so Spark can drop join state that no future event can match.
-    """
-    ride_side = rides.select(
-        F.col("vendor_id"),
-        F.col("do_location_id").alias("ride_location_id"),
-        F.col("dropoff_datetime"),
-        *[F.col(c).alias(f"ride_{c}") for c in ("kafka_partition", "kafka_offset") if c in rides.columns],
-    )
-    pickup_side = pickups.select(
-        F.col("pu_location_id").alias("location_id"),
-        F.col("pickup_datetime"),
-        *[F.col(c).alias(f"pickup_{c}") for c in ("kafka_partition", "kafka_offset") if c in pickups.columns],
-    )
-    if watermark_delay is not None:
-        ride_side = ride_side.withWatermark("dropoff_datetime", watermark_delay)
-        pickup_side = pickup_side.withWatermark("pickup_datetime", watermark_delay)
-    gap = F.expr(f"INTERVAL {max_gap}")
-    condition = (
-        (F.col("ride_location_id") == F.col("location_id"))
-        & (F.col("pickup_datetime") >= F.col("dropoff_datetime") - gap)
-        & (F.col("pickup_datetime") <= F.col("dropoff_datetime") + gap)
-    )
-    joined = ride_side.join(pickup_side, condition, "inner")
-    extra = [c for c in joined.columns if c.startswith(("ride_kafka", "pickup_kafka"))]
-    return joined.select("vendor_id", "location_id", "pickup_datetime", "dropoff_datetime", *extra)
-
-
-def high_amount_rides(rides: DataFrame, threshold: float) -> DataFrame:
-    """Rides with total_amount >= threshold; a null amount is neither high nor low."""
-    return rides.where(F.col("total_amount") >= F.lit(threshold))
-
-
-def low_amount_rides(rides: DataFrame, threshold: float) -> DataFrame:
-    """Rides with total_amount < threshold; a null amount is neither high nor low."""
-    return rides.where(F.col("total_amount") < F.lit(threshold))
-
-
-def taxi_zones_from_lookup(lookup: DataFrame) -> DataFrame:
-    """The TLC lookup (`LocationID, Borough, Zone, service_zone`) under the lakehouse's snake_case names.
-
-    A row without an id cannot match any ride, so it is not a zone.
-    """
-    return lookup.select(
-        F.col("LocationID").cast("int").alias("location_id"),
-        F.col("Borough").cast("string").alias("borough"),
-        F.col("Zone").cast("string").alias("zone"),
-        F.col("service_zone").cast("string").alias("service_zone"),
-    ).where(F.col("location_id").isNotNull())
-
-
-def enrich_rides_with_zones(rides: DataFrame, zones: DataFrame) -> DataFrame:
-    """Every ride once, plus pu_borough, pu_zone, do_borough and do_zone.
-
-    Left joins, so a ride whose location id is unknown keeps its row, with nulls. The zone table is small and
-    static: broadcasting it avoids shuffling the rides, and with it on the right of a left join this is a
-    supported stream-static join when `rides` is streaming. One zone per id, so a duplicated id in a custom
-    lookup cannot duplicate rides.
-    """
-    unique_zones = zones.dropDuplicates(["location_id"])
-
-    def side(prefix: str) -> DataFrame:
-        return F.broadcast(
-            unique_zones.select(
-                F.col("location_id").alias(f"_{prefix}_zone_id"),
-                F.col("borough").alias(f"{prefix}_borough"),
-                F.col("zone").alias(f"{prefix}_zone"),
-            )
-        )
-
-    return (
-        rides.join(side("pu"), F.col("pu_location_id") == F.col("_pu_zone_id"), "left")
-        .join(side("do"), F.col("do_location_id") == F.col("_do_zone_id"), "left")
-        .drop("_pu_zone_id", "_do_zone_id")
     )

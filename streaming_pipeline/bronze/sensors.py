@@ -19,11 +19,12 @@ from dataclasses import dataclass
 
 import dagster as dg
 
+from streaming_pipeline.bronze.offsets import consumed_offsets, consumer_lag, topic_problems
 from streaming_pipeline.errors import StreamingPipelineError
-from streaming_pipeline.offsets import consumed_offsets, consumer_lag, topic_problems
 from streaming_pipeline.resources.kafka import KafkaResource
 from streaming_pipeline.resources.lakehouse import LakehouseResource
 from streaming_pipeline.settings import PICKUPS_TOPIC, RIDES_TOPIC, SensorSettings
+from streaming_pipeline.tables import RAW_PICKUP_LOCATIONS, RAW_RIDES
 
 IN_FLIGHT = [
     dg.DagsterRunStatus.QUEUED,
@@ -207,7 +208,7 @@ def build_live_jobs_and_sensors(
     policy: SensorSettings,
 ) -> tuple[list[dg.UnresolvedAssetJobDefinition], Sequence[dg.SensorDefinition]]:
     jobs, sensors = [], []
-    for asset_name, topic in (("raw_rides", RIDES_TOPIC), ("raw_pickup_locations", PICKUPS_TOPIC)):
+    for asset_name, topic in ((RAW_RIDES.name, RIDES_TOPIC), (RAW_PICKUP_LOCATIONS.name, PICKUPS_TOPIC)):
         key = dg.AssetKey(asset_name)
         job = live_job(key)
         jobs.append(job)

@@ -10,11 +10,11 @@ from __future__ import annotations
 import json
 from typing import TYPE_CHECKING, Any
 
-from streaming_pipeline.delta_log import commits, latest_version
+from streaming_pipeline.engine.delta_log import commits, latest_version
 
 if TYPE_CHECKING:
     import pandas as pd
-    from pyspark.sql import DataFrame, SparkSession
+    from pyspark.sql import Column, DataFrame, SparkSession
 
 
 def delta_path_sql(path: str) -> str:
@@ -79,3 +79,20 @@ def preview_markdown(frame: DataFrame, rows: int = 10) -> str:
         if sample[column].dtype == object:
             sample[column] = sample[column].map(lambda v: v.hex() if isinstance(v, (bytes, bytearray)) else v)
     return str(sample.to_markdown(index=False))
+
+
+def count_rows(spark: SparkSession, path: str, condition: Column | None = None) -> int:
+    """Rows of the table at `path` (those matching `condition`); 0 when there is no table."""
+    if not table_exists(path):
+        return 0
+    frame = read_table(spark, path)
+    return (frame.where(condition) if condition is not None else frame).count()
+
+
+def count_duplicate_keys(spark: SparkSession, path: str, key: list[str]) -> int:
+    """Values of `key` that more than one row of the table at `path` holds; 0 when there is no table."""
+    from pyspark.sql import functions as F
+
+    if not table_exists(path):
+        return 0
+    return read_table(spark, path).groupBy(*key).count().where(F.col("count") > 1).count()

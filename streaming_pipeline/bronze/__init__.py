@@ -1,0 +1,1 @@
+"""Bronze: Kafka topics -> Delta tables, exactly once, undecodable records to dead letters; the offset sensors."""

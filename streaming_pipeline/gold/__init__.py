@@ -1,0 +1,1 @@
+"""Gold: aggregates of the rides (running counts per vendor, event-time windows with their late rides)."""

@@ -1,0 +1,30 @@
+"""The vendor_counts stream: raw_rides -> a complete-mode running count per vendor, rewritten each micro-batch."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from streaming_pipeline.engine.streams import Log, StreamRunReport, delta_stream, run_available_now
+from streaming_pipeline.gold.transformations import vendor_counts
+from streaming_pipeline.tables import RAW_RIDES, VENDOR_COUNTS
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+    from pyspark.sql.streaming import DataStreamWriter
+
+    from streaming_pipeline.resources.lakehouse import LakehouseResource
+
+
+def update_vendor_counts(spark: SparkSession, lakehouse: LakehouseResource, log: Log | None = None) -> StreamRunReport:
+    """Complete-mode running count: every micro-batch rewrites the small table from Spark's state."""
+
+    def start_writer() -> DataStreamWriter:
+        counts = vendor_counts(delta_stream(spark, lakehouse, RAW_RIDES.name))
+        return (
+            counts.writeStream.format("delta")
+            .outputMode("complete")
+            .option("checkpointLocation", lakehouse.checkpoint_path(VENDOR_COUNTS.name))
+            .option("path", lakehouse.table_path(VENDOR_COUNTS.name))
+        )
+
+    return run_available_now(VENDOR_COUNTS.name, start_writer, log=log)

@@ -1,0 +1,1 @@
+"""Silver: streams from bronze into cleaned, branched, enriched and joined tables."""

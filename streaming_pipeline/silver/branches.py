@@ -1,0 +1,107 @@
+"""The amount branches (the course's Faust app): raw_rides split by total_amount into high_amount_rides and
+low_amount_rides, in one stream whose foreachBatch handler appends to both exactly once."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from pyspark.sql import functions as F
+
+from streaming_pipeline.engine.streams import Log, StreamRunReport, delta_stream, run_available_now
+from streaming_pipeline.tables import AMOUNT_BRANCHES, HIGH_AMOUNT_RIDES, LOW_AMOUNT_RIDES, RAW_RIDES
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame, SparkSession
+    from pyspark.sql.streaming import DataStreamWriter
+
+    from streaming_pipeline.resources.lakehouse import LakehouseResource
+
+HIGH_AMOUNT = HIGH_AMOUNT_RIDES.name
+LOW_AMOUNT = LOW_AMOUNT_RIDES.name
+
+
+@dataclass
+class AmountBranchWriter:
+    """foreachBatch handler that branches each micro-batch of raw_rides into the high- and low-amount tables.
+
+    Both appends carry (txnAppId, txnVersion=batch id), so a batch replayed after a crash is skipped by a table
+    that has it. An Observation counts the rides with no total_amount (they go to neither table); the count
+    travels in the marker of the low-amount commit, which is written after the high-amount one.
+    """
+
+    high_path: str
+    low_path: str
+    threshold: float
+    checkpoint_dir: str
+
+    def __call__(self, batch: DataFrame, batch_id: int) -> None:
+        import uuid
+
+        from pyspark.sql import Observation
+
+        from streaming_pipeline.bronze.offsets import checkpoint_id
+        from streaming_pipeline.engine.delta_tables import append_once
+        from streaming_pipeline.silver.transformations import high_amount_rides, low_amount_rides
+
+        # One txnAppId per checkpoint: a new checkpoint (after a replay) starts again at batch 0.
+        query = checkpoint_id(self.checkpoint_dir)
+        attempt = uuid.uuid4().hex
+        observation = Observation(f"branch-{batch_id}-{attempt}")
+        observed = batch.observe(observation, F.count(F.when(F.col("total_amount").isNull(), 1)).alias("null_amount"))
+        wrote_high = append_once(
+            high_amount_rides(observed, self.threshold),
+            self.high_path,
+            f"branch:{HIGH_AMOUNT}:{query}",
+            batch_id,
+            attempt,
+        )
+        null_amount = int(observation.get["null_amount"]) if wrote_high else None
+        append_once(
+            low_amount_rides(batch, self.threshold),
+            self.low_path,
+            f"branch:{LOW_AMOUNT}:{query}",
+            batch_id,
+            attempt,
+            extra={"null_amount_rides": null_amount},
+        )
+
+
+@dataclass
+class BranchRunResult:
+    report: StreamRunReport
+    high_rows: int
+    low_rows: int
+    null_amount_rides: int
+
+
+def update_amount_branches(
+    spark: SparkSession, lakehouse: LakehouseResource, log: Log | None = None
+) -> BranchRunResult:
+    """Branch raw_rides by total_amount (>= HIGH_AMOUNT_THRESHOLD goes high, below goes low, null to neither)."""
+    from streaming_pipeline.bronze.offsets import checkpoint_id
+    from streaming_pipeline.engine.delta_log import commits_since
+    from streaming_pipeline.engine.delta_tables import table_version
+
+    high_path, low_path = lakehouse.table_path(HIGH_AMOUNT), lakehouse.table_path(LOW_AMOUNT)
+    checkpoint_dir = lakehouse.checkpoint_path(f"{HIGH_AMOUNT}+{LOW_AMOUNT}")
+    handler = AmountBranchWriter(high_path, low_path, lakehouse.high_amount_threshold, checkpoint_dir)
+    before = table_version(high_path), table_version(low_path)
+
+    def start_writer() -> DataStreamWriter:
+        return (
+            delta_stream(spark, lakehouse, RAW_RIDES.name)
+            .writeStream.foreachBatch(handler)
+            .option("checkpointLocation", checkpoint_dir)
+        )
+
+    report = run_available_now(AMOUNT_BRANCHES, start_writer, log=log)
+    query = checkpoint_id(checkpoint_dir)
+    high = commits_since(high_path, before[0], f"branch:{HIGH_AMOUNT}:{query}")
+    low = commits_since(low_path, before[1], f"branch:{LOW_AMOUNT}:{query}")
+    return BranchRunResult(
+        report,
+        high_rows=sum(c.rows for c in high),
+        low_rows=sum(c.rows for c in low),
+        null_amount_rides=sum(int(c.marker.get("null_amount_rides") or 0) for c in low),
+    )

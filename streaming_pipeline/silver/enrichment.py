@@ -1,0 +1,76 @@
+"""The taxi_zones table (loaded from the TLC lookup) and the rides_enriched stream (the course's
+KStream-GlobalKTable join): every ride with the names of its zones."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from pyspark.sql import functions as F
+
+from streaming_pipeline.engine.delta_tables import read_table, table_exists
+from streaming_pipeline.engine.streams import Log, StreamRunReport, delta_stream, run_available_now
+from streaming_pipeline.tables import RAW_RIDES, RIDES_ENRICHED, TAXI_ZONES
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+    from pyspark.sql.streaming import DataStreamWriter
+
+    from streaming_pipeline.resources.lakehouse import LakehouseResource
+
+
+def refresh_taxi_zones(spark: SparkSession, lakehouse: LakehouseResource) -> bool:
+    """Load the zone lookup into its Delta table when the table differs from the CSV; True when it changed.
+
+    An unchanged lookup writes nothing, so re-running leaves the table's version as it is.
+    """
+    from streaming_pipeline.silver.taxi_zones import read_taxi_zones
+
+    path = lakehouse.table_path(TAXI_ZONES.name)
+    zones = read_taxi_zones(spark, lakehouse.taxi_zones_csv)
+    if table_exists(path):
+        current = read_table(spark, path)
+        if current.exceptAll(zones).isEmpty() and zones.exceptAll(current).isEmpty():
+            return False
+    zones.write.format("delta").mode("overwrite").option("overwriteSchema", "true").save(path)
+    return True
+
+
+@dataclass
+class EnrichmentRunResult:
+    report: StreamRunReport
+    unknown_pickup_zones: int
+    unknown_dropoff_zones: int
+
+
+def update_rides_enriched(
+    spark: SparkSession, lakehouse: LakehouseResource, log: Log | None = None
+) -> EnrichmentRunResult:
+    """Every ride of raw_rides once, with the boroughs and zones of its pickup and dropoff locations.
+
+    A stream-static join: each micro-batch joins the zone table as it is then (broadcast). Rides already
+    enriched keep the zones they were enriched with when the lookup changes later.
+    """
+    from streaming_pipeline.silver.transformations import enrich_rides_with_zones
+
+    def start_writer() -> DataStreamWriter:
+        zones = read_table(spark, lakehouse.table_path(TAXI_ZONES.name))
+        enriched = enrich_rides_with_zones(delta_stream(spark, lakehouse, RAW_RIDES.name), zones).observe(
+            "enrichment",
+            F.count(F.when(F.col("pu_zone").isNull(), 1)).alias("unknown_pickup_zones"),
+            F.count(F.when(F.col("do_zone").isNull(), 1)).alias("unknown_dropoff_zones"),
+        )
+        return (
+            enriched.writeStream.format("delta")
+            .outputMode("append")
+            .option("checkpointLocation", lakehouse.checkpoint_path(RIDES_ENRICHED.name))
+            .option("path", lakehouse.table_path(RIDES_ENRICHED.name))
+        )
+
+    report = run_available_now(RIDES_ENRICHED.name, start_writer, log=log)
+    observed = report.observed_metrics("enrichment")
+    return EnrichmentRunResult(
+        report,
+        unknown_pickup_zones=observed.get("unknown_pickup_zones", 0),
+        unknown_dropoff_zones=observed.get("unknown_dropoff_zones", 0),
+    )

@@ -1,0 +1,209 @@
+"""Every Delta table of the lakehouse, defined once: its name (the Dagster asset key), its layer (the asset
+group) and its columns (name, Spark SQL type, description), as DESIGN section 4 documents them.
+
+Plain Python, importing neither Dagster nor Spark: the foreachBatch handlers, which run in a Spark worker that
+must not import Dagster, take their DDL from here. The Dagster wiring derives the schemas the UI shows
+(`asset_metadata.column_schema`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+BRONZE = "bronze"
+SILVER = "silver"
+GOLD = "gold"
+
+
+@dataclass(frozen=True)
+class Column:
+    name: str
+    type: str  # Spark SQL type, lower case as the UI shows it: int, bigint, double, string, timestamp, ...
+    description: str | None = None
+
+
+@dataclass(frozen=True)
+class Table:
+    name: str
+    layer: str  # bronze, silver or gold: the asset group
+    columns: tuple[Column, ...]
+
+    @property
+    def column_names(self) -> list[str]:
+        return [c.name for c in self.columns]
+
+    @property
+    def ddl(self) -> str:
+        """The schema as Spark DDL (`name TYPE, ...`), for `createDataFrame([], ddl)`."""
+        return ddl(self.columns)
+
+
+def ddl(columns: tuple[Column, ...]) -> str:
+    return ", ".join(f"{c.name} {c.type.upper()}" for c in columns)
+
+
+#: Columns every bronze table carries besides the decoded Avro fields.
+KAFKA_COLUMNS = (
+    Column("kafka_topic", "string", "Source topic."),
+    Column("kafka_partition", "int", "Source partition."),
+    Column("kafka_offset", "bigint", "Offset within the partition; (topic, partition, offset) is unique."),
+    Column("kafka_timestamp", "timestamp", "Kafka record timestamp (UTC)."),
+    Column("schema_id", "int", "Registry id of the writer schema the record was encoded with."),
+)
+KAFKA_COLUMN_NAMES = [c.name for c in KAFKA_COLUMNS]
+#: What identifies a Kafka record in a table that keeps its coordinates.
+KAFKA_KEY = ["kafka_topic", "kafka_partition", "kafka_offset"]
+
+RIDE_COLUMNS = (
+    Column("vendor_id", "int", "TLC VendorID (1 CMT, 2 VeriFone)."),
+    Column("pickup_datetime", "timestamp", "Meter engaged (UTC)."),
+    Column("dropoff_datetime", "timestamp", "Meter disengaged (UTC)."),
+    Column("passenger_count", "int"),
+    Column("trip_distance", "double", "Miles."),
+    Column("rate_code_id", "int"),
+    Column("store_and_fwd_flag", "string"),
+    Column("pu_location_id", "int", "Pickup taxi zone."),
+    Column("do_location_id", "int", "Dropoff taxi zone."),
+    Column("payment_type", "int"),
+    Column("fare_amount", "double"),
+    Column("extra", "double"),
+    Column("mta_tax", "double"),
+    Column("tip_amount", "double"),
+    Column("tolls_amount", "double"),
+    Column("improvement_surcharge", "double"),
+    Column("total_amount", "double"),
+    Column("congestion_surcharge", "double"),
+    *KAFKA_COLUMNS,
+)
+
+# ------------------------------------------------------------------------------------------------ bronze
+
+RAW_RIDES = Table("raw_rides", BRONZE, RIDE_COLUMNS)
+
+RAW_PICKUP_LOCATIONS = Table(
+    "raw_pickup_locations",
+    BRONZE,
+    (
+        Column("pu_location_id", "int", "Taxi zone of the pickup."),
+        Column("pickup_datetime", "timestamp", "Pickup time (UTC)."),
+        *KAFKA_COLUMNS,
+    ),
+)
+
+DEAD_LETTER_RECORDS = Table(
+    "dead_letter_records",
+    BRONZE,
+    (
+        Column("kafka_topic", "string"),
+        Column("kafka_partition", "int"),
+        Column("kafka_offset", "bigint"),
+        Column("raw_key", "binary", "Key bytes exactly as received."),
+        Column("raw_value", "binary", "Value bytes exactly as received."),
+        Column("error", "string", "Why the record could not be decoded."),
+        Column("failed_at", "timestamp", "When ingestion set it aside (UTC)."),
+    ),
+)
+
+# ------------------------------------------------------------------------------------------------ silver
+
+HIGH_AMOUNT_RIDES = Table("high_amount_rides", SILVER, RIDE_COLUMNS)
+LOW_AMOUNT_RIDES = Table("low_amount_rides", SILVER, RIDE_COLUMNS)
+#: The step (multi-asset) that writes both amount branches from one stream.
+AMOUNT_BRANCHES = "amount_branches"
+
+TAXI_ZONES = Table(
+    "taxi_zones",
+    SILVER,
+    (
+        Column("location_id", "int", "TLC taxi zone id (LocationID)."),
+        Column("borough", "string"),
+        Column("zone", "string"),
+        Column("service_zone", "string"),
+    ),
+)
+
+RIDES_ENRICHED = Table(
+    "rides_enriched",
+    SILVER,
+    (
+        *RIDE_COLUMNS,
+        Column("pu_borough", "string", "Borough of the pickup zone; null for an unknown id."),
+        Column("pu_zone", "string", "Pickup zone name; null for an unknown id."),
+        Column("do_borough", "string", "Borough of the dropoff zone; null for an unknown id."),
+        Column("do_zone", "string", "Dropoff zone name; null for an unknown id."),
+    ),
+)
+
+RIDE_PICKUP_JOINS = Table(
+    "ride_pickup_joins",
+    SILVER,
+    (
+        Column("vendor_id", "int", "Vendor of the ride."),
+        Column("location_id", "int", "Zone where the ride dropped off and the pickup happened."),
+        Column("pickup_datetime", "timestamp", "Time of the pickup event."),
+        Column("dropoff_datetime", "timestamp", "Dropoff time of the ride."),
+        Column("ride_kafka_partition", "int"),
+        Column("ride_kafka_offset", "bigint"),
+        Column("pickup_kafka_partition", "int"),
+        Column("pickup_kafka_offset", "bigint"),
+    ),
+)
+
+JOIN_LATE_ROWS = Table(
+    "join_late_rows",
+    SILVER,
+    (
+        Column("query_id", "string", "The join query (its checkpoint); batch ids restart with a new one."),
+        Column("batch_id", "bigint", "Micro-batch of the join query."),
+        Column("input_rows", "bigint", "Rides and pickups the micro-batch read."),
+        Column(
+            "rows_dropped_by_watermark",
+            "bigint",
+            "Rides or pickups that arrived at or before the watermark of the previous micro-batch: "
+            "too late to be joined, dropped by Spark.",
+        ),
+        Column("watermark", "timestamp", "The join's watermark in this micro-batch (UTC)."),
+        Column("run_id", "string", "The Dagster run."),
+        Column("recorded_at", "timestamp", "When the row was written (UTC)."),
+    ),
+)
+
+# -------------------------------------------------------------------------------------------------- gold
+
+VENDOR_COUNTS = Table(
+    "vendor_counts",
+    GOLD,
+    (
+        Column("vendor_id", "int"),
+        Column("trip_count", "bigint", "Rides of this vendor over everything ingested."),
+    ),
+)
+
+RIDE_WINDOW_AGGREGATES = Table(
+    "ride_window_aggregates",
+    GOLD,
+    (
+        Column("window_start", "timestamp", "Tumbling window start (inclusive, UTC)."),
+        Column("window_end", "timestamp", "Window end (exclusive)."),
+        Column("vendor_id", "int"),
+        Column("trip_count", "bigint", "Rides counted before the window was final."),
+        Column("total_amount_sum", "double", "Sum of total_amount of those rides."),
+        Column("is_final", "boolean", "The watermark has passed window_end."),
+        Column("late_trip_count", "bigint", "Rides that arrived after the window was final."),
+        Column("max_pickup_datetime", "timestamp", "Latest on-time pickup in the window."),
+    ),
+)
+
+ALL_TABLES = (
+    RAW_RIDES,
+    RAW_PICKUP_LOCATIONS,
+    DEAD_LETTER_RECORDS,
+    HIGH_AMOUNT_RIDES,
+    LOW_AMOUNT_RIDES,
+    TAXI_ZONES,
+    RIDES_ENRICHED,
+    RIDE_PICKUP_JOINS,
+    JOIN_LATE_ROWS,
+    VENDOR_COUNTS,
+    RIDE_WINDOW_AGGREGATES,
+)
