@@ -9,6 +9,29 @@ import pytest
 
 SHARED_DATA = Path(__file__).resolve().parents[2] / "shared" / "data"
 
+# The TLC CSV header of rides.csv -> the raw_rides column it becomes (DESIGN section 4), written out here so
+# that tests compute their expectations independently of the package's own CSV reader.
+TLC_RIDE_COLUMNS = {
+    "VendorID": "vendor_id",
+    "tpep_pickup_datetime": "pickup_datetime",
+    "tpep_dropoff_datetime": "dropoff_datetime",
+    "passenger_count": "passenger_count",
+    "trip_distance": "trip_distance",
+    "RatecodeID": "rate_code_id",
+    "store_and_fwd_flag": "store_and_fwd_flag",
+    "PULocationID": "pu_location_id",
+    "DOLocationID": "do_location_id",
+    "payment_type": "payment_type",
+    "fare_amount": "fare_amount",
+    "extra": "extra",
+    "mta_tax": "mta_tax",
+    "tip_amount": "tip_amount",
+    "tolls_amount": "tolls_amount",
+    "improvement_surcharge": "improvement_surcharge",
+    "total_amount": "total_amount",
+    "congestion_surcharge": "congestion_surcharge",
+}
+
 
 @pytest.fixture(scope="session")
 def rides_csv() -> Path:
@@ -68,3 +91,26 @@ def pipeline_resources(stack, lakehouse_dir: Path, spark) -> dict[str, object]:
     resources = build_resources(settings)
     resources["spark"] = SparkResource(stop_on_teardown=False, conf=SPARK_TEST_CONF)
     return resources
+
+
+# The modules that take minutes, longest first (seconds measured on 2 cores, 2026-11-23). xdist gives each worker
+# whole modules in collection order (`--no-loadscope-reorder` in pyproject.toml; by default it would start the
+# modules with the most tests first), so starting these first keeps a long module from running alone at the end.
+HEAVIEST_MODULES = (
+    "test_cluster_vs_local.py",  # 551
+    "test_bench.py",  # 357
+    "test_live.py",  # 278
+    "test_exactly_once_bronze.py",  # 225
+    "test_postgres.py",  # 197
+    "test_kill_fuzz.py",  # 149
+    "test_exactly_once_windows.py",  # 139
+    "test_spark_cluster.py",  # 107
+)
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    def rank(item: pytest.Item) -> int:
+        name = item.path.name
+        return HEAVIEST_MODULES.index(name) if name in HEAVIEST_MODULES else len(HEAVIEST_MODULES)
+
+    items.sort(key=rank)  # stable: the order within a module, and of the other modules, stays as collected

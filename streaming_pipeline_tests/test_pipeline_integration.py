@@ -16,6 +16,7 @@ from streaming_pipeline.layers import ALL_ASSETS
 from streaming_pipeline.producer import produce, rows_from_records
 from streaming_pipeline.settings import RIDES_TOPIC
 from streaming_pipeline.synthetic import SyntheticOptions, synthetic_rides
+from streaming_pipeline_tests.conftest import TLC_RIDE_COLUMNS
 
 pytestmark = pytest.mark.integration
 
@@ -36,30 +37,9 @@ GAP = pd.Timedelta(minutes=10)
 WINDOW = "10min"
 WATERMARK_DELAY = pd.Timedelta(minutes=15)
 
-RIDE_COLUMNS = {
-    "VendorID": "vendor_id",
-    "tpep_pickup_datetime": "pickup_datetime",
-    "tpep_dropoff_datetime": "dropoff_datetime",
-    "passenger_count": "passenger_count",
-    "trip_distance": "trip_distance",
-    "RatecodeID": "rate_code_id",
-    "store_and_fwd_flag": "store_and_fwd_flag",
-    "PULocationID": "pu_location_id",
-    "DOLocationID": "do_location_id",
-    "payment_type": "payment_type",
-    "fare_amount": "fare_amount",
-    "extra": "extra",
-    "mta_tax": "mta_tax",
-    "tip_amount": "tip_amount",
-    "tolls_amount": "tolls_amount",
-    "improvement_surcharge": "improvement_surcharge",
-    "total_amount": "total_amount",
-    "congestion_surcharge": "congestion_surcharge",
-}
-
 
 def _expected_rides(rides_csv: Path) -> pd.DataFrame:
-    frame = pd.read_csv(rides_csv).rename(columns=RIDE_COLUMNS)
+    frame = pd.read_csv(rides_csv).rename(columns=TLC_RIDE_COLUMNS)
     for column in ("pickup_datetime", "dropoff_datetime"):
         frame[column] = pd.to_datetime(frame[column])
     return frame
@@ -141,8 +121,8 @@ def _check_tables(spark, resources, rides: pd.DataFrame, pickups: pd.DataFrame) 
     raw = _table(spark, resources, "raw_rides")
     assert len(raw) == len(rides)
     key = ["pickup_datetime", "dropoff_datetime", "pu_location_id", "do_location_id", "total_amount"]
-    got = raw[list(RIDE_COLUMNS.values())].sort_values(key).reset_index(drop=True)
-    want = rides[list(RIDE_COLUMNS.values())].sort_values(key).reset_index(drop=True)
+    got = raw[list(TLC_RIDE_COLUMNS.values())].sort_values(key).reset_index(drop=True)
+    want = rides[list(TLC_RIDE_COLUMNS.values())].sort_values(key).reset_index(drop=True)
     pd.testing.assert_frame_equal(got, want, check_dtype=False)
     assert raw[["kafka_topic", "kafka_partition", "kafka_offset"]].drop_duplicates().shape[0] == len(rides)
     assert set(raw["kafka_topic"]) == {RIDES_TOPIC}
