@@ -8,7 +8,8 @@ from typing import TYPE_CHECKING, Any, TypedDict
 import dagster as dg
 
 from streaming_pipeline import tables
-from streaming_pipeline.engine.delta_tables import preview_markdown, read_table, table_exists, table_version
+from streaming_pipeline.engine.delta_log import latest_version
+from streaming_pipeline.engine.delta_tables import preview_markdown, read_table, table_exists
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -109,7 +110,7 @@ def delta_table_metadata(spark: SparkSession, path: str, *, preview_order: list[
     `preview_order` sorts the preview, which scans the table: only for tables that stay small. Large tables
     preview any 10 rows, so that a run's cost follows its new data, not the table's history.
     """
-    version = table_version(path)
+    version = latest_version(path)
     if version is None:
         return {
             "table_path": dg.MetadataValue.path(path),
