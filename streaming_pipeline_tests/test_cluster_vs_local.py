@@ -18,7 +18,6 @@ import csv
 import os
 import signal
 import subprocess
-import sys
 import time
 from collections import Counter
 from collections.abc import Iterator
@@ -28,9 +27,13 @@ from typing import Any
 
 import pytest
 
-from streaming_pipeline.cli import main as cli_main
 from streaming_pipeline.embedded.spark_connect import SparkConnectServer
 from streaming_pipeline.embedded.stack import StackInfo, running_stack
+from streaming_pipeline_tests.cli_helpers import (
+    MATERIALIZE_EVERY_ASSET,
+    environment_without_pipeline_settings,
+    produce_with_cli,
+)
 from streaming_pipeline_tests.kafka_helpers import REPO_ROOT, produce_raw
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
@@ -73,21 +76,6 @@ def engines(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[StackInf
             yield stack, local.remote_url, root
 
 
-def _produce(stack: StackInfo, *args: str) -> None:
-    code = cli_main(
-        [
-            "produce",
-            *args,
-            "--no-progress",
-            "--bootstrap-servers",
-            stack.bootstrap_servers,
-            "--schema-registry-url",
-            stack.schema_registry_url,
-        ]
-    )
-    assert code == 0, f"produce {' '.join(args)} exited with {code}"
-
-
 def _pickups_near_dropoffs(rides_csv: Path, path: Path) -> Path:
     """A pickup at the dropoff zone of every third ride of the sample, within, on and just outside the join's
     10-minute bound."""
@@ -106,24 +94,7 @@ def _materialize_both(stack: StackInfo, remotes: dict[str, str], lakehouses: dic
     """`dagster asset materialize -m streaming_pipeline.definitions --select '*'` on each engine into its own
     lakehouse, both at once (each is a Spark Connect client; the engines do the work). Each run's whole process
     group is killed if it outlives the timeout or the test."""
-    command = [
-        sys.executable,
-        "-m",
-        "dagster",
-        "asset",
-        "materialize",
-        "-m",
-        "streaming_pipeline.definitions",
-        "--select",
-        "*",
-    ]
-    foreign = ("SPARK_", "RIDE_", "JOIN_", "OFFSET_SENSOR_", "KAFKA_", "SCHEMA_REGISTRY_", "DAGSTER_")
-    base = {
-        k: v
-        for k, v in os.environ.items()
-        if not k.startswith(foreign)
-        and k not in ("LAKEHOUSE_DIR", "HIGH_AMOUNT_THRESHOLD", "TAXI_ZONES_CSV", "MAX_OFFSETS_PER_TRIGGER")
-    }
+    base = environment_without_pipeline_settings()
     runs: dict[str, tuple[subprocess.Popen[bytes], Path]] = {}
     try:
         for mode, remote in remotes.items():
@@ -143,7 +114,7 @@ def _materialize_both(stack: StackInfo, remotes: dict[str, str], lakehouses: dic
             with log.open("ab") as out:
                 runs[mode] = (
                     subprocess.Popen(
-                        command,
+                        MATERIALIZE_EVERY_ASSET,
                         cwd=REPO_ROOT,
                         env=env,
                         stdout=out,
@@ -224,9 +195,9 @@ def test_every_table_is_identical_on_a_two_worker_cluster_and_in_local_mode(
 
     # Round 1: the sample, pickups near its dropoffs, synthetic rides (late and out of order) and pickups,
     # and records no schema decodes.
-    _produce(stack, "rides", "--csv", str(rides_csv))
-    _produce(stack, "pickups", "--csv", str(_pickups_near_dropoffs(rides_csv, root / "pickups.csv")))
-    _produce(
+    produce_with_cli(stack, "rides", "--csv", str(rides_csv))
+    produce_with_cli(stack, "pickups", "--csv", str(_pickups_near_dropoffs(rides_csv, root / "pickups.csv")))
+    produce_with_cli(
         stack,
         "rides",
         "--synthetic",
@@ -238,7 +209,7 @@ def test_every_table_is_identical_on_a_two_worker_cluster_and_in_local_mode(
         "--out-of-order-fraction",
         "0.1",
     )
-    _produce(stack, "pickups", "--synthetic", "120", "--seed", "11")
+    produce_with_cli(stack, "pickups", "--synthetic", "120", "--seed", "11")
     produce_raw(stack.bootstrap_servers, "rides", [(b"1", b"\x01not avro"), (b"2", b"\x00\x00\x00\x03\xe7\x02")])
     produce_raw(stack.bootstrap_servers, "pickup_locations", [(b"7", b"\x00\x00")])
     _materialize_both(stack, remotes, lakehouses, root)
@@ -250,8 +221,8 @@ def test_every_table_is_identical_on_a_two_worker_cluster_and_in_local_mode(
     assert min(sizes[t] for t in TABLES) > 0, sizes
 
     # Round 2: more records; both engines restore their streaming state from the checkpoints.
-    _produce(stack, "rides", "--synthetic", "150", "--seed", "12", "--late-fraction", "0.1")
-    _produce(stack, "pickups", "--synthetic", "60", "--seed", "12")
+    produce_with_cli(stack, "rides", "--synthetic", "150", "--seed", "12", "--late-fraction", "0.1")
+    produce_with_cli(stack, "pickups", "--synthetic", "60", "--seed", "12")
     _materialize_both(stack, remotes, lakehouses, root)
     sizes = _assert_identical(spark, lakehouses["local"], lakehouses["cluster"], "after the second runs")
     assert sizes["raw_rides"] == 266 + 300 + 150 and sizes["raw_pickup_locations"] == 89 + 120 + 60
