@@ -90,52 +90,67 @@ def _pickups_near_dropoffs(rides_csv: Path, path: Path) -> Path:
     return path
 
 
+# Spark gives a new Python worker (the foreachBatch handlers run in one) a fixed 10 s to connect back. On 2 cores
+# shared with another test worker that can pass; the run then fails with this message, and a rerun resumes from
+# the checkpoints, exactly once, as the offset sensor's retry does live. Any other failure fails the test.
+WORKER_START_TIMED_OUT = "Python worker failed to connect back"
+
+
 def _materialize_both(stack: StackInfo, remotes: dict[str, str], lakehouses: dict[str, Path], root: Path) -> None:
     """`dagster asset materialize -m streaming_pipeline.definitions --select '*'` on each engine into its own
     lakehouse, both at once (each is a Spark Connect client; the engines do the work). Each run's whole process
     group is killed if it outlives the timeout or the test."""
     base = environment_without_pipeline_settings()
-    runs: dict[str, tuple[subprocess.Popen[bytes], Path]] = {}
-    try:
-        for mode, remote in remotes.items():
-            dagster_home = root / f"dagster-{mode}"
-            dagster_home.mkdir(parents=True, exist_ok=True)
-            (dagster_home / "dagster.yaml").touch()
-            env = {
-                **base,
-                "SPARK_REMOTE": remote,
-                "KAFKA_BOOTSTRAP_SERVERS": stack.bootstrap_servers,
-                "SCHEMA_REGISTRY_URL": stack.schema_registry_url,
-                "LAKEHOUSE_DIR": str(lakehouses[mode]),
-                "DAGSTER_HOME": str(dagster_home),
-                "MAX_OFFSETS_PER_TRIGGER": str(PER_TRIGGER),
-            }
-            log = root / f"run-{mode}.log"
-            with log.open("ab") as out:
-                runs[mode] = (
-                    subprocess.Popen(
-                        MATERIALIZE_EVERY_ASSET,
-                        cwd=REPO_ROOT,
-                        env=env,
-                        stdout=out,
-                        stderr=subprocess.STDOUT,
-                        stdin=subprocess.DEVNULL,
-                        start_new_session=True,
-                    ),
-                    log,
-                )
-        deadline = time.monotonic() + RUN_TIMEOUT_S
-        for mode, (proc, log) in runs.items():
-            try:
-                code = proc.wait(timeout=max(1.0, deadline - time.monotonic()))
-            except subprocess.TimeoutExpired:
-                code = None
-            assert code == 0, (
-                f"materialize on the {mode} engine ({remotes[mode]}) ended with {code}:\n"
-                f"{log.read_text(errors='replace')[-8000:]}"
+    runs: dict[str, tuple[subprocess.Popen[bytes], Path, int]] = {}
+
+    def start(mode: str) -> None:
+        dagster_home = root / f"dagster-{mode}"
+        dagster_home.mkdir(parents=True, exist_ok=True)
+        (dagster_home / "dagster.yaml").touch()
+        env = {
+            **base,
+            "SPARK_REMOTE": remotes[mode],
+            "KAFKA_BOOTSTRAP_SERVERS": stack.bootstrap_servers,
+            "SCHEMA_REGISTRY_URL": stack.schema_registry_url,
+            "LAKEHOUSE_DIR": str(lakehouses[mode]),
+            "DAGSTER_HOME": str(dagster_home),
+            "MAX_OFFSETS_PER_TRIGGER": str(PER_TRIGGER),
+        }
+        log = root / f"run-{mode}.log"
+        with log.open("ab") as out:
+            start_of_run = out.tell()
+            proc = subprocess.Popen(
+                MATERIALIZE_EVERY_ASSET,
+                cwd=REPO_ROOT,
+                env=env,
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+                start_new_session=True,
             )
+        runs[mode] = (proc, log, start_of_run)
+
+    def finish(mode: str, deadline: float) -> tuple[int | None, str]:
+        proc, log, start_of_run = runs[mode]
+        try:
+            code = proc.wait(timeout=max(1.0, deadline - time.monotonic()))
+        except subprocess.TimeoutExpired:
+            code = None
+        return code, log.read_bytes()[start_of_run:].decode(errors="replace")
+
+    try:
+        for mode in remotes:
+            start(mode)
+        deadline = time.monotonic() + RUN_TIMEOUT_S
+        for mode in remotes:
+            code, output = finish(mode, deadline)
+            if code != 0 and WORKER_START_TIMED_OUT in output:
+                print(f"{mode}: the run failed with {WORKER_START_TIMED_OUT!r}; running it again")
+                start(mode)
+                code, output = finish(mode, deadline)
+            assert code == 0, f"materialize on the {mode} engine ({remotes[mode]}) ended with {code}:\n{output[-8000:]}"
     finally:
-        for proc, _log in runs.values():
+        for proc, _log, _start in runs.values():
             if proc.poll() is None:
                 os.killpg(proc.pid, signal.SIGKILL)
                 proc.wait(timeout=30)
