@@ -8,7 +8,8 @@ from typing import TYPE_CHECKING, Any, TypedDict
 import dagster as dg
 
 from streaming_pipeline import tables
-from streaming_pipeline.engine.delta_tables import preview_markdown, read_table, table_exists, table_version
+from streaming_pipeline.engine.delta_log import latest_version
+from streaming_pipeline.engine.delta_tables import preview_markdown, read_table, table_exists
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -17,17 +18,45 @@ if TYPE_CHECKING:
     from streaming_pipeline.resources.lakehouse import LakehouseResource
 
 OWNERS = ["team:data-platform"]
+#: The kinds (UI badges) of a table Spark writes to Delta, and of one it reads from Kafka.
+SPARK_KINDS = {"spark", "delta"}
+KAFKA_KINDS = {"kafka", *SPARK_KINDS}
 
 
-class SharedSpecArgs(TypedDict):
-    """Keyword arguments that the specs of one multi-asset share, passed to `dg.AssetSpec(..., **shared)`."""
+class TableArgs(TypedDict):
+    """The arguments every table's asset or spec takes from `tables`, passed as `**table_args(...)` to
+    `dg.asset` or `dg.AssetSpec` (which take the name or key separately)."""
 
     group_name: str
     deps: list[dg.AssetsDefinition]
     kinds: set[str]
     owners: list[str]
     tags: dict[str, str]
-    automation_condition: dg.AutomationCondition[Any]
+    metadata: dict[str, Any]
+    automation_condition: dg.AutomationCondition[Any] | None
+
+
+def table_args(
+    table: tables.Table,
+    *,
+    kinds: set[str],
+    deps: list[dg.AssetsDefinition] | None = None,
+    automation_condition: dg.AutomationCondition[Any] | None = None,
+    metadata: dict[str, Any] | None = None,
+) -> TableArgs:
+    """Group, owners, layer tag and the UI's column schema of `table`; a table streamed from others (`deps`)
+    follows them eagerly unless `automation_condition` says otherwise."""
+    if automation_condition is None and deps:
+        automation_condition = dg.AutomationCondition.eager()
+    return TableArgs(
+        group_name=table.layer,
+        deps=deps or [],
+        kinds=kinds,
+        owners=OWNERS,
+        tags=layer_tags(table.layer),
+        metadata={"dagster/column_schema": column_schema(table), **(metadata or {})},
+        automation_condition=automation_condition,
+    )
 
 
 def column_schema(table: tables.Table) -> dg.TableSchema:
@@ -65,13 +94,23 @@ def step_priority(step_name: str) -> dict[str, str]:
     return {"dagster/priority": str(STEP_PRIORITY[step_name])}
 
 
+class StreamStepArgs(TypedDict):
+    pool: str
+    op_tags: dict[str, str]
+
+
+def stream_step_args(step_name: str) -> StreamStepArgs:
+    """The pool of the step's checkpoint and its priority in a run, for a step that streams from other tables."""
+    return StreamStepArgs(pool=checkpoint_pool(step_name), op_tags=step_priority(step_name))
+
+
 def delta_table_metadata(spark: SparkSession, path: str, *, preview_order: list[str] | None = None) -> dict[str, Any]:
     """Path, version, row count (from Delta's statistics) and a preview of 10 rows.
 
     `preview_order` sorts the preview, which scans the table: only for tables that stay small. Large tables
     preview any 10 rows, so that a run's cost follows its new data, not the table's history.
     """
-    version = table_version(path)
+    version = latest_version(path)
     if version is None:
         return {
             "table_path": dg.MetadataValue.path(path),

@@ -28,8 +28,8 @@ from typing import TYPE_CHECKING, Any
 import dagster as dg
 
 from streaming_pipeline.bronze.offsets import Offsets
-from streaming_pipeline.engine.delta_log import filesystem
-from streaming_pipeline.engine.delta_tables import read_table, table_version
+from streaming_pipeline.engine.delta_log import filesystem, latest_version
+from streaming_pipeline.engine.delta_tables import read_table
 from streaming_pipeline.errors import ConfigurationError, StreamingPipelineError
 from streaming_pipeline.resources.kafka import KafkaResource
 from streaming_pipeline.resources.lakehouse import LakehouseResource
@@ -190,7 +190,7 @@ def empty_table(
     carrying `marker`; a missing table is created from `ddl` when given. True when a commit was made."""
     from pyspark.sql import functions as F
 
-    if table_version(path) is None:
+    if latest_version(path) is None:
         if ddl is None:
             return False
         frame = spark.createDataFrame([], ddl)
@@ -231,7 +231,7 @@ def replay(
     offsets = resolve_start(start, topic, watermarks, kafka)
     spark = resources["spark"].get_session()
     table_path = lakehouse.table_path(asset_name)
-    version_before = table_version(table_path)
+    version_before = latest_version(table_path)
     rows_before = read_table(spark, table_path).count() if version_before is not None else 0
     report = ReplayReport(asset_name, topic, offsets, rows_before, version_before)
     progress(f"replay {asset_name}: {rows_before} row(s) now; rebuilding from {topic} at {start.describe()}")

@@ -14,7 +14,7 @@ import json
 import pytest
 from pyspark.sql import functions as F
 
-from streaming_pipeline.engine.delta_tables import table_version
+from streaming_pipeline.engine.delta_log import latest_version
 from streaming_pipeline.gold.windows import (
     RECONCILE_WRITER,
     reconcile_ride_windows,
@@ -58,7 +58,7 @@ class Bronze:
             rows.append((vendor, pickup, pickup + dt.timedelta(minutes=5), 10, amount, 0, self.offset))
             self.offset += 1
         self.spark.createDataFrame(rows, RIDES_DDL).coalesce(1).write.format("delta").mode("append").save(self.path)
-        version = table_version(self.path)
+        version = latest_version(self.path)
         assert version is not None
         return version
 
@@ -233,13 +233,13 @@ def test_rerunning_with_no_new_ride_changes_nothing(spark, lakehouse):
     bronze.append((1, at(8, 2), 3.0), (2, at(9, 1), 2.0))  # one late, one on time
     update_ride_window_aggregates(spark, lakehouse)
     path = lakehouse.table_path("ride_window_aggregates")
-    version, rows = table_version(path), windows(spark, lakehouse)
+    version, rows = latest_version(path), windows(spark, lakehouse)
     assert rows == {(epoch(8, 0), 1): (1, 10.0, 1, True), (epoch(9, 0), 2): (2, 3.5, 0, False)}
 
     for _ in range(2):
         again = update_ride_window_aggregates(spark, lakehouse)
         assert (again.report.input_rows, again.reconcile.windows) == (0, 0)
-        assert table_version(path) == version
+        assert latest_version(path) == version
         assert windows(spark, lakehouse) == rows
 
 

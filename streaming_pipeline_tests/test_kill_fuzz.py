@@ -19,7 +19,6 @@ import random
 import re
 import signal
 import subprocess
-import sys
 import time
 from collections import Counter
 from datetime import UTC, datetime
@@ -28,10 +27,14 @@ from pathlib import Path
 import pytest
 from pyspark.sql import functions as F
 
-from streaming_pipeline.cli import main as cli_main
 from streaming_pipeline.embedded.processes import group_members
 from streaming_pipeline.settings import DEFAULT_HIGH_AMOUNT_THRESHOLD
 from streaming_pipeline.synthetic import SyntheticOptions, synthetic_pickups, synthetic_rides
+from streaming_pipeline_tests.cli_helpers import (
+    MATERIALIZE_EVERY_ASSET,
+    environment_without_pipeline_settings,
+    produce_with_cli,
+)
 from streaming_pipeline_tests.kafka_helpers import REPO_ROOT, all_coordinates, end_offsets
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
@@ -44,39 +47,6 @@ KILL_WINDOW_S = float(os.environ.get("STREAMING_PIPELINE_KILL_FUZZ_WINDOW", "150
 MAX_ROUNDS = 3 * KILLS  # rounds whose run ends before its kill moment do not count as kills
 WINDOW_SECONDS = 600  # RIDE_WINDOW_DURATION's default, 10 minutes
 RUN_TIMEOUT_S = 600
-
-
-def _produce(stack, topic: str, count: int, seed: int) -> None:
-    code = cli_main(
-        [
-            "produce",
-            topic,
-            "--synthetic",
-            str(count),
-            "--seed",
-            str(seed),
-            "--no-progress",
-            "--bootstrap-servers",
-            stack.bootstrap_servers,
-            "--schema-registry-url",
-            stack.schema_registry_url,
-        ]
-    )
-    assert code == 0, f"produce {topic} exited with {code}"
-
-
-def _command() -> list[str]:
-    return [
-        sys.executable,
-        "-m",
-        "dagster",
-        "asset",
-        "materialize",
-        "-m",
-        "streaming_pipeline.definitions",
-        "--select",
-        "*",
-    ]
 
 
 def _running_step(log: Path) -> str:
@@ -113,11 +83,7 @@ def test_sigkill_at_random_moments_then_rerun_gives_every_record_exactly_once(st
     dagster_home = tmp_path / "dagster_home"
     dagster_home.mkdir()
     (dagster_home / "dagster.yaml").write_text("")
-    env = {
-        k: v
-        for k, v in os.environ.items()
-        if not k.startswith(("SPARK_", "RIDE_", "JOIN_", "OFFSET_SENSOR_")) and k != "HIGH_AMOUNT_THRESHOLD"
-    }
+    env = environment_without_pipeline_settings()
     env.update(
         KAFKA_BOOTSTRAP_SERVERS=stack.bootstrap_servers,
         SCHEMA_REGISTRY_URL=stack.schema_registry_url,
@@ -130,15 +96,15 @@ def test_sigkill_at_random_moments_then_rerun_gives_every_record_exactly_once(st
     for round_number in range(MAX_ROUNDS):
         if sum(killed_in.values()) == KILLS:
             break
-        _produce(stack, "rides", RIDES_PER_ROUND, seed=SEED + round_number)
+        produce_with_cli(stack, "rides", "--synthetic", str(RIDES_PER_ROUND), "--seed", str(SEED + round_number))
         rides += synthetic_rides(RIDES_PER_ROUND, SyntheticOptions(seed=SEED + round_number))
-        _produce(stack, "pickups", PICKUPS_PER_ROUND, seed=SEED + round_number)
+        produce_with_cli(stack, "pickups", "--synthetic", str(PICKUPS_PER_ROUND), "--seed", str(SEED + round_number))
         pickups += synthetic_pickups(PICKUPS_PER_ROUND, SyntheticOptions(seed=SEED + round_number))
         log = tmp_path / f"round-{round_number}.log"
         delay = rng.uniform(0.0, KILL_WINDOW_S)
         with log.open("wb") as out:
             proc = subprocess.Popen(
-                _command(),
+                MATERIALIZE_EVERY_ASSET,
                 cwd=REPO_ROOT,
                 env=env,
                 stdout=out,
@@ -180,7 +146,7 @@ def test_sigkill_at_random_moments_then_rerun_gives_every_record_exactly_once(st
     final_log = tmp_path / "final.log"
     with final_log.open("wb") as out:
         final = subprocess.run(
-            _command(),
+            MATERIALIZE_EVERY_ASSET,
             cwd=REPO_ROOT,
             env=env,
             stdout=out,

@@ -11,7 +11,7 @@ import pandas as pd
 import pytest
 
 from streaming_pipeline.cli import main as cli_main
-from streaming_pipeline.engine.delta_tables import table_version
+from streaming_pipeline.engine.delta_log import latest_version
 from streaming_pipeline.layers import ALL_ASSETS
 from streaming_pipeline.producer import produce, rows_from_records
 from streaming_pipeline.settings import RIDES_TOPIC
@@ -114,7 +114,7 @@ def _table(spark, resources, name: str) -> pd.DataFrame:
 
 
 def _versions(spark, resources) -> dict[str, int | None]:
-    return {name: table_version(resources["lakehouse"].table_path(name)) for name in TABLES}
+    return {name: latest_version(resources["lakehouse"].table_path(name)) for name in TABLES}
 
 
 def _check_tables(spark, resources, rides: pd.DataFrame, pickups: pd.DataFrame) -> None:

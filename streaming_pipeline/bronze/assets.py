@@ -3,12 +3,12 @@
 import dagster as dg
 
 from streaming_pipeline.asset_metadata import (
-    OWNERS,
+    KAFKA_KINDS,
+    SPARK_KINDS,
     checkpoint_pool,
-    column_schema,
     delta_table_metadata,
-    layer_tags,
     step_priority,
+    table_args,
 )
 from streaming_pipeline.bronze.ingestion import BronzeRunResult, ingest_topic
 from streaming_pipeline.bronze.offsets import consumed_offsets
@@ -53,12 +53,8 @@ def _bronze_result(
 
 @dg.asset(
     name=RAW_RIDES.name,
-    group_name=RAW_RIDES.layer,
-    kinds={"kafka", "spark", "delta"},
-    owners=OWNERS,
-    tags=layer_tags(RAW_RIDES.layer),
+    **table_args(RAW_RIDES, kinds=KAFKA_KINDS, metadata={"source_topic": RIDES_TOPIC}),
     pool=checkpoint_pool(RAW_RIDES.name),
-    metadata={"dagster/column_schema": column_schema(RAW_RIDES), "source_topic": RIDES_TOPIC},
 )
 def raw_rides(
     context: dg.AssetExecutionContext,
@@ -83,12 +79,8 @@ def raw_rides(
 
 @dg.asset(
     name=RAW_PICKUP_LOCATIONS.name,
-    group_name=RAW_PICKUP_LOCATIONS.layer,
-    kinds={"kafka", "spark", "delta"},
-    owners=OWNERS,
-    tags=layer_tags(RAW_PICKUP_LOCATIONS.layer),
+    **table_args(RAW_PICKUP_LOCATIONS, kinds=KAFKA_KINDS, metadata={"source_topic": PICKUPS_TOPIC}),
     pool=checkpoint_pool(RAW_PICKUP_LOCATIONS.name),
-    metadata={"dagster/column_schema": column_schema(RAW_PICKUP_LOCATIONS), "source_topic": PICKUPS_TOPIC},
 )
 def raw_pickup_locations(
     context: dg.AssetExecutionContext,
@@ -112,13 +104,7 @@ def raw_pickup_locations(
 
 @dg.asset(
     name=DEAD_LETTER_RECORDS.name,
-    group_name=DEAD_LETTER_RECORDS.layer,
-    deps=[raw_rides, raw_pickup_locations],
-    kinds={"spark", "delta"},
-    owners=OWNERS,
-    tags=layer_tags(DEAD_LETTER_RECORDS.layer),
-    automation_condition=dg.AutomationCondition.eager(),
-    metadata={"dagster/column_schema": column_schema(DEAD_LETTER_RECORDS)},
+    **table_args(DEAD_LETTER_RECORDS, kinds=SPARK_KINDS, deps=[raw_rides, raw_pickup_locations]),
     op_tags=step_priority(DEAD_LETTER_RECORDS.name),
 )
 def dead_letter_records(

@@ -16,8 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 from streaming_pipeline.bronze.batches import BronzeBatchWriter, bronze_app_id, dead_letter_app_id
 from streaming_pipeline.bronze.offsets import BronzeStateError, check_bronze_state, checkpoint_id, topic_problems
-from streaming_pipeline.engine.delta_log import BatchCounts, commits_since
-from streaming_pipeline.engine.delta_tables import table_version
+from streaming_pipeline.engine.delta_log import BatchCounts, commits_since, latest_version
 from streaming_pipeline.engine.streams import Log, StreamRunReport, run_available_now
 from streaming_pipeline.resources.kafka import KafkaResource
 from streaming_pipeline.resources.lakehouse import LakehouseResource
@@ -83,8 +82,8 @@ def ingest_topic(
         asset_name=asset_name,
         checkpoint_dir=checkpoint_dir,
     )
-    table_before = table_version(table_path)
-    dead_before = table_version(dead_letter_path)
+    table_before = latest_version(table_path)
+    dead_before = latest_version(dead_letter_path)
 
     def start_writer() -> DataStreamWriter:
         source = (

@@ -22,11 +22,6 @@ def delta_path_sql(path: str) -> str:
     return "delta.`" + path.replace("`", "``") + "`"
 
 
-def table_version(path: str) -> int | None:
-    """The table's newest version, from its Delta log (no Spark job); None when there is no table at `path`."""
-    return latest_version(path)
-
-
 def table_exists(path: str) -> bool:
     return latest_version(path) is not None
 

@@ -6,14 +6,12 @@ from typing import TYPE_CHECKING
 import dagster as dg
 
 from streaming_pipeline.asset_metadata import (
-    OWNERS,
-    checkpoint_pool,
-    column_schema,
+    SPARK_KINDS,
     delta_table_metadata,
-    layer_tags,
     missing_sources,
-    step_priority,
     stream_metadata,
+    stream_step_args,
+    table_args,
 )
 from streaming_pipeline.bronze.assets import raw_rides
 from streaming_pipeline.engine.delta_tables import read_table, table_exists
@@ -21,7 +19,7 @@ from streaming_pipeline.engine.spark import SparkResource
 from streaming_pipeline.gold.vendor_counts import update_vendor_counts
 from streaming_pipeline.gold.windows import update_ride_window_aggregates
 from streaming_pipeline.resources import LakehouseResource
-from streaming_pipeline.tables import GOLD, RAW_RIDES, RIDE_WINDOW_AGGREGATES, VENDOR_COUNTS
+from streaming_pipeline.tables import RAW_RIDES, RIDE_WINDOW_AGGREGATES, VENDOR_COUNTS
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -31,15 +29,8 @@ MAX_CHART_WINDOWS = 200
 
 @dg.asset(
     name=VENDOR_COUNTS.name,
-    group_name=GOLD,
-    deps=[raw_rides],
-    kinds={"spark", "delta"},
-    owners=OWNERS,
-    tags=layer_tags(GOLD),
-    automation_condition=dg.AutomationCondition.eager(),
-    pool=checkpoint_pool(VENDOR_COUNTS.name),
-    op_tags=step_priority(VENDOR_COUNTS.name),
-    metadata={"dagster/column_schema": column_schema(VENDOR_COUNTS)},
+    **table_args(VENDOR_COUNTS, kinds=SPARK_KINDS, deps=[raw_rides]),
+    **stream_step_args(VENDOR_COUNTS.name),
 )
 def vendor_counts(
     context: dg.AssetExecutionContext, spark: SparkResource, lakehouse: LakehouseResource
@@ -59,15 +50,8 @@ def vendor_counts(
 
 @dg.asset(
     name=RIDE_WINDOW_AGGREGATES.name,
-    group_name=GOLD,
-    deps=[raw_rides],
-    kinds={"spark", "delta"},
-    owners=OWNERS,
-    tags=layer_tags(GOLD),
-    automation_condition=dg.AutomationCondition.eager(),
-    pool=checkpoint_pool(RIDE_WINDOW_AGGREGATES.name),
-    op_tags=step_priority(RIDE_WINDOW_AGGREGATES.name),
-    metadata={"dagster/column_schema": column_schema(RIDE_WINDOW_AGGREGATES)},
+    **table_args(RIDE_WINDOW_AGGREGATES, kinds=SPARK_KINDS, deps=[raw_rides]),
+    **stream_step_args(RIDE_WINDOW_AGGREGATES.name),
 )
 def ride_window_aggregates(
     context: dg.AssetExecutionContext, spark: SparkResource, lakehouse: LakehouseResource

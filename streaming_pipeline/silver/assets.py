@@ -4,15 +4,12 @@
 import dagster as dg
 
 from streaming_pipeline.asset_metadata import (
-    OWNERS,
-    SharedSpecArgs,
-    checkpoint_pool,
-    column_schema,
+    SPARK_KINDS,
     delta_table_metadata,
-    layer_tags,
     missing_sources,
-    step_priority,
     stream_metadata,
+    stream_step_args,
+    table_args,
 )
 from streaming_pipeline.bronze.assets import raw_pickup_locations, raw_rides
 from streaming_pipeline.engine.delta_tables import read_table, table_exists
@@ -30,20 +27,10 @@ from streaming_pipeline.tables import (
     RAW_RIDES,
     RIDE_PICKUP_JOINS,
     RIDES_ENRICHED,
-    SILVER,
     TAXI_ZONES,
 )
 
 # ------------------------------------------------------------------------------------------ amount branches
-
-_COMMON = SharedSpecArgs(
-    group_name=SILVER,
-    deps=[raw_rides],
-    kinds={"spark", "delta"},
-    owners=OWNERS,
-    tags=layer_tags(SILVER),
-    automation_condition=dg.AutomationCondition.eager(),
-)
 
 
 @dg.multi_asset(
@@ -52,18 +39,15 @@ _COMMON = SharedSpecArgs(
         dg.AssetSpec(
             HIGH_AMOUNT_RIDES.name,
             description="Rides with total_amount >= HIGH_AMOUNT_THRESHOLD (default 40), same columns as raw_rides.",
-            metadata={"dagster/column_schema": column_schema(HIGH_AMOUNT_RIDES)},
-            **_COMMON,
+            **table_args(HIGH_AMOUNT_RIDES, kinds=SPARK_KINDS, deps=[raw_rides]),
         ),
         dg.AssetSpec(
             LOW_AMOUNT_RIDES.name,
             description="Rides with total_amount < HIGH_AMOUNT_THRESHOLD (default 40), same columns as raw_rides.",
-            metadata={"dagster/column_schema": column_schema(LOW_AMOUNT_RIDES)},
-            **_COMMON,
+            **table_args(LOW_AMOUNT_RIDES, kinds=SPARK_KINDS, deps=[raw_rides]),
         ),
     ],
-    pool=checkpoint_pool(AMOUNT_BRANCHES),
-    op_tags=step_priority(AMOUNT_BRANCHES),
+    **stream_step_args(AMOUNT_BRANCHES),
 )
 def amount_branches(context: dg.AssetExecutionContext, spark: SparkResource, lakehouse: LakehouseResource):
     """One stream from raw_rides, branched per micro-batch; a ride with no total_amount goes to neither table
@@ -101,16 +85,15 @@ def amount_branches(context: dg.AssetExecutionContext, spark: SparkResource, lak
 
 @dg.asset(
     name=TAXI_ZONES.name,
-    group_name=SILVER,
-    kinds={"csv", "spark", "delta"},
-    owners=OWNERS,
-    tags=layer_tags(SILVER),
-    # Loaded once by Dagster's automation sensor when missing (on_missing() fires only when a target becomes
-    # missing, never for one missing since the first tick); a failed load waits for someone to fix the CSV.
-    automation_condition=dg.AutomationCondition.missing()
-    & ~dg.AutomationCondition.in_progress()
-    & ~dg.AutomationCondition.execution_failed(),
-    metadata={"dagster/column_schema": column_schema(TAXI_ZONES)},
+    **table_args(
+        TAXI_ZONES,
+        kinds={"csv", *SPARK_KINDS},
+        # Loaded once by Dagster's automation sensor when missing (on_missing() fires only when a target becomes
+        # missing, never for one missing since the first tick); a failed load waits for someone to fix the CSV.
+        automation_condition=dg.AutomationCondition.missing()
+        & ~dg.AutomationCondition.in_progress()
+        & ~dg.AutomationCondition.execution_failed(),
+    ),
 )
 def taxi_zones(context: dg.AssetExecutionContext, spark: SparkResource, lakehouse: LakehouseResource):
     """The NYC TLC taxi-zone lookup (265 zones) as a Delta table: the static side of the enrichment join.
@@ -129,15 +112,8 @@ def taxi_zones(context: dg.AssetExecutionContext, spark: SparkResource, lakehous
 
 @dg.asset(
     name=RIDES_ENRICHED.name,
-    group_name=SILVER,
-    deps=[raw_rides, taxi_zones],
-    kinds={"spark", "delta"},
-    owners=OWNERS,
-    tags=layer_tags(SILVER),
-    automation_condition=dg.AutomationCondition.eager(),
-    pool=checkpoint_pool(RIDES_ENRICHED.name),
-    op_tags=step_priority(RIDES_ENRICHED.name),
-    metadata={"dagster/column_schema": column_schema(RIDES_ENRICHED)},
+    **table_args(RIDES_ENRICHED, kinds=SPARK_KINDS, deps=[raw_rides, taxi_zones]),
+    **stream_step_args(RIDES_ENRICHED.name),
 )
 def rides_enriched(context: dg.AssetExecutionContext, spark: SparkResource, lakehouse: LakehouseResource):
     """Every ride of raw_rides once, plus pu_borough, pu_zone, do_borough and do_zone: a stream-static join
@@ -167,15 +143,6 @@ def rides_enriched(context: dg.AssetExecutionContext, spark: SparkResource, lake
 
 # ------------------------------------------------------------------------------------ rides x pickups join
 
-_JOIN_SPEC = SharedSpecArgs(
-    group_name=SILVER,
-    deps=[raw_rides, raw_pickup_locations],
-    kinds={"spark", "delta"},
-    owners=OWNERS,
-    tags=layer_tags(SILVER),
-    automation_condition=dg.AutomationCondition.eager(),
-)
-
 
 @dg.multi_asset(
     name=RIDE_PICKUP_JOINS.name,
@@ -184,20 +151,17 @@ _JOIN_SPEC = SharedSpecArgs(
             RIDE_PICKUP_JOINS.name,
             description="Rides joined with pickups at their dropoff zone within JOIN_MAX_GAP (inclusive) of the "
             "dropoff, one row per matching pair (stream-stream join, watermarked on both sides).",
-            metadata={"dagster/column_schema": column_schema(RIDE_PICKUP_JOINS)},
-            **_JOIN_SPEC,
+            **table_args(RIDE_PICKUP_JOINS, kinds=SPARK_KINDS, deps=[raw_rides, raw_pickup_locations]),
         ),
         dg.AssetSpec(
             JOIN_LATE_ROWS.name,
             description="Per micro-batch of the ride_pickup_joins query that dropped rows: how many rides and "
             "pickups arrived behind its watermark and were dropped (never joined), so that they are counted, not "
             "lost silently. The first run of the join creates it (empty until the watermark drops a row).",
-            metadata={"dagster/column_schema": column_schema(JOIN_LATE_ROWS)},
-            **_JOIN_SPEC,
+            **table_args(JOIN_LATE_ROWS, kinds=SPARK_KINDS, deps=[raw_rides, raw_pickup_locations]),
         ),
     ],
-    pool=checkpoint_pool(RIDE_PICKUP_JOINS.name),
-    op_tags=step_priority(RIDE_PICKUP_JOINS.name),
+    **stream_step_args(RIDE_PICKUP_JOINS.name),
 )
 def ride_pickup_joins(context: dg.AssetExecutionContext, spark: SparkResource, lakehouse: LakehouseResource):
     """The stream-stream join, and the count of rows its watermark dropped."""

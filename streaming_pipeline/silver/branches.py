@@ -80,13 +80,12 @@ def update_amount_branches(
 ) -> BranchRunResult:
     """Branch raw_rides by total_amount (>= HIGH_AMOUNT_THRESHOLD goes high, below goes low, null to neither)."""
     from streaming_pipeline.bronze.offsets import checkpoint_id
-    from streaming_pipeline.engine.delta_log import commits_since
-    from streaming_pipeline.engine.delta_tables import table_version
+    from streaming_pipeline.engine.delta_log import commits_since, latest_version
 
     high_path, low_path = lakehouse.table_path(HIGH_AMOUNT), lakehouse.table_path(LOW_AMOUNT)
     checkpoint_dir = lakehouse.checkpoint_path(f"{HIGH_AMOUNT}+{LOW_AMOUNT}")
     handler = AmountBranchWriter(high_path, low_path, lakehouse.high_amount_threshold, checkpoint_dir)
-    before = table_version(high_path), table_version(low_path)
+    before = latest_version(high_path), latest_version(low_path)
 
     def start_writer() -> DataStreamWriter:
         return (

@@ -9,7 +9,8 @@ from typing import TYPE_CHECKING, Any
 
 from pyspark.sql import functions as F
 
-from streaming_pipeline.engine.delta_tables import table_exists, table_version
+from streaming_pipeline.engine.delta_log import latest_version
+from streaming_pipeline.engine.delta_tables import table_exists
 from streaming_pipeline.engine.streams import EPOCH, Log, StreamRunReport, delta_stream, run_available_now
 from streaming_pipeline.silver.transformations import ride_pickup_joins
 from streaming_pipeline.tables import JOIN_LATE_ROWS, RAW_PICKUP_LOCATIONS, RAW_RIDES, RIDE_PICKUP_JOINS
@@ -108,7 +109,7 @@ def record_join_late_rows(spark: SparkSession, path: str, rows: list[tuple[Any, 
         "run_id",
         F.current_timestamp().alias("recorded_at"),
     )
-    before = table_version(path)
+    before = latest_version(path)
     (
         frame.write.format("delta")
         .mode("append")
@@ -116,4 +117,4 @@ def record_join_late_rows(spark: SparkSession, path: str, rows: list[tuple[Any, 
         .option("txnVersion", max(int(r[1]) for r in rows))
         .save(path)
     )
-    return len(rows) if table_version(path) != before else 0
+    return len(rows) if latest_version(path) != before else 0

@@ -1,0 +1,50 @@
+"""Running the pipeline's commands as a user types them, for tests that drive whole runs in subprocesses."""
+
+from __future__ import annotations
+
+import os
+import sys
+from typing import Any
+
+from streaming_pipeline.cli import main as cli_main
+
+# `dagster asset materialize -m streaming_pipeline.definitions --select '*'`: every asset, in one run.
+MATERIALIZE_EVERY_ASSET = [
+    sys.executable,
+    "-m",
+    "dagster",
+    "asset",
+    "materialize",
+    "-m",
+    "streaming_pipeline.definitions",
+    "--select",
+    "*",
+]
+
+_PIPELINE_PREFIXES = ("SPARK_", "RIDE_", "JOIN_", "OFFSET_SENSOR_", "KAFKA_", "SCHEMA_REGISTRY_", "DAGSTER_")
+_PIPELINE_VARIABLES = ("LAKEHOUSE_DIR", "HIGH_AMOUNT_THRESHOLD", "TAXI_ZONES_CSV", "MAX_OFFSETS_PER_TRIGGER")
+
+
+def environment_without_pipeline_settings() -> dict[str, str]:
+    """This process's environment minus every variable the pipeline reads, for a subprocess that gets its own."""
+    return {
+        name: value
+        for name, value in os.environ.items()
+        if not name.startswith(_PIPELINE_PREFIXES) and name not in _PIPELINE_VARIABLES
+    }
+
+
+def produce_with_cli(stack: Any, *args: str) -> None:
+    """`streaming-pipeline produce <args> --no-progress` against the stack's broker and registry."""
+    code = cli_main(
+        [
+            "produce",
+            *args,
+            "--no-progress",
+            "--bootstrap-servers",
+            stack.bootstrap_servers,
+            "--schema-registry-url",
+            stack.schema_registry_url,
+        ]
+    )
+    assert code == 0, f"produce {' '.join(args)} exited with {code}"
