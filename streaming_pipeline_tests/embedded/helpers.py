@@ -1,11 +1,15 @@
-"""Small Kafka client helpers for the embedded-stack tests."""
+"""Small helpers for the embedded-stack tests: Kafka clients, and the processes left behind."""
 
 from __future__ import annotations
 
+import os
 import time
 import uuid
+from pathlib import Path
 
 from confluent_kafka import Consumer, Producer
+
+from streaming_pipeline.embedded.processes import pid_alive, process_command_line
 
 FAKE_REGISTRY_MODULE = "streaming_pipeline_tests.embedded.fake_registry"
 
@@ -45,3 +49,14 @@ def consume(bootstrap_servers: str, topic: str, count: int, timeout: float = 30.
     finally:
         consumer.close()
     return got
+
+
+def processes_mentioning(text: str) -> list[tuple[int, str]]:
+    """Live processes (other than this one) whose command line contains ``text``: (pid, command line)."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit() and int(entry.name) != os.getpid() and pid_alive(int(entry.name)):
+            command = process_command_line(int(entry.name)) or ""
+            if text in command:
+                found.append((int(entry.name), command[:200]))
+    return found

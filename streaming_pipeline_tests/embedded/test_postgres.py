@@ -23,9 +23,10 @@ from streaming_pipeline.embedded import postgres as postgres_module
 from streaming_pipeline.embedded.dagster_dev import DagsterDev
 from streaming_pipeline.embedded.ports import free_port, is_port_free
 from streaming_pipeline.embedded.postgres import PostgresServer, connect, find_binaries, server_children
+from streaming_pipeline.embedded.processes import pid_alive
 from streaming_pipeline.embedded.stack import EmbeddedStack, StackInfo, running_stack
 from streaming_pipeline.errors import StackError
-from streaming_pipeline_tests.embedded.helpers import FAKE_REGISTRY_MODULE
+from streaming_pipeline_tests.embedded.helpers import FAKE_REGISTRY_MODULE, processes_mentioning
 from streaming_pipeline_tests.live_helpers import delta_count, delta_vendor_counts, expected_vendor_counts, wait_until
 
 SENSOR_NAME = "raw_rides_offset_sensor"
@@ -40,27 +41,7 @@ RUN_WAIT_SECONDS = 600
 
 def _alive(pids: list[int]) -> list[int]:
     """Those of ``pids`` that are still live (non-zombie) processes."""
-    alive = []
-    for pid in pids:
-        try:
-            state = (Path("/proc") / str(pid) / "stat").read_text().rsplit(")", 1)[1].split()[0]
-        except OSError:
-            continue
-        if state != "Z":
-            alive.append(pid)
-    return alive
-
-
-def _processes_mentioning(text: str) -> list[int]:
-    found = []
-    for entry in Path("/proc").iterdir():
-        if entry.name.isdigit():
-            try:
-                if text.encode() in (entry / "cmdline").read_bytes():
-                    found.append(int(entry.name))
-            except OSError:
-                continue
-    return found
+    return [pid for pid in pids if pid_alive(pid)]
 
 
 def _listening_addresses(port: int) -> list[str]:
@@ -196,7 +177,7 @@ def test_server_keeps_data_across_restarts_listens_on_loopback_only_and_stops_wi
 
     assert first.stop() is False  # stopped by the fast shutdown, not killed
     assert _alive(members) == []
-    assert _processes_mentioning(str(first.data_dir)) == []
+    assert processes_mentioning(str(first.data_dir)) == []
     assert is_port_free(port)
     assert "received fast shutdown request" in first.log_file.read_text()
 
@@ -215,7 +196,7 @@ def test_server_keeps_data_across_restarts_listens_on_loopback_only_and_stops_wi
     members = [again.pid, *server_children(again.pid)]
     assert again.stop() is False
     assert _alive(members) == []
-    assert _processes_mentioning(str(again.data_dir)) == []
+    assert processes_mentioning(str(again.data_dir)) == []
 
 
 @pytest.mark.integration
@@ -237,7 +218,7 @@ def test_a_server_that_cannot_start_names_its_log_and_leaves_no_process(
     message = str(error.value)
     assert message.startswith("PostgreSQL exited with code 1 while starting; log ")
     assert str(broken.log_file) in message and "shared_buffers" in message
-    assert _processes_mentioning(str(broken.data_dir)) == []
+    assert processes_mentioning(str(broken.data_dir)) == []
 
 
 # --------------------------------------------------------------------------- the stack option
@@ -312,7 +293,7 @@ def test_stack_up_with_dagster_postgres_writes_the_storage_and_down_stops_it(
     assert restarted.postgres_url == info.postgres_url and restarted.postgres_pid != postgres_pid
     assert yaml.safe_load((again.dagster_home / "dagster.yaml").read_text())["storage"] == config["storage"]
     again.down()
-    assert _processes_mentioning(str(stack.directory / "postgres" / "data")) == []
+    assert processes_mentioning(str(stack.directory / "postgres" / "data")) == []
 
 
 @pytest.mark.integration

@@ -14,11 +14,11 @@ from pathlib import Path
 
 import pytest
 
-from streaming_pipeline.embedded.processes import pid_alive, process_command_line
+from streaming_pipeline.embedded.processes import pid_alive
 from streaming_pipeline.embedded.spark_cluster import SparkStandaloneCluster, parse_memory_mb, worker_share
 from streaming_pipeline.embedded.stack import EmbeddedStack
 from streaming_pipeline.errors import ConfigurationError, StackError
-from streaming_pipeline_tests.embedded.helpers import FAKE_REGISTRY_MODULE
+from streaming_pipeline_tests.embedded.helpers import FAKE_REGISTRY_MODULE, processes_mentioning
 
 PROJECT_ROOT = Path(__file__).resolve().parents[2]
 
@@ -60,17 +60,6 @@ def _cli(*args: str) -> subprocess.CompletedProcess[str]:
         timeout=300,
         check=False,
     )
-
-
-def _processes_mentioning(text: str) -> list[tuple[int, str]]:
-    """Live processes whose command line contains ``text``."""
-    found = []
-    for entry in Path("/proc").iterdir():
-        if entry.name.isdigit() and int(entry.name) != os.getpid() and pid_alive(int(entry.name)):
-            command = process_command_line(int(entry.name)) or ""
-            if text in command:
-                found.append((int(entry.name), command[:200]))
-    return found
 
 
 @pytest.fixture
@@ -192,8 +181,8 @@ def test_two_workers_status_queries_on_executors_and_down_leaves_no_process(
     assert order == sorted(order), done.stdout
     for pid in [master_pid, *worker_pids, *executor_pids, info.spark_pid]:
         assert not pid_alive(pid), pid
-    assert _processes_mentioning(str(stack.directory)) == []
-    assert _processes_mentioning(info.spark_master_url.removeprefix("spark://")) == []
+    assert processes_mentioning(str(stack.directory)) == []
+    assert processes_mentioning(info.spark_master_url.removeprefix("spark://")) == []
     after = json.loads(_cli("status", "--json", "--dir", str(stack.directory)).stdout)
     assert (after["spark_master_url"], after["spark_workers"], after["running"]) == (None, 0, False)
 
@@ -220,7 +209,7 @@ def test_a_worker_that_cannot_start_is_an_error_naming_its_log_and_nothing_is_le
         assert "\nLast lines:\n" in message  # the worker's own words, from its log
         assert "Usage: Worker [options] <master>" in (tmp_path / "logs" / "spark-worker-1.log").read_text()
         assert cluster.master_pid is None and cluster.worker_pids == [None]
-        assert _processes_mentioning(str(tmp_path / "cluster")) == []
+        assert processes_mentioning(str(tmp_path / "cluster")) == []
     finally:
         cluster.stop(timeout=10)
 
@@ -255,7 +244,7 @@ def test_a_master_port_taken_after_it_was_chosen_is_chosen_again(tmp_path: Path)
         cluster.stop(timeout=10)
         assert cluster.thief is not None
         cluster.thief.close()
-    assert _processes_mentioning(str(tmp_path / "cluster")) == []
+    assert processes_mentioning(str(tmp_path / "cluster")) == []
 
 
 @pytest.mark.integration
@@ -271,7 +260,7 @@ def test_a_master_that_does_not_answer_in_time_is_an_error_naming_its_log(tmp_pa
             r"within 0s\. See its log " + re.escape(str(cluster.master_log_file)),
         ):
             cluster.start(timeout=0.2)
-        assert _processes_mentioning(str(tmp_path / "cluster")) == []
+        assert processes_mentioning(str(tmp_path / "cluster")) == []
     finally:
         cluster.stop(timeout=10)
 
