@@ -3,10 +3,13 @@
 from __future__ import annotations
 
 import os
+import subprocess
 import sys
-from typing import Any
+from collections.abc import Mapping
+from typing import IO, Any
 
 from streaming_pipeline.cli import main as cli_main
+from streaming_pipeline_tests.kafka_helpers import REPO_ROOT
 
 # `dagster asset materialize -m streaming_pipeline.definitions --select '*'`: every asset, in one run.
 MATERIALIZE_EVERY_ASSET = [
@@ -20,6 +23,21 @@ MATERIALIZE_EVERY_ASSET = [
     "--select",
     "*",
 ]
+
+
+def start_materializing_every_asset(env: Mapping[str, str], out: IO[bytes]) -> subprocess.Popen[bytes]:
+    """MATERIALIZE_EVERY_ASSET from the repository, with `env`, its output in `out`, in a process group of its
+    own (so that the whole run, Spark's JVM included, can be killed)."""
+    return subprocess.Popen(
+        MATERIALIZE_EVERY_ASSET,
+        cwd=REPO_ROOT,
+        env=env,
+        stdout=out,
+        stderr=subprocess.STDOUT,
+        stdin=subprocess.DEVNULL,
+        start_new_session=True,
+    )
+
 
 _PIPELINE_PREFIXES = ("SPARK_", "RIDE_", "JOIN_", "OFFSET_SENSOR_", "KAFKA_", "SCHEMA_REGISTRY_", "DAGSTER_")
 _PIPELINE_VARIABLES = ("LAKEHOUSE_DIR", "HIGH_AMOUNT_THRESHOLD", "TAXI_ZONES_CSV", "MAX_OFFSETS_PER_TRIGGER")

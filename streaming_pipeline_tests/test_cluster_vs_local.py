@@ -30,11 +30,11 @@ import pytest
 from streaming_pipeline.embedded.spark_connect import SparkConnectServer
 from streaming_pipeline.embedded.stack import StackInfo, running_stack
 from streaming_pipeline_tests.cli_helpers import (
-    MATERIALIZE_EVERY_ASSET,
     environment_without_pipeline_settings,
     produce_with_cli,
+    start_materializing_every_asset,
 )
-from streaming_pipeline_tests.kafka_helpers import REPO_ROOT, produce_raw
+from streaming_pipeline_tests.kafka_helpers import produce_raw
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
@@ -119,15 +119,7 @@ def _materialize_both(stack: StackInfo, remotes: dict[str, str], lakehouses: dic
         log = root / f"run-{mode}.log"
         with log.open("ab") as out:
             start_of_run = out.tell()
-            proc = subprocess.Popen(
-                MATERIALIZE_EVERY_ASSET,
-                cwd=REPO_ROOT,
-                env=env,
-                stdout=out,
-                stderr=subprocess.STDOUT,
-                stdin=subprocess.DEVNULL,
-                start_new_session=True,
-            )
+            proc = start_materializing_every_asset(env, out)
         runs[mode] = (proc, log, start_of_run)
 
     def finish(mode: str, deadline: float) -> tuple[int | None, str]:

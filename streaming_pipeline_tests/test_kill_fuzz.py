@@ -34,6 +34,7 @@ from streaming_pipeline_tests.cli_helpers import (
     MATERIALIZE_EVERY_ASSET,
     environment_without_pipeline_settings,
     produce_with_cli,
+    start_materializing_every_asset,
 )
 from streaming_pipeline_tests.kafka_helpers import REPO_ROOT, all_coordinates, end_offsets
 
@@ -103,15 +104,7 @@ def test_sigkill_at_random_moments_then_rerun_gives_every_record_exactly_once(st
         log = tmp_path / f"round-{round_number}.log"
         delay = rng.uniform(0.0, KILL_WINDOW_S)
         with log.open("wb") as out:
-            proc = subprocess.Popen(
-                MATERIALIZE_EVERY_ASSET,
-                cwd=REPO_ROOT,
-                env=env,
-                stdout=out,
-                stderr=subprocess.STDOUT,
-                stdin=subprocess.DEVNULL,
-                start_new_session=True,
-            )
+            proc = start_materializing_every_asset(env, out)
             try:
                 deadline = time.monotonic() + RUN_TIMEOUT_S
                 while "STEP_START" not in log.read_text(errors="replace") and proc.poll() is None:
