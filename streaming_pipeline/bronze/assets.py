@@ -1,5 +1,7 @@
 """Bronze assets: Kafka topics -> Delta, exactly once, undecodable records to dead letters."""
 
+from typing import TYPE_CHECKING
+
 import dagster as dg
 
 from streaming_pipeline.asset_metadata import (
@@ -16,18 +18,44 @@ from streaming_pipeline.engine.delta_tables import read_table, table_exists
 from streaming_pipeline.engine.spark import SparkResource
 from streaming_pipeline.resources import KafkaResource, LakehouseResource, SchemaRegistryResource
 from streaming_pipeline.settings import PICKUPS_TOPIC, RIDES_TOPIC
-from streaming_pipeline.tables import DEAD_LETTER_RECORDS, RAW_PICKUP_LOCATIONS, RAW_RIDES
+from streaming_pipeline.tables import DEAD_LETTER_RECORDS, RAW_PICKUP_LOCATIONS, RAW_RIDES, Table
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
+
+def _bronze_asset(table: Table, topic: str, description: str) -> dg.AssetsDefinition:
+    """The asset of a bronze table: one availableNow run of the topic's stream into it."""
+
+    @dg.asset(
+        name=table.name,
+        description=description,
+        **table_args(table, kinds=KAFKA_KINDS, metadata={"source_topic": topic}),
+        pool=checkpoint_pool(table.name),
+    )
+    def bronze_table(
+        context: dg.AssetExecutionContext,
+        spark: SparkResource,
+        kafka: KafkaResource,
+        schema_registry: SchemaRegistryResource,
+        lakehouse: LakehouseResource,
+    ) -> dg.MaterializeResult:
+        run = ingest_topic(
+            spark.get_session(), kafka, schema_registry, lakehouse, topic=topic, asset_name=table.name, log=context.log
+        )
+        return _bronze_result(context, spark.get_session(), lakehouse, run, table.name, topic)
+
+    return bronze_table
 
 
 def _bronze_result(
     context: dg.AssetExecutionContext,
-    spark_resource: SparkResource,
+    spark: "SparkSession",
     lakehouse: LakehouseResource,
     run: BronzeRunResult,
     asset_name: str,
     topic: str,
 ) -> dg.MaterializeResult:
-    spark = spark_resource.get_session()
     offsets = run.kafka_offset_ranges()
     context.log.info(
         f"{asset_name}: {run.report.input_rows} Kafka records in {run.report.batches} micro-batch(es): "
@@ -51,55 +79,17 @@ def _bronze_result(
     )
 
 
-@dg.asset(
-    name=RAW_RIDES.name,
-    **table_args(RAW_RIDES, kinds=KAFKA_KINDS, metadata={"source_topic": RIDES_TOPIC}),
-    pool=checkpoint_pool(RAW_RIDES.name),
+raw_rides = _bronze_asset(
+    RAW_RIDES,
+    RIDES_TOPIC,
+    "Every ride from the `rides` topic, decoded with its writer schema and resolved to the latest\n"
+    "registered schema, with its Kafka coordinates. Exactly once across re-runs and crashes.",
 )
-def raw_rides(
-    context: dg.AssetExecutionContext,
-    spark: SparkResource,
-    kafka: KafkaResource,
-    schema_registry: SchemaRegistryResource,
-    lakehouse: LakehouseResource,
-) -> dg.MaterializeResult:
-    """Every ride from the `rides` topic, decoded with its writer schema and resolved to the latest
-    registered schema, with its Kafka coordinates. Exactly once across re-runs and crashes."""
-    run = ingest_topic(
-        spark.get_session(),
-        kafka,
-        schema_registry,
-        lakehouse,
-        topic=RIDES_TOPIC,
-        asset_name=RAW_RIDES.name,
-        log=context.log,
-    )
-    return _bronze_result(context, spark, lakehouse, run, RAW_RIDES.name, RIDES_TOPIC)
-
-
-@dg.asset(
-    name=RAW_PICKUP_LOCATIONS.name,
-    **table_args(RAW_PICKUP_LOCATIONS, kinds=KAFKA_KINDS, metadata={"source_topic": PICKUPS_TOPIC}),
-    pool=checkpoint_pool(RAW_PICKUP_LOCATIONS.name),
+raw_pickup_locations = _bronze_asset(
+    RAW_PICKUP_LOCATIONS,
+    PICKUPS_TOPIC,
+    "Every pickup event from the `pickup_locations` topic with its Kafka coordinates.",
 )
-def raw_pickup_locations(
-    context: dg.AssetExecutionContext,
-    spark: SparkResource,
-    kafka: KafkaResource,
-    schema_registry: SchemaRegistryResource,
-    lakehouse: LakehouseResource,
-) -> dg.MaterializeResult:
-    """Every pickup event from the `pickup_locations` topic with its Kafka coordinates."""
-    run = ingest_topic(
-        spark.get_session(),
-        kafka,
-        schema_registry,
-        lakehouse,
-        topic=PICKUPS_TOPIC,
-        asset_name=RAW_PICKUP_LOCATIONS.name,
-        log=context.log,
-    )
-    return _bronze_result(context, spark, lakehouse, run, RAW_PICKUP_LOCATIONS.name, PICKUPS_TOPIC)
 
 
 @dg.asset(
