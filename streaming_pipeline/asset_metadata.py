@@ -9,7 +9,8 @@ import dagster as dg
 
 from streaming_pipeline import tables
 from streaming_pipeline.engine.delta_log import latest_version
-from streaming_pipeline.engine.delta_tables import preview_markdown, read_table, table_exists
+from streaming_pipeline.engine.delta_tables import markdown_table, read_table, table_exists
+from streaming_pipeline.engine.table_snapshot import first_rows, row_count
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -104,11 +105,16 @@ def stream_step_args(step_name: str) -> StreamStepArgs:
     return StreamStepArgs(pool=checkpoint_pool(step_name), op_tags=step_priority(step_name))
 
 
-def delta_table_metadata(spark: SparkSession, path: str, *, preview_order: list[str] | None = None) -> dict[str, Any]:
-    """Path, version, row count (from Delta's statistics) and a preview of 10 rows.
+PREVIEW_ROWS = 10
 
-    `preview_order` sorts the preview, which scans the table: only for tables that stay small. Large tables
-    preview any 10 rows, so that a run's cost follows its new data, not the table's history.
+
+def delta_table_metadata(spark: SparkSession, path: str, *, preview_order: list[str] | None = None) -> dict[str, Any]:
+    """Path, version, row count and a preview of 10 rows.
+
+    The count (from the files' statistics) and the preview are read with delta-rs, which costs no Spark job,
+    and with Spark where delta-rs cannot tell. `preview_order` sorts the preview, which reads the whole
+    table: only for tables that stay small. Large tables preview any 10 rows, so that a run's cost follows its
+    new data, not the table's history.
     """
     version = latest_version(path)
     if version is None:
@@ -117,13 +123,17 @@ def delta_table_metadata(spark: SparkSession, path: str, *, preview_order: list[
             "delta_version": dg.MetadataValue.text("table not created yet"),
             "dagster/row_count": 0,
         }
-    frame = read_table(spark, path)
-    ordered = frame.orderBy(*preview_order) if preview_order else frame
+    rows = row_count(path, version)
+    sample = first_rows(path, version, PREVIEW_ROWS, preview_order)
+    if rows is None or sample is None:
+        frame = read_table(spark, path)
+        rows = frame.count()
+        sample = (frame.orderBy(*preview_order) if preview_order else frame).limit(PREVIEW_ROWS).toPandas()
     return {
         "table_path": dg.MetadataValue.path(path),
         "delta_version": dg.MetadataValue.int(version),
-        "dagster/row_count": dg.MetadataValue.int(frame.count()),
-        "preview": dg.MetadataValue.md(preview_markdown(ordered)),
+        "dagster/row_count": dg.MetadataValue.int(rows),
+        "preview": dg.MetadataValue.md(markdown_table(sample)),
     }
 
 

@@ -109,6 +109,7 @@ MODULE_ORDER = (
     "test_course_transformations.py",  # 23
     "test_assets_direct.py",
     "test_transformations.py",  # 15
+    "test_table_snapshot.py",
     "test_bench.py",  # 357
     "test_live.py",  # 278
     "test_postgres.py",  # 197

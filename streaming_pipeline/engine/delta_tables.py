@@ -65,9 +65,8 @@ def read_table(spark: SparkSession, path: str) -> DataFrame:
     return spark.read.format("delta").load(path)
 
 
-def preview_markdown(frame: DataFrame, rows: int = 10) -> str:
-    """A small Markdown table of the first rows, for Dagster's metadata panel."""
-    sample: pd.DataFrame = frame.limit(rows).toPandas()
+def markdown_table(sample: pd.DataFrame) -> str:
+    """A small pandas frame as a Markdown table (binary cells in hex), for Dagster's metadata panel."""
     if sample.empty:
         return "_empty_"
     for column in sample.columns:
