@@ -17,7 +17,7 @@ import pytest
 from streaming_pipeline.engine.spark import SparkResource
 from streaming_pipeline.gold.assets import vendor_counts
 from streaming_pipeline.resources import LakehouseResource
-from streaming_pipeline.silver.assets import taxi_zones
+from streaming_pipeline.silver.assets import amount_branches, taxi_zones
 from streaming_pipeline.tables import RAW_RIDES
 from streaming_pipeline_tests.conftest import SPARK_TEST_CONF, TLC_RIDE_COLUMNS
 from streaming_pipeline_tests.kafka_helpers import REPO_ROOT
@@ -113,3 +113,23 @@ def test_vendor_counts_skips_while_raw_rides_is_missing_then_counts_every_ride_o
     assert _metadata_value(again, "rows_read") == 0
     table = spark.read.format("delta").load(lakehouse.table_path("vendor_counts")).collect()
     assert {r.vendor_id: r.trip_count for r in table} == expected
+
+
+def test_amount_branches_split_every_ride_once_by_the_threshold(resources, spark, rides_csv: Path) -> None:
+    lakehouse: LakehouseResource = resources["lakehouse"]
+    rides = _write_raw_rides(spark, rides_csv, lakehouse.table_path("raw_rides"))
+    threshold = lakehouse.high_amount_threshold
+    amounts = [float(ride["total_amount"]) for ride in rides]
+    expected_high = sum(1 for amount in amounts if amount >= threshold)
+
+    results = {r.asset_key.to_user_string(): r for r in amount_branches(dg.build_asset_context(), **resources)}
+    assert set(results) == {"high_amount_rides", "low_amount_rides"}
+    # Each ride of raw_rides is read once, and lands in exactly one branch.
+    assert _metadata_value(results["high_amount_rides"], "rows_read") == len(rides) == 266
+    assert _metadata_value(results["high_amount_rides"], "rows_written") == expected_high
+    assert _metadata_value(results["low_amount_rides"], "rows_written") == len(rides) - expected_high
+    assert 0 < expected_high < len(rides)
+    high = spark.read.format("delta").load(lakehouse.table_path("high_amount_rides"))
+    assert sorted(r.kafka_offset for r in high.collect()) == [
+        offset for offset, amount in enumerate(amounts) if amount >= threshold
+    ]

@@ -48,23 +48,30 @@ class AmountBranchWriter:
         query = checkpoint_id(self.checkpoint_dir)
         attempt = uuid.uuid4().hex
         observation = Observation(f"branch-{batch_id}-{attempt}")
-        observed = batch.observe(observation, F.count(F.when(F.col("total_amount").isNull(), 1)).alias("null_amount"))
-        wrote_high = append_once(
-            high_amount_rides(observed, self.threshold),
-            self.high_path,
-            f"branch:{HIGH_AMOUNT}:{query}",
-            batch_id,
-            attempt,
-        )
-        null_amount = int(observation.get["null_amount"]) if wrote_high else None
-        append_once(
-            low_amount_rides(batch, self.threshold),
-            self.low_path,
-            f"branch:{LOW_AMOUNT}:{query}",
-            batch_id,
-            attempt,
-            extra={"null_amount_rides": null_amount},
-        )
+        # Two appends read the batch: cached, the source (raw_rides' new files) is read once, not twice.
+        cached = batch.persist()
+        try:
+            observed = cached.observe(
+                observation, F.count(F.when(F.col("total_amount").isNull(), 1)).alias("null_amount")
+            )
+            wrote_high = append_once(
+                high_amount_rides(observed, self.threshold),
+                self.high_path,
+                f"branch:{HIGH_AMOUNT}:{query}",
+                batch_id,
+                attempt,
+            )
+            null_amount = int(observation.get["null_amount"]) if wrote_high else None
+            append_once(
+                low_amount_rides(cached, self.threshold),
+                self.low_path,
+                f"branch:{LOW_AMOUNT}:{query}",
+                batch_id,
+                attempt,
+                extra={"null_amount_rides": null_amount},
+            )
+        finally:
+            cached.unpersist()
 
 
 @dataclass
