@@ -91,37 +91,3 @@ def pipeline_resources(stack, lakehouse_dir: Path, spark) -> dict[str, object]:
     resources = build_resources(settings)
     resources["spark"] = SparkResource(stop_on_teardown=False, conf=SPARK_TEST_CONF)
     return resources
-
-
-# The order in which the two xdist workers take whole modules (`--no-loadscope-reorder` in pyproject.toml keeps
-# it; by default xdist starts the modules with the most tests first). Seconds measured on 2 cores, 2026-11-23.
-# The cluster test goes first, and beside it the modules whose Spark runs in pytest's own process, about as
-# long together as it is; then the other whole-pipeline modules (Spark Connect engines, `dagster dev`). So the
-# heaviest module never shares the 2 cores with another engine, and no long module is left alone at the end.
-# Modules not named here follow, in collection order.
-MODULE_ORDER = (
-    "test_cluster_vs_local.py",  # 551: a 2-worker cluster and two Connect engines
-    "test_exactly_once_bronze.py",  # 225
-    "test_exactly_once_windows.py",  # 139
-    "test_faults.py",  # 84
-    "test_pipeline_integration.py",  # 70
-    "test_course_features.py",  # 42
-    "test_course_transformations.py",  # 23
-    "test_assets_direct.py",
-    "test_transformations.py",  # 15
-    "test_table_snapshot.py",
-    "test_bench.py",  # 357
-    "test_live.py",  # 278
-    "test_postgres.py",  # 197
-    "test_kill_fuzz.py",  # 149
-    "test_spark_cluster.py",  # 107
-    "test_stack.py",  # 77
-)
-
-
-def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    def rank(item: pytest.Item) -> int:
-        name = item.path.name
-        return MODULE_ORDER.index(name) if name in MODULE_ORDER else len(MODULE_ORDER)
-
-    items.sort(key=rank)  # stable: the order within a module, and of the other modules, stays as collected
