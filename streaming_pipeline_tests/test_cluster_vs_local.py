@@ -91,8 +91,9 @@ def _pickups_near_dropoffs(rides_csv: Path, path: Path) -> Path:
 
 
 # Spark gives a new Python worker (the foreachBatch handlers run in one) a fixed 10 s to connect back. On 2 cores
-# shared by a 2-worker cluster and two engines that can pass; the run then fails with this message, and a rerun resumes from
-# the checkpoints, exactly once, as the offset sensor's retry does live. Any other failure fails the test.
+# shared by a 2-worker cluster and two engines that can pass; the run then fails with this message, and a rerun
+# resumes from the checkpoints, exactly once, as the offset sensor's retry does live. Any other failure fails the
+# test.
 WORKER_START_TIMED_OUT = "Python worker failed to connect back"
 
 
