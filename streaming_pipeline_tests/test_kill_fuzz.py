@@ -44,7 +44,7 @@ KILLS = int(os.environ.get("STREAMING_PIPELINE_KILL_FUZZ_KILLS", "2"))
 SEED = int(os.environ.get("STREAMING_PIPELINE_KILL_FUZZ_SEED", str(int(time.time()))))
 RIDES_PER_ROUND, PICKUPS_PER_ROUND = 2_000, 500
 PER_TRIGGER = 800  # several micro-batches per bronze run, so that kills land between and inside them
-# Kill moments fall within the first 75 s after a run's first step: a whole run takes 80 to 95 s on 2 cores since its
+# Kill moments fall within the first 75 s after a run's first step: a whole run takes 75 to 100 s on 2 cores since its
 # metadata costs no Spark jobs (with 150 s, most runs ended before their kill and too few rounds were killed).
 KILL_WINDOW_S = float(os.environ.get("STREAMING_PIPELINE_KILL_FUZZ_WINDOW", "75"))
 MAX_ROUNDS = 3 * KILLS  # rounds whose run ends before its kill moment do not count as kills
