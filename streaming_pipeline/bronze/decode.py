@@ -126,7 +126,8 @@ def classify_decoded(with_payload: DataFrame, writer_schemas: Mapping[int, str],
     )
     # The record's length from a Generate node of its own (see attach_avro_payload): computed once per row,
     # although `error` uses it twice, and only for records that decode.
-    length = record_length(writer_schemas, decodable=F.col("frame_error").isNull() & known & ~undecodable)
+    decodable = F.col("frame_error").isNull() & known & ~undecodable
+    length = record_length(writer_schemas, decodable, reader_schema=reader_schema)
     with_length = with_payload.select("*", F.explode(F.array(length)).alias("_record_length"))
     return with_length.withColumn("error", error).drop("_record_length")
 
@@ -134,7 +135,7 @@ def classify_decoded(with_payload: DataFrame, writer_schemas: Mapping[int, str],
 # ------------------------------------------------------------------ trailing bytes
 
 
-def record_length(writer_schemas: Mapping[int, str], decodable: Column) -> Column:
+def record_length(writer_schemas: Mapping[int, str], decodable: Column, reader_schema: str | None = None) -> Column:
     """Per row, the bytes of the record in `avro_body` as its writer schema (`schema_id`) encodes it; null for
     rows that are not `decodable` (encoding a corrupt record's nulls would fail).
 
@@ -145,13 +146,18 @@ def record_length(writer_schemas: Mapping[int, str], decodable: Column) -> Colum
     writer chose a longer form, such as arrays split into several blocks, is longer too, and set aside as well.)
     The root is encoded as the union ["null", record] so that the encoder accepts Spark's nullable struct; the
     union index takes one byte, subtracted.
+
+    A record whose writer schema is the `reader_schema` (the usual case: produced with the latest version) is
+    encoded from `payload`, which `attach_avro_payload` decoded with that very schema, so its body is decoded once.
     """
     length: Column | None = None
     for schema_id, writer_schema in sorted(writer_schemas.items()):
         parsed = json.loads(writer_schema)
         if isinstance(parsed, list):  # a union at the root cannot be wrapped in another: not checked
             continue
-        record = from_avro(F.col("avro_body"), writer_schema)  # FAILFAST: nullable where Avro is, and decodable
+        # FAILFAST decoding gives the struct Avro's nullability; `payload` (PERMISSIVE) is nullable throughout,
+        # which the encoder accepts for the decodable rows this is evaluated on.
+        record = F.col("payload") if writer_schema == reader_schema else from_avro(F.col("avro_body"), writer_schema)
         nullable_root = json.dumps(["null", parsed])
         computed = F.length(to_avro(record, nullable_root)) - 1
         condition = (F.col("schema_id") == schema_id) & decodable
