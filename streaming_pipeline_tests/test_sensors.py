@@ -132,6 +132,8 @@ def test_sensor_requests_a_run_per_tick_with_unique_keys_while_records_wait(pipe
 
     empty = sensor(dg.build_sensor_context(resources=resources, instance=instance))
     assert not empty.run_requests and "no new records" in empty.skip_reason.skip_message
+    # The tick did not create the topic (a metadata request naming it would, with the broker's defaults).
+    assert RIDES_TOPIC not in pipeline_resources["kafka"].admin().list_topics(timeout=10).topics
 
     rides = rows_from_records(synthetic_rides(4, SyntheticOptions(seed=1)))
     assert (

@@ -86,10 +86,15 @@ class KafkaResource(dg.ConfigurableResource):
         return AdminClient(self.client_config())
 
     def topic_partitions(self, topic: str) -> list[int]:
-        """Partition ids of `topic`; empty when the topic does not exist. Bounded by timeout_seconds."""
+        """Partition ids of `topic`; empty when the topic does not exist. Bounded by timeout_seconds.
+
+        Asks for the metadata of all topics: a request naming one topic makes a broker with
+        `auto.create.topics.enable` create it, with the broker's default partitions, so a sensor polling a topic
+        nobody produced to yet would create it (and could see its leader not elected yet).
+        """
         admin = self.admin()
         try:
-            metadata = admin.list_topics(topic=topic, timeout=self.timeout_seconds)
+            metadata = admin.list_topics(timeout=self.timeout_seconds)
         except KafkaException as exc:
             raise BrokerUnavailableError(
                 f"Kafka at {self.bootstrap_servers} did not answer within {self.timeout_seconds:g} s: {exc}"
