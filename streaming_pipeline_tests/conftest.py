@@ -59,13 +59,39 @@ def spark() -> Iterator[object]:
 SPARK_TEST_CONF = {"spark.master": "local[2]", "spark.driver.memory": "2g", "spark.sql.shuffle.partitions": "2"}
 
 
-@pytest.fixture()
-def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[object]:
-    """A fresh embedded Kafka broker + schema registry on free ports, stopped after the test."""
-    from streaming_pipeline.embedded.stack import running_stack
+@pytest.fixture(scope="session")
+def kafka_broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[object]:
+    """One embedded Kafka broker (the stack's own, on free ports) for every test that uses `stack`: a broker is a
+    JVM that takes seconds to start. Each test's topics are deleted after it (see `stack`)."""
+    from streaming_pipeline.embedded.kafka_broker import EmbeddedKafkaBroker
 
-    with running_stack(tmp_path_factory.mktemp("stack"), spark=False) as info:
-        yield info
+    directory = tmp_path_factory.mktemp("kafka")
+    with EmbeddedKafkaBroker(directory / "data", log_dir=directory / "logs") as broker:
+        yield broker
+
+
+@pytest.fixture()
+def stack(kafka_broker, tmp_path_factory: pytest.TempPathFactory) -> Iterator[object]:
+    """The session's Kafka broker with no topic on it, and a schema registry of the test's own (no subject, ids
+    from 1), stopped after the test; then every topic the test made is deleted."""
+    from streaming_pipeline.embedded.registry_process import SchemaRegistryProcess
+    from streaming_pipeline.embedded.stack import StackInfo
+    from streaming_pipeline_tests.kafka_helpers import delete_every_topic
+
+    directory = tmp_path_factory.mktemp("stack")
+    try:
+        with SchemaRegistryProcess(directory / "registry", log_dir=directory / "logs") as registry:
+            yield StackInfo(
+                directory,
+                kafka_broker.bootstrap_servers,
+                registry.url,
+                kafka_pid=kafka_broker.pid,
+                registry_pid=registry.pid,
+                kafka_log_file=kafka_broker.log_file,
+                registry_log_file=registry.log_file,
+            )
+    finally:
+        delete_every_topic(kafka_broker.bootstrap_servers)
 
 
 @pytest.fixture()

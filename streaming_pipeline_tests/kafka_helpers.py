@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import csv
 import struct
+import time
 from collections.abc import Iterable, Mapping, Sequence
 from datetime import datetime
 from pathlib import Path
 from typing import Any
 
 from confluent_kafka import Consumer, Producer, TopicPartition
+from confluent_kafka.admin import AdminClient
 from confluent_kafka.serialization import MessageField, SerializationContext
 
 from streaming_pipeline.records import RIDE_CSV_COLUMNS
@@ -106,3 +108,19 @@ def write_rides_csv(path: Path, rides: Iterable[Mapping[str, Any]]) -> Path:
                     row.append(str(value))
             writer.writerow(row)
     return path
+
+
+def delete_every_topic(bootstrap_servers: str, timeout: float = 30.0) -> None:
+    """Delete every topic but Kafka's own (`__consumer_offsets`) and wait until the broker lists none of them, so
+    that the next test on the same broker can create topics of the same names."""
+    admin = AdminClient({"bootstrap.servers": bootstrap_servers})
+    topics = [name for name in admin.list_topics(timeout=timeout).topics if not name.startswith("__")]
+    if not topics:
+        return
+    for future in admin.delete_topics(topics, operation_timeout=timeout).values():
+        future.result(timeout=timeout)
+    deadline = time.monotonic() + timeout
+    while set(topics) & set(admin.list_topics(timeout=timeout).topics):
+        if time.monotonic() > deadline:
+            raise AssertionError(f"topics {sorted(topics)} still listed {timeout:.0f}s after they were deleted")
+        time.sleep(0.1)
