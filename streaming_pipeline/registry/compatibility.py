@@ -19,6 +19,8 @@ import avro.errors
 import avro.name
 import avro.schema
 
+from streaming_pipeline.registry.exceptions import InvalidSchemaError
+
 AVRO = "AVRO"
 SUPPORTED_SCHEMA_TYPES = (AVRO,)
 
@@ -38,10 +40,6 @@ COMPATIBILITY_LEVELS = (
 # compatibility checks recurse about three Python frames per level: 128 levels stay well within
 # Python's default recursion limit of 1000, with room for the server's own frames.
 MAX_JSON_DEPTH = 128
-
-
-class InvalidSchemaError(ValueError):
-    """The schema text (or one of its references) is not a valid Avro schema."""
 
 
 def _reject_constant(name: str) -> Any:

@@ -34,6 +34,11 @@ class RegistryError(StreamingPipelineError):
         return {"error_code": self.error_code, "message": self.message}
 
 
+class InvalidSchemaError(StreamingPipelineError, ValueError):
+    """The schema text (or one of its references) is not a valid Avro schema; the routes answer it with
+    `invalid_schema` (422). A ValueError too, as the JSON and Avro parsers' own errors are."""
+
+
 def subject_not_found(subject: str) -> RegistryError:
     return RegistryError(404, SUBJECT_NOT_FOUND, f"Subject '{subject}' not found.")
 

@@ -17,7 +17,6 @@ from streaming_pipeline.registry.compatibility import (
     AVRO,
     DEFAULT_COMPATIBILITY,
     SUPPORTED_SCHEMA_TYPES,
-    InvalidSchemaError,
     ParsedSchema,
     Reference,
     compatibility_problems,
@@ -26,6 +25,7 @@ from streaming_pipeline.registry.compatibility import (
     parse_schema,
     versions_to_check,
 )
+from streaming_pipeline.registry.exceptions import InvalidSchemaError
 from streaming_pipeline.registry.store import Store, StoredSchema, SubjectVersion
 
 LATEST = -1
