@@ -308,72 +308,133 @@ def reconcile_ride_windows(
     raw_rides outside their pickup times), and the windows not final yet.
     """
     table_path = lakehouse.table_path(WINDOWS)
-    rides_path = lakehouse.table_path(RAW_RIDES.name)
     result = WindowReconcile()
+    point = _reconcile_point(spark, lakehouse, result)
+    if point is None:
+        return result
+    position, version, marker = point
+    windows = read_table(spark, table_path)
+    is_final = F.col("window_end") <= _micros(position.watermark_micros)
+    counts, current, readable = _counts_to_reconcile(spark, lakehouse, version, marker, windows, result)
+    changed = _changed_windows(counts, current, windows, is_final, broadcast=not result.full)
+    result.windows, result.late_rides_found = len(changed), sum(int(r["late_found"]) for r in changed)
+    if changed:
+        reconciled_at = {
+            "writer": RECONCILE_WRITER,
+            "raw_rides_version": version,
+            "raw_rides_id": position.table_id,
+            "query_id": position.query_id,
+            "full": result.full,
+            "files_readable": readable,
+        }
+        _merge_reconciled(spark, table_path, changed, reconciled_at)
+    if log is not None:
+        log.info(
+            f"{WINDOWS}: reconciled at raw_rides version {version} ({result.reason}): "
+            f"{result.windows} window(s) written, {result.late_rides_found} late ride(s) found"
+        )
+    return result
+
+
+def _reconcile_point(
+    spark: SparkSession, lakehouse: LakehouseResource, result: WindowReconcile
+) -> tuple[StreamPosition, int, dict[str, Any] | None] | None:
+    """Where the window stream is, the raw_rides version it has consumed, and the marker of the previous
+    reconcile; None, with `result.reason` saying why, when there is nothing to reconcile."""
     position = stream_position(spark, lakehouse.checkpoint_path(WINDOWS))
     if position is None or position.version is None:
         result.reason = "the window stream has not consumed a whole version of raw_rides yet"
-        return result
-    exists, marker = _last_reconcile(table_path)
+        return None
+    exists, marker = _last_reconcile(lakehouse.table_path(WINDOWS))
     if not exists:
         result.reason = "no window yet"
-        return result
-    result.raw_rides_version = position.version
+        return None
+    result.raw_rides_version = version = position.version
     result.watermark = from_epoch_micros(position.watermark_micros)
     if marker and (marker.get("query_id"), marker.get("raw_rides_id")) == (position.query_id, position.table_id):
         result.previous_version = int(marker["raw_rides_version"])
-    if result.previous_version == position.version:
+    if result.previous_version == version:
         result.reason = "no ride since the previous reconcile"
-        return result
+        return None
+    return position, version, marker
 
-    windows = read_table(spark, table_path)
-    is_final = F.col("window_end") <= _micros(position.watermark_micros)
-    rides = spark.read.format("delta").option("versionAsOf", position.version).load(rides_path)
+
+def _counts_to_reconcile(
+    spark: SparkSession,
+    lakehouse: LakehouseResource,
+    version: int,
+    marker: dict[str, Any] | None,
+    windows: DataFrame,
+    result: WindowReconcile,
+) -> tuple[DataFrame, DataFrame, bool]:
+    """(the windows' counts of the rides in raw_rides at the stream's version, the table's windows to compare them
+    with, whether the files of raw_rides can be read on their own). Every window on a full recount; otherwise only
+    the windows that the rides added since the previous reconcile fall in."""
+    rides_path = lakehouse.table_path(RAW_RIDES.name)
+    rides = spark.read.format("delta").option("versionAsOf", version).load(rides_path)
     previous, full_reason = result.previous_version, None
     readable = bool(marker and marker.get("files_readable"))
     files: list[str] | None = None
-    if previous is None or previous > position.version:
+    if previous is None or previous > version:
         full_reason = "no earlier reconcile of this window stream"
     elif not readable:
         full_reason = "the files of raw_rides cannot be read on their own (column mapping)"
-    elif (files := _appended_files(spark, rides_path, previous, position.version)) is None:
+    elif (files := _appended_files(spark, rides_path, previous, version)) is None:
         full_reason = f"raw_rides changed other than by appends after version {previous}, or its log was cleaned"
     if full_reason is not None:
         result.full, result.reason = True, full_reason
         readable = _files_readable_alone(spark, rides_path)
-        all_counts = ride_window_aggregates(rides, lakehouse.window_duration)
-        current = windows
-    else:
-        assert previous is not None and files is not None
-        # The files as Delta wrote them (no column mapping, no deletion vector: appends), with the table's types.
-        columns = StructType([rides.schema[c] for c in ("pickup_datetime", "vendor_id", "total_amount")])
-        touched = (
-            ride_window_aggregates(spark.read.schema(columns).parquet(*files), lakehouse.window_duration)
-            .select(
-                F.unix_micros("window_start").alias("s"),
-                F.unix_micros("window_end").alias("e"),
-                "vendor_id",
-                "trip_count",
-            )
-            .collect()
-            if files
-            else []
-        )
-        result.new_rides = sum(int(r["trip_count"]) for r in touched)
-        result.reason = f"{result.new_rides} ride(s) in {len(files)} file(s) added after raw_rides version {previous}"
-        ranges = _covering_ranges([(int(r["s"]), int(r["e"])) for r in touched], _MAX_RANGES)
-        keys = spark.createDataFrame([(int(r["s"]), r["vendor_id"]) for r in touched], "s long, vendor_id int").select(
-            F.timestamp_micros("s").alias("window_start"), "vendor_id"
-        )
-        all_counts = _same_window(
-            ride_window_aggregates(rides.where(_in_ranges("pickup_datetime", ranges)), lakehouse.window_duration),
-            F.broadcast(keys),
-            "left_semi",
-        )
-        # Few windows: broadcast them rather than shuffle both sides of each join.
-        current = F.broadcast(windows.where(_in_ranges("window_start", ranges)))
+        return ride_window_aggregates(rides, lakehouse.window_duration), windows, readable
+    assert previous is not None and files is not None
+    counts, current = _counts_of_touched_windows(spark, lakehouse, rides, windows, files, result)
+    result.reason = f"{result.new_rides} ride(s) in {len(files)} file(s) added after raw_rides version {previous}"
+    return counts, current, readable
 
-    recounted = window_late_counts(all_counts, current).select(
+
+def _counts_of_touched_windows(
+    spark: SparkSession,
+    lakehouse: LakehouseResource,
+    rides: DataFrame,
+    windows: DataFrame,
+    files: list[str],
+    result: WindowReconcile,
+) -> tuple[DataFrame, DataFrame]:
+    """The counts and the table's rows of the windows that the rides in `files` (added to raw_rides since the
+    previous reconcile) fall in; sets `result.new_rides`."""
+    # The files as Delta wrote them (no column mapping, no deletion vector: appends), with the table's types.
+    columns = StructType([rides.schema[c] for c in ("pickup_datetime", "vendor_id", "total_amount")])
+    touched = (
+        ride_window_aggregates(spark.read.schema(columns).parquet(*files), lakehouse.window_duration)
+        .select(
+            F.unix_micros("window_start").alias("s"),
+            F.unix_micros("window_end").alias("e"),
+            "vendor_id",
+            "trip_count",
+        )
+        .collect()
+        if files
+        else []
+    )
+    result.new_rides = sum(int(r["trip_count"]) for r in touched)
+    ranges = _covering_ranges([(int(r["s"]), int(r["e"])) for r in touched], _MAX_RANGES)
+    keys = spark.createDataFrame([(int(r["s"]), r["vendor_id"]) for r in touched], "s long, vendor_id int").select(
+        F.timestamp_micros("s").alias("window_start"), "vendor_id"
+    )
+    counts = _same_window(
+        ride_window_aggregates(rides.where(_in_ranges("pickup_datetime", ranges)), lakehouse.window_duration),
+        F.broadcast(keys),
+        "left_semi",
+    )
+    # Few windows: broadcast them rather than shuffle both sides of each join.
+    return counts, F.broadcast(windows.where(_in_ranges("window_start", ranges)))
+
+
+def _changed_windows(
+    counts: DataFrame, current: DataFrame, windows: DataFrame, is_final: Column, *, broadcast: bool
+) -> list[Any]:
+    """The windows whose late count or finality changes (start_us, end_us, vendor_id, late_trip_count, is_final,
+    late_found), brought to the driver."""
+    recounted = window_late_counts(counts, current).select(
         "window_start",
         "window_end",
         "vendor_id",
@@ -391,14 +452,14 @@ def reconcile_ride_windows(
             F.lit(True).alias("is_final"),
             F.lit(0).cast("long").alias("late_found"),
         ),
-        recounted if result.full else F.broadcast(recounted),
+        F.broadcast(recounted) if broadcast else recounted,
         "left_anti",
     )
     # The changes are computed once and brought to the driver (one row per window written: few, except on a full
     # recount, and then a few per hour of rides), so that the counts and the MERGE see the same rows. Not
     # localCheckpoint(): over Spark Connect its result is bound to the process's active session, which need not
     # be `spark` (a replay runs its job beside its own session), and it then fails with "No DataFrame with id".
-    changed = (
+    return (
         recounted.unionByName(newly_final)
         .select(
             F.unix_micros("window_start").alias("start_us"),
@@ -410,44 +471,27 @@ def reconcile_ride_windows(
         )
         .collect()
     )
-    result.windows, result.late_rides_found = len(changed), sum(int(r["late_found"]) for r in changed)
-    if result.windows:
-        starts = sorted({int(r["start_us"]) for r in changed})
-        changes = spark.createDataFrame(
-            [(r["start_us"], r["end_us"], r["vendor_id"], r["late_trip_count"], r["is_final"]) for r in changed],
-            "start_us long, end_us long, vendor_id int, late_trip_count long, is_final boolean",
-        ).select(
-            F.timestamp_micros("start_us").alias("window_start"),
-            F.timestamp_micros("end_us").alias("window_end"),
-            "vendor_id",
-            "late_trip_count",
-            "is_final",
-        )
-        marker = {
-            "writer": RECONCILE_WRITER,
-            "raw_rides_version": position.version,
-            "raw_rides_id": position.table_id,
-            "query_id": position.query_id,
-            "full": result.full,
-            "files_readable": readable,
-        }
-        _merge_reconciled(spark, table_path, changes, marker, starts if len(starts) <= _MAX_KEYS_IN_MERGE else [])
-    if log is not None:
-        log.info(
-            f"{WINDOWS}: reconciled at raw_rides version {position.version} ({result.reason}): "
-            f"{result.windows} window(s) written, {result.late_rides_found} late ride(s) found"
-        )
-    return result
 
 
-def _merge_reconciled(
-    spark: SparkSession, table_path: str, changes: DataFrame, marker: dict[str, Any], starts: list[int]
-) -> None:
-    """One MERGE of the reconciled windows, its commit marked with the raw_rides version it reconciled."""
+def _merge_reconciled(spark: SparkSession, table_path: str, changed: list[Any], marker: dict[str, Any]) -> None:
+    """One MERGE of the `changed` windows (rows of `_changed_windows`), its commit marked with `marker` (the
+    raw_rides version it reconciled)."""
+    changes = spark.createDataFrame(
+        [(r["start_us"], r["end_us"], r["vendor_id"], r["late_trip_count"], r["is_final"]) for r in changed],
+        "start_us long, end_us long, vendor_id int, late_trip_count long, is_final boolean",
+    ).select(
+        F.timestamp_micros("start_us").alias("window_start"),
+        F.timestamp_micros("end_us").alias("window_end"),
+        "vendor_id",
+        "late_trip_count",
+        "is_final",
+    )
     view = "window_reconcile_changes"
     changes.createOrReplaceTempView(view)
-    # Listing the window starts lets Delta skip the files of the table that hold none of them.
-    pruning = f" AND t.window_start IN ({', '.join(f'timestamp_micros({s})' for s in starts)})" if starts else ""
+    # Listing the window starts (when they are few) lets Delta skip the files of the table that hold none of them.
+    starts = sorted({int(r["start_us"]) for r in changed})
+    listed = starts if len(starts) <= _MAX_KEYS_IN_MERGE else []
+    pruning = f" AND t.window_start IN ({', '.join(f'timestamp_micros({s})' for s in listed)})" if listed else ""
     key = "spark.databricks.delta.commitInfo.userMetadata"
     spark.conf.set(key, json.dumps(marker, sort_keys=True))
     try:
