@@ -227,8 +227,7 @@ def replay(
             f"run(s) {', '.join(busy)} work on {asset_name} or its downstream tables; wait for them (or cancel them in "
             "the UI) and replay again"
         )
-    watermarks = kafka.watermark_offsets(topic)
-    offsets = resolve_start(start, topic, watermarks, kafka)
+    offsets = resolve_start(start, topic, kafka.watermark_offsets(topic), kafka)
     spark = resources["spark"].get_session()
     table_path = lakehouse.table_path(asset_name)
     version_before = latest_version(table_path)
@@ -239,14 +238,31 @@ def replay(
     report.moved_checkpoints = move_checkpoints_aside(lakehouse, {asset_name, *downstream})
     for old, new in report.moved_checkpoints.items():
         progress(f"  checkpoint {old} moved to {new}")
-    stamp = datetime.now(UTC).isoformat()
+    report.reset_tables = _empty_tables(spark, lakehouse, report, downstream)
+    progress(
+        f"  emptied {asset_name} and {len(report.reset_tables)} downstream table(s); the old versions stay readable"
+    )
+
+    job = defs.resolve_job_def(f"{asset_name}_to_gold_job")
+    progress(f"  running {job.name} ({1 + len(downstream)} asset(s))")
+    report.run_id = _rebuild(job, instance, asset_name)
+    report.rows_after = read_table(spark, table_path).count()
+    return report
+
+
+def _empty_tables(
+    spark: SparkSession, lakehouse: LakehouseResource, report: ReplayReport, downstream: list[str]
+) -> list[str]:
+    """Empty the replayed table (its commit records where the replay starts), its topic's dead letters and the
+    downstream tables, each in a commit of its own; return the downstream tables that had rows to empty."""
+    asset_name, topic, stamp = report.asset_name, report.topic, datetime.now(UTC).isoformat()
     empty_table(
         spark,
-        table_path,
+        lakehouse.table_path(asset_name),
         {
             "replay_of": asset_name,
-            "starting_offsets": {topic: {str(p): o for p, o in offsets.items()}},
-            "replaced_version": version_before,
+            "starting_offsets": {topic: {str(p): o for p, o in report.starting_offsets.items()}},
+            "replaced_version": report.version_before,
             "replayed_at": stamp,
         },
         ddl=_KAFKA_COLUMNS_DDL,
@@ -258,19 +274,16 @@ def replay(
         {"replay_of_dead_letters": asset_name, "replayed_at": stamp},
         where=f"kafka_topic = '{quoted}'",
     )
-    for name in downstream:
-        if empty_table(spark, lakehouse.table_path(name), {"reset_by_replay_of": asset_name, "replayed_at": stamp}):
-            report.reset_tables.append(name)
-    progress(
-        f"  emptied {asset_name} and {len(report.reset_tables)} downstream table(s); the old versions stay readable"
-    )
+    reset = {"reset_by_replay_of": asset_name, "replayed_at": stamp}
+    return [name for name in downstream if empty_table(spark, lakehouse.table_path(name), reset)]
 
-    job = defs.resolve_job_def(f"{asset_name}_to_gold_job")
-    progress(f"  running {job.name} ({1 + len(downstream)} asset(s))")
+
+def _rebuild(job: dg.JobDefinition, instance: dg.DagsterInstance, asset_name: str) -> str:
+    """Run `job` (the replayed asset and everything downstream) in process; its run id, or ReplayError naming the
+    failed steps' errors."""
     result = job.execute_in_process(
         instance=instance, raise_on_error=False, tags={"streaming-pipeline/replay": asset_name}
     )
-    report.run_id = result.run_id
     if not result.success:
         failures = [str(e.event_specific_data.error.message).strip() for e in result.all_events if e.is_step_failure]  # type: ignore[union-attr]
         raise ReplayError(
@@ -278,5 +291,4 @@ def replay(
             f"{'; '.join(failures) or 'see the run in the UI'}. "
             "The old content is kept in the Delta history; fix the cause and replay again"
         )
-    report.rows_after = read_table(spark, table_path).count()
-    return report
+    return result.run_id
