@@ -396,6 +396,12 @@ class ManagedProcess:
         """True when the process this object started has exited (read from the process, not from its pid)."""
         return self._proc is not None and self._proc.poll() is not None
 
+    @property
+    def returncode(self) -> int | None:
+        """The exit code of the process this object started (negative: the signal that ended it); None while it
+        runs or before it started."""
+        return self._proc.poll() if self._proc is not None else None
+
     # ------------------------------------------------------------------ start
 
     def _check_port_free(self, port: int, listener: str = "") -> None:

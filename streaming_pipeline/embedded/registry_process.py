@@ -6,7 +6,7 @@ import functools
 import sys
 import urllib.error
 import urllib.request
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Self
 
@@ -40,6 +40,7 @@ class SchemaRegistryProcess(ManagedProcess):
         *,
         log_dir: Path | None = None,
         module: str = REGISTRY_MODULE,
+        extra_args: Sequence[str] = (),
     ) -> None:
         super().__init__()
         self.data_dir = Path(data_dir).resolve()
@@ -47,6 +48,7 @@ class SchemaRegistryProcess(ManagedProcess):
         self.port: int = port if port is not None else free_port(host)
         self.log_dir = Path(log_dir).resolve() if log_dir else self.data_dir
         self.module = module
+        self.extra_args = list(extra_args)  # more options of the registry's CLI, e.g. --max-request-bytes
 
     @property
     def url(self) -> str:
@@ -67,6 +69,7 @@ class SchemaRegistryProcess(ManagedProcess):
             str(self.port),
             "--data-dir",
             str(self.data_dir),
+            *self.extra_args,
         ]
 
     def start(self, timeout: float = 30.0) -> Self:

@@ -417,7 +417,7 @@ def test_data_and_ids_survive_restart(registry_factory: Callable[[Path], Registr
     client.delete_subject("gone-value")
     client.set_compatibility(subject_name="pickups-value", level="FORWARD_TRANSITIVE")
     client.set_compatibility(level="FULL")
-    assert first.stop() == 0, first.log()
+    assert first.stop_gracefully() == 0, first.log()
 
     second = registry_factory(data_dir)
     client = second.client()
@@ -433,4 +433,4 @@ def test_data_and_ids_survive_restart(registry_factory: Callable[[Path], Registr
     assert client.get_versions("rides-value") == [1, 2]
     # ids keep increasing, never reused
     assert second.client().register_schema("new-value", avro(record(field("z", "long")))) == 5
-    assert second.stop() == 0, second.log()
+    assert second.stop_gracefully() == 0, second.log()

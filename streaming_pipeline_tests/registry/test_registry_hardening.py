@@ -109,7 +109,7 @@ def small_limit_registry(tmp_path: Path) -> Iterator[RegistryProcess]:
         tmp_path / "small-data", tmp_path / "small-logs", ["--max-request-bytes", str(SMALL_LIMIT)]
     )
     yield registry
-    registry.stop()
+    registry.stop_gracefully()
 
 
 # ---------------------------------------------------------------------------
