@@ -110,17 +110,23 @@ def write_rides_csv(path: Path, rides: Iterable[Mapping[str, Any]]) -> Path:
     return path
 
 
-def delete_every_topic(bootstrap_servers: str, timeout: float = 30.0) -> None:
-    """Delete every topic but Kafka's own (`__consumer_offsets`) and wait until the broker lists none of them, so
-    that the next test on the same broker can create topics of the same names."""
-    admin = AdminClient({"bootstrap.servers": bootstrap_servers})
-    topics = [name for name in admin.list_topics(timeout=timeout).topics if not name.startswith("__")]
+def delete_topics(bootstrap_servers: str, topics: Sequence[str], timeout: float = 30.0) -> None:
+    """Delete `topics` and wait until the broker lists none of them, so that topics of the same names can be
+    created again (AssertionError when one is still listed after `timeout` s)."""
     if not topics:
         return
-    for future in admin.delete_topics(topics, operation_timeout=timeout).values():
+    admin = AdminClient({"bootstrap.servers": bootstrap_servers})
+    for future in admin.delete_topics(list(topics), operation_timeout=timeout).values():
         future.result(timeout=timeout)
     deadline = time.monotonic() + timeout
     while set(topics) & set(admin.list_topics(timeout=timeout).topics):
         if time.monotonic() > deadline:
             raise AssertionError(f"topics {sorted(topics)} still listed {timeout:.0f}s after they were deleted")
         time.sleep(0.1)
+
+
+def delete_every_topic(bootstrap_servers: str, timeout: float = 30.0) -> None:
+    """Delete every topic but Kafka's own (`__consumer_offsets`): what a test on the session's broker leaves."""
+    admin = AdminClient({"bootstrap.servers": bootstrap_servers})
+    listed = admin.list_topics(timeout=timeout).topics
+    delete_topics(bootstrap_servers, [name for name in listed if not name.startswith("__")], timeout)

@@ -5,7 +5,6 @@ file:// URI, an emptied registry. Expectations come from what each test produced
 from __future__ import annotations
 
 import shutil
-import time
 from pathlib import Path
 
 import dagster as dg
@@ -27,7 +26,7 @@ from streaming_pipeline.cli import main as cli_main
 from streaming_pipeline.layers import ALL_ASSETS
 from streaming_pipeline.replay import ReplayStart, replay
 from streaming_pipeline.settings import RIDES_TOPIC, SensorSettings
-from streaming_pipeline_tests.kafka_helpers import all_coordinates, end_offsets
+from streaming_pipeline_tests.kafka_helpers import all_coordinates, delete_topics, end_offsets
 
 pytestmark = pytest.mark.integration
 
@@ -175,11 +174,7 @@ def test_recreated_topic_is_reported_by_run_and_sensor_and_replay_reads_the_new_
     table = lakehouse.table_path("raw_rides")
     _produce(stack, 30, seed=4)
     _ingest(spark, pipeline_resources)
-    admin = AdminClient({"bootstrap.servers": stack.bootstrap_servers})
-    admin.delete_topics([RIDES_TOPIC])[RIDES_TOPIC].result(timeout=30)
-    deadline = time.monotonic() + 30
-    while RIDES_TOPIC in admin.list_topics(timeout=10).topics and time.monotonic() < deadline:
-        time.sleep(0.2)
+    delete_topics(stack.bootstrap_servers, [RIDES_TOPIC])
     _produce(stack, 6, seed=5)  # recreates the topic: offsets start at 0 again
     ends = end_offsets(stack.bootstrap_servers, RIDES_TOPIC)
     consumed = consumed_offsets(table, "raw_rides", RIDES_TOPIC)

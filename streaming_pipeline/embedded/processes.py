@@ -394,7 +394,7 @@ class ManagedProcess:
     @property
     def exited(self) -> bool:
         """True when the process this object started has exited (read from the process, not from its pid)."""
-        return self._proc is not None and self._proc.poll() is not None
+        return self.returncode is not None
 
     @property
     def returncode(self) -> int | None:
