@@ -14,6 +14,18 @@ from streaming_pipeline.resources import KafkaResource, LakehouseResource
 from streaming_pipeline.settings import RIDES_TOPIC, SensorSettings
 from streaming_pipeline.synthetic import SyntheticOptions, synthetic_rides
 
+
+@pytest.fixture()
+def stack(tmp_path_factory: pytest.TempPathFactory):
+    """A broker and registry of this test's own, not the session's shared broker: the sensor tests assert that a
+    tick creates no topic, and on the shared broker a client left by an earlier test (in a CI run, 21 s after
+    the cleanup) had the broker auto-create `rides` first."""
+    from streaming_pipeline.embedded.stack import running_stack
+
+    with running_stack(tmp_path_factory.mktemp("stack"), spark=False) as info:
+        yield info
+
+
 POLICY = SensorSettings(min_records=10, max_wait_seconds=30, retry_backoff_seconds=5, max_backoff_seconds=60)
 
 
