@@ -6,6 +6,7 @@ so every ratio compares figures taken on the same machine at the same time.
 
 from __future__ import annotations
 
+import itertools
 import json
 import platform
 import resource
@@ -79,24 +80,53 @@ def _write_json(path: Path | None, figures: Any) -> None:
 
 
 @dataclass
-class ThroughputResult:
+class SizeFigures:
+    """Both Spark jobs on the first `rides` records of the topic: one timing per round each, and their medians."""
+
     rides: int
-    machine: str
-    engine: str = "Spark Connect server, local[*]"
-    produce_rides_per_s: float = 0.0
     limit_consume_records_per_s: float = 0.0
+    plain_spark_seconds: list[float] = field(default_factory=list)
+    ours_seconds: list[float] = field(default_factory=list)
+    ours_streaming_seconds: list[float] = field(default_factory=list)
     plain_spark_rides_per_s: float = 0.0
     ours_rides_per_s: float = 0.0
-    ours_seconds: float = 0.0
-    ours_streaming_seconds: float = 0.0
     overhead_seconds_per_run: float = 0.0
+    ratios: dict[str, float] = field(default_factory=dict)
+
+    def summarize(self) -> None:
+        plain, ours = statistics.median(self.plain_spark_seconds), statistics.median(self.ours_seconds)
+        self.plain_spark_rides_per_s = self.rides / plain
+        self.ours_rides_per_s = self.rides / ours
+        self.overhead_seconds_per_run = statistics.median(
+            max(0.0, total - streaming)
+            for total, streaming in zip(self.ours_seconds, self.ours_streaming_seconds, strict=True)
+        )
+        self.ratios = {
+            "ours/plain_spark": round(self.ours_rides_per_s / self.plain_spark_rides_per_s, 3),
+            "ours/limit": round(self.ours_rides_per_s / self.limit_consume_records_per_s, 4),
+        }
+
+
+@dataclass
+class ThroughputResult:
+    sizes: list[int]
+    rounds: int
+    machine: str
+    engine: str = ""
+    produce_rides_per_s: float = 0.0
+    figures: list[SizeFigures] = field(default_factory=list)
     peak_engine_rss_mib: float = 0.0
     peak_python_rss_mib: float = 0.0
-    ratios: dict[str, float] = field(default_factory=dict)
+
+
+def _engine_description(spark: Any) -> str:
+    import importlib.metadata
+
+    return f"Spark {spark.version} Connect server, local[*]; Delta {importlib.metadata.version('delta-spark')}"
 
 
 def _consume_all(bootstrap: str, expected: int) -> float:
-    """Seconds for confluent-kafka to read `expected` records of the topic, no decoding."""
+    """Seconds for confluent-kafka to read the first `expected` records of the topic, no decoding."""
     from confluent_kafka import Consumer
 
     consumer = Consumer(
@@ -145,12 +175,16 @@ def _plain_spark(spark: Any, bootstrap: str, out: Path) -> float:
     return time.monotonic() - started
 
 
+# The run's own log at WARNING: a benchmark prints its stages, not Dagster's DEBUG lines.
+QUIET_RUN = {"loggers": {"console": {"config": {"log_level": "WARNING"}}}}
+
+
 def _materialize_raw_rides(resources: Mapping[str, Any]) -> tuple[float, int, float]:
     """(seconds, rows written, Spark trigger seconds) of one raw_rides materialization through Dagster."""
     from streaming_pipeline.bronze.assets import raw_rides
 
     started = time.monotonic()
-    run = dg.materialize([raw_rides], resources=resources)
+    run = dg.materialize([raw_rides], resources=resources, run_config=QUIET_RUN)
     seconds = time.monotonic() - started
     metadata = run.get_asset_materialization_events()[0].materialization.metadata
     rows_written = cast(int, metadata["rows_written"].value)
@@ -158,70 +192,92 @@ def _materialize_raw_rides(resources: Mapping[str, Any]) -> tuple[float, int, fl
     return seconds, int(rows_written), float(streaming_seconds)
 
 
-def run_bench(rides: int, json_path: Path | None) -> ThroughputResult:
+def run_bench(sizes: list[int], json_path: Path | None, rounds: int = 2) -> ThroughputResult:
+    """Throughput at each size in `sizes` (rides), on one topic that grows from size to size: at every size the
+    limit, then `rounds` rounds of both jobs from fresh checkpoints, alternating which goes first."""
     from streaming_pipeline.definitions import build_resources
     from streaming_pipeline.embedded.stack import running_stack
     from streaming_pipeline.engine.spark import connect_session
 
-    result = ThroughputResult(rides=rides, machine=_machine())
+    sizes = sorted(set(sizes))
+    if not sizes or sizes[0] < 1 or rounds < 1:
+        raise BenchError("--rides takes positive sizes, and --rounds at least 1")
+    result = ThroughputResult(sizes=sizes, rounds=rounds, machine=_machine())
     with tempfile.TemporaryDirectory(prefix="bench-") as tmp, running_stack(Path(tmp) / "stack") as stack:
         assert stack.spark_remote
-        settings = PipelineSettings.from_env({**stack.env(), "LAKEHOUSE_DIR": str(Path(tmp) / "lakehouse")})
-        resources = build_resources(settings)
-        _say(f"producing {rides:,} synthetic rides")
-        started = time.monotonic()
-        produced = produce(
-            resources["kafka"],
-            resources["schema_registry"].get_client(),
-            RIDES_TOPIC,
-            rows_from_records(synthetic_rides(rides, SyntheticOptions(seed=1))),
-            total=rides,
-            acks="1",
-        )
-        result.produce_rides_per_s = produced.sent / (time.monotonic() - started)
-        _say("limit: raw consume with confluent-kafka")
-        result.limit_consume_records_per_s = rides / max(_consume_all(stack.bootstrap_servers, rides), 1e-9)
+        work = Path(tmp)
+
+        def resources_in(lakehouse: str) -> Any:
+            return build_resources(PipelineSettings.from_env({**stack.env(), "LAKEHOUSE_DIR": str(work / lakehouse)}))
+
+        resources = resources_in("produce")
+        rides = synthetic_rides(sizes[-1], SyntheticOptions(seed=1))
         spark = connect_session(stack.spark_remote)
-        _say("warm-up: one untimed pass of each job, so that neither measured job pays for JIT")
-        _plain_spark(spark, stack.bootstrap_servers, Path(tmp) / "warmup")
-        warm = build_resources(
-            PipelineSettings.from_env({**stack.env(), "LAKEHOUSE_DIR": str(Path(tmp) / "warmup-lakehouse")})
-        )
-        _materialize_raw_rides(warm)
-        _say("plain Spark: hand-written Kafka -> from_avro -> Delta job")
-        result.plain_spark_rides_per_s = rides / _plain_spark(spark, stack.bootstrap_servers, Path(tmp) / "plain")
-        _say("ours: materialize raw_rides through Dagster, fresh checkpoint")
-        result.ours_seconds, written, result.ours_streaming_seconds = _materialize_raw_rides(resources)
-        if written != rides:
-            raise BenchError(f"raw_rides wrote {written} rows, expected {rides}")
-        result.ours_rides_per_s = rides / result.ours_seconds
-        result.overhead_seconds_per_run = max(0.0, result.ours_seconds - result.ours_streaming_seconds)
+        result.engine = _engine_description(spark)
+        produced, produce_seconds = 0, 0.0
+        for size in sizes:
+            _say(f"{size:,} rides: producing {size - produced:,} more synthetic rides")
+            started = time.monotonic()
+            sent = produce(
+                resources["kafka"],
+                resources["schema_registry"].get_client(),
+                RIDES_TOPIC,
+                rows_from_records(itertools.islice(rides, size - produced)),
+                total=size - produced,
+                acks="1",
+            ).sent
+            produce_seconds += time.monotonic() - started
+            produced += sent
+            figures = SizeFigures(rides=size)
+            _say(f"{size:,} rides: limit, raw consume with confluent-kafka")
+            figures.limit_consume_records_per_s = size / max(_consume_all(stack.bootstrap_servers, size), 1e-9)
+            if size == sizes[0]:
+                _say("warm-up: one untimed pass of each job, so that neither measured job pays for JIT")
+                _plain_spark(spark, stack.bootstrap_servers, work / "warmup-plain")
+                _materialize_raw_rides(resources_in("warmup-ours"))
+            for round_number in range(1, rounds + 1):
+                jobs = ["plain", "ours"] if round_number % 2 else ["ours", "plain"]
+                for job in jobs:
+                    name = f"{size}-{round_number}-{job}"
+                    if job == "plain":
+                        _say(f"{size:,} rides, round {round_number}: plain Spark, Kafka -> from_avro -> Delta")
+                        figures.plain_spark_seconds.append(_plain_spark(spark, stack.bootstrap_servers, work / name))
+                        continue
+                    _say(f"{size:,} rides, round {round_number}: ours, raw_rides through Dagster, fresh checkpoint")
+                    seconds, written, streaming = _materialize_raw_rides(resources_in(name))
+                    if written != size:
+                        raise BenchError(f"raw_rides wrote {written} rows, expected {size}")
+                    figures.ours_seconds.append(seconds)
+                    figures.ours_streaming_seconds.append(streaming)
+            figures.summarize()
+            result.figures.append(figures)
+        result.produce_rides_per_s = produced / max(produce_seconds, 1e-9)
         result.peak_engine_rss_mib = _peak_rss_mib(stack.spark_pid)
         result.peak_python_rss_mib = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
         spark.stop()
-    result.ratios = {
-        "ours/plain_spark": round(result.ours_rides_per_s / result.plain_spark_rides_per_s, 3),
-        "ours/limit": round(result.ours_rides_per_s / result.limit_consume_records_per_s, 4),
-    }
-    _print_rows(
-        [
-            ("rides", f"{result.rides:,}"),
-            ("engine", result.engine),
-            ("produce (rides/s)", f"{result.produce_rides_per_s:,.0f}"),
-            ("limit: raw consume (records/s)", f"{result.limit_consume_records_per_s:,.0f}"),
-            ("plain Spark job (rides/s)", f"{result.plain_spark_rides_per_s:,.0f}"),
-            ("ours: raw_rides via Dagster (rides/s)", f"{result.ours_rides_per_s:,.0f}"),
-            ("ours / plain Spark", f"{result.ratios['ours/plain_spark']:.2f}"),
-            ("ours / limit", f"{result.ratios['ours/limit']:.3f}"),
-            ("overhead per run outside Spark work (s)", f"{result.overhead_seconds_per_run:.1f}"),
-            ("peak Spark Connect server RSS (MiB)", f"{result.peak_engine_rss_mib:,.0f}"),
-            ("peak Python RSS (MiB)", f"{result.peak_python_rss_mib:,.0f}"),
-            ("machine", result.machine),
-        ],
-        [],
-    )
+    _print_throughput(result)
     _write_json(json_path, result)
     return result
+
+
+def _print_throughput(result: ThroughputResult) -> None:
+    rows = [("engine", result.engine), ("produce (rides/s)", f"{result.produce_rides_per_s:,.0f}")]
+    for figures in result.figures:
+        at = f"{figures.rides:,} rides"
+        rows += [
+            (f"{at}: limit, raw consume (records/s)", f"{figures.limit_consume_records_per_s:,.0f}"),
+            (f"{at}: plain Spark job (rides/s)", f"{figures.plain_spark_rides_per_s:,.0f}"),
+            (f"{at}: ours, raw_rides via Dagster (rides/s)", f"{figures.ours_rides_per_s:,.0f}"),
+            (f"{at}: ours / plain Spark", f"{figures.ratios['ours/plain_spark']:.2f}"),
+            (f"{at}: ours / limit", f"{figures.ratios['ours/limit']:.3f}"),
+            (f"{at}: ours, seconds outside Spark's trigger time", f"{figures.overhead_seconds_per_run:.1f}"),
+        ]
+    rows += [
+        ("peak Spark Connect server RSS (MiB)", f"{result.peak_engine_rss_mib:,.0f}"),
+        ("peak Python RSS (MiB)", f"{result.peak_python_rss_mib:,.0f}"),
+        ("machine", result.machine),
+    ]
+    _print_rows(rows, [f"medians of {result.rounds} rounds per job, the jobs' order alternating by round"])
 
 
 # ----------------------------------------------------------------------------------------------- live

@@ -140,7 +140,14 @@ def _add_bench_parser(subparsers: argparse._SubParsersAction) -> None:
         help="measure throughput beside a plain Spark job and the raw consume rate; --live: freshness via dagster dev",
     )
     bench.add_argument("--live", action="store_true", help="measure produce -> visible through `dagster dev` instead")
-    bench.add_argument("--rides", type=int, default=1_000_000, help="throughput: synthetic rides (default 1,000,000)")
+    bench.add_argument(
+        "--rides",
+        type=int,
+        nargs="+",
+        default=[300_000, 1_000_000],
+        help="throughput: the sizes to measure, in synthetic rides on one growing topic (default 300000 1000000)",
+    )
+    bench.add_argument("--rounds", type=int, default=2, help="throughput: timed rounds per job and size (default 2)")
     bench.add_argument("--probes", type=int, default=12, help="--live: single-ride probes, the first reported apart")
     bench.add_argument("--gap", type=float, default=3.0, help="--live: seconds between probes (default 3)")
     bench.add_argument(
@@ -169,7 +176,7 @@ def _run_bench(args: argparse.Namespace) -> int:
     elif args.live:
         run_live_bench(args.probes, args.json, gap_seconds=args.gap)
     else:
-        run_bench(args.rides, args.json)
+        run_bench(args.rides, args.json, rounds=args.rounds)
     return 0
 
 

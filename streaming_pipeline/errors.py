@@ -27,6 +27,10 @@ class ArtifactResolutionError(StackError):
     """A Java artifact (the broker's jars, Spark's packages) could not be resolved from Maven Central."""
 
 
+class EngineVersionError(ConfigurationError):
+    """The Spark engine's parts do not match: pyspark and delta-spark, or this client and the Spark Connect server."""
+
+
 class SparkUnavailableError(StreamingPipelineError):
     """No Spark engine: the Spark Connect server does not answer, or a local driver JVM did not start."""
 

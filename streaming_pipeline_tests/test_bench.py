@@ -5,6 +5,7 @@ process stays a classic driver for the other tests.
 """
 
 import json
+import statistics
 import subprocess
 import sys
 from pathlib import Path
@@ -16,7 +17,7 @@ pytestmark = [pytest.mark.integration, pytest.mark.slow]
 REPO_ROOT = Path(__file__).resolve().parents[1]
 
 
-def _bench(*args: str) -> None:
+def _bench(*args: str) -> str:
     done = subprocess.run(
         [sys.executable, "-m", "streaming_pipeline.cli", "bench", *args],
         cwd=REPO_ROOT,
@@ -26,21 +27,27 @@ def _bench(*args: str) -> None:
         check=False,
     )
     assert done.returncode == 0, done.stderr[-4000:]
+    return done.stderr
 
 
-def test_throughput_bench_runs_and_writes_every_figure(tmp_path) -> None:
+def test_throughput_bench_measures_both_sizes_in_one_run_and_writes_every_figure(tmp_path) -> None:
     out = tmp_path / "bench.json"
-    _bench("--rides", "300", "--json", str(out))
+    stderr = _bench("--rides", "300", "200", "--rounds", "2", "--json", str(out))
     figures = json.loads(out.read_text())
-    assert figures["rides"] == 300
-    for name in ("limit_consume_records_per_s", "plain_spark_rides_per_s", "ours_rides_per_s", "peak_engine_rss_mib"):
-        assert figures[name] > 0, name
-    assert figures["ratios"]["ours/plain_spark"] == round(
-        figures["ours_rides_per_s"] / figures["plain_spark_rides_per_s"], 3
-    )
-    assert figures["overhead_seconds_per_run"] == pytest.approx(
-        figures["ours_seconds"] - figures["ours_streaming_seconds"], abs=1e-6
-    )
+    assert figures["sizes"] == [200, 300] and figures["rounds"] == 2
+    assert figures["engine"].startswith("Spark 4.2.0 Connect server") and "Delta 4.4.0" in figures["engine"]
+    assert [size["rides"] for size in figures["figures"]] == [200, 300]
+    for size in figures["figures"]:
+        assert len(size["plain_spark_seconds"]) == len(size["ours_seconds"]) == 2
+        for name in ("limit_consume_records_per_s", "plain_spark_rides_per_s", "ours_rides_per_s"):
+            assert size[name] > 0, name
+        assert size["ours_rides_per_s"] == pytest.approx(size["rides"] / statistics.median(size["ours_seconds"]))
+        ratio = size["ours_rides_per_s"] / size["plain_spark_rides_per_s"]
+        assert size["ratios"]["ours/plain_spark"] == round(ratio, 3)
+    assert figures["peak_engine_rss_mib"] > 0
+    # Its stages, without the Dagster run's DEBUG lines.
+    assert "[bench] 300 rides, round 2: ours" in stderr
+    assert " - DEBUG - " not in stderr and "STEP_START" not in stderr
 
 
 def test_live_bench_measures_every_probe_through_dagster_dev(tmp_path) -> None:

@@ -38,8 +38,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from xml.sax.saxutils import escape, quoteattr
 
+from packaging.version import Version
+
 from streaming_pipeline.embedded.processes import exclusive_lock, find_java
-from streaming_pipeline.errors import ArtifactResolutionError
+from streaming_pipeline.errors import ArtifactResolutionError, EngineVersionError
 
 KAFKA_VERSION = "4.1.1"
 SCALA_BINARY_VERSION = "2.13"
@@ -87,6 +89,12 @@ def kafka_broker_artifacts(kafka_version: str = KAFKA_VERSION) -> ArtifactSet:
     )
 
 
+# Maven Central has no spark-avro build of these Spark releases (2026-11-24: the newest is 4.1.1, and there is none
+# of 4.1.2, 4.1.3 or 4.2.0), so the newest one published stands in; the whole suite runs from_avro/to_avro on it.
+# Remove an entry when spark-avro of that version appears, and the set then takes the exact version again.
+SPARK_AVRO_STAND_IN = {"4.2.0": "4.1.1"}
+
+
 def spark_versions() -> tuple[str, str]:
     """(pyspark, delta-spark) as installed: the jars must match them exactly (pinned in pyproject.toml)."""
     try:
@@ -95,15 +103,46 @@ def spark_versions() -> tuple[str, str]:
         raise ArtifactResolutionError(f"{exc.name} is not installed; run `pip install -e .`") from exc
 
 
+def check_engine_pair(spark_version: str, delta_version: str) -> None:
+    """Raise EngineVersionError when the installed delta-spark was not built for the installed pyspark.
+
+    The range is the one delta-spark's own package declares (``Requires-Dist: pyspark...``), so a pair that pip
+    would refuse (one package upgraded by hand, say) fails here by name instead of as a ClassNotFoundException.
+    """
+    from packaging.requirements import Requirement
+
+    for line in importlib.metadata.requires("delta-spark") or []:
+        requirement = Requirement(line)
+        if requirement.name == "pyspark" and not requirement.specifier.contains(spark_version, prereleases=True):
+            raise EngineVersionError(
+                f"delta-spark {delta_version} is built for pyspark{requirement.specifier}, but pyspark "
+                f"{spark_version} is installed: install the pair pinned in pyproject.toml (`pip install -e .`)"
+            )
+
+
+def delta_artifact(spark_version: str, delta_version: str) -> str:
+    """Delta's Maven artifact for this Spark: ``delta-spark_<spark major.minor>_2.13`` from Delta 4.1 on (the
+    unsuffixed ``delta-spark_2.13`` is built for Delta's default Spark only)."""
+    if Version(delta_version) < Version("4.1"):
+        return f"delta-spark_{SCALA_BINARY_VERSION}"
+    spark_minor = ".".join(spark_version.split(".")[:2])
+    return f"delta-spark_{spark_minor}_{SCALA_BINARY_VERSION}"
+
+
+def spark_avro_version(spark_version: str) -> str:
+    return SPARK_AVRO_STAND_IN.get(spark_version, spark_version)
+
+
 def spark_artifacts() -> ArtifactSet:
     """Delta, the Kafka source and Avro for the installed Spark, minus what pyspark's own jars/ provide."""
     spark_version, delta_version = spark_versions()
+    check_engine_pair(spark_version, delta_version)
     return ArtifactSet(
         name=f"spark-{spark_version}-delta-{delta_version}",
         coordinates=(
-            ("io.delta", f"delta-spark_{SCALA_BINARY_VERSION}", delta_version),
+            ("io.delta", delta_artifact(spark_version, delta_version), delta_version),
             ("org.apache.spark", f"spark-sql-kafka-0-10_{SCALA_BINARY_VERSION}", spark_version),
-            ("org.apache.spark", f"spark-avro_{SCALA_BINARY_VERSION}", spark_version),
+            ("org.apache.spark", f"spark-avro_{SCALA_BINARY_VERSION}", spark_avro_version(spark_version)),
         ),
         provided_modules=tuple(sorted(pyspark_jar_modules())),
     )

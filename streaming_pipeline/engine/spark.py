@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 import dagster as dg
 from pydantic import Field, PrivateAttr
 
-from streaming_pipeline.errors import ConfigurationError, SparkUnavailableError
+from streaming_pipeline.errors import ConfigurationError, EngineVersionError, SparkUnavailableError
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -81,6 +81,23 @@ def connect_session(url: str) -> SparkSession:
     return RemoteSparkSession.builder.remote(url).create()  # type: ignore[return-value]
 
 
+def check_server_version(url: str, server_version: str) -> None:
+    """Raise EngineVersionError unless the Connect server runs the Spark version of this client's pyspark.
+
+    The server runs the project's foreachBatch handlers in its own Python workers and loads the project's Delta,
+    Kafka and Avro jars, all resolved for one Spark version; a server of another version (one started from an
+    older install and left running, another image) fails later and far less clearly.
+    """
+    from pyspark import __version__ as client_version
+
+    if server_version != client_version:
+        raise EngineVersionError(
+            f"the Spark Connect server at {url} runs Spark {server_version}, but this client is pyspark "
+            f"{client_version}: start a server of Spark {client_version} (`streaming-pipeline stack down` and "
+            f"`stack up` with this installation), or install pyspark {server_version} with its Delta pair"
+        )
+
+
 class SparkResource(dg.ConfigurableResource):
     """The run's SparkSession, made on first use and closed when the run ends.
 
@@ -116,13 +133,24 @@ class SparkResource(dg.ConfigurableResource):
         url = validate_remote(str(self.remote))
         try:
             session = connect_session(url)
+            server_version = session.version
+        except (PySparkException, OSError) as exc:
+            raise SparkUnavailableError(
+                f"the Spark Connect server at {url} (SPARK_REMOTE) did not answer: {_first_line(exc)}. "
+                "Start it with `streaming-pipeline stack up`, or unset SPARK_REMOTE to run Spark in-process."
+            ) from exc
+        try:
+            check_server_version(url, server_version)
+        except EngineVersionError:
+            session.stop()
+            raise
+        try:
             session.conf.set("spark.sql.session.timeZone", SESSION_TIME_ZONE)
             for key, value in self.conf.items():
                 session.conf.set(key, value)
         except (PySparkException, OSError) as exc:
             raise SparkUnavailableError(
-                f"the Spark Connect server at {url} (SPARK_REMOTE) did not answer: {_first_line(exc)}. "
-                "Start it with `streaming-pipeline stack up`, or unset SPARK_REMOTE to run Spark in-process."
+                f"the Spark Connect server at {url} refused a setting: {_first_line(exc)}"
             ) from exc
         return session
 

@@ -34,26 +34,28 @@ def private_home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     return home
 
 
-def test_both_sets_resolve_once_into_complete_cached_classpaths() -> None:
-    broker = jars.broker_classpath()
+def test_both_sets_resolve_from_an_empty_cache_into_complete_cached_classpaths(private_home: Path) -> None:
+    broker = jars.broker_classpath(progress=None)
     names = _names(broker)
     assert f"kafka_2.13-{jars.KAFKA_VERSION}.jar" in names
     assert f"kafka-clients-{jars.KAFKA_VERSION}.jar" in names
     assert f"log4j-core-{jars.LOG4J_VERSION}.jar" in names and f"log4j-slf4j2-impl-{jars.LOG4J_VERSION}.jar" in names
     assert [n for n in names if n.startswith("slf4j-api-")] == [f"slf4j-api-{jars.SLF4J_VERSION}.jar"]
 
-    spark = jars.spark_jars()
+    spark = jars.spark_jars(progress=None)
+    assert all(str(jar).startswith(str(private_home / ".cache" / "streaming-pipeline")) for jar in spark)
     spark_version, delta_version = jars.spark_versions()
+    assert (spark_version, delta_version) == ("4.2.0", "4.4.0")  # the pair pinned in pyproject.toml
     assert {
-        f"delta-spark_2.13-{delta_version}.jar",
-        f"spark-sql-kafka-0-10_2.13-{spark_version}.jar",
-        f"spark-avro_2.13-{spark_version}.jar",
-        f"spark-token-provider-kafka-0-10_2.13-{spark_version}.jar",
-        "kafka-clients-3.9.0.jar",
-        "delta-storage-" + delta_version + ".jar",
+        "delta-spark_4.2_2.13-4.4.0.jar",
+        "delta-storage-4.4.0.jar",
+        "spark-sql-kafka-0-10_2.13-4.2.0.jar",
+        "spark-token-provider-kafka-0-10_2.13-4.2.0.jar",
+        "spark-avro_2.13-4.1.1.jar",  # the stand-in: Maven Central has no spark-avro 4.2.0
     } <= set(_names(spark))
-    # Nothing pyspark ships already (Hadoop, Scala, slf4j, ...): those would only shadow its own jars.
+    # Nothing pyspark ships already (Hadoop, Scala, Jackson, slf4j, ...): those would only shadow its own jars.
     shipped = jars.pyspark_jar_modules()
+    assert {"spark-sql_2.13", "hadoop-client-api", "scala-library", "jackson-databind"} <= shipped
     assert not [name for name in _names(spark) if jars._JAR_NAME.match(name).group("module") in shipped]
 
     for classpath in (broker, spark):

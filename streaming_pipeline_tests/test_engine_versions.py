@@ -1,0 +1,86 @@
+"""The engine's parts must match: pyspark with delta-spark, this client with the Spark Connect server. A mismatch is
+an EngineVersionError naming both versions, before any Spark work (never a Py4J trace or ClassNotFoundException)."""
+
+from __future__ import annotations
+
+import importlib.metadata
+
+import pyspark
+import pytest
+
+from streaming_pipeline.embedded import jars
+from streaming_pipeline.engine import spark as spark_module
+from streaming_pipeline.engine.spark import SparkResource
+from streaming_pipeline.errors import ConfigurationError, EngineVersionError
+
+
+def test_the_installed_pair_is_the_pinned_one_and_delta_accepts_it() -> None:
+    assert (pyspark.__version__, importlib.metadata.version("delta-spark")) == ("4.2.0", "4.4.0")
+    jars.check_engine_pair("4.2.0", "4.4.0")  # no error
+
+
+def test_a_pyspark_outside_the_range_delta_spark_declares_is_refused_naming_both() -> None:
+    # delta-spark 4.4.0's own metadata: Requires-Dist pyspark<=4.2.0,>=4.0.1
+    with pytest.raises(EngineVersionError) as raised:
+        jars.check_engine_pair("4.3.0", "4.4.0")
+    message = str(raised.value)
+    assert "delta-spark 4.4.0" in message and "pyspark 4.3.0 is installed" in message
+    assert "<=4.2.0" in message and "pyproject.toml" in message
+    with pytest.raises(EngineVersionError, match="pyspark 4.0.0 is installed"):
+        jars.check_engine_pair("4.0.0", "4.4.0")
+    assert isinstance(raised.value, ConfigurationError)
+
+
+def test_delta_artifact_names_carry_the_spark_version_from_delta_4_1_on() -> None:
+    assert jars.delta_artifact("4.2.0", "4.4.0") == "delta-spark_4.2_2.13"
+    assert jars.delta_artifact("4.1.3", "4.3.1") == "delta-spark_4.1_2.13"
+    assert jars.delta_artifact("4.0.0", "4.0.0") == "delta-spark_2.13"
+
+
+def test_the_spark_set_is_derived_from_the_installed_pair() -> None:
+    coordinates = jars.spark_artifacts().coordinates
+    assert coordinates == (
+        ("io.delta", "delta-spark_4.2_2.13", "4.4.0"),
+        ("org.apache.spark", "spark-sql-kafka-0-10_2.13", "4.2.0"),
+        ("org.apache.spark", "spark-avro_2.13", "4.1.1"),
+    )
+    assert jars.spark_avro_version("4.1.1") == "4.1.1"  # without a stand-in, Avro takes Spark's own version
+
+
+class _ServerAnswering:
+    """A Connect session whose server answers the SparkVersion request with `version`."""
+
+    def __init__(self, version: str) -> None:
+        self.version = version
+        self.stopped = False
+        self.settings: dict[str, str] = {}
+
+    @property
+    def conf(self) -> _ServerAnswering:
+        return self
+
+    def set(self, key: str, value: str) -> None:
+        self.settings[key] = value
+
+    def stop(self) -> None:
+        self.stopped = True
+
+
+def test_a_connect_server_of_another_spark_version_is_refused_naming_both(monkeypatch: pytest.MonkeyPatch) -> None:
+    server = _ServerAnswering("4.0.0")
+    monkeypatch.setattr(spark_module, "connect_session", lambda url: server)
+    resource = SparkResource(remote="sc://127.0.0.1:15002")
+    with pytest.raises(EngineVersionError) as raised:
+        resource.get_session()
+    message = str(raised.value)
+    assert "sc://127.0.0.1:15002 runs Spark 4.0.0" in message
+    assert f"this client is pyspark {pyspark.__version__}" in message
+    assert server.stopped and server.settings == {}  # the session is released, nothing was set on it
+
+
+def test_a_connect_server_of_the_same_version_is_used(monkeypatch: pytest.MonkeyPatch) -> None:
+    server = _ServerAnswering(pyspark.__version__)
+    monkeypatch.setattr(spark_module, "connect_session", lambda url: server)
+    session = SparkResource(remote="sc://127.0.0.1:15002", conf={"spark.sql.shuffle.partitions": "3"}).get_session()
+    assert session is server and not server.stopped
+    assert server.settings == {"spark.sql.session.timeZone": "UTC", "spark.sql.shuffle.partitions": "3"}
