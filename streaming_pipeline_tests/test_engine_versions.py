@@ -4,6 +4,8 @@ an EngineVersionError naming both versions, before any Spark work (never a Py4J 
 from __future__ import annotations
 
 import importlib.metadata
+import subprocess
+import sys
 
 import pyspark
 import pytest
@@ -84,3 +86,18 @@ def test_a_connect_server_of_the_same_version_is_used(monkeypatch: pytest.Monkey
     session = SparkResource(remote="sc://127.0.0.1:15002", conf={"spark.sql.shuffle.partitions": "3"}).get_session()
     assert session is server and not server.stopped
     assert server.settings == {"spark.sql.session.timeZone": "UTC", "spark.sql.shuffle.partitions": "3"}
+
+
+def test_a_connect_client_whose_server_is_gone_exits_at_once() -> None:
+    """pyspark 4.2's client sends a command at interpreter exit and retries it for about ten minutes when the server
+    does not answer; a session from connect_session closes its channel first. (Without that this run hits its
+    timeout; no duration is asserted.)"""
+    from streaming_pipeline.embedded.ports import free_port
+
+    script = (
+        "from streaming_pipeline.engine.spark import connect_session\n"
+        f"connect_session('sc://127.0.0.1:{free_port('127.0.0.1')}')\n"
+        "print('created')\n"
+    )
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120, check=False)
+    assert (done.returncode, done.stdout) == (0, "created\n"), done.stderr[-2000:]
