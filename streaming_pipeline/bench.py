@@ -120,9 +120,9 @@ class ThroughputResult:
 
 
 def _engine_description(spark: Any) -> str:
-    import importlib.metadata
+    from streaming_pipeline.embedded.jars import spark_versions
 
-    return f"Spark {spark.version} Connect server, local[*]; Delta {importlib.metadata.version('delta-spark')}"
+    return f"Spark {spark.version} Connect server, local[*]; Delta {spark_versions()[1]}"
 
 
 def _consume_all(bootstrap: str, expected: int) -> float:
@@ -175,16 +175,13 @@ def _plain_spark(spark: Any, bootstrap: str, out: Path) -> float:
     return time.monotonic() - started
 
 
-# The run's own log at WARNING: a benchmark prints its stages, not Dagster's DEBUG lines.
-QUIET_RUN = {"loggers": {"console": {"config": {"log_level": "WARNING"}}}}
-
-
 def _materialize_raw_rides(resources: Mapping[str, Any]) -> tuple[float, int, float]:
     """(seconds, rows written, Spark trigger seconds) of one raw_rides materialization through Dagster."""
     from streaming_pipeline.bronze.assets import raw_rides
+    from streaming_pipeline.layers import QUIET_RUN_CONFIG
 
     started = time.monotonic()
-    run = dg.materialize([raw_rides], resources=resources, run_config=QUIET_RUN)
+    run = dg.materialize([raw_rides], resources=resources, run_config=QUIET_RUN_CONFIG)
     seconds = time.monotonic() - started
     metadata = run.get_asset_materialization_events()[0].materialization.metadata
     rows_written = cast(int, metadata["rows_written"].value)

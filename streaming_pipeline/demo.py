@@ -129,7 +129,7 @@ def _produce(options: DemoOptions, kafka: Any, registry: Any, stages: _Stages) -
 
 
 def _materialize(resources: Mapping[str, Any], stages: _Stages) -> dg.ExecuteInProcessResult:
-    from streaming_pipeline.layers import ALL_ASSETS, ALL_CHECKS
+    from streaming_pipeline.layers import ALL_ASSETS, ALL_CHECKS, QUIET_RUN_CONFIG
 
     asset_count = sum(len(definition.keys) for definition in ALL_ASSETS)  # a multi-asset holds several
     stages.say(
@@ -140,7 +140,7 @@ def _materialize(resources: Mapping[str, Any], stages: _Stages) -> dg.ExecuteInP
         [*ALL_ASSETS, *ALL_CHECKS],
         resources=resources,
         raise_on_error=False,
-        run_config={"loggers": {"console": {"config": {"log_level": "WARNING"}}}},
+        run_config=QUIET_RUN_CONFIG,
     )
     seconds = {
         event.step_key: event.event_specific_data.duration_ms / 1000  # type: ignore[union-attr]

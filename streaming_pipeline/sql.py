@@ -15,7 +15,7 @@ from datetime import date, datetime
 from decimal import Decimal
 from typing import TYPE_CHECKING, Any
 
-from streaming_pipeline.errors import QueryError
+from streaming_pipeline.errors import QueryError, first_line
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -66,13 +66,8 @@ def run_sql(spark: SparkSession, table_paths: Mapping[str, str], query: str) -> 
         ]
         rows = [tuple(row) for row in positional.select(*wall_clock).collect()]
     except PySparkException as exc:
-        raise QueryError(f"the query failed: {_first_line(exc)}") from exc
+        raise QueryError(f"the query failed: {first_line(exc)}") from exc
     return columns, rows
-
-
-def _first_line(exc: BaseException) -> str:
-    """Spark's messages span lines (the SQL, a caret, a JVM stack); the first non-empty one says what is wrong."""
-    return next((line.strip() for line in str(exc).splitlines() if line.strip()), type(exc).__name__)
 
 
 def _json_ready(value: Any) -> Any:

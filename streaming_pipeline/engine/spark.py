@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 import dagster as dg
 from pydantic import Field, PrivateAttr
 
-from streaming_pipeline.errors import ConfigurationError, EngineVersionError, SparkUnavailableError
+from streaming_pipeline.errors import ConfigurationError, EngineVersionError, SparkUnavailableError, first_line
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -150,7 +150,7 @@ class SparkResource(dg.ConfigurableResource):
             server_version = session.version
         except (PySparkException, OSError) as exc:
             raise SparkUnavailableError(
-                f"the Spark Connect server at {url} (SPARK_REMOTE) did not answer: {_first_line(exc)}. "
+                f"the Spark Connect server at {url} (SPARK_REMOTE) did not answer: {first_line(exc)}. "
                 "Start it with `streaming-pipeline stack up`, or unset SPARK_REMOTE to run Spark in-process."
             ) from exc
         try:
@@ -164,7 +164,7 @@ class SparkResource(dg.ConfigurableResource):
                 session.conf.set(key, value)
         except (PySparkException, OSError) as exc:
             raise SparkUnavailableError(
-                f"the Spark Connect server at {url} refused a setting: {_first_line(exc)}"
+                f"the Spark Connect server at {url} refused a setting: {first_line(exc)}"
             ) from exc
         return session
 
@@ -184,7 +184,7 @@ class SparkResource(dg.ConfigurableResource):
             session = builder.getOrCreate()
         except PySparkRuntimeError as exc:
             raise SparkUnavailableError(
-                f"the local Spark driver JVM did not start ({_first_line(exc)}). Check `java -version` (17+) "
+                f"the local Spark driver JVM did not start ({first_line(exc)}). Check `java -version` (17+) "
                 "and JAVA_HOME; the JVM's own messages are printed above."
             ) from exc
         session.sparkContext.setLogLevel("WARN")
@@ -194,8 +194,3 @@ class SparkResource(dg.ConfigurableResource):
         if self._session is not None and self.stop_on_teardown:
             self._session.stop()
             self._session = None
-
-
-def _first_line(exc: BaseException) -> str:
-    lines = [line.strip() for line in str(exc).splitlines() if line.strip()]
-    return lines[0] if lines else type(exc).__name__
