@@ -29,7 +29,7 @@ class TableArgs(TypedDict):
     `dg.asset` or `dg.AssetSpec` (which take the name or key separately)."""
 
     group_name: str
-    deps: list[dg.AssetsDefinition]
+    deps: list[str]
     kinds: set[str]
     owners: list[str]
     tags: dict[str, str]
@@ -41,7 +41,7 @@ def table_args(
     table: tables.Table,
     *,
     kinds: set[str],
-    deps: list[dg.AssetsDefinition] | None = None,
+    deps: list[str] | None = None,
     automation_condition: dg.AutomationCondition[Any] | None = None,
     metadata: dict[str, Any] | None = None,
 ) -> TableArgs:
@@ -78,21 +78,11 @@ def checkpoint_pool(asset_name: str) -> str:
     return f"checkpoint_{asset_name}"
 
 
-# The order in which a run executes the steps that are ready (Dagster runs a higher `dagster/priority` first):
-# after bronze, the live job reaches the cheap running counts before the slower silver tables and the windows.
-STEP_PRIORITY = {
-    tables.VENDOR_COUNTS.name: 40,
-    tables.AMOUNT_BRANCHES: 30,
-    tables.RIDES_ENRICHED.name: 30,
-    tables.RIDE_PICKUP_JOINS.name: 20,
-    tables.DEAD_LETTER_RECORDS.name: 10,
-    tables.RIDE_WINDOW_AGGREGATES.name: 0,
-}
-
-
-def step_priority(step_name: str) -> dict[str, str]:
-    """The op tags that give a step its place in STEP_PRIORITY."""
-    return {"dagster/priority": str(STEP_PRIORITY[step_name])}
+def step_priority(priority: int) -> dict[str, str]:
+    """The op tags that give a step its place in a run: Dagster runs the ready step with the higher
+    `dagster/priority` first (after bronze, the live job reaches the cheap running counts before the slower silver
+    tables and the windows)."""
+    return {"dagster/priority": str(priority)}
 
 
 class StreamStepArgs(TypedDict):
@@ -100,9 +90,9 @@ class StreamStepArgs(TypedDict):
     op_tags: dict[str, str]
 
 
-def stream_step_args(step_name: str) -> StreamStepArgs:
+def stream_step_args(step_name: str, *, priority: int) -> StreamStepArgs:
     """The pool of the step's checkpoint and its priority in a run, for a step that streams from other tables."""
-    return StreamStepArgs(pool=checkpoint_pool(step_name), op_tags=step_priority(step_name))
+    return StreamStepArgs(pool=checkpoint_pool(step_name), op_tags=step_priority(priority))
 
 
 PREVIEW_ROWS = 10

@@ -1,24 +1,20 @@
-"""The code location: the layers' Definitions (bronze, silver, gold) merged, with the resources and the executor;
-configuration is read here, when definitions are built."""
+"""The code location: every asset, check, job and sensor under `defs/` (loaded with Dagster's
+`load_from_defs_folder`), with the resources and the executor. Configuration is read when definitions load."""
 
 from __future__ import annotations
 
-import os
+from pathlib import Path
 from typing import TypedDict
 
 import dagster as dg
 
-from streaming_pipeline.bronze.definitions import bronze_definitions
-from streaming_pipeline.engine.spark import SparkResource
-from streaming_pipeline.gold import definitions as gold
-from streaming_pipeline.resources import KafkaResource, LakehouseResource, SchemaRegistryResource
-from streaming_pipeline.settings import PipelineSettings
-from streaming_pipeline.silver import definitions as silver
-
-
-def _secret(name: str) -> dg.EnvVar | None:
-    """A secret passed by reference (never read into the definitions), only when it is set."""
-    return dg.EnvVar(name) if os.environ.get(name) else None
+from streaming_pipeline.resources import KafkaResource, LakehouseResource, SchemaRegistryResource, SparkResource
+from streaming_pipeline.settings import (
+    KAFKA_SASL_PASSWORD,
+    KAFKA_SASL_USERNAME,
+    SCHEMA_REGISTRY_BASIC_AUTH_USER_INFO,
+    PipelineSettings,
+)
 
 
 class PipelineResources(TypedDict):
@@ -31,41 +27,40 @@ class PipelineResources(TypedDict):
 
 
 def build_resources(settings: PipelineSettings) -> PipelineResources:
+    """One resource per external system; a secret is passed by reference (`dg.EnvVar`), only when it is set."""
+    security = settings.kafka_security
     return {
         "kafka": KafkaResource(
             bootstrap_servers=settings.bootstrap_servers,
-            security_protocol=os.environ.get("KAFKA_SECURITY_PROTOCOL", "PLAINTEXT"),
-            sasl_mechanism=os.environ.get("KAFKA_SASL_MECHANISM") or None,
-            sasl_username=_secret("KAFKA_SASL_USERNAME"),
-            sasl_password=_secret("KAFKA_SASL_PASSWORD"),
+            security_protocol=security.security_protocol,
+            sasl_mechanism=security.sasl_mechanism,
+            sasl_username=dg.EnvVar(KAFKA_SASL_USERNAME) if security.sasl_username_set else None,
+            sasl_password=dg.EnvVar(KAFKA_SASL_PASSWORD) if security.sasl_password_set else None,
         ),
         "schema_registry": SchemaRegistryResource(
             url=settings.schema_registry_url,
-            basic_auth_user_info=_secret("SCHEMA_REGISTRY_BASIC_AUTH_USER_INFO"),
+            basic_auth_user_info=(
+                dg.EnvVar(SCHEMA_REGISTRY_BASIC_AUTH_USER_INFO) if settings.registry_basic_auth_set else None
+            ),
         ),
         "spark": SparkResource(
-            remote=settings.spark_remote,
-            profile="cluster" if settings.spark_master else os.environ.get("SPARK_PROFILE", "local"),
-            master=settings.spark_master,
+            remote=settings.spark_remote, profile=settings.spark_profile, master=settings.spark_master
         ),
         "lakehouse": LakehouseResource(
-            root=settings.lakehouse_dir,
-            ride_window_duration=settings.ride_window_duration,
-            ride_watermark_delay=settings.ride_watermark_delay,
-            join_max_gap=settings.join_max_gap,
-            max_offsets_per_trigger=settings.max_offsets_per_trigger,
-            high_amount_threshold=settings.high_amount_threshold,
-            taxi_zones_csv_override=settings.taxi_zones_csv,
+            root=settings.lakehouse_dir, max_offsets_per_trigger=settings.max_offsets_per_trigger
         ),
     }
+
+
+def pipeline_definitions() -> dg.Definitions:
+    """The assets, checks, jobs and sensors of `defs/`, without resources (for `dg.materialize` in tools and tests)."""
+    return dg.load_from_defs_folder(path_within_project=Path(__file__).parent)
 
 
 def build_definitions(settings: PipelineSettings | None = None) -> dg.Definitions:
     settings = settings or PipelineSettings.from_env()
     return dg.Definitions.merge(
-        bronze_definitions(settings.sensors),
-        silver.defs,
-        gold.defs,
+        pipeline_definitions(),
         dg.Definitions(
             resources=build_resources(settings),
             # One process and one Spark session per run: steps share the session instead of each

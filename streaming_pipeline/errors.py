@@ -1,4 +1,5 @@
-"""Project exceptions. Every message names what was wrong and where; :func:`exit_code` reports them on the
+"""Every exception the project raises on purpose, in one hierarchy rooted at StreamingPipelineError (nothing
+raises the bare base class). Every message names what was wrong and where; :func:`exit_code` reports them on the
 command line."""
 
 from __future__ import annotations
@@ -55,6 +56,59 @@ class QueryError(StreamingPipelineError):
     """A SQL query over the lakehouse failed; the message carries Spark's reason on one line."""
 
 
+class StorageError(StreamingPipelineError):
+    """A lakehouse path cannot be read (no filesystem for its scheme, an unreadable file)."""
+
+
+class BronzeStateError(StreamingPipelineError):
+    """A bronze table, its checkpoint and its topic disagree; running on would lose or duplicate records."""
+
+
+class StreamingRunError(StreamingPipelineError):
+    """A streaming query failed; the message names the query and Spark's reason."""
+
+
+class IncompleteResolution(ArtifactResolutionError):
+    """Ivy finished but some jars are missing or damaged; `modules` are (organisation, module) pairs."""
+
+    def __init__(self, message: str, modules: list[tuple[str, str]]) -> None:
+        super().__init__(message)
+        self.modules = modules
+
+
+# ---------------------------------------------------------------- the development stack's tools
+
+
+class ReplayError(StreamingPipelineError):
+    """A replay cannot start: a bad starting point, a run in flight, a topic that does not exist."""
+
+
+class BenchError(StreamingPipelineError):
+    """A benchmark could not measure what it set out to (the pipeline lost or duplicated rows)."""
+
+
+class DemoError(StreamingPipelineError):
+    """A stage of the demo failed; the message says which and why."""
+
+
+class RegistryError(StreamingPipelineError):
+    """A request the registry answers with an error body `{"error_code": N, "message": "..."}`."""
+
+    def __init__(self, http_status: int, error_code: int, message: str) -> None:
+        super().__init__(message)
+        self.http_status = http_status
+        self.error_code = error_code
+        self.message = message
+
+    def to_body(self) -> dict[str, object]:
+        return {"error_code": self.error_code, "message": self.message}
+
+
+class InvalidSchemaError(StreamingPipelineError, ValueError):
+    """The schema text (or one of its references) is not a valid Avro schema; the routes answer it with
+    `invalid_schema` (422). A ValueError too, as the JSON and Avro parsers' own errors are."""
+
+
 def exit_code(command: Callable[[], int | None], *, first_line_only: bool = False) -> int:
     """Run a command-line ``command`` and return its exit code (None counts as 0). The project's errors and the
     operating system's (a folder that cannot be made) are one ``error:`` message on stderr and code 1, only the
@@ -74,7 +128,3 @@ def first_line(exc: BaseException) -> str:
     """The first non-blank line of ``exc``'s message (its class name when it has none)."""
     lines = [line.strip() for line in str(exc).splitlines() if line.strip()]
     return lines[0] if lines else type(exc).__name__
-
-
-class StreamingRunError(StreamingPipelineError):
-    """A streaming query failed; the message names the query and Spark's reason."""

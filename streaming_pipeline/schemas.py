@@ -1,17 +1,22 @@
-"""The Avro schemas of the project's topics, read from the top-level `schemas/` folder."""
+"""The Avro schemas of the source topics: the `.avsc` files of the top-level `schemas/` folder, shipped inside the
+package (`streaming_pipeline/schema_files`) and read with importlib.resources, so that an installed wheel finds
+them as a checkout does; and the columns of a value schema as Spark sees them."""
 
 from __future__ import annotations
 
-import os
-from pathlib import Path
+import json
+from importlib import resources
+from importlib.resources.abc import Traversable
+from typing import Any
 
+from streaming_pipeline import settings
 from streaming_pipeline.errors import ConfigurationError
-from streaming_pipeline.settings import PICKUPS_TOPIC, RIDES_TOPIC
+from streaming_pipeline.table_model import Column
 
 
-def schema_dir() -> Path:
-    override = os.environ.get("STREAMING_PIPELINE_SCHEMA_DIR")
-    return Path(override) if override else Path(__file__).resolve().parent.parent / "schemas"
+def schema_dir() -> Traversable:
+    """$STREAMING_PIPELINE_SCHEMA_DIR, else the schemas shipped with the package."""
+    return settings.schema_dir_override() or resources.files("streaming_pipeline") / "schema_files"
 
 
 def load_schema(file_name: str) -> str:
@@ -21,17 +26,44 @@ def load_schema(file_name: str) -> str:
     return path.read_text()
 
 
-#: topic -> (key schema file, value schema file) used by the producer.
-TOPIC_SCHEMA_FILES: dict[str, tuple[str, str]] = {
-    RIDES_TOPIC: ("ride_key.avsc", "ride_value.avsc"),
-    PICKUPS_TOPIC: ("pickup_location_key.avsc", "pickup_location_value.avsc"),
+# Avro (primitive or logical) type -> Spark SQL type, as from_avro decodes it.
+_SPARK_TYPES = {
+    "int": "int",
+    "long": "bigint",
+    "float": "float",
+    "double": "double",
+    "string": "string",
+    "boolean": "boolean",
+    "bytes": "binary",
+    "timestamp-micros": "timestamp",
+    "timestamp-millis": "timestamp",
+    "date": "date",
 }
 
 
-def key_subject(topic: str) -> str:
-    """Topic name strategy, as Confluent's serializers use by default."""
-    return f"{topic}-key"
+def _spark_type(avro_type: Any, where: str) -> str:
+    if isinstance(avro_type, list):  # a union: ["null", T] is a nullable T
+        branches = [t for t in avro_type if t != "null"]
+        if len(branches) == 1:
+            return _spark_type(branches[0], where)
+    elif isinstance(avro_type, dict):
+        name = avro_type.get("logicalType") or avro_type.get("type")
+        if name in _SPARK_TYPES:
+            return _SPARK_TYPES[name]
+    elif avro_type in _SPARK_TYPES:
+        return _SPARK_TYPES[avro_type]
+    raise ConfigurationError(
+        f"{where}: Avro type {json.dumps(avro_type)} has no column type here; a source's value fields are "
+        f"one of {', '.join(sorted(_SPARK_TYPES))}, optionally in a union with null"
+    )
 
 
-def value_subject(topic: str) -> str:
-    return f"{topic}-value"
+def avro_columns(schema_text: str) -> tuple[Column, ...]:
+    """The fields of an Avro record schema as table columns: name, Spark SQL type, the field's `doc`."""
+    schema = json.loads(schema_text)
+    if not isinstance(schema, dict) or schema.get("type") != "record":
+        raise ConfigurationError(f"a source's value schema must be an Avro record, not {schema_text[:80]!r}")
+    name = schema.get("name", "?")
+    return tuple(
+        Column(f["name"], _spark_type(f["type"], f"{name}.{f['name']}"), f.get("doc")) for f in schema["fields"]
+    )

@@ -1,7 +1,9 @@
-"""The environment-variable contract of DESIGN section 4, read when definitions are built.
+"""Every environment variable the project reads, read here and nowhere else (docs/configuration.md lists them).
 
-Every variable is optional; the defaults work with the embedded stack started by
-`streaming-pipeline stack up` in the current directory.
+Every variable is optional; the defaults work with the embedded stack started by `streaming-pipeline stack up` in
+the current directory. A value that cannot be used is a ConfigurationError naming the variable and the value. A
+secret is never read into a value here: `secret_is_set` only says whether it is set, and the code location passes
+it to its resource as a `dagster.EnvVar`, so it is resolved when a run starts and never printed or logged.
 """
 
 from __future__ import annotations
@@ -9,7 +11,7 @@ from __future__ import annotations
 import os
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from streaming_pipeline.errors import ConfigurationError
@@ -22,9 +24,7 @@ DEFAULT_RIDE_WATERMARK_DELAY = "15 minutes"
 DEFAULT_JOIN_MAX_GAP = "10 minutes"
 DEFAULT_MAX_OFFSETS_PER_TRIGGER = 1_000_000
 DEFAULT_HIGH_AMOUNT_THRESHOLD = 40.0
-
-RIDES_TOPIC = "rides"
-PICKUPS_TOPIC = "pickup_locations"
+DEFAULT_SPARK_PROFILE = "local"
 
 _INTERVAL = re.compile(r"^\s*(\d+)\s+(second|minute|hour|day)s?\s*$", re.IGNORECASE)
 _UNIT_SECONDS = {"second": 1, "minute": 60, "hour": 3600, "day": 86400}
@@ -44,6 +44,10 @@ def interval_seconds(text: str, *, name: str) -> int:
 def normalize_interval(text: str, *, name: str) -> str:
     """Return the interval as Spark expects it ('600 seconds'), after validating it."""
     return f"{interval_seconds(text, name=name)} seconds"
+
+
+def _environ(environ: Mapping[str, str] | None) -> Mapping[str, str]:
+    return os.environ if environ is None else environ
 
 
 def _lakehouse_dir(value: str) -> str:
@@ -87,6 +91,18 @@ def _positive_float(env: Mapping[str, str], name: str, default: float) -> float:
     return value
 
 
+def _existing_file(env: Mapping[str, str], name: str) -> str | None:
+    """A configured file, made absolute; one that does not exist fails here, naming the variable, rather than
+    later inside a Spark job."""
+    configured = env.get(name)
+    if not configured:
+        return None
+    path = Path(configured).expanduser().resolve()
+    if not path.is_file():
+        raise ConfigurationError(f"{name}={configured!r}: no such file ({path})")
+    return str(path)
+
+
 @dataclass(frozen=True)
 class SensorSettings:
     """When the offset sensors request a run (environment variables `OFFSET_SENSOR_*`)."""
@@ -99,7 +115,7 @@ class SensorSettings:
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str] | None = None) -> SensorSettings:
-        env = os.environ if environ is None else environ
+        env = _environ(environ)
         defaults = cls()
         return cls(
             interval_seconds=_positive_int(env, "OFFSET_SENSOR_INTERVAL_SECONDS", defaults.interval_seconds),
@@ -113,7 +129,19 @@ class SensorSettings:
 
 
 @dataclass(frozen=True)
+class KafkaSecurity:
+    """How clients authenticate to Kafka. The SASL username and password are secrets: only whether they are set."""
+
+    security_protocol: str = "PLAINTEXT"
+    sasl_mechanism: str | None = None
+    sasl_username_set: bool = False
+    sasl_password_set: bool = False
+
+
+@dataclass(frozen=True)
 class PipelineSettings:
+    """Where the external systems are, and the defaults of the assets' configuration."""
+
     bootstrap_servers: str
     schema_registry_url: str
     lakehouse_dir: str
@@ -125,23 +153,36 @@ class PipelineSettings:
     max_offsets_per_trigger: int = DEFAULT_MAX_OFFSETS_PER_TRIGGER
     high_amount_threshold: float = DEFAULT_HIGH_AMOUNT_THRESHOLD
     taxi_zones_csv: str | None = None
-    sensors: SensorSettings = SensorSettings()
+    spark_profile: str = DEFAULT_SPARK_PROFILE
+    kafka_security: KafkaSecurity = field(default_factory=KafkaSecurity)
+    registry_basic_auth_set: bool = False
+    sensors: SensorSettings = field(default_factory=SensorSettings)
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str] | None = None) -> PipelineSettings:
-        env = os.environ if environ is None else environ
+        env = _environ(environ)
+        spark_master = env.get("SPARK_MASTER") or None
         settings = cls(
             bootstrap_servers=env.get("KAFKA_BOOTSTRAP_SERVERS") or DEFAULT_BOOTSTRAP_SERVERS,
             schema_registry_url=env.get("SCHEMA_REGISTRY_URL") or DEFAULT_SCHEMA_REGISTRY_URL,
             lakehouse_dir=_lakehouse_dir(env.get("LAKEHOUSE_DIR") or DEFAULT_LAKEHOUSE_DIR),
-            spark_master=env.get("SPARK_MASTER") or None,
+            spark_master=spark_master,
             spark_remote=env.get("SPARK_REMOTE") or None,
             ride_window_duration=env.get("RIDE_WINDOW_DURATION") or DEFAULT_RIDE_WINDOW_DURATION,
             ride_watermark_delay=env.get("RIDE_WATERMARK_DELAY") or DEFAULT_RIDE_WATERMARK_DELAY,
             join_max_gap=env.get("JOIN_MAX_GAP") or DEFAULT_JOIN_MAX_GAP,
             max_offsets_per_trigger=_positive_int(env, "MAX_OFFSETS_PER_TRIGGER", DEFAULT_MAX_OFFSETS_PER_TRIGGER),
             high_amount_threshold=_number(env, "HIGH_AMOUNT_THRESHOLD", DEFAULT_HIGH_AMOUNT_THRESHOLD),
-            taxi_zones_csv=env.get("TAXI_ZONES_CSV") or None,
+            taxi_zones_csv=_existing_file(env, "TAXI_ZONES_CSV"),
+            # A standalone master means the cluster profile; SPARK_PROFILE picks another profile file otherwise.
+            spark_profile="cluster" if spark_master else env.get("SPARK_PROFILE") or DEFAULT_SPARK_PROFILE,
+            kafka_security=KafkaSecurity(
+                security_protocol=env.get("KAFKA_SECURITY_PROTOCOL") or "PLAINTEXT",
+                sasl_mechanism=env.get("KAFKA_SASL_MECHANISM") or None,
+                sasl_username_set=bool(env.get(KAFKA_SASL_USERNAME)),
+                sasl_password_set=bool(env.get(KAFKA_SASL_PASSWORD)),
+            ),
+            registry_basic_auth_set=bool(env.get(SCHEMA_REGISTRY_BASIC_AUTH_USER_INFO)),
             sensors=SensorSettings.from_env(env),
         )
         for name, value in (
@@ -151,3 +192,85 @@ class PipelineSettings:
         ):
             interval_seconds(value, name=name)
         return settings
+
+
+#: Secrets, passed to the resources by name (`dagster.EnvVar`), never read into a value.
+KAFKA_SASL_USERNAME = "KAFKA_SASL_USERNAME"
+KAFKA_SASL_PASSWORD = "KAFKA_SASL_PASSWORD"
+SCHEMA_REGISTRY_BASIC_AUTH_USER_INFO = "SCHEMA_REGISTRY_BASIC_AUTH_USER_INFO"
+
+# ------------------------------------------------------------------ where the project's own files and caches are
+
+SCHEMA_DIR = "STREAMING_PIPELINE_SCHEMA_DIR"
+SPARK_CONF_DIR = "STREAMING_PIPELINE_SPARK_CONF_DIR"
+CACHE_DIR = "STREAMING_PIPELINE_CACHE_DIR"
+MAVEN_REPOSITORY = "STREAMING_PIPELINE_MAVEN_REPOSITORY"
+IVY_JAR = "STREAMING_PIPELINE_IVY_JAR"
+STACK_DIR = "STREAMING_PIPELINE_STACK_DIR"
+
+
+def _path(name: str, environ: Mapping[str, str] | None = None) -> Path | None:
+    value = _environ(environ).get(name)
+    return Path(value).expanduser() if value else None
+
+
+def schema_dir_override() -> Path | None:
+    """$STREAMING_PIPELINE_SCHEMA_DIR: Avro schemas to read instead of the ones shipped with the package."""
+    return _path(SCHEMA_DIR)
+
+
+def spark_conf_dir_override() -> Path | None:
+    """$STREAMING_PIPELINE_SPARK_CONF_DIR: Spark profiles to read instead of the ones shipped with the package."""
+    return _path(SPARK_CONF_DIR)
+
+
+def cache_root() -> Path:
+    """$STREAMING_PIPELINE_CACHE_DIR, else $XDG_CACHE_HOME/streaming-pipeline, else ~/.cache/streaming-pipeline."""
+    override = _path(CACHE_DIR)
+    if override:
+        return override
+    xdg = _path("XDG_CACHE_HOME")
+    return (xdg or Path.home() / ".cache") / "streaming-pipeline"
+
+
+def maven_repository() -> str | None:
+    """$STREAMING_PIPELINE_MAVEN_REPOSITORY: the Maven repository to resolve jars from (default Maven Central)."""
+    return os.environ.get(MAVEN_REPOSITORY) or None
+
+
+def ivy_jar_override() -> Path | None:
+    """$STREAMING_PIPELINE_IVY_JAR: the Apache Ivy jar to resolve with (default: the one pyspark ships)."""
+    return _path(IVY_JAR)
+
+
+def stack_dir_override() -> Path | None:
+    """$STREAMING_PIPELINE_STACK_DIR: where `stack up` keeps its state (default ./.stack)."""
+    return _path(STACK_DIR)
+
+
+def java_home() -> str | None:
+    """$JAVA_HOME, where the engine looks for `java` first."""
+    return os.environ.get("JAVA_HOME") or None
+
+
+def executable_path() -> str:
+    """$PATH, where the engine looks for `java` after JAVA_HOME."""
+    return os.environ.get("PATH", "")
+
+
+def dagster_home() -> str | None:
+    """$DAGSTER_HOME: the Dagster instance the command-line tools record their runs in (ephemeral when unset)."""
+    return os.environ.get("DAGSTER_HOME") or None
+
+
+# pyspark's own switch: once set, its functions build Spark Connect expressions (see engine.spark.connect_session).
+_SPARK_CONNECT_MODE = "SPARK_CONNECT_MODE_ENABLED"
+
+
+def is_spark_connect_client() -> bool:
+    """Whether this process has become a Spark Connect client."""
+    return _SPARK_CONNECT_MODE in os.environ
+
+
+def become_spark_connect_client() -> None:
+    os.environ[_SPARK_CONNECT_MODE] = "1"

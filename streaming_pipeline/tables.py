@@ -1,5 +1,6 @@
 """Every Delta table of the lakehouse, defined once: its name (the Dagster asset key), its layer (the asset
-group) and its columns (name, Spark SQL type, description), as DESIGN section 4 documents them.
+group) and its columns (name, Spark SQL type, description), as docs/design.md documents them. A bronze table is
+derived from its source's declaration (`streaming_pipeline.sources`); the others are declared here.
 
 Plain Python, importing neither Dagster nor Spark: the foreachBatch handlers, which run in a Spark worker that
 must not import Dagster, take their DDL from here. The Dagster wiring derives the schemas the UI shows
@@ -8,87 +9,29 @@ must not import Dagster, take their DDL from here. The Dagster wiring derives th
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
-BRONZE = "bronze"
-SILVER = "silver"
-GOLD = "gold"
-
-
-@dataclass(frozen=True)
-class Column:
-    name: str
-    type: str  # Spark SQL type, lower case as the UI shows it: int, bigint, double, string, timestamp, ...
-    description: str | None = None
-
-
-@dataclass(frozen=True)
-class Table:
-    name: str
-    layer: str  # bronze, silver or gold: the asset group
-    columns: tuple[Column, ...]
-
-    @property
-    def column_names(self) -> list[str]:
-        return [c.name for c in self.columns]
-
-    @property
-    def ddl(self) -> str:
-        """The schema as Spark DDL (`name TYPE, ...`), for `createDataFrame([], ddl)`."""
-        return ddl(self.columns)
-
-
-def ddl(columns: tuple[Column, ...]) -> str:
-    return ", ".join(f"{c.name} {c.type.upper()}" for c in columns)
-
-
-#: Columns every bronze table carries besides the decoded Avro fields.
-KAFKA_COLUMNS = (
-    Column("kafka_topic", "string", "Source topic."),
-    Column("kafka_partition", "int", "Source partition."),
-    Column("kafka_offset", "bigint", "Offset within the partition; (topic, partition, offset) is unique."),
-    Column("kafka_timestamp", "timestamp", "Kafka record timestamp (UTC)."),
-    Column("schema_id", "int", "Registry id of the writer schema the record was encoded with."),
+from streaming_pipeline.sources import pickup_locations, rides
+from streaming_pipeline.table_model import (
+    BRONZE,
+    GOLD,
+    KAFKA_COLUMN_NAMES,
+    KAFKA_COLUMNS,
+    KAFKA_KEY,
+    SILVER,
+    Column,
+    Table,
+    ddl,
 )
-KAFKA_COLUMN_NAMES = [c.name for c in KAFKA_COLUMNS]
-#: What identifies a Kafka record in a table that keeps its coordinates.
-KAFKA_KEY = ["kafka_topic", "kafka_partition", "kafka_offset"]
 
-RIDE_COLUMNS = (
-    Column("vendor_id", "int", "TLC VendorID (1 CMT, 2 VeriFone)."),
-    Column("pickup_datetime", "timestamp", "Meter engaged (UTC)."),
-    Column("dropoff_datetime", "timestamp", "Meter disengaged (UTC)."),
-    Column("passenger_count", "int"),
-    Column("trip_distance", "double", "Miles."),
-    Column("rate_code_id", "int"),
-    Column("store_and_fwd_flag", "string"),
-    Column("pu_location_id", "int", "Pickup taxi zone."),
-    Column("do_location_id", "int", "Dropoff taxi zone."),
-    Column("payment_type", "int"),
-    Column("fare_amount", "double"),
-    Column("extra", "double"),
-    Column("mta_tax", "double"),
-    Column("tip_amount", "double"),
-    Column("tolls_amount", "double"),
-    Column("improvement_surcharge", "double"),
-    Column("total_amount", "double"),
-    Column("congestion_surcharge", "double"),
-    *KAFKA_COLUMNS,
-)
+__all__ = ["BRONZE", "GOLD", "KAFKA_COLUMN_NAMES", "KAFKA_COLUMNS", "KAFKA_KEY", "SILVER", "Column", "Table", "ddl"]
 
 # ------------------------------------------------------------------------------------------------ bronze
 
-RAW_RIDES = Table("raw_rides", BRONZE, RIDE_COLUMNS)
-
-RAW_PICKUP_LOCATIONS = Table(
-    "raw_pickup_locations",
-    BRONZE,
-    (
-        Column("pu_location_id", "int", "Taxi zone of the pickup."),
-        Column("pickup_datetime", "timestamp", "Pickup time (UTC)."),
-        *KAFKA_COLUMNS,
-    ),
-)
+RIDES_TOPIC = rides.SOURCE.topic
+PICKUPS_TOPIC = pickup_locations.SOURCE.topic
+RAW_RIDES = rides.SOURCE.table
+RAW_PICKUP_LOCATIONS = pickup_locations.SOURCE.table
+#: The columns of a ride as bronze keeps it: the fields of the `rides` value schema and the Kafka coordinates.
+RIDE_COLUMNS = RAW_RIDES.columns
 
 DEAD_LETTER_RECORDS = Table(
     "dead_letter_records",
@@ -192,18 +135,4 @@ RIDE_WINDOW_AGGREGATES = Table(
         Column("late_trip_count", "bigint", "Rides that arrived after the window was final."),
         Column("max_pickup_datetime", "timestamp", "Latest on-time pickup in the window."),
     ),
-)
-
-ALL_TABLES = (
-    RAW_RIDES,
-    RAW_PICKUP_LOCATIONS,
-    DEAD_LETTER_RECORDS,
-    HIGH_AMOUNT_RIDES,
-    LOW_AMOUNT_RIDES,
-    TAXI_ZONES,
-    RIDES_ENRICHED,
-    RIDE_PICKUP_JOINS,
-    JOIN_LATE_ROWS,
-    VENDOR_COUNTS,
-    RIDE_WINDOW_AGGREGATES,
 )

@@ -8,7 +8,7 @@ import sys
 from collections.abc import Mapping
 from typing import IO, Any
 
-from streaming_pipeline.cli import main as cli_main
+from streaming_pipeline.devstack.cli import main as cli_main
 from streaming_pipeline_tests.kafka_helpers import REPO_ROOT
 
 # `dagster asset materialize -m streaming_pipeline.definitions --select '*'`: every asset, in one run.

@@ -45,7 +45,7 @@ def rides_csv() -> Path:
 @pytest.fixture(scope="session")
 def spark() -> Iterator[object]:
     """One local SparkSession for the whole test session: Delta, Kafka and Avro jars, UTC, UI off."""
-    from streaming_pipeline.engine.spark import SparkResource
+    from streaming_pipeline.resources import SparkResource
 
     resource = SparkResource(
         stop_on_teardown=False,
@@ -63,7 +63,7 @@ SPARK_TEST_CONF = {"spark.master": "local[2]", "spark.driver.memory": "2g", "spa
 def kafka_broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[object]:
     """One embedded Kafka broker (the stack's own, on free ports) for every test that uses `stack`: a broker is a
     JVM that takes seconds to start. Each test's topics are deleted after it (see `stack`)."""
-    from streaming_pipeline.embedded.kafka_broker import EmbeddedKafkaBroker
+    from streaming_pipeline.devstack.embedded.kafka_broker import EmbeddedKafkaBroker
 
     directory = tmp_path_factory.mktemp("kafka")
     with EmbeddedKafkaBroker(directory / "data", log_dir=directory / "logs") as broker:
@@ -74,8 +74,8 @@ def kafka_broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[object]:
 def stack(kafka_broker, tmp_path_factory: pytest.TempPathFactory) -> Iterator[object]:
     """The session's Kafka broker with no topic on it, and a schema registry of the test's own (no subject, ids
     from 1), stopped after the test; then every topic the test made is deleted."""
-    from streaming_pipeline.embedded.registry_process import SchemaRegistryProcess
-    from streaming_pipeline.embedded.stack import StackInfo
+    from streaming_pipeline.devstack.embedded.registry_process import SchemaRegistryProcess
+    from streaming_pipeline.devstack.embedded.stack import StackInfo
     from streaming_pipeline_tests.kafka_helpers import delete_every_topic
 
     directory = tmp_path_factory.mktemp("stack")
@@ -104,7 +104,7 @@ def pipeline_resources(stack, lakehouse_dir: Path, spark) -> dict[str, object]:
     """The resources `definitions.py` builds, pointed at the test's stack and lakehouse, sharing the
     session-wide SparkSession."""
     from streaming_pipeline.definitions import build_resources
-    from streaming_pipeline.engine.spark import SparkResource
+    from streaming_pipeline.resources import SparkResource
     from streaming_pipeline.settings import PipelineSettings
 
     settings = PipelineSettings.from_env(

@@ -14,7 +14,7 @@ from confluent_kafka import Consumer, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient
 from confluent_kafka.serialization import MessageField, SerializationContext
 
-from streaming_pipeline.records import RIDE_CSV_COLUMNS
+from streaming_pipeline.devstack.records import csv_columns
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 SCHEMA_DIR = REPO_ROOT / "schemas"
@@ -92,14 +92,14 @@ def delta_log_versions(table_path: str | Path) -> list[int]:
 
 def write_rides_csv(path: Path, rides: Iterable[Mapping[str, Any]]) -> Path:
     """Write ride records (Avro field names) as a CSV with the NYC TLC header."""
-    header = list(RIDE_CSV_COLUMNS)
+    header = list(csv_columns(rides.SOURCE))
     with path.open("w", newline="") as handle:
         writer = csv.writer(handle)
         writer.writerow(header)
         for ride in rides:
             row = []
             for name in header:
-                value = ride.get(RIDE_CSV_COLUMNS[name][0])
+                value = ride.get(csv_columns(rides.SOURCE)[name][0])
                 if value is None:
                     row.append("")
                 elif isinstance(value, datetime):

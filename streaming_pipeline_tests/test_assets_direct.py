@@ -13,11 +13,10 @@ from typing import Any
 
 import dagster as dg
 import pytest
-
-from streaming_pipeline.engine.spark import SparkResource
 from streaming_pipeline.gold.assets import vendor_counts
-from streaming_pipeline.resources import LakehouseResource
 from streaming_pipeline.silver.assets import amount_branches, taxi_zones
+
+from streaming_pipeline.resources import LakehouseResource, SparkResource
 from streaming_pipeline.tables import RAW_RIDES
 from streaming_pipeline_tests.conftest import SPARK_TEST_CONF, TLC_RIDE_COLUMNS
 from streaming_pipeline_tests.kafka_helpers import REPO_ROOT

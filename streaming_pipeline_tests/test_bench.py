@@ -19,7 +19,7 @@ REPO_ROOT = Path(__file__).resolve().parents[1]
 
 def _bench(*args: str) -> str:
     done = subprocess.run(
-        [sys.executable, "-m", "streaming_pipeline.cli", "bench", *args],
+        [sys.executable, "-m", "streaming_pipeline.devstack.cli", "bench", *args],
         cwd=REPO_ROOT,
         capture_output=True,
         text=True,

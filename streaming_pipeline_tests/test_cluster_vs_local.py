@@ -27,8 +27,8 @@ from typing import Any
 
 import pytest
 
-from streaming_pipeline.embedded.spark_connect import SparkConnectServer
-from streaming_pipeline.embedded.stack import StackInfo, running_stack
+from streaming_pipeline.devstack.embedded.spark_connect import SparkConnectServer
+from streaming_pipeline.devstack.embedded.stack import StackInfo, running_stack
 from streaming_pipeline_tests.cli_helpers import (
     environment_without_pipeline_settings,
     produce_with_cli,

@@ -27,7 +27,7 @@ def small_lakehouse(spark, tmp_path_factory: pytest.TempPathFactory) -> Path:
 def test_sql_command_prints_json_rows_and_fails_in_one_line(small_lakehouse: Path) -> None:
     env = {k: v for k, v in os.environ.items() if not k.startswith("SPARK_")}
     env["LAKEHOUSE_DIR"] = str(small_lakehouse)
-    command = [sys.executable, "-m", "streaming_pipeline.cli", "sql"]
+    command = [sys.executable, "-m", "streaming_pipeline.devstack.cli", "sql"]
     ok = subprocess.run(
         [*command, "SELECT * FROM vendor_counts ORDER BY vendor_id", "--format", "json"],
         cwd=REPO_ROOT,

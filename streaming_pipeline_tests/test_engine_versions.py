@@ -10,10 +10,10 @@ import sys
 import pyspark
 import pytest
 
-from streaming_pipeline.embedded import jars
+from streaming_pipeline.engine import jars
 from streaming_pipeline.engine import spark as spark_module
-from streaming_pipeline.engine.spark import SparkResource
 from streaming_pipeline.errors import ConfigurationError, EngineVersionError
+from streaming_pipeline.resources import SparkResource
 
 
 def test_the_installed_pair_is_the_pinned_one_and_delta_accepts_it() -> None:
@@ -92,7 +92,7 @@ def test_a_connect_client_whose_server_is_gone_exits_at_once() -> None:
     """pyspark 4.2's client sends a command at interpreter exit and retries it for about ten minutes when the server
     does not answer; a session from connect_session closes its channel first. (Without that this run hits its
     timeout; no duration is asserted.)"""
-    from streaming_pipeline.embedded.ports import free_port
+    from streaming_pipeline.devstack.embedded.ports import free_port
 
     script = (
         "from streaming_pipeline.engine.spark import connect_session\n"

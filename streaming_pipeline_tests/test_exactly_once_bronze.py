@@ -12,6 +12,7 @@ import httpx
 import pytest
 from confluent_kafka import TopicPartition
 from confluent_kafka.admin import AdminClient
+from streaming_pipeline.layers import ALL_ASSETS
 
 from streaming_pipeline.bronze.ingestion import ingest_topic
 from streaming_pipeline.bronze.offsets import (
@@ -21,11 +22,11 @@ from streaming_pipeline.bronze.offsets import (
     table_start_offsets,
     topic_problems,
 )
-from streaming_pipeline.bronze.sensors import build_live_jobs_and_sensors
-from streaming_pipeline.cli import main as cli_main
-from streaming_pipeline.layers import ALL_ASSETS
-from streaming_pipeline.replay import ReplayStart, replay
-from streaming_pipeline.settings import RIDES_TOPIC, SensorSettings
+from streaming_pipeline.defs.bronze.offset_sensors import build_live_jobs_and_sensors
+from streaming_pipeline.devstack.cli import main as cli_main
+from streaming_pipeline.devstack.replay import ReplayStart, replay
+from streaming_pipeline.settings import SensorSettings
+from streaming_pipeline.tables import RIDES_TOPIC
 from streaming_pipeline_tests.kafka_helpers import all_coordinates, delete_topics, end_offsets
 
 pytestmark = pytest.mark.integration
@@ -188,7 +189,7 @@ def test_recreated_topic_is_reported_by_run_and_sensor_and_replay_reads_the_new_
     assert "offsets went backwards" in str(caught.value) and "streaming-pipeline replay raw_rides" in str(caught.value)
 
     # The sensor says the same instead of "no new records", and requests no run that would fail.
-    from streaming_pipeline.bronze.sensors import build_offset_sensor, live_job
+    from streaming_pipeline.defs.bronze.offset_sensors import build_offset_sensor, live_job
 
     key = dg.AssetKey("raw_rides")
     sensor = build_offset_sensor(key, RIDES_TOPIC, live_job(key), SensorSettings())
@@ -315,8 +316,8 @@ def test_reader_schema_registered_between_micro_batches_is_used_by_the_next_one(
     reads the second with its own field."""
     from confluent_kafka.serialization import MessageField
 
+    from streaming_pipeline.devstack.synthetic import SyntheticOptions, synthetic_rides
     from streaming_pipeline.registry_client import RegistryClient
-    from streaming_pipeline.synthetic import SyntheticOptions, synthetic_rides
     from streaming_pipeline_tests.kafka_helpers import SCHEMA_DIR, avro_frame, produce_raw
 
     lakehouse = pipeline_resources["lakehouse"]
@@ -385,8 +386,8 @@ def test_a_batch_replayed_after_a_crash_gets_its_dead_letters_from_the_schemas_i
     from confluent_kafka.serialization import MessageField
 
     import streaming_pipeline.bronze.batches as ingestion
+    from streaming_pipeline.devstack.synthetic import SyntheticOptions, synthetic_rides
     from streaming_pipeline.registry_client import RegistryClient
-    from streaming_pipeline.synthetic import SyntheticOptions, synthetic_rides
     from streaming_pipeline_tests.kafka_helpers import SCHEMA_DIR, avro_frame, produce_raw
 
     lakehouse = pipeline_resources["lakehouse"]

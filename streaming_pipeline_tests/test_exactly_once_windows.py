@@ -252,6 +252,7 @@ PICKUPS_DDL = "pu_location_id int, pickup_datetime timestamp, kafka_partition in
 
 def test_pickups_behind_the_join_watermark_are_counted_in_join_late_rows(spark, lakehouse):
     from streaming_pipeline.layers import ALL_ASSETS
+
     from streaming_pipeline.silver.joins import update_ride_pickup_joins
     from streaming_pipeline.sql import run_sql
 
@@ -316,11 +317,11 @@ def test_pickups_behind_the_join_watermark_are_counted_in_join_late_rows(spark, 
 
 def test_the_assets_report_late_rides_and_rows_dropped_by_the_join_watermark(spark, lakehouse):
     import dagster as dg
-
-    from streaming_pipeline.engine.spark import SparkResource
     from streaming_pipeline.gold.assets import ride_window_aggregates
     from streaming_pipeline.gold.checks import windows_count_each_ride_once
     from streaming_pipeline.silver.assets import ride_pickup_joins
+
+    from streaming_pipeline.resources import SparkResource
     from streaming_pipeline_tests.conftest import SPARK_TEST_CONF
 
     resources = {"spark": SparkResource(stop_on_teardown=False, conf=SPARK_TEST_CONF), "lakehouse": lakehouse}

@@ -10,13 +10,13 @@ import pandas as pd
 import pytest
 from confluent_kafka.serialization import MessageField
 from pyspark.sql import functions as F
-
 from streaming_pipeline.bronze.assets import dead_letter_records, raw_rides
-from streaming_pipeline.cli import main as cli_main
 from streaming_pipeline.gold.assets import ride_window_aggregates, vendor_counts
-from streaming_pipeline.records import read_rides_csv
+
+from streaming_pipeline.devstack.cli import main as cli_main
+from streaming_pipeline.devstack.records import read_rides_csv
+from streaming_pipeline.devstack.synthetic import SyntheticOptions, synthetic_rides
 from streaming_pipeline.registry_client import RegistryClient
-from streaming_pipeline.synthetic import SyntheticOptions, synthetic_rides
 from streaming_pipeline_tests.kafka_helpers import (
     SCHEMA_DIR,
     all_coordinates,
@@ -325,8 +325,8 @@ def test_late_ride_is_counted_not_dropped(stack, pipeline_resources, spark, tmp_
 
 
 def test_registry_down_fails_run_clearly_and_loses_nothing(stack, pipeline_resources, spark, rides_csv):
-    from streaming_pipeline.embedded.processes import pid_alive, stop_pid
-    from streaming_pipeline.embedded.registry_process import SchemaRegistryProcess, registry_answers
+    from streaming_pipeline.devstack.embedded.processes import pid_alive, stop_pid
+    from streaming_pipeline.devstack.embedded.registry_process import SchemaRegistryProcess, registry_answers
 
     _produce(stack, "--csv", str(rides_csv))
     offsets = end_offsets(stack.bootstrap_servers, TOPIC)

@@ -27,9 +27,9 @@ from pathlib import Path
 import pytest
 from pyspark.sql import functions as F
 
-from streaming_pipeline.embedded.processes import group_members
+from streaming_pipeline.devstack.embedded.processes import group_members
+from streaming_pipeline.devstack.synthetic import SyntheticOptions, synthetic_pickups, synthetic_rides
 from streaming_pipeline.settings import DEFAULT_HIGH_AMOUNT_THRESHOLD
-from streaming_pipeline.synthetic import SyntheticOptions, synthetic_pickups, synthetic_rides
 from streaming_pipeline_tests.cli_helpers import (
     MATERIALIZE_EVERY_ASSET,
     environment_without_pipeline_settings,

@@ -21,15 +21,15 @@ from typing import Any
 import dagster as dg
 import pytest
 
-from streaming_pipeline.embedded.dagster_dev import DagsterDev
-from streaming_pipeline.embedded.processes import stop_pid
-from streaming_pipeline.embedded.stack import EmbeddedStack, StackInfo, running_stack
-from streaming_pipeline.producer import produce, rows_from_records
+from streaming_pipeline.devstack.embedded.dagster_dev import DagsterDev
+from streaming_pipeline.devstack.embedded.processes import stop_pid
+from streaming_pipeline.devstack.embedded.stack import EmbeddedStack, StackInfo, running_stack
+from streaming_pipeline.devstack.producer import produce, rows_from_records
+from streaming_pipeline.devstack.synthetic import SyntheticOptions, synthetic_rides
 from streaming_pipeline.registry_client import RegistryClient
 from streaming_pipeline.resources import KafkaResource
 from streaming_pipeline.schemas import load_schema
-from streaming_pipeline.settings import RIDES_TOPIC
-from streaming_pipeline.synthetic import SyntheticOptions, synthetic_rides
+from streaming_pipeline.tables import RIDES_TOPIC
 from streaming_pipeline_tests import live_helpers
 from streaming_pipeline_tests.kafka_helpers import REPO_ROOT, avro_frame, produce_raw
 from streaming_pipeline_tests.live_helpers import WAIT_SECONDS, delta_count, delta_vendor_counts, expected_vendor_counts
@@ -224,7 +224,7 @@ def test_replay_with_the_sensor_paused_rebuilds_raw_rides_and_gold_over_the_engi
         live.spark.sql(f"DESCRIBE HISTORY delta.`{live.lakehouse / 'raw_rides'}`").agg({"version": "max"}).first()[0]
     )
 
-    replayed = run(sys.executable, "-m", "streaming_pipeline.cli", "replay", "raw_rides")
+    replayed = run(sys.executable, "-m", "streaming_pipeline.devstack.cli", "replay", "raw_rides")
     assert replayed.returncode == 0, replayed.stdout + replayed.stderr
     n = len(PRODUCED)
     assert f"{n} row(s) before, {n} after; the old content stays readable as VERSION AS OF {version_before}" in (

@@ -9,13 +9,13 @@ from pathlib import Path
 import dagster as dg
 import pandas as pd
 import pytest
-
-from streaming_pipeline.cli import main as cli_main
-from streaming_pipeline.engine.delta_log import latest_version
 from streaming_pipeline.layers import ALL_ASSETS
-from streaming_pipeline.producer import produce, rows_from_records
-from streaming_pipeline.settings import RIDES_TOPIC
-from streaming_pipeline.synthetic import SyntheticOptions, synthetic_rides
+
+from streaming_pipeline.devstack.cli import main as cli_main
+from streaming_pipeline.devstack.producer import produce, rows_from_records
+from streaming_pipeline.devstack.synthetic import SyntheticOptions, synthetic_rides
+from streaming_pipeline.engine.delta_log import latest_version
+from streaming_pipeline.tables import RIDES_TOPIC
 from streaming_pipeline_tests.conftest import TLC_RIDE_COLUMNS
 
 pytestmark = pytest.mark.integration

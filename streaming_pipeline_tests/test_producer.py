@@ -16,10 +16,10 @@ import pytest
 from confluent_kafka import Consumer, TopicPartition
 from confluent_kafka.serialization import MessageField, SerializationContext
 
-from streaming_pipeline.cli import main
+from streaming_pipeline.devstack.cli import main
 from streaming_pipeline.errors import BrokerUnavailableError
 from streaming_pipeline.registry_client import RegistryClient
-from streaming_pipeline.settings import RIDES_TOPIC
+from streaming_pipeline.tables import RIDES_TOPIC
 
 pytestmark = pytest.mark.integration
 
@@ -28,7 +28,7 @@ SCHEMAS = Path(__file__).resolve().parents[1] / "schemas"
 
 @pytest.fixture(scope="module")
 def kafka_stack(tmp_path_factory: pytest.TempPathFactory):
-    from streaming_pipeline.embedded.stack import running_stack
+    from streaming_pipeline.devstack.embedded.stack import running_stack
 
     with running_stack(tmp_path_factory.mktemp("producer-stack"), spark=False) as info:
         yield info
@@ -248,7 +248,7 @@ def test_cli_ctrl_c_flushes_and_reports_what_reached_the_topic(kafka_stack) -> N
         [
             sys.executable,
             "-m",
-            "streaming_pipeline.cli",
+            "streaming_pipeline.devstack.cli",
             "produce",
             "rides",
             "--synthetic",

@@ -8,11 +8,12 @@ import dagster as dg
 import pytest
 
 from streaming_pipeline.bronze.offsets import consumer_lag
-from streaming_pipeline.bronze.sensors import Decision, build_offset_sensor, decide, live_job
-from streaming_pipeline.producer import produce, rows_from_records
+from streaming_pipeline.defs.bronze.offset_sensors import Decision, build_offset_sensor, decide, live_job
+from streaming_pipeline.devstack.producer import produce, rows_from_records
+from streaming_pipeline.devstack.synthetic import SyntheticOptions, synthetic_rides
 from streaming_pipeline.resources import KafkaResource, LakehouseResource
-from streaming_pipeline.settings import RIDES_TOPIC, SensorSettings
-from streaming_pipeline.synthetic import SyntheticOptions, synthetic_rides
+from streaming_pipeline.settings import SensorSettings
+from streaming_pipeline.tables import RIDES_TOPIC
 
 
 @pytest.fixture()
@@ -20,7 +21,7 @@ def stack(tmp_path_factory: pytest.TempPathFactory):
     """A broker and registry of this test's own, not the session's shared broker: the sensor tests assert that a
     tick creates no topic, and on the shared broker a client left by an earlier test (in a CI run, 21 s after
     the cleanup) had the broker auto-create `rides` first."""
-    from streaming_pipeline.embedded.stack import running_stack
+    from streaming_pipeline.devstack.embedded.stack import running_stack
 
     with running_stack(tmp_path_factory.mktemp("stack"), spark=False) as info:
         yield info

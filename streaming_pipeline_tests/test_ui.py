@@ -22,7 +22,7 @@ from pathlib import Path
 
 import pytest
 
-from streaming_pipeline.embedded.ports import free_port
+from streaming_pipeline.devstack.embedded.ports import free_port
 
 pytestmark = pytest.mark.integration
 

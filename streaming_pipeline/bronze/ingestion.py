@@ -16,12 +16,11 @@ from typing import TYPE_CHECKING, Any
 
 from streaming_pipeline.bronze.batches import BronzeBatchWriter, bronze_app_id, dead_letter_app_id
 from streaming_pipeline.bronze.offsets import BronzeStateError, check_bronze_state, checkpoint_id, topic_problems
+from streaming_pipeline.connections import KafkaConnection, Lakehouse, SchemaRegistryConnection
 from streaming_pipeline.engine.delta_log import BatchCounts, commits_since, latest_version
 from streaming_pipeline.engine.streams import Log, StreamRunReport, run_available_now
-from streaming_pipeline.resources.kafka import KafkaResource
-from streaming_pipeline.resources.lakehouse import LakehouseResource
-from streaming_pipeline.resources.schema_registry import SchemaRegistryResource
-from streaming_pipeline.schemas import TOPIC_SCHEMA_FILES, load_schema, value_subject
+from streaming_pipeline.schemas import load_schema
+from streaming_pipeline.sources import SourceTopic
 from streaming_pipeline.tables import DEAD_LETTER_RECORDS
 
 if TYPE_CHECKING:
@@ -57,17 +56,16 @@ class BronzeRunResult:
 
 def ingest_topic(
     spark: SparkSession,
-    kafka: KafkaResource,
-    registry: SchemaRegistryResource,
-    lakehouse: LakehouseResource,
+    kafka: KafkaConnection,
+    registry: SchemaRegistryConnection,
+    lakehouse: Lakehouse,
     *,
-    topic: str,
-    asset_name: str,
+    source: SourceTopic,
     log: Log | None = None,
 ) -> BronzeRunResult:
-    """Drain everything new in `topic` into the Delta table of `asset_name` and the dead-letter table."""
+    """Drain everything new in the source's topic into its bronze table and the dead-letter table."""
+    topic, asset_name = source.topic, source.bronze_table
     kafka.ensure_topic(topic)
-    _, value_file = TOPIC_SCHEMA_FILES[topic]
     table_path = lakehouse.table_path(asset_name)
     checkpoint_dir = lakehouse.checkpoint_path(asset_name)
     dead_letter_path = lakehouse.table_path(DEAD_LETTER_RECORDS.name)
@@ -75,8 +73,8 @@ def ingest_topic(
     handler = BronzeBatchWriter(
         registry_url=registry.url,
         registry_auth=registry.basic_auth_user_info,
-        subject=value_subject(topic),
-        fallback_reader_schema=load_schema(value_file),
+        subject=source.value_subject,
+        fallback_reader_schema=load_schema(source.value_schema),
         table_path=table_path,
         dead_letter_path=dead_letter_path,
         asset_name=asset_name,
@@ -105,7 +103,7 @@ def ingest_topic(
     return result
 
 
-def _starting_offsets(kafka: KafkaResource, table_path: str, checkpoint_dir: str, asset_name: str, topic: str) -> str:
+def _starting_offsets(kafka: KafkaConnection, table_path: str, checkpoint_dir: str, asset_name: str, topic: str) -> str:
     """Check that table, checkpoint and topic agree; the `startingOffsets` of a query with a new checkpoint.
 
     A new checkpoint starts at the earliest offsets, or where a replay said the rebuilt table starts. (A query

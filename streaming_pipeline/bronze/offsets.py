@@ -23,13 +23,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from streaming_pipeline.engine.delta_log import commits, filesystem, numbered_files, read_text
-from streaming_pipeline.errors import StreamingPipelineError
+from streaming_pipeline.errors import BronzeStateError
 
 Offsets = dict[int, int]
-
-
-class BronzeStateError(StreamingPipelineError):
-    """A bronze table, its checkpoint and its topic disagree; running on would lose or duplicate records."""
 
 
 def replay_hint(asset_name: str, start: str = "earliest") -> str:

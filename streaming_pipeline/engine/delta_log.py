@@ -16,7 +16,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
-from streaming_pipeline.errors import StreamingPipelineError
+from streaming_pipeline.errors import StorageError
 
 
 def filesystem(uri: str) -> tuple[Any, str]:
@@ -32,7 +32,7 @@ def filesystem(uri: str) -> tuple[Any, str]:
         return url_to_fs(uri)
     except (ImportError, ValueError) as exc:
         protocol = uri.split("://", 1)[0]
-        raise StreamingPipelineError(
+        raise StorageError(
             f"cannot read {uri}: no filesystem for '{protocol}://' ({exc}); install the fsspec backend for it "
             f"(for example s3fs for s3a://), fsspec {fsspec.__version__}"
         ) from exc

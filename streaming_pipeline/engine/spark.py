@@ -1,4 +1,4 @@
-"""Spark resource: a Spark Connect client when SPARK_REMOTE is set, else an in-process local session.
+"""Spark sessions: a Spark Connect client when SPARK_REMOTE is set, else an in-process local session.
 
 The warm engine is a Spark Connect server (`streaming-pipeline stack up` starts one and `stack env`
 exports SPARK_REMOTE=sc://host:port); a run then connects in well under a second instead of starting a
@@ -9,14 +9,12 @@ from a `spark_conf/` profile, with the project's jars given explicitly: nothing 
 from __future__ import annotations
 
 import atexit
-import os
 import weakref
-from pathlib import Path
+from importlib import resources
+from importlib.resources.abc import Traversable
 from typing import TYPE_CHECKING, Any
 
-import dagster as dg
-from pydantic import Field, PrivateAttr
-
+from streaming_pipeline import settings
 from streaming_pipeline.errors import ConfigurationError, EngineVersionError, SparkUnavailableError, first_line
 
 if TYPE_CHECKING:
@@ -26,9 +24,10 @@ PROFILES = ("local", "cluster")
 SESSION_TIME_ZONE = "UTC"
 
 
-def spark_conf_dir() -> Path:
-    override = os.environ.get("STREAMING_PIPELINE_SPARK_CONF_DIR")
-    return Path(override) if override else Path(__file__).resolve().parents[2] / "spark_conf"
+def spark_conf_dir() -> Traversable:
+    """$STREAMING_PIPELINE_SPARK_CONF_DIR, else the profiles of the top-level `spark_conf/` folder, shipped inside the
+    package (`streaming_pipeline/spark_profiles`) and read with importlib.resources."""
+    return settings.spark_conf_dir_override() or resources.files("streaming_pipeline") / "spark_profiles"
 
 
 def read_profile(profile: str) -> dict[str, str]:
@@ -38,7 +37,7 @@ def read_profile(profile: str) -> dict[str, str]:
     path = spark_conf_dir() / f"{profile}.conf"
     if not path.is_file():
         raise ConfigurationError(f"Spark profile file not found: {path}")
-    settings: dict[str, str] = {}
+    conf: dict[str, str] = {}
     for number, line in enumerate(path.read_text().splitlines(), start=1):
         line = line.strip()
         if not line or line.startswith("#"):
@@ -46,22 +45,22 @@ def read_profile(profile: str) -> dict[str, str]:
         parts = line.split(None, 1)
         if len(parts) != 2:
             raise ConfigurationError(f"{path}:{number}: expected 'key value', got {line!r}")
-        settings[parts[0]] = parts[1].strip()
-    return settings
+        conf[parts[0]] = parts[1].strip()
+    return conf
 
 
 def engine_conf(profile: str, master: str | None = None, extra: dict[str, str] | None = None) -> dict[str, str]:
     """The settings a Spark driver of this project starts with: the profile, the master, the project's jars."""
-    from streaming_pipeline.embedded.jars import spark_jars
+    from streaming_pipeline.engine.jars import spark_jars
 
-    settings = read_profile(profile)
+    conf = read_profile(profile)
     if master:
-        settings["spark.master"] = master
-    if "spark.master" not in settings:
+        conf["spark.master"] = master
+    if "spark.master" not in conf:
         raise ConfigurationError(f"Spark profile {profile!r} has no master: set SPARK_MASTER (e.g. spark://host:7077)")
-    settings["spark.jars"] = ",".join(str(jar) for jar in spark_jars())
-    settings.update(extra or {})
-    return settings
+    conf["spark.jars"] = ",".join(str(jar) for jar in spark_jars())
+    conf.update(extra or {})
+    return conf
 
 
 def validate_remote(url: str) -> str:
@@ -79,7 +78,7 @@ def connect_session(url: str) -> SparkSession:
     """
     from pyspark.sql.connect.session import SparkSession as RemoteSparkSession
 
-    os.environ["SPARK_CONNECT_MODE_ENABLED"] = "1"
+    settings.become_spark_connect_client()
     session = RemoteSparkSession.builder.remote(url).create()
     # pyspark 4.2's client sends one more command when the interpreter exits (a cleanup of Spark ML's cache) and,
     # when the server is gone by then (a stack stopped first, a server that died), retries it for about ten
@@ -112,85 +111,52 @@ def check_server_version(url: str, server_version: str) -> None:
         )
 
 
-class SparkResource(dg.ConfigurableResource):
-    """The run's SparkSession, made on first use and closed when the run ends.
+def open_remote_session(url: str, conf: dict[str, str] | None = None) -> SparkSession:
+    """A Spark Connect session to `url` whose server runs this client's Spark version, in UTC, with `conf` set."""
+    from pyspark.errors import PySparkException
 
-    `remote` (SPARK_REMOTE) selects Spark Connect; otherwise `profile` picks `spark_conf/<profile>.conf`,
-    `master` (SPARK_MASTER) overrides its master and `conf` overrides single settings.
-    """
+    url = validate_remote(url)
+    try:
+        session = connect_session(url)
+        server_version = session.version
+    except (PySparkException, OSError) as exc:
+        raise SparkUnavailableError(
+            f"the Spark Connect server at {url} (SPARK_REMOTE) did not answer: {first_line(exc)}. "
+            "Start it with `streaming-pipeline stack up`, or unset SPARK_REMOTE to run Spark in-process."
+        ) from exc
+    try:
+        check_server_version(url, server_version)
+    except EngineVersionError:
+        session.stop()
+        raise
+    try:
+        session.conf.set("spark.sql.session.timeZone", SESSION_TIME_ZONE)
+        for key, value in (conf or {}).items():
+            session.conf.set(key, value)
+    except (PySparkException, OSError) as exc:
+        raise SparkUnavailableError(f"the Spark Connect server at {url} refused a setting: {first_line(exc)}") from exc
+    return session
 
-    remote: str | None = Field(default=None, description="Spark Connect URL sc://host:port (SPARK_REMOTE).")
-    profile: str = Field(default="local", description="local or cluster (see spark_conf/), without `remote`.")
-    master: str | None = Field(default=None, description="Spark master URL for an in-process driver.")
-    conf: dict[str, str] = Field(default_factory=dict, description="Extra Spark settings, applied last.")
-    stop_on_teardown: bool = Field(
-        default=True, description="Close the session when the run ends (tests sharing one session set False)."
-    )
 
-    _session: Any = PrivateAttr(default=None)
+def start_local_session(conf: dict[str, str]) -> SparkSession:
+    """An in-process Spark driver started with `conf` (see `engine_conf`)."""
+    from pyspark.errors import PySparkRuntimeError
+    from pyspark.sql import SparkSession
 
-    @property
-    def is_remote(self) -> bool:
-        return bool(self.remote)
-
-    def session_conf(self) -> dict[str, str]:
-        return engine_conf(self.profile, self.master, self.conf)
-
-    def get_session(self) -> SparkSession:
-        if self._session is None:
-            self._session = self._connect() if self.remote else self._start_local()
-        return self._session
-
-    def _connect(self) -> SparkSession:
-        from pyspark.errors import PySparkException
-
-        url = validate_remote(str(self.remote))
-        try:
-            session = connect_session(url)
-            server_version = session.version
-        except (PySparkException, OSError) as exc:
-            raise SparkUnavailableError(
-                f"the Spark Connect server at {url} (SPARK_REMOTE) did not answer: {first_line(exc)}. "
-                "Start it with `streaming-pipeline stack up`, or unset SPARK_REMOTE to run Spark in-process."
-            ) from exc
-        try:
-            check_server_version(url, server_version)
-        except EngineVersionError:
-            session.stop()
-            raise
-        try:
-            session.conf.set("spark.sql.session.timeZone", SESSION_TIME_ZONE)
-            for key, value in self.conf.items():
-                session.conf.set(key, value)
-        except (PySparkException, OSError) as exc:
-            raise SparkUnavailableError(
-                f"the Spark Connect server at {url} refused a setting: {first_line(exc)}"
-            ) from exc
-        return session
-
-    def _start_local(self) -> SparkSession:
-        from pyspark.errors import PySparkRuntimeError
-        from pyspark.sql import SparkSession
-
-        if "SPARK_CONNECT_MODE_ENABLED" in os.environ:
-            raise SparkUnavailableError(
-                "this process is already a Spark Connect client, and pyspark cannot also start an in-process Spark "
-                "session in it: set SPARK_REMOTE (sc://host:port) for every session, or use another process"
-            )
-        builder = SparkSession.builder.appName("streaming-pipeline")
-        for key, value in self.session_conf().items():
-            builder = builder.config(key, value)
-        try:
-            session = builder.getOrCreate()
-        except PySparkRuntimeError as exc:
-            raise SparkUnavailableError(
-                f"the local Spark driver JVM did not start ({first_line(exc)}). Check `java -version` (17+) "
-                "and JAVA_HOME; the JVM's own messages are printed above."
-            ) from exc
-        session.sparkContext.setLogLevel("WARN")
-        return session
-
-    def teardown_after_execution(self, context: dg.InitResourceContext) -> None:
-        if self._session is not None and self.stop_on_teardown:
-            self._session.stop()
-            self._session = None
+    if settings.is_spark_connect_client():
+        raise SparkUnavailableError(
+            "this process is already a Spark Connect client, and pyspark cannot also start an in-process Spark "
+            "session in it: set SPARK_REMOTE (sc://host:port) for every session, or use another process"
+        )
+    builder = SparkSession.builder.appName("streaming-pipeline")
+    for key, value in conf.items():
+        builder = builder.config(key, value)
+    try:
+        session = builder.getOrCreate()
+    except PySparkRuntimeError as exc:
+        raise SparkUnavailableError(
+            f"the local Spark driver JVM did not start ({first_line(exc)}). Check `java -version` (17+) "
+            "and JAVA_HOME; the JVM's own messages are printed above."
+        ) from exc
+    session.sparkContext.setLogLevel("WARN")
+    return session

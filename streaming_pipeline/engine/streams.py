@@ -19,7 +19,7 @@ from streaming_pipeline.errors import StreamingRunError
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
 
-    from streaming_pipeline.resources.lakehouse import LakehouseResource
+    from streaming_pipeline.connections import Lakehouse
 
 _LOG = logging.getLogger(__name__)
 EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
@@ -29,7 +29,7 @@ def from_epoch_micros(micros: int) -> datetime:
     return EPOCH + timedelta(microseconds=micros)
 
 
-def delta_stream(spark: SparkSession, lakehouse: LakehouseResource, table: str) -> DataFrame:
+def delta_stream(spark: SparkSession, lakehouse: Lakehouse, table: str) -> DataFrame:
     """The lakehouse table `table` as a streaming source, at most `max_files_per_trigger` files per micro-batch."""
     return (
         spark.readStream.format("delta")

@@ -12,10 +12,10 @@ if TYPE_CHECKING:
     from pyspark.sql import SparkSession
     from pyspark.sql.streaming import DataStreamWriter
 
-    from streaming_pipeline.resources.lakehouse import LakehouseResource
+    from streaming_pipeline.connections import Lakehouse
 
 
-def update_vendor_counts(spark: SparkSession, lakehouse: LakehouseResource, log: Log | None = None) -> StreamRunReport:
+def update_vendor_counts(spark: SparkSession, lakehouse: Lakehouse, log: Log | None = None) -> StreamRunReport:
     """Complete-mode running count: every micro-batch rewrites the small table from Spark's state."""
 
     def start_writer() -> DataStreamWriter:

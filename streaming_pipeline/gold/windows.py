@@ -21,7 +21,7 @@ if TYPE_CHECKING:
     from pyspark.sql import Column, DataFrame, SparkSession
     from pyspark.sql.streaming import DataStreamWriter
 
-    from streaming_pipeline.resources.lakehouse import LakehouseResource
+    from streaming_pipeline.connections import Lakehouse
 
 WINDOWS = RIDE_WINDOW_AGGREGATES.name
 _WINDOW_KEY = "t.window_start = s.window_start AND t.vendor_id <=> s.vendor_id"
@@ -95,7 +95,12 @@ class WindowRunResult:
 
 
 def update_ride_window_aggregates(
-    spark: SparkSession, lakehouse: LakehouseResource, log: Log | None = None
+    spark: SparkSession,
+    lakehouse: Lakehouse,
+    *,
+    window_duration: str,
+    watermark_delay: str,
+    log: Log | None = None,
 ) -> WindowRunResult:
     """Stream the windows, then make late rides and finality visible.
 
@@ -104,19 +109,25 @@ def update_ride_window_aggregates(
     reconcile fall in (windows made only of late rides are added), and `is_final` where the watermark
     (latest pickup seen minus RIDE_WATERMARK_DELAY) has passed the window's end.
     """
-    report = stream_ride_windows(spark, lakehouse, log=log)
-    reconcile = reconcile_ride_windows(spark, lakehouse, log=log)
+    report = stream_ride_windows(
+        spark, lakehouse, window_duration=window_duration, watermark_delay=watermark_delay, log=log
+    )
+    reconcile = reconcile_ride_windows(spark, lakehouse, window_duration=window_duration, log=log)
     return WindowRunResult(report, reconcile.watermark, reconcile.windows, reconcile)
 
 
-def stream_ride_windows(spark: SparkSession, lakehouse: LakehouseResource, log: Log | None = None) -> StreamRunReport:
+def stream_ride_windows(
+    spark: SparkSession, lakehouse: Lakehouse, *, window_duration: str, watermark_delay: str, log: Log | None = None
+) -> StreamRunReport:
+    """The windows of `window_duration` (a Spark interval) streamed from raw_rides, watermarked `watermark_delay`
+    behind the latest pickup."""
     """The streaming half of a windows run: on-time rides into the windows, upserted."""
     before = stream_position(spark, lakehouse.checkpoint_path(WINDOWS))
     handler = WindowUpsert(lakehouse.table_path(WINDOWS), before.watermark_micros if before else None)
 
     def start_writer() -> DataStreamWriter:
         windows = ride_window_aggregates(
-            delta_stream(spark, lakehouse, RAW_RIDES.name), lakehouse.window_duration, lakehouse.watermark_delay
+            delta_stream(spark, lakehouse, RAW_RIDES.name), window_duration, watermark_delay
         )
         return (
             windows.writeStream.outputMode("update")
@@ -205,7 +216,7 @@ def _last_reconcile(table_path: str) -> tuple[bool, dict[str, Any] | None]:
     return True, None
 
 
-def windows_positions(spark: SparkSession, lakehouse: LakehouseResource) -> tuple[int | None, int | None]:
+def windows_positions(spark: SparkSession, lakehouse: Lakehouse) -> tuple[int | None, int | None]:
     """(the raw_rides version the window stream has read, the version the windows were last reconciled at);
     None for what has not happened yet."""
     position = stream_position(spark, lakehouse.checkpoint_path(WINDOWS))
@@ -299,7 +310,7 @@ def _same_window(left: DataFrame, right: DataFrame, how: str) -> DataFrame:
 
 
 def reconcile_ride_windows(
-    spark: SparkSession, lakehouse: LakehouseResource, log: Log | None = None
+    spark: SparkSession, lakehouse: Lakehouse, *, window_duration: str, log: Log | None = None
 ) -> WindowReconcile:
     """Late counts and finality of the windows, at the raw_rides version the window stream has consumed.
 
@@ -315,7 +326,9 @@ def reconcile_ride_windows(
     position, version, marker = point
     windows = read_table(spark, table_path)
     is_final = F.col("window_end") <= _micros(position.watermark_micros)
-    counts, current, readable = _counts_to_reconcile(spark, lakehouse, version, marker, windows, result)
+    counts, current, readable = _counts_to_reconcile(
+        spark, lakehouse, window_duration, version, marker, windows, result
+    )
     changed = _changed_windows(counts, current, windows, is_final, broadcast=not result.full)
     result.windows, result.late_rides_found = len(changed), sum(int(r["late_found"]) for r in changed)
     if changed:
@@ -337,7 +350,7 @@ def reconcile_ride_windows(
 
 
 def _reconcile_point(
-    spark: SparkSession, lakehouse: LakehouseResource, result: WindowReconcile
+    spark: SparkSession, lakehouse: Lakehouse, result: WindowReconcile
 ) -> tuple[StreamPosition, int, dict[str, Any] | None] | None:
     """Where the window stream is, the raw_rides version it has consumed, and the marker of the previous
     reconcile; None, with `result.reason` saying why, when there is nothing to reconcile."""
@@ -361,7 +374,8 @@ def _reconcile_point(
 
 def _counts_to_reconcile(
     spark: SparkSession,
-    lakehouse: LakehouseResource,
+    lakehouse: Lakehouse,
+    window_duration: str,
     version: int,
     marker: dict[str, Any] | None,
     windows: DataFrame,
@@ -384,16 +398,16 @@ def _counts_to_reconcile(
     if full_reason is not None:
         result.full, result.reason = True, full_reason
         readable = _files_readable_alone(spark, rides_path)
-        return ride_window_aggregates(rides, lakehouse.window_duration), windows, readable
+        return ride_window_aggregates(rides, window_duration), windows, readable
     assert previous is not None and files is not None
-    counts, current = _counts_of_touched_windows(spark, lakehouse, rides, windows, files, result)
+    counts, current = _counts_of_touched_windows(spark, window_duration, rides, windows, files, result)
     result.reason = f"{result.new_rides} ride(s) in {len(files)} file(s) added after raw_rides version {previous}"
     return counts, current, readable
 
 
 def _counts_of_touched_windows(
     spark: SparkSession,
-    lakehouse: LakehouseResource,
+    window_duration: str,
     rides: DataFrame,
     windows: DataFrame,
     files: list[str],
@@ -404,7 +418,7 @@ def _counts_of_touched_windows(
     # The files as Delta wrote them (no column mapping, no deletion vector: appends), with the table's types.
     columns = StructType([rides.schema[c] for c in ("pickup_datetime", "vendor_id", "total_amount")])
     touched = (
-        ride_window_aggregates(spark.read.schema(columns).parquet(*files), lakehouse.window_duration)
+        ride_window_aggregates(spark.read.schema(columns).parquet(*files), window_duration)
         .select(
             F.unix_micros("window_start").alias("s"),
             F.unix_micros("window_end").alias("e"),
@@ -421,7 +435,7 @@ def _counts_of_touched_windows(
         F.timestamp_micros("s").alias("window_start"), "vendor_id"
     )
     counts = _same_window(
-        ride_window_aggregates(rides.where(_in_ranges("pickup_datetime", ranges)), lakehouse.window_duration),
+        ride_window_aggregates(rides.where(_in_ranges("pickup_datetime", ranges)), window_duration),
         F.broadcast(keys),
         "left_semi",
     )

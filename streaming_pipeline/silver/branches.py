@@ -15,7 +15,7 @@ if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
     from pyspark.sql.streaming import DataStreamWriter
 
-    from streaming_pipeline.resources.lakehouse import LakehouseResource
+    from streaming_pipeline.connections import Lakehouse
 
 HIGH_AMOUNT = HIGH_AMOUNT_RIDES.name
 LOW_AMOUNT = LOW_AMOUNT_RIDES.name
@@ -83,15 +83,15 @@ class BranchRunResult:
 
 
 def update_amount_branches(
-    spark: SparkSession, lakehouse: LakehouseResource, log: Log | None = None
+    spark: SparkSession, lakehouse: Lakehouse, *, high_amount_threshold: float, log: Log | None = None
 ) -> BranchRunResult:
-    """Branch raw_rides by total_amount (>= HIGH_AMOUNT_THRESHOLD goes high, below goes low, null to neither)."""
+    """Branch raw_rides by total_amount (>= high_amount_threshold goes high, below goes low, null to neither)."""
     from streaming_pipeline.bronze.offsets import checkpoint_id
     from streaming_pipeline.engine.delta_log import commits_since, latest_version
 
     high_path, low_path = lakehouse.table_path(HIGH_AMOUNT), lakehouse.table_path(LOW_AMOUNT)
     checkpoint_dir = lakehouse.checkpoint_path(f"{HIGH_AMOUNT}+{LOW_AMOUNT}")
-    handler = AmountBranchWriter(high_path, low_path, lakehouse.high_amount_threshold, checkpoint_dir)
+    handler = AmountBranchWriter(high_path, low_path, high_amount_threshold, checkpoint_dir)
     before = latest_version(high_path), latest_version(low_path)
 
     def start_writer() -> DataStreamWriter:

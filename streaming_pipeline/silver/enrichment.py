@@ -16,18 +16,18 @@ if TYPE_CHECKING:
     from pyspark.sql import SparkSession
     from pyspark.sql.streaming import DataStreamWriter
 
-    from streaming_pipeline.resources.lakehouse import LakehouseResource
+    from streaming_pipeline.connections import Lakehouse
 
 
-def refresh_taxi_zones(spark: SparkSession, lakehouse: LakehouseResource) -> bool:
-    """Load the zone lookup into its Delta table when the table differs from the CSV; True when it changed.
+def refresh_taxi_zones(spark: SparkSession, lakehouse: Lakehouse, csv_path: str) -> bool:
+    """Load the zone lookup at `csv_path` into its Delta table when the table differs from it; True when it changed.
 
     An unchanged lookup writes nothing, so re-running leaves the table's version as it is.
     """
     from streaming_pipeline.silver.taxi_zones import read_taxi_zones
 
     path = lakehouse.table_path(TAXI_ZONES.name)
-    zones = read_taxi_zones(spark, lakehouse.taxi_zones_csv)
+    zones = read_taxi_zones(spark, csv_path)
     if table_exists(path):
         current = read_table(spark, path)
         if current.exceptAll(zones).isEmpty() and zones.exceptAll(current).isEmpty():
@@ -43,9 +43,7 @@ class EnrichmentRunResult:
     unknown_dropoff_zones: int
 
 
-def update_rides_enriched(
-    spark: SparkSession, lakehouse: LakehouseResource, log: Log | None = None
-) -> EnrichmentRunResult:
+def update_rides_enriched(spark: SparkSession, lakehouse: Lakehouse, log: Log | None = None) -> EnrichmentRunResult:
     """Every ride of raw_rides once, with the boroughs and zones of its pickup and dropoff locations.
 
     A stream-static join: each micro-batch joins the zone table as it is then (broadcast). Rides already

@@ -19,7 +19,7 @@ if TYPE_CHECKING:
     from pyspark.sql import SparkSession
     from pyspark.sql.streaming import DataStreamWriter
 
-    from streaming_pipeline.resources.lakehouse import LakehouseResource
+    from streaming_pipeline.connections import Lakehouse
 
 JOINS = RIDE_PICKUP_JOINS.name
 
@@ -33,7 +33,13 @@ class JoinRunResult:
 
 
 def update_ride_pickup_joins(
-    spark: SparkSession, lakehouse: LakehouseResource, log: Log | None = None, run_id: str | None = None
+    spark: SparkSession,
+    lakehouse: Lakehouse,
+    *,
+    join_max_gap: str,
+    watermark_delay: str,
+    log: Log | None = None,
+    run_id: str | None = None,
 ) -> JoinRunResult:
     """Stream-stream inner join, both sides watermarked, appended to Delta (exactly once via the checkpoint).
 
@@ -46,8 +52,8 @@ def update_ride_pickup_joins(
         joined = ride_pickup_joins(
             delta_stream(spark, lakehouse, RAW_RIDES.name),
             delta_stream(spark, lakehouse, RAW_PICKUP_LOCATIONS.name),
-            lakehouse.join_gap,
-            lakehouse.watermark_delay,
+            join_max_gap,
+            watermark_delay,
         )
         return (
             joined.writeStream.format("delta")

@@ -7,35 +7,20 @@ code runs on a classic session and over Spark Connect.
 
 from __future__ import annotations
 
-import os
 from importlib import resources
-from pathlib import Path
 from typing import TYPE_CHECKING
-
-from streaming_pipeline.errors import ConfigurationError
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
-
-TAXI_ZONES_CSV_VARIABLE = "TAXI_ZONES_CSV"
 
 #: The TLC header's columns, in file order. Applied by position: TLC has shipped the header in more than one
 #: letter case (`LocationID,Borough,...` and `"locationid","borough",...`).
 LOOKUP_SCHEMA_DDL = "LocationID INT, Borough STRING, Zone STRING, service_zone STRING"
 
 
-def taxi_zones_csv_path(override: str | None = None) -> str:
-    """The lookup to load: `override`, else $TAXI_ZONES_CSV, else the copy shipped with the package.
-
-    A configured file that does not exist fails here, naming the variable, rather than later inside a Spark job.
-    """
-    configured = override or os.environ.get(TAXI_ZONES_CSV_VARIABLE)
-    if not configured:
-        return str(resources.files("streaming_pipeline") / "data" / "taxi_zone_lookup.csv")
-    path = Path(configured).expanduser().resolve()
-    if not path.is_file():
-        raise ConfigurationError(f"{TAXI_ZONES_CSV_VARIABLE}={configured!r}: no such file ({path})")
-    return str(path)
+def shipped_taxi_zones_csv() -> str:
+    """The TLC lookup shipped with the package (the default of the taxi_zones asset's `csv_path`)."""
+    return str(resources.files("streaming_pipeline") / "data" / "taxi_zone_lookup.csv")
 
 
 def read_taxi_zones(spark: SparkSession, path: str) -> DataFrame:

@@ -1,0 +1,14 @@
+"""Dagster's automation sensor, shipped running, so that a bronze run started by hand still propagates downstream
+(the streaming tables are eager on their sources) and a missing taxi_zones table is loaded."""
+
+import dagster as dg
+
+from streaming_pipeline.settings import SensorSettings
+
+default_automation_condition_sensor = dg.AutomationConditionSensorDefinition(
+    "default_automation_condition_sensor",
+    target=dg.AssetSelection.all(),
+    default_status=dg.DefaultSensorStatus.RUNNING,
+    minimum_interval_seconds=SensorSettings.from_env().interval_seconds * 5,
+    emit_backfills=False,
+)

@@ -1,0 +1,202 @@
+"""Offset sensors (one per source, built by `sources.py`): one run from Kafka to gold as soon as records wait
+and no run works on the checkpoint.
+
+Spark commits no offsets to Kafka; every bronze commit records the end offsets of its micro-batch in the
+Delta log, so a tick compares the topic's end offsets with the table's (on any storage). The run it requests
+targets a job that selects the bronze asset and everything downstream of it, so gold follows in the same run.
+While a run that touches the bronze asset is in flight (a sensor run, a manual or a UI run) nothing is
+requested: new records batch up by themselves. A failed run is retried after a back-off that doubles with
+each consecutive failure.
+
+`decide` is the whole policy as a pure function; the sensor only gathers its inputs.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from dataclasses import dataclass
+
+import dagster as dg
+
+from streaming_pipeline.bronze.offsets import consumed_offsets, consumer_lag, topic_problems
+from streaming_pipeline.errors import StreamingPipelineError
+from streaming_pipeline.resources import KafkaResource, LakehouseResource
+from streaming_pipeline.settings import SensorSettings
+
+IN_FLIGHT = [
+    dg.DagsterRunStatus.QUEUED,
+    dg.DagsterRunStatus.NOT_STARTED,
+    dg.DagsterRunStatus.STARTING,
+    dg.DagsterRunStatus.STARTED,
+    dg.DagsterRunStatus.CANCELING,
+]
+FAILED = (dg.DagsterRunStatus.FAILURE, dg.DagsterRunStatus.CANCELED)
+
+
+@dataclass(frozen=True)
+class Decision:
+    request: bool
+    reason: str
+
+
+def decide(
+    *,
+    waiting: int,
+    oldest_age_seconds: float | None,
+    run_in_flight: bool,
+    consecutive_failures: int,
+    seconds_since_failure: float | None,
+    policy: SensorSettings,
+) -> Decision:
+    """Whether to request a run now, and why (or why not)."""
+    if waiting == 0:
+        return Decision(False, "no new records")
+    if run_in_flight:
+        return Decision(False, f"{waiting} record(s) wait; a run on this checkpoint is in flight")
+    if consecutive_failures and seconds_since_failure is not None:
+        backoff = min(policy.retry_backoff_seconds * 2 ** (consecutive_failures - 1), policy.max_backoff_seconds)
+        if seconds_since_failure < backoff:
+            return Decision(
+                False,
+                f"{waiting} record(s) wait; the last {consecutive_failures} run(s) failed, retrying "
+                f"{backoff - seconds_since_failure:.0f} s from now",
+            )
+    if waiting >= policy.min_records:
+        return Decision(True, f"{waiting} record(s) wait")
+    if oldest_age_seconds is not None and oldest_age_seconds >= policy.max_wait_seconds:
+        return Decision(True, f"{waiting} record(s) wait, the oldest for {oldest_age_seconds:.0f} s")
+    age = f"{oldest_age_seconds:.0f} s" if oldest_age_seconds is not None else "unknown"
+    return Decision(
+        False,
+        f"{waiting} record(s) wait; waiting for {policy.min_records} of them or for the oldest to be "
+        f"{policy.max_wait_seconds:g} s old (it is {age})",
+    )
+
+
+def _runs_on_checkpoint(context: dg.SensorEvaluationContext, asset_key: dg.AssetKey, job_name: str) -> bool:
+    """Whether any run that materializes `asset_key` is queued or running, whoever started it."""
+    for run in context.instance.get_runs(filters=dg.RunsFilter(statuses=IN_FLIGHT), limit=100):
+        if run.job_name == job_name or (run.asset_selection and asset_key in run.asset_selection):
+            return True
+    return False
+
+
+def _recent_failures(context: dg.SensorEvaluationContext, sensor_name: str) -> tuple[int, float | None]:
+    """(consecutive failed runs of this sensor, seconds since the newest ended)."""
+    records = context.instance.get_run_records(
+        filters=dg.RunsFilter(tags={"dagster/sensor_name": sensor_name}), limit=10
+    )
+    failures = 0
+    for record in records:
+        if record.dagster_run.status not in FAILED:
+            break
+        failures += 1
+    if not failures:
+        return 0, None
+    ended = records[0].end_time or records[0].update_timestamp.timestamp()
+    return failures, time.time() - ended
+
+
+@dataclass(frozen=True)
+class _TopicState:
+    """What a tick reads: the topic's (earliest, end) offsets per partition and what the bronze table consumed."""
+
+    watermarks: dict[int, tuple[int, int]]
+    consumed: dict[int, int]
+
+    @property
+    def end_offsets(self) -> dict[int, int]:
+        return {p: high for p, (_, high) in self.watermarks.items()}
+
+    @property
+    def lag(self) -> dict[int, int]:
+        return consumer_lag(self.end_offsets, self.consumed)
+
+
+def _oldest_waiting_age(kafka: KafkaResource, topic: str, state: _TopicState) -> float | None:
+    """Seconds since the oldest record waiting to be consumed was produced (None when unreadable)."""
+    first_waiting = {p: state.consumed.get(p, 0) for p, n in state.lag.items() if n > 0}
+    timestamps = kafka.record_timestamps(topic, first_waiting)
+    return time.time() - min(timestamps.values()) if timestamps else None
+
+
+def _lag_observation(asset_key: dg.AssetKey, state: _TopicState) -> dg.AssetObservation:
+    return dg.AssetObservation(
+        asset_key=asset_key,
+        metadata={
+            "consumer_lag": dg.MetadataValue.int(sum(state.lag.values())),
+            "consumer_lag_by_partition": dg.MetadataValue.json({str(p): n for p, n in state.lag.items()}),
+            "end_offsets": dg.MetadataValue.json({str(p): o for p, o in state.end_offsets.items()}),
+        },
+    )
+
+
+def _run_request(topic: str, state: _TopicState, number: int) -> dg.RunRequest:
+    snapshot = ",".join(f"{p}:{o}" for p, o in sorted(state.end_offsets.items()))
+    # The request number makes every key unique: a key never stands in the way of retrying a failed run.
+    return dg.RunRequest(run_key=f"{topic}@{snapshot}#{number}", tags={"source_topic": topic})
+
+
+def build_offset_sensor(
+    asset_key: dg.AssetKey, topic: str, job: dg.UnresolvedAssetJobDefinition, policy: SensorSettings
+) -> dg.SensorDefinition:
+    asset_name = asset_key.to_user_string()
+    sensor_name = f"{asset_name}_offset_sensor"
+
+    @dg.sensor(
+        name=sensor_name,
+        description=(
+            f"Runs {job.name} (bronze {asset_name} and everything downstream) as soon as records wait in topic "
+            f"{topic} and no run works on its checkpoint; retries failed runs with back-off."
+        ),
+        job=job,
+        minimum_interval_seconds=policy.interval_seconds,
+        default_status=dg.DefaultSensorStatus.RUNNING,
+    )
+    def offset_sensor(
+        context: dg.SensorEvaluationContext, kafka: KafkaResource, lakehouse: LakehouseResource
+    ) -> dg.SensorResult | dg.SkipReason:
+        cursor = json.loads(context.cursor) if context.cursor else {}
+        consumed = consumed_offsets(lakehouse.table_path(asset_name), asset_name, topic)
+        try:
+            state = _TopicState(kafka.watermark_offsets(topic), consumed)
+            problems = topic_problems(asset_name, topic, state.consumed, state.watermarks)
+            waiting = sum(state.lag.values())
+            if 0 < waiting < policy.min_records and not problems:
+                oldest_age = _oldest_waiting_age(kafka, topic, state)
+            else:
+                oldest_age = None
+        except StreamingPipelineError as exc:
+            return dg.SkipReason(f"Kafka is not reachable, will try again: {exc}")
+        if problems:
+            # Every run would fail on it: say what is wrong and how to recover, and request nothing.
+            return dg.SkipReason(problems.message())
+        events = [_lag_observation(asset_key, state)] if waiting != cursor.get("lag", 0) else []
+        failures, since_failure = _recent_failures(context, sensor_name) if waiting else (0, None)
+        decision = decide(
+            waiting=waiting,
+            oldest_age_seconds=oldest_age,
+            run_in_flight=waiting > 0 and _runs_on_checkpoint(context, asset_key, job.name),
+            consecutive_failures=failures,
+            seconds_since_failure=since_failure,
+            policy=policy,
+        )
+        requests = int(cursor.get("requests", 0)) + int(decision.request)
+        return dg.SensorResult(
+            run_requests=[_run_request(topic, state, requests)] if decision.request else None,
+            skip_reason=None if decision.request else dg.SkipReason(f"{topic}: {decision.reason}"),
+            cursor=json.dumps({"lag": waiting, "requests": requests}),
+            asset_events=events,
+        )
+
+    return offset_sensor
+
+
+def live_job(asset_key: dg.AssetKey) -> dg.UnresolvedAssetJobDefinition:
+    """The bronze asset and everything downstream of it, without asset checks (they scan whole tables)."""
+    return dg.define_asset_job(
+        name=f"{asset_key.to_user_string()}_to_gold_job",
+        selection=dg.AssetSelection.assets(asset_key).downstream().without_checks(),
+        description=f"New records from Kafka through bronze {asset_key.to_user_string()} to every table downstream.",
+    )

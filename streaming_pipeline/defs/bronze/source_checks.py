@@ -1,0 +1,71 @@
+"""The checks of every bronze table (built per source by `sources.py`): reconciliation with the Kafka offsets
+consumed, exactly once (unique Kafka coordinates), consumer lag."""
+
+import dagster as dg
+
+from streaming_pipeline.bronze.offsets import consumed_offsets, consumer_lag, table_start_offsets
+from streaming_pipeline.engine.delta_tables import count_duplicate_keys, count_rows
+from streaming_pipeline.errors import StreamingPipelineError
+from streaming_pipeline.resources import KafkaResource, LakehouseResource, SparkResource
+from streaming_pipeline.sources import SourceTopic
+from streaming_pipeline.tables import DEAD_LETTER_RECORDS, KAFKA_KEY
+
+DEFAULT_MAX_LAG = 100_000
+
+
+def bronze_checks(source: SourceTopic) -> list[dg.AssetChecksDefinition]:
+    """A source's bronze checks: reconciliation with Kafka, exactly once, consumer lag."""
+    asset_name, topic = source.bronze_table, source.topic
+
+    @dg.asset_check(
+        asset=asset_name,
+        name="reconciles_with_kafka_offsets",
+        description=f"Rows of {asset_name} plus its dead letters equal the {topic} offsets its commits have consumed.",
+    )
+    def reconciles(spark: SparkResource, lakehouse: LakehouseResource) -> dg.AssetCheckResult:
+        from pyspark.sql import functions as F
+
+        session = spark.get_session()
+        consumed = consumed_offsets(lakehouse.table_path(asset_name), asset_name, topic)
+        start = table_start_offsets(lakehouse.table_path(asset_name), asset_name, topic)
+        expected = sum(consumed.values()) - sum(start.values())
+        rows = count_rows(session, lakehouse.table_path(asset_name))
+        dead = count_rows(session, lakehouse.table_path(DEAD_LETTER_RECORDS.name), F.col("kafka_topic") == topic)
+        return dg.AssetCheckResult(
+            passed=rows + dead == expected,
+            metadata={"rows": rows, "dead_letters": dead, "consumed_records": expected},
+        )
+
+    @dg.asset_check(
+        asset=asset_name,
+        name="unique_kafka_coordinates",
+        description="No (kafka_topic, kafka_partition, kafka_offset) appears twice: exactly once.",
+    )
+    def unique(spark: SparkResource, lakehouse: LakehouseResource) -> dg.AssetCheckResult:
+        duplicates = count_duplicate_keys(spark.get_session(), lakehouse.table_path(asset_name), KAFKA_KEY)
+        return dg.AssetCheckResult(passed=duplicates == 0, metadata={"duplicated_keys": duplicates})
+
+    @dg.asset_check(
+        asset=asset_name,
+        name="consumer_lag_below_bound",
+        description=f"Records of {topic} not yet in {asset_name} stay below {DEFAULT_MAX_LAG} (warning).",
+    )
+    def lag(kafka: KafkaResource, lakehouse: LakehouseResource) -> dg.AssetCheckResult:
+        try:
+            end_offsets = kafka.end_offsets(topic)
+        except StreamingPipelineError as exc:
+            return dg.AssetCheckResult(passed=False, severity=dg.AssetCheckSeverity.WARN, metadata={"error": str(exc)})
+        consumed = consumed_offsets(lakehouse.table_path(asset_name), asset_name, topic)
+        by_partition = consumer_lag(end_offsets, consumed)
+        total = sum(by_partition.values())
+        return dg.AssetCheckResult(
+            passed=total <= DEFAULT_MAX_LAG,
+            severity=dg.AssetCheckSeverity.WARN,
+            metadata={
+                "lag": total,
+                "lag_by_partition": {str(p): n for p, n in by_partition.items()},
+                "bound": DEFAULT_MAX_LAG,
+            },
+        )
+
+    return [reconciles, unique, lag]

@@ -1,0 +1,92 @@
+"""Bronze: one asset per source topic (`streaming_pipeline.sources`), derived from its declaration with its
+checks, its live job and its offset sensor. Adding a topic adds none of these by hand."""
+
+from typing import TYPE_CHECKING
+
+import dagster as dg
+
+from streaming_pipeline.asset_metadata import KAFKA_KINDS, checkpoint_pool, delta_table_metadata, table_args
+from streaming_pipeline.bronze.ingestion import BronzeRunResult, ingest_topic
+from streaming_pipeline.bronze.offsets import consumed_offsets
+from streaming_pipeline.defs.bronze.offset_sensors import build_offset_sensor, live_job
+from streaming_pipeline.defs.bronze.source_checks import bronze_checks
+from streaming_pipeline.resources import KafkaResource, LakehouseResource, SchemaRegistryResource, SparkResource
+from streaming_pipeline.settings import SensorSettings
+from streaming_pipeline.sources import SourceTopic, all_sources
+from streaming_pipeline.tables import DEAD_LETTER_RECORDS
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
+
+def bronze_asset(source: SourceTopic) -> dg.AssetsDefinition:
+    """The asset of a source's bronze table: one availableNow run of the topic's stream into it."""
+    table, topic = source.table, source.topic
+
+    @dg.asset(
+        name=table.name,
+        description=source.description,
+        **table_args(table, kinds=KAFKA_KINDS, metadata={"source_topic": topic}),
+        pool=checkpoint_pool(table.name),
+    )
+    def bronze_table(
+        context: dg.AssetExecutionContext,
+        spark: SparkResource,
+        kafka: KafkaResource,
+        schema_registry: SchemaRegistryResource,
+        lakehouse: LakehouseResource,
+    ) -> dg.MaterializeResult:
+        run = ingest_topic(spark.get_session(), kafka, schema_registry, lakehouse, source=source, log=context.log)
+        return _bronze_result(context, spark.get_session(), lakehouse, run, table.name, topic)
+
+    return bronze_table
+
+
+def _bronze_result(
+    context: dg.AssetExecutionContext,
+    spark: "SparkSession",
+    lakehouse: LakehouseResource,
+    run: BronzeRunResult,
+    asset_name: str,
+    topic: str,
+) -> dg.MaterializeResult:
+    offsets = run.kafka_offset_ranges()
+    context.log.info(
+        f"{asset_name}: {run.report.input_rows} Kafka records in {run.report.batches} micro-batch(es): "
+        f"{run.rows_written} rows written, {run.dead_letters} dead letter(s)"
+    )
+    if run.dead_letters:
+        context.log.warning(f"{asset_name}: {run.dead_letters} record(s) sent to {DEAD_LETTER_RECORDS.name}")
+    return dg.MaterializeResult(
+        metadata={
+            "rows_read": dg.MetadataValue.int(run.report.input_rows),
+            "rows_written": dg.MetadataValue.int(run.rows_written),
+            "dead_letters": dg.MetadataValue.int(run.dead_letters),
+            "micro_batches": dg.MetadataValue.int(run.report.batches),
+            "streaming_seconds": dg.MetadataValue.float(round(run.report.trigger_seconds(), 3)),
+            "kafka_offsets": dg.MetadataValue.json(offsets),
+            "consumed_offsets": dg.MetadataValue.json(
+                {str(p): o for p, o in consumed_offsets(lakehouse.table_path(asset_name), asset_name, topic).items()}
+            ),
+            **delta_table_metadata(spark, lakehouse.table_path(asset_name)),
+        }
+    )
+
+
+def source_definitions(source: SourceTopic, policy: SensorSettings) -> dg.Definitions:
+    """Everything Dagster knows of one source topic: its bronze asset and checks, its live job and offset sensor."""
+    key = dg.AssetKey(source.bronze_table)
+    job = live_job(key)
+    return dg.Definitions(
+        assets=[bronze_asset(source)],
+        asset_checks=bronze_checks(source),
+        jobs=[job],
+        sensors=[build_offset_sensor(key, source.topic, job, policy)],
+    )
+
+
+@dg.definitions
+def defs() -> dg.Definitions:
+    """Every declared source, read when the definitions load."""
+    policy = SensorSettings.from_env()
+    return dg.Definitions.merge(*(source_definitions(source, policy) for source in all_sources()))

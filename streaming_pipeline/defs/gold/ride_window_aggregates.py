@@ -1,0 +1,152 @@
+"""Trips and revenue per vendor in event-time tumbling windows, with late rides and finality; its checks."""
+
+from typing import TYPE_CHECKING
+
+import dagster as dg
+from pydantic import Field, field_validator
+
+from streaming_pipeline.asset_metadata import (
+    SPARK_KINDS,
+    delta_table_metadata,
+    missing_sources,
+    stream_metadata,
+    stream_step_args,
+    table_args,
+)
+from streaming_pipeline.engine.delta_tables import count_duplicate_keys, read_table, table_exists
+from streaming_pipeline.gold.windows import update_ride_window_aggregates
+from streaming_pipeline.resources import LakehouseResource, SparkResource
+from streaming_pipeline.settings import PipelineSettings, normalize_interval
+from streaming_pipeline.tables import RAW_RIDES, RIDE_WINDOW_AGGREGATES
+
+if TYPE_CHECKING:
+    import pandas as pd
+
+MAX_CHART_WINDOWS = 200
+_SETTINGS = PipelineSettings.from_env()
+
+
+class RideWindowsConfig(dg.Config):
+    window_duration: str = Field(
+        default=_SETTINGS.ride_window_duration,
+        description="Length of the tumbling windows, e.g. '10 minutes' (default: RIDE_WINDOW_DURATION).",
+    )
+    watermark_delay: str = Field(
+        default=_SETTINGS.ride_watermark_delay,
+        description="How far behind the latest pickup a ride may arrive and still count on time "
+        "(default: RIDE_WATERMARK_DELAY).",
+    )
+
+    @field_validator("window_duration", "watermark_delay")
+    @classmethod
+    def _interval(cls, value: str, info) -> str:
+        normalize_interval(value, name=f"ride_window_aggregates {info.field_name}")
+        return value
+
+    @property
+    def window_duration_interval(self) -> str:
+        return normalize_interval(self.window_duration, name="window_duration")
+
+    @property
+    def watermark_delay_interval(self) -> str:
+        return normalize_interval(self.watermark_delay, name="watermark_delay")
+
+
+@dg.asset(
+    name=RIDE_WINDOW_AGGREGATES.name,
+    **table_args(RIDE_WINDOW_AGGREGATES, kinds=SPARK_KINDS, deps=[RAW_RIDES.name]),
+    **stream_step_args(RIDE_WINDOW_AGGREGATES.name, priority=0),
+)
+def ride_window_aggregates(
+    context: dg.AssetExecutionContext, config: RideWindowsConfig, spark: SparkResource, lakehouse: LakehouseResource
+) -> dg.MaterializeResult:
+    """Trips and revenue per vendor in event-time tumbling windows of window_duration on pickup
+    time, upserted as they change; `is_final` once the watermark (watermark_delay) passed the
+    window end; rides arriving after that are counted in `late_trip_count`, never dropped silently."""
+    session = spark.get_session()
+    if missing_sources(context, lakehouse, RAW_RIDES.name):
+        return dg.MaterializeResult(metadata={"skipped": "raw_rides does not exist yet"})
+    result = update_ride_window_aggregates(
+        session,
+        lakehouse,
+        window_duration=config.window_duration_interval,
+        watermark_delay=config.watermark_delay_interval,
+        log=context.log,
+    )
+    path = lakehouse.table_path(RIDE_WINDOW_AGGREGATES.name)
+    metadata = {
+        **stream_metadata(result.report),
+        **delta_table_metadata(session, path, preview_order=["window_start", "vendor_id"]),
+    }
+    if table_exists(path):
+        from pyspark.sql import functions as F
+
+        from streaming_pipeline.gold.charts import png_markdown, window_chart_png  # matplotlib: only when drawing
+
+        frame = read_table(session, path)
+        totals = frame.agg(
+            F.sum("late_trip_count").alias("late"), F.sum(F.col("is_final").cast("int")).alias("final")
+        ).collect()[0]
+        recent: pd.DataFrame = frame.orderBy(F.col("window_start").desc()).limit(MAX_CHART_WINDOWS * 3).toPandas()
+        png = window_chart_png(recent.sort_values("window_start"))
+        reconcile = result.reconcile
+        metadata.update(
+            {
+                "watermark": dg.MetadataValue.text(str(result.watermark)),
+                "late_rides_total": dg.MetadataValue.int(int(totals["late"] or 0)),
+                "late_rides_found_this_run": dg.MetadataValue.int(reconcile.late_rides_found),
+                "late_rides_dropped_by_watermark_this_run": dg.MetadataValue.int(
+                    result.report.rows_dropped_by_watermark()
+                ),
+                "final_windows": dg.MetadataValue.int(int(totals["final"] or 0)),
+                "windows_reconciled": dg.MetadataValue.int(result.windows_changed_by_reconcile),
+                "reconciled_raw_rides_version": dg.MetadataValue.text(str(reconcile.raw_rides_version)),
+                "reconcile": dg.MetadataValue.text(reconcile.reason or "-"),
+                "reconcile_full_recount": dg.MetadataValue.bool(reconcile.full),
+                "chart": dg.MetadataValue.md(png_markdown(png, "trips per window and vendor")),
+            }
+        )
+    return dg.MaterializeResult(metadata=metadata)
+
+
+@dg.asset_check(asset=RIDE_WINDOW_AGGREGATES.name, description="One row per (window_start, vendor_id).")
+def unique_window_per_vendor(spark: SparkResource, lakehouse: LakehouseResource) -> dg.AssetCheckResult:
+    duplicates = count_duplicate_keys(
+        spark.get_session(), lakehouse.table_path(RIDE_WINDOW_AGGREGATES.name), ["window_start", "vendor_id"]
+    )
+    return dg.AssetCheckResult(passed=duplicates == 0, metadata={"duplicated_keys": duplicates})
+
+
+@dg.asset_check(
+    asset=RIDE_WINDOW_AGGREGATES.name,
+    additional_deps=[RAW_RIDES.name],
+    description="Each ride of raw_rides that the window stream has read (the version it consumed) is counted once: "
+    "on time in trip_count or late in late_trip_count.",
+)
+def windows_count_each_ride_once(spark: SparkResource, lakehouse: LakehouseResource) -> dg.AssetCheckResult:
+    from pyspark.sql import functions as F
+
+    from streaming_pipeline.gold.windows import windows_positions
+
+    session = spark.get_session()
+    path = lakehouse.table_path(RIDE_WINDOW_AGGREGATES.name)
+    consumed, reconciled = windows_positions(session, lakehouse) if table_exists(path) else (None, None)
+    if consumed is None:
+        return dg.AssetCheckResult(
+            passed=True, metadata={"note": "the window stream has read no version of raw_rides yet"}
+        )
+    rides = (
+        session.read.format("delta").option("versionAsOf", consumed).load(lakehouse.table_path(RAW_RIDES.name)).count()
+    )
+    counted = int(
+        read_table(session, path).agg(F.sum(F.col("trip_count") + F.col("late_trip_count"))).collect()[0][0] or 0
+    )
+    return dg.AssetCheckResult(
+        passed=counted == rides,
+        metadata={
+            "raw_rides_version": consumed,
+            "reconciled_version": str(reconciled),
+            "raw_rides_rows": rides,
+            "on_time_plus_late": counted,
+        },
+    )

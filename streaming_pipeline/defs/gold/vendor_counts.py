@@ -1,0 +1,50 @@
+"""The running count of rides per vendor, and the check that it adds up to raw_rides."""
+
+import dagster as dg
+
+from streaming_pipeline.asset_metadata import (
+    SPARK_KINDS,
+    delta_table_metadata,
+    missing_sources,
+    stream_metadata,
+    stream_step_args,
+    table_args,
+)
+from streaming_pipeline.engine.delta_tables import count_rows, read_table, table_exists
+from streaming_pipeline.gold.vendor_counts import update_vendor_counts
+from streaming_pipeline.resources import LakehouseResource, SparkResource
+from streaming_pipeline.tables import RAW_RIDES, VENDOR_COUNTS
+
+
+@dg.asset(
+    name=VENDOR_COUNTS.name,
+    **table_args(VENDOR_COUNTS, kinds=SPARK_KINDS, deps=[RAW_RIDES.name]),
+    **stream_step_args(VENDOR_COUNTS.name, priority=40),
+)
+def vendor_counts(
+    context: dg.AssetExecutionContext, spark: SparkResource, lakehouse: LakehouseResource
+) -> dg.MaterializeResult:
+    """Number of rides per vendor over everything ingested (a running count, stream/table duality)."""
+    session = spark.get_session()
+    if missing_sources(context, lakehouse, RAW_RIDES.name):
+        return dg.MaterializeResult(metadata={"skipped": "raw_rides does not exist yet"})
+    report = update_vendor_counts(session, lakehouse, log=context.log)
+    return dg.MaterializeResult(
+        metadata={
+            **stream_metadata(report),
+            **delta_table_metadata(session, lakehouse.table_path(VENDOR_COUNTS.name), preview_order=["vendor_id"]),
+        }
+    )
+
+
+@dg.asset_check(asset=VENDOR_COUNTS.name, description="The vendors' trip counts add up to the rows of raw_rides.")
+def vendor_counts_match_raw_rides(spark: SparkResource, lakehouse: LakehouseResource) -> dg.AssetCheckResult:
+    from pyspark.sql import functions as F
+
+    session = spark.get_session()
+    rides = count_rows(session, lakehouse.table_path(RAW_RIDES.name))
+    path = lakehouse.table_path(VENDOR_COUNTS.name)
+    counted = 0
+    if table_exists(path):
+        counted = int(read_table(session, path).agg(F.sum("trip_count")).collect()[0][0] or 0)
+    return dg.AssetCheckResult(passed=counted == rides, metadata={"sum_trip_count": counted, "raw_rides_rows": rides})

@@ -1,0 +1,93 @@
+"""The amount branches (the course's Faust app): one stream from raw_rides into high_amount_rides and
+low_amount_rides, and the check that they add up."""
+
+import dagster as dg
+from pydantic import Field
+
+from streaming_pipeline.asset_metadata import SPARK_KINDS, delta_table_metadata, stream_step_args, table_args
+from streaming_pipeline.engine.delta_tables import count_duplicate_keys, count_rows, table_exists
+from streaming_pipeline.resources import LakehouseResource, SparkResource
+from streaming_pipeline.settings import PipelineSettings
+from streaming_pipeline.silver.branches import update_amount_branches
+from streaming_pipeline.tables import AMOUNT_BRANCHES, HIGH_AMOUNT_RIDES, KAFKA_KEY, LOW_AMOUNT_RIDES, RAW_RIDES
+
+
+class AmountBranchesConfig(dg.Config):
+    high_amount_threshold: float = Field(
+        default=PipelineSettings.from_env().high_amount_threshold,
+        description="A ride with total_amount at or above it is a high amount (default: HIGH_AMOUNT_THRESHOLD, 40).",
+    )
+
+
+@dg.multi_asset(
+    name=AMOUNT_BRANCHES,
+    specs=[
+        dg.AssetSpec(
+            HIGH_AMOUNT_RIDES.name,
+            description="Rides with total_amount >= the threshold (config high_amount_threshold, default 40), same "
+            "columns as raw_rides.",
+            **table_args(HIGH_AMOUNT_RIDES, kinds=SPARK_KINDS, deps=[RAW_RIDES.name]),
+        ),
+        dg.AssetSpec(
+            LOW_AMOUNT_RIDES.name,
+            description="Rides with total_amount < the threshold (config high_amount_threshold, default 40), same "
+            "columns as raw_rides.",
+            **table_args(LOW_AMOUNT_RIDES, kinds=SPARK_KINDS, deps=[RAW_RIDES.name]),
+        ),
+    ],
+    **stream_step_args(AMOUNT_BRANCHES, priority=30),
+)
+def amount_branches(
+    context: dg.AssetExecutionContext, config: AmountBranchesConfig, spark: SparkResource, lakehouse: LakehouseResource
+):
+    """One stream from raw_rides, branched per micro-batch; a ride with no total_amount goes to neither table
+    and is counted. Exactly once: both appends are idempotent per micro-batch."""
+    session = spark.get_session()
+    if not table_exists(lakehouse.table_path(RAW_RIDES.name)):
+        context.log.warning("raw_rides does not exist yet: nothing to branch")
+        for name in (HIGH_AMOUNT_RIDES.name, LOW_AMOUNT_RIDES.name):
+            yield dg.MaterializeResult(asset_key=name, metadata={"skipped": "raw_rides does not exist yet"})
+        return
+    result = update_amount_branches(
+        session, lakehouse, high_amount_threshold=config.high_amount_threshold, log=context.log
+    )
+    context.log.info(
+        f"{result.report.input_rows} rides: {result.high_rows} high, {result.low_rows} low, "
+        f"{result.null_amount_rides} with no total_amount (in neither)"
+    )
+    common = {
+        "rows_read": dg.MetadataValue.int(result.report.input_rows),
+        "micro_batches": dg.MetadataValue.int(result.report.batches),
+        "threshold": dg.MetadataValue.float(config.high_amount_threshold),
+        "null_amount_rides": dg.MetadataValue.int(result.null_amount_rides),
+    }
+    for name, written in ((HIGH_AMOUNT_RIDES.name, result.high_rows), (LOW_AMOUNT_RIDES.name, result.low_rows)):
+        yield dg.MaterializeResult(
+            asset_key=name,
+            metadata={
+                **common,
+                "rows_written": dg.MetadataValue.int(written),
+                **delta_table_metadata(session, lakehouse.table_path(name)),
+            },
+        )
+
+
+@dg.asset_check(
+    asset=HIGH_AMOUNT_RIDES.name,
+    additional_deps=[LOW_AMOUNT_RIDES.name, RAW_RIDES.name],
+    description="high_amount_rides + low_amount_rides hold each ride of raw_rides with a total_amount exactly once.",
+)
+def branches_add_up_to_rides_with_an_amount(spark: SparkResource, lakehouse: LakehouseResource) -> dg.AssetCheckResult:
+    from pyspark.sql import functions as F
+
+    session = spark.get_session()
+    with_amount = count_rows(session, lakehouse.table_path(RAW_RIDES.name), F.col("total_amount").isNotNull())
+    high = count_rows(session, lakehouse.table_path(HIGH_AMOUNT_RIDES.name))
+    low = count_rows(session, lakehouse.table_path(LOW_AMOUNT_RIDES.name))
+    duplicates = count_duplicate_keys(
+        session, lakehouse.table_path(HIGH_AMOUNT_RIDES.name), KAFKA_KEY
+    ) + count_duplicate_keys(session, lakehouse.table_path(LOW_AMOUNT_RIDES.name), KAFKA_KEY)
+    return dg.AssetCheckResult(
+        passed=high + low == with_amount and duplicates == 0,
+        metadata={"high": high, "low": low, "raw_rides_with_amount": with_amount, "duplicated_keys": duplicates},
+    )

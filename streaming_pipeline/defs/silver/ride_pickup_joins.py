@@ -1,0 +1,123 @@
+"""The stream-stream join of rides and pickups, the count of rows its watermark dropped, and the check that each
+pair is there once."""
+
+import dagster as dg
+from pydantic import Field, field_validator
+
+from streaming_pipeline.asset_metadata import (
+    SPARK_KINDS,
+    delta_table_metadata,
+    missing_sources,
+    stream_metadata,
+    stream_step_args,
+    table_args,
+)
+from streaming_pipeline.engine.delta_tables import count_duplicate_keys, read_table, table_exists
+from streaming_pipeline.resources import LakehouseResource, SparkResource
+from streaming_pipeline.settings import PipelineSettings, normalize_interval
+from streaming_pipeline.silver.joins import update_ride_pickup_joins
+from streaming_pipeline.tables import JOIN_LATE_ROWS, RAW_PICKUP_LOCATIONS, RAW_RIDES, RIDE_PICKUP_JOINS
+
+_SETTINGS = PipelineSettings.from_env()
+
+
+class RidePickupJoinsConfig(dg.Config):
+    join_max_gap: str = Field(
+        default=_SETTINGS.join_max_gap,
+        description="A pickup joins a ride within this interval after its dropoff, inclusive (default: JOIN_MAX_GAP).",
+    )
+    watermark_delay: str = Field(
+        default=_SETTINGS.ride_watermark_delay,
+        description="How far behind the latest event time either side may arrive (default: RIDE_WATERMARK_DELAY).",
+    )
+
+    @field_validator("join_max_gap", "watermark_delay")
+    @classmethod
+    def _interval(cls, value: str, info) -> str:
+        normalize_interval(value, name=f"ride_pickup_joins {info.field_name}")
+        return value
+
+    @property
+    def join_max_gap_interval(self) -> str:
+        return normalize_interval(self.join_max_gap, name="join_max_gap")
+
+    @property
+    def watermark_delay_interval(self) -> str:
+        return normalize_interval(self.watermark_delay, name="watermark_delay")
+
+
+@dg.multi_asset(
+    name=RIDE_PICKUP_JOINS.name,
+    specs=[
+        dg.AssetSpec(
+            RIDE_PICKUP_JOINS.name,
+            description="Rides joined with pickups at their dropoff zone within join_max_gap (inclusive) of the "
+            "dropoff, one row per matching pair (stream-stream join, watermarked on both sides).",
+            **table_args(RIDE_PICKUP_JOINS, kinds=SPARK_KINDS, deps=[RAW_RIDES.name, RAW_PICKUP_LOCATIONS.name]),
+        ),
+        dg.AssetSpec(
+            JOIN_LATE_ROWS.name,
+            description="Per micro-batch of the ride_pickup_joins query that dropped rows: how many rides and "
+            "pickups arrived behind its watermark and were dropped (never joined), so that they are counted, not "
+            "lost silently. The first run of the join creates it (empty until the watermark drops a row).",
+            **table_args(JOIN_LATE_ROWS, kinds=SPARK_KINDS, deps=[RAW_RIDES.name, RAW_PICKUP_LOCATIONS.name]),
+        ),
+    ],
+    **stream_step_args(RIDE_PICKUP_JOINS.name, priority=20),
+)
+def ride_pickup_joins(
+    context: dg.AssetExecutionContext, config: RidePickupJoinsConfig, spark: SparkResource, lakehouse: LakehouseResource
+):
+    """The stream-stream join, and the count of rows its watermark dropped."""
+    session = spark.get_session()
+    if missing_sources(context, lakehouse, RAW_RIDES.name, RAW_PICKUP_LOCATIONS.name):
+        for name in (RIDE_PICKUP_JOINS.name, JOIN_LATE_ROWS.name):
+            yield dg.MaterializeResult(
+                asset_key=name, metadata={"skipped": "raw_rides or raw_pickup_locations does not exist yet"}
+            )
+        return
+    result = update_ride_pickup_joins(
+        session,
+        lakehouse,
+        join_max_gap=config.join_max_gap_interval,
+        watermark_delay=config.watermark_delay_interval,
+        log=context.log,
+        run_id=context.run_id,
+    )
+    late: dict[str, dg.MetadataValue] = {
+        "rows_dropped_by_watermark": dg.MetadataValue.int(result.rows_dropped_by_watermark)
+    }
+    if result.watermark is not None:
+        late["join_watermark"] = dg.MetadataValue.text(str(result.watermark))
+    late_path = lakehouse.table_path(JOIN_LATE_ROWS.name)
+    if table_exists(late_path):
+        from pyspark.sql import functions as F
+
+        total = read_table(session, late_path).agg(F.sum("rows_dropped_by_watermark")).collect()[0][0]
+        late["rows_dropped_by_watermark_total"] = dg.MetadataValue.int(int(total or 0))
+    yield dg.MaterializeResult(
+        asset_key=RIDE_PICKUP_JOINS.name,
+        metadata={
+            **stream_metadata(result.report),
+            **late,
+            **delta_table_metadata(session, lakehouse.table_path(RIDE_PICKUP_JOINS.name)),
+        },
+    )
+    yield dg.MaterializeResult(
+        asset_key=JOIN_LATE_ROWS.name,
+        metadata={
+            **late,
+            "micro_batches_recorded": dg.MetadataValue.int(result.batches_recorded),
+            **delta_table_metadata(session, late_path, preview_order=["query_id", "batch_id"]),
+        },
+    )
+
+
+@dg.asset_check(
+    asset=RIDE_PICKUP_JOINS.name,
+    description="Each (ride, pickup) pair appears once: no pair is appended twice.",
+)
+def unique_join_pairs(spark: SparkResource, lakehouse: LakehouseResource) -> dg.AssetCheckResult:
+    pair = ["ride_kafka_partition", "ride_kafka_offset", "pickup_kafka_partition", "pickup_kafka_offset"]
+    duplicates = count_duplicate_keys(spark.get_session(), lakehouse.table_path(RIDE_PICKUP_JOINS.name), pair)
+    return dg.AssetCheckResult(passed=duplicates == 0, metadata={"duplicated_pairs": duplicates})

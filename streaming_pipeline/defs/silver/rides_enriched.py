@@ -1,0 +1,57 @@
+"""Rides enriched with their zones (the course's KStream-GlobalKTable join), and the check that each ride is there
+once."""
+
+import dagster as dg
+
+from streaming_pipeline.asset_metadata import SPARK_KINDS, delta_table_metadata, stream_step_args, table_args
+from streaming_pipeline.engine.delta_tables import count_duplicate_keys, count_rows, table_exists
+from streaming_pipeline.resources import LakehouseResource, SparkResource
+from streaming_pipeline.silver.enrichment import update_rides_enriched
+from streaming_pipeline.tables import KAFKA_KEY, RAW_RIDES, RIDES_ENRICHED, TAXI_ZONES
+
+
+@dg.asset(
+    name=RIDES_ENRICHED.name,
+    **table_args(RIDES_ENRICHED, kinds=SPARK_KINDS, deps=[RAW_RIDES.name, TAXI_ZONES.name]),
+    **stream_step_args(RIDES_ENRICHED.name, priority=30),
+)
+def rides_enriched(context: dg.AssetExecutionContext, spark: SparkResource, lakehouse: LakehouseResource):
+    """Every ride of raw_rides once, plus pu_borough, pu_zone, do_borough and do_zone: a stream-static join
+    with a broadcast of taxi_zones. An unknown location id keeps its ride, with null zone columns, and is
+    counted. Rides keep the zones they were enriched with when the lookup changes later."""
+    session = spark.get_session()
+    missing = [n for n in (RAW_RIDES.name, TAXI_ZONES.name) if not table_exists(lakehouse.table_path(n))]
+    if missing:
+        context.log.warning(f"{', '.join(missing)} not created yet: nothing to enrich")
+        return dg.MaterializeResult(metadata={"skipped": f"{', '.join(missing)} does not exist yet"})
+    result = update_rides_enriched(session, lakehouse, log=context.log)
+    if result.unknown_pickup_zones or result.unknown_dropoff_zones:
+        context.log.warning(
+            f"{result.unknown_pickup_zones} pickup and {result.unknown_dropoff_zones} dropoff location id(s) "
+            "are not in taxi_zones: those rides keep null zone columns"
+        )
+    return dg.MaterializeResult(
+        metadata={
+            "rows_read": dg.MetadataValue.int(result.report.input_rows),
+            "micro_batches": dg.MetadataValue.int(result.report.batches),
+            "unknown_pickup_zones": dg.MetadataValue.int(result.unknown_pickup_zones),
+            "unknown_dropoff_zones": dg.MetadataValue.int(result.unknown_dropoff_zones),
+            **delta_table_metadata(session, lakehouse.table_path(RIDES_ENRICHED.name)),
+        }
+    )
+
+
+@dg.asset_check(
+    asset=RIDES_ENRICHED.name,
+    additional_deps=[RAW_RIDES.name],
+    description="rides_enriched has one row per ride of raw_rides, no more, no fewer.",
+)
+def enriched_rows_equal_raw_rows(spark: SparkResource, lakehouse: LakehouseResource) -> dg.AssetCheckResult:
+    session = spark.get_session()
+    rides = count_rows(session, lakehouse.table_path(RAW_RIDES.name))
+    enriched = count_rows(session, lakehouse.table_path(RIDES_ENRICHED.name))
+    duplicates = count_duplicate_keys(session, lakehouse.table_path(RIDES_ENRICHED.name), KAFKA_KEY)
+    return dg.AssetCheckResult(
+        passed=enriched == rides and duplicates == 0,
+        metadata={"rides_enriched_rows": enriched, "raw_rides_rows": rides, "duplicated_keys": duplicates},
+    )

@@ -1,0 +1,59 @@
+"""The taxi-zone lookup as a Delta table: the static side of the enrichment join."""
+
+from pathlib import Path
+
+import dagster as dg
+from pydantic import Field, field_validator
+
+from streaming_pipeline.asset_metadata import SPARK_KINDS, delta_table_metadata, table_args
+from streaming_pipeline.errors import ConfigurationError
+from streaming_pipeline.resources import LakehouseResource, SparkResource
+from streaming_pipeline.settings import PipelineSettings
+from streaming_pipeline.silver.enrichment import refresh_taxi_zones
+from streaming_pipeline.silver.taxi_zones import shipped_taxi_zones_csv
+from streaming_pipeline.tables import TAXI_ZONES
+
+
+class TaxiZonesConfig(dg.Config):
+    csv_path: str | None = Field(
+        default=PipelineSettings.from_env().taxi_zones_csv,
+        description="The zone lookup CSV to load (default: TAXI_ZONES_CSV, else the TLC lookup shipped).",
+    )
+
+    @field_validator("csv_path")
+    @classmethod
+    def _existing_file(cls, value: str | None) -> str | None:
+        if value is not None and not Path(value).expanduser().is_file():
+            raise ConfigurationError(f"taxi_zones csv_path={value!r}: no such file")
+        return value
+
+
+@dg.asset(
+    name=TAXI_ZONES.name,
+    **table_args(
+        TAXI_ZONES,
+        kinds={"csv", *SPARK_KINDS},
+        # Loaded once by Dagster's automation sensor when missing (on_missing() fires only when a target becomes
+        # missing, never for one missing since the first tick); a failed load waits for someone to fix the CSV.
+        automation_condition=dg.AutomationCondition.missing()
+        & ~dg.AutomationCondition.in_progress()
+        & ~dg.AutomationCondition.execution_failed(),
+    ),
+)
+def taxi_zones(
+    context: dg.AssetExecutionContext, config: TaxiZonesConfig, spark: SparkResource, lakehouse: LakehouseResource
+):
+    """The NYC TLC taxi-zone lookup (265 zones) as a Delta table: the static side of the enrichment join.
+    Loaded from the lookup shipped with the package, or config csv_path (TAXI_ZONES_CSV); rewritten only when it
+    changed."""
+    session = spark.get_session()
+    csv_path = config.csv_path or shipped_taxi_zones_csv()
+    changed = refresh_taxi_zones(session, lakehouse, csv_path)
+    context.log.info(f"taxi_zones {'loaded from' if changed else 'unchanged, as in'} {csv_path}")
+    return dg.MaterializeResult(
+        metadata={
+            "source_csv": dg.MetadataValue.path(csv_path),
+            "changed": dg.MetadataValue.bool(changed),
+            **delta_table_metadata(session, lakehouse.table_path(TAXI_ZONES.name), preview_order=["location_id"]),
+        }
+    )

@@ -1,0 +1,315 @@
+"""`streaming-pipeline`: the embedded stack, the producer, the demo and the benchmark."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+
+from streaming_pipeline.errors import ConfigurationError, exit_code
+from streaming_pipeline.sources import all_sources
+
+
+def _add_connection_flags(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--bootstrap-servers", help="Kafka bootstrap servers (default: KAFKA_BOOTSTRAP_SERVERS or 127.0.0.1:9092)"
+    )
+    parser.add_argument(
+        "--schema-registry-url", help="Schema registry URL (default: SCHEMA_REGISTRY_URL or http://127.0.0.1:8081)"
+    )
+    parser.add_argument(
+        "--timeout", type=float, default=10.0, help="seconds to wait for the broker before giving up (default 10)"
+    )
+
+
+def _add_produce_parser(subparsers: argparse._SubParsersAction) -> None:
+    sources = all_sources()
+    produce = subparsers.add_parser("produce", help="produce records of a source topic to Kafka as Avro")
+    produce.add_argument(
+        "kind",
+        choices=[s.cli_name for s in sources],
+        help="; ".join(f"{s.cli_name} -> topic {s.topic}" for s in sources),
+    )
+    records = produce.add_mutually_exclusive_group(required=True)
+    records.add_argument("--csv", type=Path, help="a CSV file with the NYC TLC header, or the Avro field names")
+    records.add_argument("--synthetic", type=int, metavar="N", help="N synthetic records")
+    produce.add_argument("--rate", type=float, help="events per second (default: as fast as possible)")
+    produce.add_argument("--acks", choices=["0", "1", "all"], default="all", help="producer acks (default all)")
+    produce.add_argument("--seed", type=int, default=42, help="seed of the synthetic generator (default 42)")
+    produce.add_argument("--partitions", type=int, default=2, help="partitions when the topic is created (default 2)")
+    produce.add_argument(
+        "--schema", type=Path, help="value schema .avsc to use instead of the default (e.g. schemas/ride_value_v2.avsc)"
+    )
+    produce.add_argument(
+        "--out-of-order-fraction", type=float, default=0.0, help="synthetic: share of rides up to 5 min out of order"
+    )
+    produce.add_argument("--late-fraction", type=float, default=0.0, help="synthetic: share of rides that arrive late")
+    produce.add_argument("--late-by-seconds", type=float, default=3600.0, help="synthetic: how late the late rides are")
+    produce.add_argument("--no-progress", action="store_true", help="no progress bar")
+    _add_connection_flags(produce)
+    produce.set_defaults(handler=_run_produce)
+
+
+def _run_produce(args: argparse.Namespace) -> int:
+    from streaming_pipeline.devstack.producer import produce, rows_from_records
+    from streaming_pipeline.devstack.records import read_csv
+    from streaming_pipeline.devstack.synthetic import SyntheticOptions, synthetic_records
+    from streaming_pipeline.registry_client import RegistryClient
+    from streaming_pipeline.resources import KafkaResource
+    from streaming_pipeline.settings import PipelineSettings
+
+    settings = PipelineSettings.from_env()
+    kafka = KafkaResource(
+        bootstrap_servers=args.bootstrap_servers or settings.bootstrap_servers, timeout_seconds=args.timeout
+    )
+    registry = RegistryClient(args.schema_registry_url or settings.schema_registry_url)
+    source = next(s for s in all_sources() if s.cli_name == args.kind)
+    topic = source.topic
+    if args.csv is not None:
+        rows = read_csv(args.csv, source)
+        total = None
+    else:
+        options = SyntheticOptions(
+            seed=args.seed,
+            out_of_order_fraction=args.out_of_order_fraction,
+            late_fraction=args.late_fraction,
+            late_by_seconds=args.late_by_seconds,
+        )
+        rows = rows_from_records(synthetic_records(source, args.synthetic, options))
+        total = args.synthetic
+    value_schema = None
+    if args.schema is not None:
+        if not args.schema.is_file():
+            raise ConfigurationError(f"--schema {args.schema}: no such file")
+        value_schema = args.schema.read_text()
+    result = produce(
+        kafka,
+        registry,
+        topic,
+        rows,
+        total=total,
+        rate=args.rate,
+        acks=args.acks,
+        partitions=args.partitions,
+        value_schema=value_schema,
+        show_progress=not args.no_progress,
+        stop_on_interrupt=True,
+    )
+    for message in result.errors:
+        print(f"failed: {message}", file=sys.stderr)
+    summary = f"{topic}: {result.sent} sent, {result.failed} failed"
+    if result.interrupted:
+        # 130 = 128 + SIGINT, what a shell reports for a command stopped by Ctrl-C
+        print(f"{summary}, interrupted (Ctrl-C stopped reading rows)")
+        return 130
+    print(summary)
+    return 1 if result.failed else 0
+
+
+def _add_demo_parser(subparsers: argparse._SubParsersAction) -> None:
+    demo = subparsers.add_parser("demo", help="start the embedded stack, produce, materialize everything, summarize")
+    demo.add_argument("--rides", type=int, default=5000, help="synthetic rides (and pickups) to produce (default 5000)")
+    demo.add_argument("--csv", type=Path, help="produce rides from this TLC CSV instead (pickups at their dropoffs)")
+    demo.add_argument("--seed", type=int, default=42)
+    demo.add_argument("--dir", type=Path, default=None, help="embedded stack directory (default .stack/)")
+    demo.add_argument(
+        "--lakehouse-dir", type=Path, default=None, help="Delta tables (default LAKEHOUSE_DIR or .lakehouse/)"
+    )
+    demo.add_argument("--output-dir", type=Path, default=Path("demo-output"), help="where the chart PNG goes")
+    demo.set_defaults(handler=_run_demo)
+
+
+def _run_demo(args: argparse.Namespace) -> int:
+    from streaming_pipeline.devstack.demo import DemoOptions, run_demo
+    from streaming_pipeline.devstack.embedded.stack import default_stack_dir
+    from streaming_pipeline.settings import PipelineSettings
+
+    return run_demo(
+        DemoOptions(
+            stack_dir=args.dir or default_stack_dir(),
+            lakehouse_dir=args.lakehouse_dir or Path(PipelineSettings.from_env().lakehouse_dir),
+            output_dir=args.output_dir,
+            rides=args.rides,
+            csv=args.csv,
+            seed=args.seed,
+        )
+    )
+
+
+def _add_bench_parser(subparsers: argparse._SubParsersAction) -> None:
+    bench = subparsers.add_parser(
+        "bench",
+        help="measure throughput beside a plain Spark job and the raw consume rate; --live: freshness via dagster dev",
+    )
+    bench.add_argument("--live", action="store_true", help="measure produce -> visible through `dagster dev` instead")
+    bench.add_argument(
+        "--rides",
+        type=int,
+        nargs="+",
+        default=[300_000, 1_000_000],
+        help="throughput: the sizes to measure, in synthetic rides on one growing topic (default 300000 1000000)",
+    )
+    bench.add_argument("--rounds", type=int, default=2, help="throughput: timed rounds per job and size (default 2)")
+    bench.add_argument("--probes", type=int, default=12, help="--live: single-ride probes, the first reported apart")
+    bench.add_argument("--gap", type=float, default=3.0, help="--live: seconds between probes (default 3)")
+    bench.add_argument(
+        "--windows",
+        action="store_true",
+        help="measure a windows run (stream + reconcile) of --new-rides rides after each --history size",
+    )
+    bench.add_argument(
+        "--history",
+        type=int,
+        nargs="+",
+        default=[10_000, 1_000_000],
+        help="--windows: rides already in raw_rides (default 10000 1000000)",
+    )
+    bench.add_argument("--new-rides", type=int, default=1_000, help="--windows: new rides per timed run (default 1000)")
+    bench.add_argument("--runs", type=int, default=5, help="--windows: timed runs per history size (default 5)")
+    bench.add_argument("--json", type=Path, help="also write every figure to this JSON file")
+    bench.set_defaults(handler=_run_bench)
+
+
+def _run_bench(args: argparse.Namespace) -> int:
+    from streaming_pipeline.devstack.bench import run_bench, run_live_bench, run_windows_bench
+
+    if args.windows:
+        run_windows_bench(tuple(args.history), args.new_rides, args.runs, args.json)
+    elif args.live:
+        run_live_bench(args.probes, args.json, gap_seconds=args.gap)
+    else:
+        run_bench(args.rides, args.json, rounds=args.rounds)
+    return 0
+
+
+def _add_sql_parser(subparsers: argparse._SubParsersAction) -> None:
+    sql = subparsers.add_parser(
+        "sql",
+        help="run Spark SQL over the lakehouse: every table is a view named by its asset",
+        description='Runs on SPARK_REMOTE when set (`eval "$(streaming-pipeline stack env)"`), else an in-process '
+        "Spark. Tables: every asset of the lakehouse that exists, e.g. raw_rides, rides_enriched, vendor_counts.",
+    )
+    sql.add_argument("query", help='e.g. "SELECT vendor_id, trip_count FROM vendor_counts"')
+    sql.add_argument("--format", choices=["table", "csv", "json"], default="table", help="table (default), csv, json")
+    sql.set_defaults(handler=_run_sql)
+
+
+def _run_sql(args: argparse.Namespace) -> int:
+    # pyspark logs each failed query's context as a long JSON line; the error line below says what went wrong.
+    from pyspark.logger import PySparkLogger
+    from streaming_pipeline.layers import ALL_ASSETS
+
+    from streaming_pipeline.definitions import build_resources
+    from streaming_pipeline.settings import PipelineSettings
+    from streaming_pipeline.sql import format_rows, run_sql
+
+    PySparkLogger.getLogger("SQLQueryContextLogger").disabled = True
+    resources = build_resources(PipelineSettings.from_env())
+    lakehouse = resources["lakehouse"]
+    names = [key.to_user_string() for assets_def in ALL_ASSETS for key in assets_def.keys]
+    spark = resources["spark"].get_session()
+    try:
+        columns, rows = run_sql(spark, {name: lakehouse.table_path(name) for name in names}, args.query)
+    finally:
+        spark.stop()
+    sys.stdout.write(format_rows(columns, rows, args.format))
+    return 0
+
+
+def _add_replay_parser(subparsers: argparse._SubParsersAction) -> None:
+    replay = subparsers.add_parser(
+        "replay",
+        help="rebuild a bronze table, and every table downstream of it, from Kafka exactly once",
+        description="Moves the checkpoints aside, empties the tables in one Delta commit each (the old content stays "
+        "readable with VERSION AS OF) and runs the bronze asset and everything downstream once. Uses the same "
+        "environment as the definitions (KAFKA_BOOTSTRAP_SERVERS, LAKEHOUSE_DIR, SPARK_REMOTE, DAGSTER_HOME, ...). "
+        "The way out when a table and its checkpoint disagree, or a topic's offsets went backwards.",
+    )
+    replay.add_argument(
+        "asset",
+        choices=[s.bronze_table for s in all_sources()],
+        help="the bronze table to rebuild",
+    )
+    start = replay.add_mutually_exclusive_group()
+    start.add_argument(
+        "--from",
+        dest="from_",
+        choices=["earliest"],
+        default="earliest",
+        help="start at the earliest offsets the topic still keeps (default)",
+    )
+    start.add_argument(
+        "--from-time", metavar="T", help="start at the first record at or after T (ISO-8601, UTC if no zone)"
+    )
+    start.add_argument("--from-offsets", metavar="P:O,...", help="start at these offsets (other partitions: earliest)")
+    replay.set_defaults(handler=_run_replay)
+
+
+def _run_replay(args: argparse.Namespace) -> int:
+    import os
+
+    import dagster as dg
+
+    from streaming_pipeline.definitions import build_definitions
+    from streaming_pipeline.devstack.replay import ReplayStart, replay
+
+    start = ReplayStart.parse(from_time=args.from_time, from_offsets=args.from_offsets)
+    defs = build_definitions()
+    instance = dg.DagsterInstance.get() if os.environ.get("DAGSTER_HOME") else dg.DagsterInstance.ephemeral()
+    report = replay(args.asset, start, defs=defs, instance=instance, progress=lambda m: print(m, flush=True))
+    print(report.summary())
+    return 0
+
+
+def _add_jars_parser(subparsers: argparse._SubParsersAction) -> None:
+    jars = subparsers.add_parser(
+        "jars",
+        help="resolve the Java artifacts (Kafka broker, Spark's Delta/Kafka/Avro packages) once, for offline use",
+        description="Every Java artifact comes from Maven Central (or $STREAMING_PIPELINE_MAVEN_REPOSITORY) through "
+        "Apache Ivy into the project cache ($STREAMING_PIPELINE_CACHE_DIR or ~/.cache/streaming-pipeline).",
+    )
+    commands = jars.add_subparsers(dest="jars_command", required=True)
+    fetch = commands.add_parser("fetch", help="resolve every artifact set now (later runs work offline)")
+    fetch.add_argument("--force", action="store_true", help="resolve again even when the cache is complete")
+    path = commands.add_parser("path", help="print the classpath of one artifact set")
+    path.add_argument("set", choices=["kafka", "spark"])
+    jars.set_defaults(handler=_run_jars)
+
+
+def _run_jars(args: argparse.Namespace) -> int:
+    from streaming_pipeline.engine import jars
+
+    sets = jars.artifact_sets()
+    if args.jars_command == "path":
+        print(":".join(str(jar) for jar in jars.resolve(sets[args.set])))
+        return 0
+    for artifacts in sets.values():
+        resolved = jars.resolve(artifacts, force=args.force)
+        print(f"{artifacts.name}: {len(resolved)} jars in {jars.set_dir(artifacts)}")
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    from streaming_pipeline.devstack.embedded.stack_cli import add_stack_parser
+
+    parser = argparse.ArgumentParser(prog="streaming-pipeline", description=__doc__)
+    subparsers = parser.add_subparsers(dest="command", required=True)
+    add_stack_parser(subparsers)
+    _add_jars_parser(subparsers)
+    _add_sql_parser(subparsers)
+    _add_replay_parser(subparsers)
+    _add_produce_parser(subparsers)
+    _add_demo_parser(subparsers)
+    _add_bench_parser(subparsers)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    return exit_code(lambda: args.handler(args))
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,228 @@
+"""`streaming-pipeline demo`: the whole flow once, end to end, on the embedded default.
+
+Starts the embedded stack (Kafka, registry, the Spark Connect engine) if it is not running, produces rides
+and pickups, materializes every asset and check through the project's Dagster definitions on that engine,
+prints each table, writes the window chart, and leaves the stack as it found it. One line per stage.
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import dagster as dg
+
+from streaming_pipeline import tables
+from streaming_pipeline.devstack.producer import ProduceResult, produce, rows_from_records
+from streaming_pipeline.devstack.records import read_rides_csv
+from streaming_pipeline.devstack.synthetic import SyntheticOptions, synthetic_pickups, synthetic_rides
+from streaming_pipeline.errors import DemoError
+from streaming_pipeline.settings import PipelineSettings
+from streaming_pipeline.tables import PICKUPS_TOPIC, RIDES_TOPIC
+
+if TYPE_CHECKING:
+    import pandas as pd
+
+#: How each table is shown: the order of its rows and the columns worth a look.
+TABLE_VIEWS: dict[str, tuple[list[str], list[str]]] = {
+    tables.RAW_RIDES.name: (
+        ["pickup_datetime"],
+        [
+            "vendor_id",
+            "pickup_datetime",
+            "pu_location_id",
+            "do_location_id",
+            "trip_distance",
+            "total_amount",
+            "kafka_partition",
+            "kafka_offset",
+        ],
+    ),
+    tables.RAW_PICKUP_LOCATIONS.name: (
+        ["pickup_datetime"],
+        ["pu_location_id", "pickup_datetime", "kafka_partition", "kafka_offset"],
+    ),
+    tables.DEAD_LETTER_RECORDS.name: (
+        ["kafka_topic", "kafka_partition", "kafka_offset"],
+        ["kafka_topic", "kafka_partition", "kafka_offset", "error"],
+    ),
+    tables.VENDOR_COUNTS.name: (["vendor_id"], ["vendor_id", "trip_count"]),
+    tables.RIDE_WINDOW_AGGREGATES.name: (
+        ["window_start", "vendor_id"],
+        ["window_start", "window_end", "vendor_id", "trip_count", "total_amount_sum", "late_trip_count", "is_final"],
+    ),
+    tables.RIDE_PICKUP_JOINS.name: (
+        ["pickup_datetime", "vendor_id"],
+        ["vendor_id", "location_id", "dropoff_datetime", "pickup_datetime"],
+    ),
+    tables.JOIN_LATE_ROWS.name: (
+        ["query_id", "batch_id"],
+        ["batch_id", "input_rows", "rows_dropped_by_watermark", "watermark"],
+    ),
+    tables.HIGH_AMOUNT_RIDES.name: (["total_amount"], ["vendor_id", "pickup_datetime", "total_amount", "kafka_offset"]),
+    tables.LOW_AMOUNT_RIDES.name: (["total_amount"], ["vendor_id", "pickup_datetime", "total_amount", "kafka_offset"]),
+    tables.TAXI_ZONES.name: (["location_id"], ["location_id", "borough", "zone", "service_zone"]),
+    tables.RIDES_ENRICHED.name: (
+        ["pickup_datetime"],
+        ["pickup_datetime", "pu_borough", "pu_zone", "do_borough", "do_zone", "total_amount"],
+    ),
+}
+DESCENDING = {tables.HIGH_AMOUNT_RIDES.name}
+SHOWN_ROWS = 5
+
+
+@dataclass
+class DemoOptions:
+    stack_dir: Path
+    lakehouse_dir: Path
+    output_dir: Path
+    rides: int = 5000
+    csv: Path | None = None
+    seed: int = 42
+
+
+class _Stages:
+    """One progress line per stage: what it did, with counts and seconds."""
+
+    def __init__(self) -> None:
+        self.started = time.monotonic()
+
+    def say(self, message: str) -> None:
+        print(f"[demo {time.monotonic() - self.started:6.1f}s] {message}", file=sys.stderr, flush=True)
+
+
+def _check_produced(result: ProduceResult) -> None:
+    if result.failed:
+        raise DemoError(f"producing to {result.topic} failed: {'; '.join(result.errors[:3])}")
+
+
+def _produce(options: DemoOptions, kafka: Any, registry: Any, stages: _Stages) -> int:
+    started = time.monotonic()
+    if options.csv is not None:
+        ride_rows = list(read_rides_csv(options.csv))
+        rides = [row.record for row in ride_rows if row.record is not None]
+        _check_produced(produce(kafka, registry, RIDES_TOPIC, ride_rows, total=len(ride_rows), show_progress=False))
+        pickups = [{"pu_location_id": r["do_location_id"], "pickup_datetime": r["dropoff_datetime"]} for r in rides]
+        source = str(options.csv)
+    else:
+        synthetic = SyntheticOptions(seed=options.seed, out_of_order_fraction=0.05)
+        rides = list(synthetic_rides(options.rides, synthetic))
+        pickups = list(synthetic_pickups(options.rides, synthetic))
+        _check_produced(
+            produce(kafka, registry, RIDES_TOPIC, rows_from_records(rides), total=len(rides), show_progress=False)
+        )
+        source = f"the synthetic generator (seed {options.seed})"
+    _check_produced(
+        produce(kafka, registry, PICKUPS_TOPIC, rows_from_records(pickups), total=len(pickups), show_progress=False)
+    )
+    stages.say(
+        f"produced {len(rides):,} rides and {len(pickups):,} pickups from {source} ({time.monotonic() - started:.1f} s)"
+    )
+    return len(rides)
+
+
+def _materialize(resources: Mapping[str, Any], stages: _Stages) -> dg.ExecuteInProcessResult:
+    from streaming_pipeline.layers import ALL_ASSETS, ALL_CHECKS, QUIET_RUN_CONFIG
+
+    asset_count = sum(len(definition.keys) for definition in ALL_ASSETS)  # a multi-asset holds several
+    stages.say(
+        f"materializing {asset_count} assets and {len(ALL_CHECKS)} checks through the Dagster "
+        "definitions on the Spark Connect engine..."
+    )
+    result = dg.materialize(
+        [*ALL_ASSETS, *ALL_CHECKS],
+        resources=resources,
+        raise_on_error=False,
+        run_config=QUIET_RUN_CONFIG,
+    )
+    seconds = {
+        event.step_key: event.event_specific_data.duration_ms / 1000  # type: ignore[union-attr]
+        for event in result.all_events
+        if event.event_type_value == "STEP_SUCCESS"
+    }
+    for event in result.get_asset_materialization_events():
+        materialization = event.event_specific_data.materialization  # type: ignore[union-attr]
+        rows = materialization.metadata.get("dagster/row_count")
+        detail = f"{rows.value:,} rows" if rows is not None else "done"
+        stages.say(
+            f"  {materialization.asset_key.to_user_string()}: {detail} ({seconds.get(event.step_key, 0.0):.1f} s)"
+        )
+    if not result.success:
+        failures = [
+            f"{e.step_key}: {e.step_failure_data.error.message.strip().splitlines()[0]}"  # type: ignore[union-attr]
+            for e in result.all_events
+            if e.is_step_failure
+        ]
+        raise DemoError("the run failed: " + "; ".join(failures))
+    return result
+
+
+def _show_tables(spark: Any, lakehouse: Any) -> dict[str, int]:
+    from pyspark.sql import functions as F
+
+    from streaming_pipeline.engine.delta_tables import read_table, table_exists
+
+    counts: dict[str, int] = {}
+    for table, (order, columns) in TABLE_VIEWS.items():
+        path = lakehouse.table_path(table)
+        if not table_exists(path):
+            continue
+        frame = read_table(spark, path)
+        counts[table] = frame.count()
+        present = [c for c in columns if c in frame.columns]
+        ordering = [F.col(c).desc() if table in DESCENDING else F.col(c) for c in order]
+        rounded = [
+            F.round(c, 2).alias(c) if c.endswith(("amount", "amount_sum", "distance")) else F.col(c) for c in present
+        ]
+        print(f"\n{table}: {counts[table]:,} rows (first {SHOWN_ROWS} by {', '.join(order)})")
+        frame.orderBy(*ordering).select(*rounded).show(SHOWN_ROWS, truncate=False)
+    return counts
+
+
+def run_demo(options: DemoOptions) -> int:
+    from streaming_pipeline.definitions import build_resources
+    from streaming_pipeline.devstack.embedded.stack import EmbeddedStack
+    from streaming_pipeline.engine.delta_tables import read_table
+    from streaming_pipeline.gold.charts import window_chart_png
+
+    stages = _Stages()
+    stack = EmbeddedStack(options.stack_dir)
+    was_running = stack.status().running
+    info = stack.up(progress=lambda message: stages.say(message))
+    stages.say(f"embedded stack {'was already running' if was_running else 'started'} in {info.directory}")
+    try:
+        settings = PipelineSettings.from_env({**info.env(), "LAKEHOUSE_DIR": str(options.lakehouse_dir.resolve())})
+        resources = build_resources(settings)
+        _produce(options, resources["kafka"], resources["schema_registry"].get_client(), stages)
+        result = _materialize(resources, stages)
+        evaluations = result.get_asset_check_evaluations()
+        failed_checks = [e.check_name for e in evaluations if not e.passed]
+        spark = resources["spark"].get_session()
+        counts = _show_tables(spark, resources["lakehouse"])
+        windows: pd.DataFrame = read_table(
+            spark, resources["lakehouse"].table_path(tables.RIDE_WINDOW_AGGREGATES.name)
+        ).toPandas()
+        options.output_dir.mkdir(parents=True, exist_ok=True)
+        chart = options.output_dir / "ride_window_aggregates.png"
+        chart.write_bytes(window_chart_png(windows.sort_values("window_start").tail(300)))
+        spark.stop()
+        print("\n== summary ==")
+        print("rows per table: " + ", ".join(f"{table} {n:,}" for table, n in counts.items()))
+        print(
+            f"asset checks: {len(evaluations) - len(failed_checks)} of {len(evaluations)} passed"
+            + (f"; failed: {', '.join(failed_checks)}" if failed_checks else "")
+        )
+        print(f"window chart: {chart.resolve()}")
+        print(
+            'open the UI: streaming-pipeline stack up && eval "$(streaming-pipeline stack env)" && '
+            "dagster dev -w workspace.yaml   (then http://127.0.0.1:3000)"
+        )
+        return 1 if failed_checks else 0
+    finally:
+        if not was_running:
+            stages.say("stopping the embedded stack (it was not running before the demo)")
+            stack.down()

@@ -1,0 +1,748 @@
+"""The embedded stack: a Kafka broker, the schema registry and the Spark Connect server (the warm engine) as
+background processes under one directory, plus the Dagster instance directory they go with.
+
+    stack = EmbeddedStack(Path(".stack"))
+    info = stack.up()          # starts what is not running; returns the addresses
+    stack.status()             # per component: running, pid, address, log file
+    stack.env_lines()          # export lines: KAFKA_BOOTSTRAP_SERVERS, SCHEMA_REGISTRY_URL, SPARK_REMOTE, DAGSTER_HOME
+    stack.down()               # stops them all, keeps the data
+
+Layout of the directory: ``kafka/`` (broker config and data), ``registry/`` (registry data), ``spark/`` (the
+Connect server's scratch space), ``dagster/`` (DAGSTER_HOME with its dagster.yaml), ``logs/`` and
+``stack.json`` (pids and ports). Ports recorded in stack.json are reused by the next ``up`` so that clients
+configured earlier keep working.
+
+``dagster_postgres=True`` (``stack up --dagster-postgres``) adds a PostgreSQL server (``postgres/``, see
+`embedded.postgres`) holding Dagster's run, event-log and schedule storage, and dagster.yaml points at it. The
+choice is recorded in stack.json: later ``up``, ``status`` and ``down`` keep it; ``down`` stops PostgreSQL last.
+
+``spark_workers=N`` (``stack up --spark-workers N``) adds a Spark standalone master and N workers
+(``spark-cluster/``, see `embedded.spark_cluster`), each with its share of the cores and memory, and the Spark
+Connect server becomes the driver of that cluster (the ``cluster`` profile): executors run in JVMs of their own.
+The count is recorded in stack.json, so later ``up``, ``status`` and ``down`` keep it (``--spark-workers 0``
+goes back to a local driver). ``down`` stops the Connect server first, then the workers, then the master.
+
+Tests use :func:`running_stack`, which starts on free ports and always stops.
+"""
+
+from __future__ import annotations
+
+import atexit
+import contextlib
+import json
+import os
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from streaming_pipeline.devstack.embedded.dagster_home import write_dagster_yaml
+from streaming_pipeline.devstack.embedded.kafka_broker import DEFAULT_HEAP, EmbeddedKafkaBroker
+from streaming_pipeline.devstack.embedded.ports import LOOPBACK, free_port, is_port_free
+from streaming_pipeline.devstack.embedded.postgres import STANDARD_PORT as STANDARD_POSTGRES_PORT
+from streaming_pipeline.devstack.embedded.postgres import PostgresServer, server_url, stop_postgres, storage_config
+from streaming_pipeline.devstack.embedded.processes import (
+    ManagedProcess,
+    pid_matches,
+    stop_announced,
+    stop_pid,
+)
+from streaming_pipeline.devstack.embedded.registry_process import REGISTRY_MODULE, SchemaRegistryProcess
+from streaming_pipeline.devstack.embedded.spark_cluster import STANDARD_MASTER_PORT as STANDARD_SPARK_MASTER_PORT
+from streaming_pipeline.devstack.embedded.spark_cluster import SparkClusterStatus, SparkStandaloneCluster
+from streaming_pipeline.devstack.embedded.spark_connect import STANDARD_PORT as STANDARD_SPARK_CONNECT_PORT
+from streaming_pipeline.devstack.embedded.spark_connect import SparkConnectServer
+from streaming_pipeline.engine import jars
+from streaming_pipeline.engine.java import exclusive_lock, find_java
+from streaming_pipeline.errors import StackError
+
+STACK_DIR_ENV = "STREAMING_PIPELINE_STACK_DIR"
+STATE_FILE = "stack.json"
+STANDARD_KAFKA_PORT = 9092
+STANDARD_CONTROLLER_PORT = 9093
+STANDARD_REGISTRY_PORT = 8081
+
+Progress = Callable[[str], None]
+State = dict[str, Any]  # what stack.json holds
+Component = ManagedProcess | SparkStandaloneCluster
+
+
+def default_stack_dir() -> Path:
+    """$STREAMING_PIPELINE_STACK_DIR, else ``.stack/`` in the current working directory."""
+    override = os.environ.get(STACK_DIR_ENV)
+    return Path(override).expanduser() if override else Path.cwd() / ".stack"
+
+
+@dataclass(frozen=True)
+class StackInfo:
+    """Where a running stack answers."""
+
+    directory: Path
+    bootstrap_servers: str
+    schema_registry_url: str
+    spark_remote: str | None = None
+    dagster_home: Path | None = None
+    kafka_pid: int | None = None
+    registry_pid: int | None = None
+    spark_pid: int | None = None
+    kafka_log_file: Path | None = None
+    registry_log_file: Path | None = None
+    spark_log_file: Path | None = None
+    already_running: bool = False
+    postgres_url: str | None = None  # Dagster's storage (stack up --dagster-postgres); no password in it
+    postgres_pid: int | None = None
+    postgres_log_file: Path | None = None
+    spark_master_url: str | None = None  # spark://host:port when the Connect server drives a standalone cluster
+    spark_workers: int = 0  # workers of that cluster (0: a local driver)
+
+    def env(self) -> dict[str, str]:
+        env = {"KAFKA_BOOTSTRAP_SERVERS": self.bootstrap_servers, "SCHEMA_REGISTRY_URL": self.schema_registry_url}
+        if self.spark_remote:
+            env["SPARK_REMOTE"] = self.spark_remote
+        if self.dagster_home:
+            env["DAGSTER_HOME"] = str(self.dagster_home)
+        return env
+
+
+@dataclass(frozen=True)
+class ComponentStatus:
+    name: str
+    running: bool
+    pid: int | None
+    address: str | None
+    log_file: Path
+    enabled: bool = True
+
+
+@dataclass(frozen=True)
+class StackStatus:
+    directory: Path
+    kafka: ComponentStatus
+    registry: ComponentStatus
+    spark: ComponentStatus
+    postgres: ComponentStatus | None = None  # present when the stack keeps Dagster's storage in PostgreSQL
+    spark_cluster: SparkClusterStatus | None = None  # present when the Connect server drives a standalone cluster
+
+    @property
+    def components(self) -> tuple[ComponentStatus, ...]:
+        return (
+            (self.kafka, self.registry, self.spark)
+            + ((self.postgres,) if self.postgres else ())
+            + (self._spark_cluster_components())
+        )
+
+    def _spark_cluster_components(self) -> tuple[ComponentStatus, ...]:
+        """The master and the workers as components (a worker's address is its RPC endpoint, once it runs)."""
+        cluster = self.spark_cluster
+        if cluster is None:
+            return ()
+        return tuple(
+            ComponentStatus(name=p.name, running=p.running, pid=p.pid, address=p.address, log_file=p.log_file)
+            for p in cluster.processes
+        )
+
+    @property
+    def running(self) -> bool:
+        """True when every enabled component runs."""
+        return all(c.running for c in self.components if c.enabled)
+
+    def as_json(self) -> dict[str, Any]:
+        return {
+            "directory": str(self.directory),
+            "running": self.running,
+            "components": {
+                c.name: {
+                    "running": c.running,
+                    "enabled": c.enabled,
+                    "pid": c.pid,
+                    "address": c.address,
+                    "log_file": str(c.log_file),
+                }
+                for c in self.components
+            },
+            "spark_remote": self.spark.address if self.spark.running else None,
+            # The master's URL while it runs, and how many workers it lists as ALIVE (0 without a cluster).
+            "spark_master_url": self.spark_cluster.master_url if self.spark_cluster else None,
+            "spark_workers": self.spark_cluster.alive_workers if self.spark_cluster else 0,
+            "spark_cluster": self.spark_cluster.as_json() if self.spark_cluster else None,
+            "dagster_storage": "postgres" if self.postgres else "sqlite",
+        }
+
+
+def _quiet(_message: str) -> None:
+    pass
+
+
+class EmbeddedStack:
+    """Start, inspect and stop the embedded Kafka broker, schema registry and Spark Connect server under
+    ``directory``. ``spark=False`` leaves the engine out (tests of Kafka alone)."""
+
+    def __init__(
+        self,
+        directory: Path,
+        *,
+        prefer_standard_ports: bool = True,
+        host: str = LOOPBACK,
+        registry_module: str = REGISTRY_MODULE,
+        kafka_heap: str = DEFAULT_HEAP,
+        spark: bool = True,
+        dagster_postgres: bool = False,
+        spark_workers: int | None = None,
+        spark_worker_cores: int | None = None,
+        spark_worker_memory: str | None = None,
+    ) -> None:
+        self.directory = Path(directory).expanduser().resolve()
+        self.prefer_standard_ports = prefer_standard_ports
+        self.host = host
+        self.registry_module = registry_module
+        self.kafka_heap = kafka_heap
+        self.spark = spark
+        self.dagster_postgres = dagster_postgres
+        # None: as recorded in stack.json (0, a local driver, for a new stack); N > 0: a standalone cluster.
+        self.spark_workers = spark_workers
+        self.spark_worker_cores = spark_worker_cores
+        self.spark_worker_memory = spark_worker_memory
+
+    # ------------------------------------------------------------------ layout
+
+    @property
+    def kafka_dir(self) -> Path:
+        return self.directory / "kafka"
+
+    @property
+    def registry_dir(self) -> Path:
+        return self.directory / "registry"
+
+    @property
+    def spark_dir(self) -> Path:
+        return self.directory / "spark"
+
+    @property
+    def dagster_home(self) -> Path:
+        return self.directory / "dagster"
+
+    @property
+    def logs_dir(self) -> Path:
+        return self.directory / "logs"
+
+    @property
+    def state_file(self) -> Path:
+        return self.directory / STATE_FILE
+
+    @property
+    def kafka_log_file(self) -> Path:
+        return self.logs_dir / "kafka.log"
+
+    @property
+    def registry_log_file(self) -> Path:
+        return self.logs_dir / "registry.log"
+
+    @property
+    def spark_log_file(self) -> Path:
+        return self.logs_dir / "spark-connect.log"
+
+    @property
+    def postgres_dir(self) -> Path:
+        return self.directory / "postgres"
+
+    @property
+    def postgres_log_file(self) -> Path:
+        return self.logs_dir / "postgres.log"
+
+    @property
+    def spark_cluster_dir(self) -> Path:
+        return self.directory / "spark-cluster"
+
+    def _log_files(self) -> dict[str, Path]:
+        return {
+            "kafka": self.kafka_log_file,
+            "registry": self.registry_log_file,
+            "spark": self.spark_log_file,
+            "postgres": self.postgres_log_file,
+        }
+
+    # Strings that appear in each component's command line (guards against a reused pid).
+    def _markers(self) -> dict[str, str]:
+        return {
+            "kafka": str(self.kafka_dir / "server.properties"),
+            "registry": str(self.registry_dir),
+            "spark": str(self.spark_dir / "log4j2.properties"),
+            "postgres": str(self.postgres_dir / "data"),
+        }
+
+    # ------------------------------------------------------------------ state
+
+    def _load(self) -> State:
+        try:
+            state = json.loads(self.state_file.read_text())
+        except FileNotFoundError:
+            return {}
+        except (OSError, ValueError):
+            return {}  # unreadable: treated as a stack that never ran
+        return state if isinstance(state, dict) else {}
+
+    def _save(self, state: State) -> None:
+        self.directory.mkdir(parents=True, exist_ok=True)
+        state["version"] = 1
+        state["directory"] = str(self.directory)
+        state["host"] = self.host
+        tmp = self.state_file.with_suffix(".json.tmp")
+        tmp.write_text(json.dumps(state, indent=2, sort_keys=True) + "\n")
+        tmp.replace(self.state_file)
+
+    @property
+    def _lock_file(self) -> Path:
+        """Held while ``up`` or ``down`` runs: one of them at a time per stack directory."""
+        return self.directory / ".stack.lock"
+
+    def _running(self, state: State, name: str) -> bool:
+        if name == "spark_cluster":
+            cluster = self._spark_cluster(state)
+            return cluster is not None and cluster.running
+        return pid_matches(state.get(name, {}).get("pid"), self._markers()[name])
+
+    def _spark_enabled(self, state: State) -> bool:
+        return bool(state.get("spark", {}).get("enabled", self.spark))
+
+    def _spark_workers(self, state: State) -> int:
+        """Workers of the standalone cluster the engine drives, as recorded (0: a local driver)."""
+        if not self._spark_enabled(state):
+            return 0
+        return int(state.get("spark_cluster", {}).get("workers") or 0)
+
+    def _spark_cluster(self, state: State) -> SparkStandaloneCluster | None:
+        """The recorded cluster (to inspect or stop it), None when the stack never started one."""
+        record = state.get("spark_cluster") or {}
+        if not record.get("workers") or not record.get("port") or not record.get("webui_port"):
+            return None
+        return SparkStandaloneCluster.from_record(
+            self.spark_cluster_dir, record, self._host(state), log_dir=self.logs_dir
+        )
+
+    def _record_spark_workers(self, state: State, say: Progress) -> None:
+        """Record the worker count asked for; refuse to change it under a running engine."""
+        if self.spark_workers is None:
+            return
+        if self.spark_workers < 0:
+            raise StackError(f"--spark-workers must be 0 or more, not {self.spark_workers}")
+        recorded = int(state.get("spark_cluster", {}).get("workers") or 0)
+        if self.spark_workers != recorded and self._spark_enabled(state) and self._running(state, "spark"):
+            dir_arg = "" if self.directory == default_stack_dir().resolve() else f" --dir {self.directory}"
+            running = f"drives a standalone cluster of {recorded} worker(s)" if recorded else "runs in local mode"
+            raise StackError(
+                f"the Spark Connect server in {self.directory} {running}; to start it with "
+                f"{self.spark_workers} worker(s), stop the stack first: `streaming-pipeline stack down{dir_arg}`"
+            )
+        leftover = self._spark_cluster(state)
+        if leftover is not None and self.spark_workers != recorded:  # what is left of the old size goes first
+            leftover.stop(timeout=15, progress=say)
+        state.setdefault("spark_cluster", {})["workers"] = self.spark_workers
+
+    def _postgres_enabled(self, state: State) -> bool:
+        return bool(state.get("postgres", {}).get("enabled", self.dagster_postgres))
+
+    def _postgres_url(self, state: State) -> str | None:
+        port = state.get("postgres", {}).get("port")
+        return server_url(self._host(state), port) if port else None
+
+    def _write_dagster_yaml(self, state: State) -> None:
+        port = state.get("postgres", {}).get("port")
+        postgres_db = None
+        if self._postgres_enabled(state) and port:
+            postgres_db = storage_config(self._host(state), port, self.postgres_dir / "pgpass")
+        write_dagster_yaml(self.dagster_home, postgres_db)
+
+    def _host(self, state: State) -> str:
+        return str(state.get("host") or self.host)
+
+    def _bootstrap(self, state: State) -> str | None:
+        port = state.get("kafka", {}).get("port")
+        return f"{self._host(state)}:{port}" if port else None
+
+    def _registry_url(self, state: State) -> str | None:
+        port = state.get("registry", {}).get("port")
+        return f"http://{self._host(state)}:{port}" if port else None
+
+    def _spark_remote(self, state: State) -> str | None:
+        port = state.get("spark", {}).get("port")
+        return f"sc://{self._host(state)}:{port}" if port else None
+
+    def _info(self, state: State, *, already_running: bool) -> StackInfo:
+        spark_up = self._spark_enabled(state) and self._running(state, "spark")
+        postgres_up = self._postgres_enabled(state) and self._running(state, "postgres")
+        return StackInfo(
+            directory=self.directory,
+            bootstrap_servers=self._bootstrap(state) or "",
+            schema_registry_url=self._registry_url(state) or "",
+            spark_remote=self._spark_remote(state) if spark_up else None,
+            dagster_home=self.dagster_home if (self.dagster_home / "dagster.yaml").is_file() else None,
+            kafka_pid=state.get("kafka", {}).get("pid"),
+            registry_pid=state.get("registry", {}).get("pid"),
+            spark_pid=state.get("spark", {}).get("pid") if spark_up else None,
+            kafka_log_file=self.kafka_log_file,
+            registry_log_file=self.registry_log_file,
+            spark_log_file=self.spark_log_file if spark_up else None,
+            already_running=already_running,
+            postgres_url=self._postgres_url(state) if postgres_up else None,
+            postgres_pid=state.get("postgres", {}).get("pid") if postgres_up else None,
+            postgres_log_file=self.postgres_log_file if postgres_up else None,
+            **self._spark_cluster_info(state, spark_up),
+        )
+
+    def _spark_cluster_info(self, state: State, spark_up: bool) -> dict[str, Any]:
+        cluster = self._spark_cluster(state) if spark_up and self._spark_workers(state) else None
+        if cluster is None or not cluster.master_running():
+            return {}
+        return {"spark_master_url": cluster.master_url, "spark_workers": cluster.status().alive_workers}
+
+    # ------------------------------------------------------------------ ports
+
+    def _take_client_port(
+        self, state: State, name: str, component: str, standard: int, taken: list[int], say: Progress
+    ) -> int:
+        """The port of ``name`` (see :meth:`_client_port`), added to ``taken``."""
+        log_file = self._log_files()[name]
+        port = self._client_port(component, state.get(name, {}).get("port"), standard, taken, log_file, say)
+        taken.append(port)
+        return port
+
+    def _client_port(
+        self,
+        component: str,
+        recorded: int | None,
+        standard: int,
+        taken: list[int],
+        log_file: Path,
+        say: Progress,
+    ) -> int:
+        if recorded:
+            if is_port_free(recorded, self.host) and recorded not in taken:
+                return int(recorded)
+            raise StackError(
+                f"cannot start the {component}: port {recorded} on {self.host} is in use by another process. "
+                f"The port is recorded in {self.state_file} so that clients configured earlier keep working. "
+                f"Stop whatever holds port {recorded}, or delete {self.state_file} to let `stack up` pick "
+                f"new ports (data is kept). Log of the {component}: {log_file}"
+            )
+        if self.prefer_standard_ports:
+            if standard not in taken and is_port_free(standard, self.host):
+                return standard
+            port = free_port(self.host, exclude=taken + [standard])
+            say(f"Port {standard} (standard for the {component}) is in use; using port {port} instead")
+            return port
+        return free_port(self.host, exclude=taken)
+
+    def _controller_port(self, recorded: int | None, taken: list[int]) -> int:
+        # Internal only (no client uses it): take another one silently when the recorded one is busy.
+        if recorded and recorded not in taken and is_port_free(recorded, self.host):
+            return int(recorded)
+        if self.prefer_standard_ports and STANDARD_CONTROLLER_PORT not in taken:
+            if is_port_free(STANDARD_CONTROLLER_PORT, self.host):
+                return STANDARD_CONTROLLER_PORT
+        return free_port(self.host, exclude=taken + [STANDARD_CONTROLLER_PORT])
+
+    # ------------------------------------------------------------------ commands
+
+    def up(self, timeout: float = 180.0, progress: Progress | None = None) -> StackInfo:
+        """Start whichever component is not running and return the addresses.
+
+        Already running: returns the running info (``already_running=True``) without starting anything.
+        Raises JavaNotFoundError, ArtifactResolutionError or StackError (naming the log file) when a
+        component cannot start; components this call started are stopped again in that case.
+        """
+        say = progress or _quiet
+        deadline = time.monotonic() + timeout
+        with exclusive_lock(self._lock_file):
+            state = self._load()
+            wanted = self._wanted(state, say)
+            missing = self._missing(state, wanted, say)
+            if not missing:
+                return self._info(state, already_running=True)
+            self.logs_dir.mkdir(parents=True, exist_ok=True)
+            self._write_dagster_yaml(state)
+            self._start_all(state, missing, self._ports_in_use(state, wanted, missing), deadline, say)
+            return self._info(state, already_running=False)
+
+    def _wanted(self, state: State, say: Progress) -> list[str]:
+        """The components this stack runs, in start order; the choices made now are recorded in ``state``."""
+        state.setdefault("spark", {})["enabled"] = self.spark or bool(state.get("spark", {}).get("enabled"))
+        wanted = ["kafka", "registry"] + (["spark"] if self._spark_enabled(state) else [])
+        if self.dagster_postgres:  # recorded only when asked for: without it stack.json stays as it was
+            state.setdefault("postgres", {})["enabled"] = True
+        if self._postgres_enabled(state):
+            wanted.append("postgres")
+        self._record_spark_workers(state, say)
+        if "spark" in wanted and self._spark_workers(state):
+            wanted.insert(wanted.index("spark"), "spark_cluster")
+        return wanted
+
+    def _missing(self, state: State, wanted: list[str], say: Progress) -> list[str]:
+        """Those of ``wanted`` that do not run, in start order."""
+        missing = [name for name in wanted if not self._running(state, name)]
+        if "spark_cluster" in missing and "spark" not in missing:
+            # A driver cannot move to a new master: the engine starts again with the cluster.
+            self._stop_recorded("spark", "Spark Connect server", state, 15.0, say)
+            missing.append("spark")
+        return missing
+
+    @staticmethod
+    def _ports_in_use(state: State, wanted: list[str], missing: list[str]) -> list[int]:
+        """The recorded ports of the components that run (the ones to start must not take them)."""
+        return [
+            port
+            for name in wanted
+            if name not in missing
+            for port in (state[name].get("port"), state[name].get("controller_port"))
+            if port
+        ]
+
+    def _start_all(self, state: State, missing: list[str], taken: list[int], deadline: float, say: Progress) -> None:
+        """Start ``missing`` in order, saving stack.json after each; when one fails, stop those started."""
+        starters: dict[str, Callable[[State, list[int], float, Progress], Component]] = {
+            "kafka": self._start_kafka,
+            "registry": self._start_registry,
+            "spark": self._start_spark,
+            "postgres": self._start_postgres,
+            "spark_cluster": self._start_spark_cluster,
+        }
+        started: list[Component] = []
+        try:
+            for name in missing:
+                started.append(starters[name](state, taken, deadline, say))
+                self._save(state)
+        except BaseException:
+            for component in reversed(started):
+                component.stop(timeout=15)
+            for name in missing:
+                state.get(name, {})["pid"] = None
+            self._save(state)
+            raise
+
+    @staticmethod
+    def _start_server(
+        server: ManagedProcess, label: str, address: str, minimum: float, deadline: float, say: Progress
+    ) -> None:
+        """``server.start`` with what is left until ``deadline`` (at least ``minimum`` s), then say it is ready."""
+        started = time.monotonic()
+        server.start(timeout=max(minimum, deadline - time.monotonic()))
+        say(f"{label} ready on {address} (pid {server.pid}, {time.monotonic() - started:.1f}s)")
+
+    def _start_kafka(self, state: State, taken: list[int], deadline: float, say: Progress) -> EmbeddedKafkaBroker:
+        find_java()
+        port = self._take_client_port(state, "kafka", "Kafka broker", STANDARD_KAFKA_PORT, taken, say)
+        controller_port = self._controller_port(state.get("kafka", {}).get("controller_port"), taken)
+        taken.append(controller_port)
+        broker = EmbeddedKafkaBroker(
+            self.kafka_dir, port, controller_port, self.host, log_dir=self.logs_dir, heap=self.kafka_heap, progress=say
+        )
+        say(f"Starting Kafka {jars.KAFKA_VERSION} broker on {broker.bootstrap_servers} (log: {broker.log_file})")
+        self._start_server(broker, "Kafka broker", broker.bootstrap_servers, 10.0, deadline, say)
+        state["kafka"] = _started(
+            broker.pid, broker.port, controller_port=broker.controller_port, kafka_version=jars.KAFKA_VERSION
+        )
+        return broker
+
+    def _start_registry(self, state: State, taken: list[int], deadline: float, say: Progress) -> SchemaRegistryProcess:
+        port = self._take_client_port(state, "registry", "schema registry", STANDARD_REGISTRY_PORT, taken, say)
+        registry = SchemaRegistryProcess(
+            self.registry_dir, port, self.host, log_dir=self.logs_dir, module=self.registry_module
+        )
+        say(f"Starting schema registry on {registry.url} (log: {registry.log_file})")
+        self._start_server(registry, "Schema registry", registry.url, 15.0, deadline, say)
+        state["registry"] = _started(registry.pid, registry.port, module=registry.module)
+        return registry
+
+    def _start_spark(self, state: State, taken: list[int], deadline: float, say: Progress) -> SparkConnectServer:
+        port = self._take_client_port(state, "spark", "Spark Connect server", STANDARD_SPARK_CONNECT_PORT, taken, say)
+        jars.spark_jars(progress=say)
+        cluster = self._spark_cluster(state) if self._spark_workers(state) else None
+        driver: dict[str, Any] = {}
+        if cluster is not None:  # the driver of the standalone cluster, with the `cluster` profile
+            driver = {"profile": "cluster", "master": cluster.master_url, "conf": cluster.driver_conf()}
+            say(f"The Spark Connect server drives the standalone cluster {cluster.master_url}")
+        server = SparkConnectServer(self.spark_dir, port, self.host, log_dir=self.logs_dir, **driver)
+        say(f"Starting the Spark Connect server on {server.remote_url} (log: {server.log_file})")
+        self._start_server(server, "Spark Connect server", server.remote_url, 30.0, deadline, say)
+        state["spark"] = _started(server.pid, server.port, enabled=True)
+        return server
+
+    def _start_postgres(self, state: State, taken: list[int], deadline: float, say: Progress) -> PostgresServer:
+        port = self._take_client_port(state, "postgres", "PostgreSQL server", STANDARD_POSTGRES_PORT, taken, say)
+        server = PostgresServer(self.postgres_dir, port, self.host, log_dir=self.logs_dir)
+        say(f"Starting PostgreSQL (Dagster's storage) on {server.url} (log: {server.log_file})")
+        self._start_server(server, "PostgreSQL", server.url, 30.0, deadline, say)
+        state["postgres"] = _started(server.pid, server.port, enabled=True, postgres_version=server.version)
+        # dagster.yaml names the port, which is known only now on a first start.
+        self._write_dagster_yaml(state)
+        return server
+
+    def _start_spark_cluster(
+        self, state: State, taken: list[int], deadline: float, say: Progress
+    ) -> SparkStandaloneCluster:
+        leftover = self._spark_cluster(state)
+        if leftover is not None:  # part of an earlier cluster still runs: start it whole again
+            leftover.stop(timeout=15, progress=say)
+        cluster = self._new_spark_cluster(state, taken)
+        started = time.monotonic()
+        cluster.start(timeout=max(30.0, deadline - time.monotonic()), progress=say)
+        state["spark_cluster"] = {**cluster.record(), "started_at": _now()}
+        say(
+            f"Spark standalone cluster ready on {cluster.master_url} (web UI {cluster.webui_url}): {cluster.workers} "
+            f"worker(s), {cluster.worker_cores} core(s) and {cluster.worker_memory_mb} MiB each "
+            f"({time.monotonic() - started:.1f}s)"
+        )
+        return cluster
+
+    def _new_spark_cluster(self, state: State, taken: list[int]) -> SparkStandaloneCluster:
+        """The cluster to start: the recorded ports when free, the sizes given now or recorded for this many."""
+        record = state.get("spark_cluster", {})
+        workers = self._spark_workers(state)
+        same_size = len(record.get("worker_pids") or []) == workers  # the recorded sizes were for this many
+        master_port = self._internal_port(record.get("port"), STANDARD_SPARK_MASTER_PORT, taken)
+        taken.append(master_port)
+        webui_port = self._internal_port(record.get("webui_port"), None, taken)
+        taken.append(webui_port)
+        return SparkStandaloneCluster(
+            self.spark_cluster_dir,
+            workers,
+            self.host,
+            log_dir=self.logs_dir,
+            master_port=master_port,
+            webui_port=webui_port,
+            # Given now, else as recorded for this many workers, else each worker's share of the machine.
+            worker_cores=self.spark_worker_cores or (record.get("worker_cores") if same_size else None),
+            worker_memory=self.spark_worker_memory or (record.get("worker_memory_mb") if same_size else None),
+        )
+
+    def _internal_port(self, recorded: int | None, standard: int | None, taken: list[int]) -> int:
+        """A port no client is configured with: the recorded one, else the standard one, else any free one."""
+        if recorded and recorded not in taken and is_port_free(recorded, self.host):
+            return int(recorded)
+        if standard and self.prefer_standard_ports and standard not in taken and is_port_free(standard, self.host):
+            return standard
+        return free_port(self.host, exclude=taken + ([standard] if standard else []))
+
+    def _stop_recorded(
+        self,
+        name: str,
+        label: str,
+        state: State,
+        timeout: float,
+        say: Progress,
+        stop: Callable[[int, float], bool] = stop_pid,
+    ) -> bool:
+        """Stop one recorded component with ``stop`` when its pid is still ours; True when it ran."""
+        component = state.get(name) or {}
+        pid = component.get("pid")
+        running = bool(pid and pid_matches(pid, self._markers()[name]))
+        if running:
+            assert pid is not None
+            stop_announced(pid, label, timeout, say, stop)
+        if component:
+            component["pid"] = None
+        return running
+
+    def status(self) -> StackStatus:
+        """Each component: running or not, pid, address, log file (a stale stack.json reads as stopped)."""
+        state = self._load()
+        addresses = {
+            "kafka": self._bootstrap(state),
+            "registry": self._registry_url(state),
+            "spark": self._spark_remote(state),
+        }
+        logs = self._log_files()
+        components = {}
+        for name in ("kafka", "registry", "spark"):
+            running = self._running(state, name)
+            components[name] = ComponentStatus(
+                name=name,
+                running=running,
+                pid=state.get(name, {}).get("pid") if running else None,
+                address=addresses[name],
+                log_file=logs[name],
+                enabled=name != "spark" or self._spark_enabled(state),
+            )
+        postgres = None
+        if self._postgres_enabled(state):
+            running = self._running(state, "postgres")
+            postgres = ComponentStatus(
+                name="postgres",
+                running=running,
+                pid=state.get("postgres", {}).get("pid") if running else None,
+                address=self._postgres_url(state),
+                log_file=self.postgres_log_file,
+            )
+        cluster = self._spark_cluster(state) if self._spark_workers(state) else None
+        return StackStatus(
+            directory=self.directory,
+            **components,
+            postgres=postgres,
+            spark_cluster=cluster.status() if cluster else None,
+        )
+
+    def info(self) -> StackInfo:
+        """The addresses of the running stack; StackError when it is not (fully) running."""
+        state = self._load()
+        if not self.status().running or not state:
+            dir_arg = "" if self.directory == default_stack_dir().resolve() else f" --dir {self.directory}"
+            raise StackError(
+                f"the embedded stack in {self.directory} is not running; "
+                f"start it with `streaming-pipeline stack up{dir_arg}`"
+            )
+        return self._info(state, already_running=True)
+
+    def env_lines(self) -> list[str]:
+        """``export`` lines for the running stack's addresses (StackError when it is not running)."""
+        info = self.info()
+        return [f"export {key}={value}" for key, value in info.env().items()]
+
+    def down(self, timeout: float = 30.0, progress: Progress | None = None) -> bool:
+        """Stop the engine, the registry and the broker (SIGTERM, SIGKILL after ``timeout``), then PostgreSQL
+        when the stack has it (SIGINT); data and ports are kept. Returns True when something was running.
+        """
+        say = progress or _quiet
+        with exclusive_lock(self._lock_file):
+            state = self._load()
+            if not state:
+                return False
+            stopped = False
+            for name, label in (
+                ("spark", "Spark Connect server"),
+                ("registry", "schema registry"),
+                ("kafka", "Kafka broker"),
+            ):
+                stopped = self._stop_recorded(name, label, state, timeout, say) or stopped
+            # The standalone cluster after its driver (the Connect server, stopped above): workers, then master.
+            cluster = self._spark_cluster(state)
+            if cluster is not None:
+                stopped = cluster.stop(timeout=timeout, progress=say) or stopped
+                state["spark_cluster"].update(pid=None, worker_pids=[None] * cluster.workers)
+            # Last: PostgreSQL, after whatever may still write to it. SIGINT (fast shutdown), see embedded.postgres.
+            stopped = self._stop_recorded("postgres", "PostgreSQL", state, timeout, say, stop_postgres) or stopped
+            self._save(state)
+            return stopped
+
+
+@contextlib.contextmanager
+def running_stack(directory: Path, *, timeout: float = 180.0, **stack_options: Any) -> Iterator[StackInfo]:
+    """Start an embedded stack under ``directory`` on free ports; always stop it afterwards."""
+    stack_options.setdefault("prefer_standard_ports", False)
+    stack = EmbeddedStack(directory, **stack_options)
+    atexit.register(stack.down)
+    try:
+        yield stack.up(timeout=timeout)
+    finally:
+        try:
+            stack.down()
+        finally:
+            atexit.unregister(stack.down)
+
+
+def _now() -> str:
+    return time.strftime("%Y-%m-%dT%H:%M:%S%z")
+
+
+def _started(pid: int | None, port: int, **fields: Any) -> dict[str, Any]:
+    """What stack.json records of a server just started: its pid and port, when, and ``fields``."""
+    return {**fields, "pid": pid, "port": port, "started_at": _now()}

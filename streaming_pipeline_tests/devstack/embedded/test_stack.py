@@ -1,0 +1,265 @@
+"""The embedded stack: broker + registry under one directory, its state file and its CLI."""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+import sys
+import urllib.request
+from pathlib import Path
+
+import pytest
+
+from streaming_pipeline.devstack.embedded import stack_cli
+from streaming_pipeline.devstack.embedded.processes import pid_alive
+from streaming_pipeline.devstack.embedded.stack import EmbeddedStack, running_stack
+from streaming_pipeline.errors import JavaNotFoundError, StackError
+from streaming_pipeline_tests.devstack.embedded.helpers import FAKE_REGISTRY_MODULE, consume, produce
+
+PROJECT_ROOT = Path(__file__).resolve().parents[2]
+REAL_REGISTRY = PROJECT_ROOT / "streaming_pipeline" / "registry" / "__main__.py"
+CONNECT_CLIENT = """
+import sys
+from streaming_pipeline.engine.spark import connect_session
+session = connect_session(sys.argv[1])
+session.range(5).write.format("delta").save(sys.argv[2])
+print(session.read.format("delta").load(sys.argv[2]).count())
+session.stop()
+"""
+
+
+@pytest.mark.integration
+def test_up_status_env_down_up(tmp_path: Path, stacks: list[EmbeddedStack]) -> None:
+    stack = EmbeddedStack(
+        tmp_path / "stack", prefer_standard_ports=False, registry_module=FAKE_REGISTRY_MODULE, spark=False
+    )
+    stacks.append(stack)
+    progress: list[str] = []
+    info = stack.up(progress=progress.append)
+    assert not info.already_running
+    assert info.directory == (tmp_path / "stack").resolve()
+    assert info.bootstrap_servers.startswith("127.0.0.1:")
+    assert info.schema_registry_url.startswith("http://127.0.0.1:")
+    assert any("Kafka broker ready" in m for m in progress), progress
+    assert {p.name for p in stack.directory.iterdir()} >= {"kafka", "registry", "logs", "stack.json"}
+    assert {p.name for p in stack.logs_dir.iterdir()} >= {"kafka.log", "kafka.out", "registry.log"}
+
+    state = json.loads(stack.state_file.read_text())
+    assert state["kafka"]["pid"] == info.kafka_pid and state["registry"]["pid"] == info.registry_pid
+
+    status = stack.status()
+    assert status.running
+    assert status.kafka.address == info.bootstrap_servers and status.kafka.pid == info.kafka_pid
+    assert status.registry.address == info.schema_registry_url
+    assert status.kafka.log_file == stack.logs_dir / "kafka.log"
+
+    assert stack.env_lines() == [
+        f"export KAFKA_BOOTSTRAP_SERVERS={info.bootstrap_servers}",
+        f"export SCHEMA_REGISTRY_URL={info.schema_registry_url}",
+        f"export DAGSTER_HOME={stack.directory / 'dagster'}",
+    ]
+    assert not status.spark.enabled and info.spark_remote is None
+
+    # up again: nothing new is started
+    again = stack.up()
+    assert again.already_running
+    assert (again.kafka_pid, again.registry_pid) == (info.kafka_pid, info.registry_pid)
+
+    produce(info.bootstrap_servers, "events", [("a", "1"), ("b", "2")])
+    assert stack.down() is True
+    assert not pid_alive(info.kafka_pid) and not pid_alive(info.registry_pid)
+    status = stack.status()
+    assert not status.kafka.running and not status.registry.running and status.kafka.pid is None
+    with pytest.raises(StackError, match="not running"):
+        stack.env_lines()
+    assert stack.down() is False
+
+    # a new object on the same directory: same ports, same data
+    restarted = EmbeddedStack(
+        tmp_path / "stack", prefer_standard_ports=False, registry_module=FAKE_REGISTRY_MODULE, spark=False
+    )
+    stacks.append(restarted)
+    info2 = restarted.up()
+    assert (info2.bootstrap_servers, info2.schema_registry_url) == (info.bootstrap_servers, info.schema_registry_url)
+    assert info2.kafka_pid != info.kafka_pid
+    assert sorted(consume(info2.bootstrap_servers, "events", 2)) == [("a", "1"), ("b", "2")]
+
+
+@pytest.mark.integration
+def test_running_stack_always_stops(tmp_path: Path) -> None:
+    with pytest.raises(RuntimeError, match="boom"):
+        with running_stack(tmp_path / "stack", registry_module=FAKE_REGISTRY_MODULE, spark=False) as info:
+            kafka_pid, registry_pid = info.kafka_pid, info.registry_pid
+            assert pid_alive(kafka_pid) and pid_alive(registry_pid)
+            raise RuntimeError("boom")
+    assert not pid_alive(kafka_pid) and not pid_alive(registry_pid)
+
+
+def test_stale_state_is_stopped(tmp_path: Path) -> None:
+    dead = subprocess.Popen([sys.executable, "-c", "pass"])
+    dead.wait()
+    directory = tmp_path / "stack"
+    directory.mkdir()
+    (directory / "stack.json").write_text(
+        json.dumps(
+            {
+                "host": "127.0.0.1",
+                "kafka": {"pid": dead.pid, "port": 1, "controller_port": 2},
+                "registry": {"pid": os.getpid(), "port": 3},  # alive, but not a registry
+            }
+        )
+    )
+    stack = EmbeddedStack(directory)
+    status = stack.status()
+    assert not status.kafka.running and not status.registry.running
+    assert status.kafka.address == "127.0.0.1:1"
+    with pytest.raises(StackError, match="not running"):
+        stack.info()
+    assert stack.down() is False
+    assert pid_alive(os.getpid())
+
+
+def test_recorded_port_clash(tmp_path: Path) -> None:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        sock.listen(1)
+        port = sock.getsockname()[1]
+        directory = tmp_path / "stack"
+        directory.mkdir()
+        (directory / "stack.json").write_text(json.dumps({"kafka": {"pid": None, "port": port}}))
+        stack = EmbeddedStack(directory, prefer_standard_ports=False, spark=False)
+        with pytest.raises(StackError) as caught:
+            stack.up()
+    message = str(caught.value)
+    assert f"port {port} " in message
+    assert str(directory / "stack.json") in message
+    assert str(directory / "logs" / "kafka.log") in message
+
+
+def test_missing_java(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("PATH", str(tmp_path / "empty-bin"))
+    monkeypatch.delenv("JAVA_HOME", raising=False)
+    stack = EmbeddedStack(tmp_path / "stack", prefer_standard_ports=False)
+    with pytest.raises(JavaNotFoundError, match="JAVA_HOME is not set"):
+        stack.up()
+    assert not stack.status().kafka.running
+
+
+def test_cli_errors_are_one_line(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    directory = tmp_path / "stack"
+    assert stack_cli.main(["stack", "env", "--dir", str(directory)]) == 1
+    out, err = capsys.readouterr()
+    assert out == ""
+    assert err.startswith("error: ") and err.count("\n") == 1 and "stack up" in err
+
+    assert stack_cli.main(["stack", "--dir", str(directory), "status"]) == 0
+    out, _ = capsys.readouterr()
+    assert "kafka" in out and "registry" in out and "stopped" in out
+
+    monkeypatch.setenv("PATH", str(tmp_path / "empty-bin"))
+    monkeypatch.setenv("JAVA_HOME", str(tmp_path / "no-jdk"))
+    assert stack_cli.main(["stack", "up", "--dir", str(directory), "--free-ports"]) == 1
+    _, err = capsys.readouterr()
+    assert err.startswith("error: Java 17+ is needed") and err.count("\n") == 1
+
+
+def test_stack_dir_default(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from streaming_pipeline.devstack.embedded.stack import default_stack_dir
+
+    monkeypatch.delenv("STREAMING_PIPELINE_STACK_DIR", raising=False)
+    monkeypatch.chdir(tmp_path)
+    assert default_stack_dir() == tmp_path / ".stack"
+    monkeypatch.setenv("STREAMING_PIPELINE_STACK_DIR", str(tmp_path / "elsewhere"))
+    assert default_stack_dir() == tmp_path / "elsewhere"
+
+
+def _cli(*args: str) -> subprocess.CompletedProcess[str]:
+    env = dict(os.environ)
+    env["PYTHONPATH"] = str(PROJECT_ROOT) + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
+    return subprocess.run(
+        [sys.executable, "-m", "streaming_pipeline.devstack.embedded.stack_cli", "stack", *args],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env=env,
+        check=False,
+    )
+
+
+@pytest.mark.integration
+@pytest.mark.skipif(
+    not REAL_REGISTRY.exists(),
+    reason="streaming_pipeline/registry/__main__.py (the real schema registry) does not exist yet",
+)
+def test_cli_with_real_registry_and_spark_connect(tmp_path: Path) -> None:
+    """`stack up` in a separate process: the components (the Spark Connect engine too) outlive the command;
+    a later command stops them."""
+    directory = str(tmp_path / "stack")
+    try:
+        up = _cli("up", "--dir", directory, "--free-ports")
+        assert up.returncode == 0, up.stderr + up.stdout
+        assert "Kafka broker ready" in up.stdout and "SCHEMA_REGISTRY_URL=" in up.stdout
+
+        env = _cli("env", "--dir", directory)
+        assert env.returncode == 0, env.stderr
+        lines = env.stdout.splitlines()
+        assert [line.split("=")[0] for line in lines] == [
+            "export KAFKA_BOOTSTRAP_SERVERS",
+            "export SCHEMA_REGISTRY_URL",
+            "export SPARK_REMOTE",
+            "export DAGSTER_HOME",
+        ]
+        values = dict(line.removeprefix("export ").split("=", 1) for line in lines)
+        url = values["SCHEMA_REGISTRY_URL"]
+        assert values["DAGSTER_HOME"] == str(tmp_path / "stack" / "dagster")
+        assert "granularity: run" in (tmp_path / "stack" / "dagster" / "dagster.yaml").read_text()
+
+        status = _cli("status", "--dir", directory)
+        assert status.returncode == 0 and status.stdout.count("running") == 3, status.stdout
+        as_json = json.loads(_cli("status", "--dir", directory, "--json").stdout)
+        assert as_json["running"] and as_json["spark_remote"] == values["SPARK_REMOTE"]
+        assert (as_json["spark_master_url"], as_json["spark_workers"]) == (None, 0)
+        spark_pid = as_json["components"]["spark"]["pid"]
+
+        # the engine answers a client, and runs Delta (in a subprocess: pytest's own process stays a classic driver)
+        client = subprocess.run(
+            [sys.executable, "-c", CONNECT_CLIENT, values["SPARK_REMOTE"], str(tmp_path / "delta")],
+            capture_output=True,
+            text=True,
+            timeout=180,
+            check=False,
+        )
+        assert client.returncode == 0 and client.stdout.strip() == "5", client.stderr[-3000:]
+
+        # the registry keeps what it was given across down/up
+        schema = {"type": "record", "name": "Ping", "fields": [{"name": "n", "type": "int"}]}
+        request = urllib.request.Request(
+            f"{url}/subjects/ping-value/versions",
+            data=json.dumps({"schema": json.dumps(schema)}).encode(),
+            headers={"Content-Type": "application/vnd.schemaregistry.v1+json"},
+            method="POST",
+        )
+        with urllib.request.urlopen(request, timeout=10) as response:
+            schema_id = json.load(response)["id"]
+        produce(values["KAFKA_BOOTSTRAP_SERVERS"], "pings", [("k", "v")])
+
+        down = _cli("down", "--dir", directory)
+        assert down.returncode == 0 and "stopped" in down.stdout, down.stderr
+        status = _cli("status", "--dir", directory)
+        assert status.stdout.count("stopped") == 3, status.stdout
+        assert not pid_alive(spark_pid)
+
+        up = _cli("up", "--dir", directory)
+        assert up.returncode == 0, up.stderr + up.stdout
+        assert _cli("env", "--dir", directory).stdout.splitlines() == lines  # same addresses
+        with urllib.request.urlopen(f"{url}/subjects", timeout=10) as response:
+            assert json.load(response) == ["ping-value"]
+        with urllib.request.urlopen(f"{url}/schemas/ids/{schema_id}", timeout=10) as response:
+            assert json.loads(json.load(response)["schema"]) == schema
+        assert consume(values["KAFKA_BOOTSTRAP_SERVERS"], "pings", 1) == [("k", "v")]
+    finally:
+        _cli("down", "--dir", directory)
