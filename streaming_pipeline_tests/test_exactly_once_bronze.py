@@ -12,7 +12,6 @@ import httpx
 import pytest
 from confluent_kafka import TopicPartition
 from confluent_kafka.admin import AdminClient
-from streaming_pipeline.layers import ALL_ASSETS
 
 from streaming_pipeline.bronze.ingestion import ingest_topic
 from streaming_pipeline.bronze.offsets import (
@@ -22,10 +21,11 @@ from streaming_pipeline.bronze.offsets import (
     table_start_offsets,
     topic_problems,
 )
-from streaming_pipeline.defs.bronze.offset_sensors import build_live_jobs_and_sensors
+from streaming_pipeline.definitions import pipeline_definitions
 from streaming_pipeline.devstack.cli import main as cli_main
 from streaming_pipeline.devstack.replay import ReplayStart, replay
 from streaming_pipeline.settings import SensorSettings
+from streaming_pipeline.sources import rides
 from streaming_pipeline.tables import RIDES_TOPIC
 from streaming_pipeline_tests.kafka_helpers import all_coordinates, delete_topics, end_offsets
 
@@ -57,9 +57,11 @@ def _ingest(spark, resources):
         resources["kafka"],
         resources["schema_registry"],
         resources["lakehouse"],
-        topic=RIDES_TOPIC,
-        asset_name="raw_rides",
+        source=rides.SOURCE,
     )
+
+
+PIPELINE = pipeline_definitions()
 
 
 def _coordinates(spark, path: str) -> list[tuple[str, int, int]]:
@@ -68,8 +70,9 @@ def _coordinates(spark, path: str) -> list[tuple[str, int, int]]:
 
 
 def _defs(resources) -> dg.Definitions:
-    jobs, _ = build_live_jobs_and_sensors(SensorSettings())
-    return dg.Definitions(assets=ALL_ASSETS, jobs=jobs, resources=resources, executor=dg.in_process_executor)
+    return dg.Definitions.merge(
+        pipeline_definitions(), dg.Definitions(resources=resources, executor=dg.in_process_executor)
+    )
 
 
 def _vendor_total(spark, resources) -> int:
@@ -99,7 +102,7 @@ def test_checkpoint_reset_stops_the_run_and_replay_rebuilds_everything_exactly_o
     table, checkpoint = lakehouse.table_path("raw_rides"), lakehouse.checkpoint_path("raw_rides")
     _produce(stack, 40, seed=1)
     defs = _defs(pipeline_resources)
-    assert dg.materialize(ALL_ASSETS, resources=pipeline_resources).success  # every table
+    assert dg.materialize(PIPELINE.assets, resources=pipeline_resources).success  # every table
     ends = end_offsets(stack.bootstrap_servers, RIDES_TOPIC)
     assert sum(ends.values()) == 40 == _vendor_total(spark, pipeline_resources)
     # What the table consumed is in its Delta log, and agrees with the checkpoint.
@@ -253,10 +256,11 @@ def test_records_deleted_unread_stop_the_run_and_replay_from_offsets_starts_wher
     assert len(coordinates) == len(set(coordinates)) and set(coordinates) == expected
     assert table_start_offsets(table, "raw_rides", RIDES_TOPIC) == {0: cut, 1: 3}
     # The reconcile check counts from where the replay started.
-    from streaming_pipeline.layers import ALL_CHECKS
-
     result = dg.materialize(
-        [*ALL_ASSETS, *ALL_CHECKS], resources=pipeline_resources, selection="raw_rides", raise_on_error=False
+        [*PIPELINE.assets, *PIPELINE.asset_checks],
+        resources=pipeline_resources,
+        selection="raw_rides",
+        raise_on_error=False,
     )
     checks = {e.asset_check_key.name: e.passed for e in result.get_asset_check_evaluations()}
     assert checks["reconciles_with_kafka_offsets"] is True and checks["unique_kafka_coordinates"] is True

@@ -14,6 +14,9 @@ import json
 import pytest
 from pyspark.sql import functions as F
 
+from streaming_pipeline.definitions import defs
+from streaming_pipeline.defs.gold.ride_window_aggregates import RideWindowsConfig
+from streaming_pipeline.defs.silver.ride_pickup_joins import RidePickupJoinsConfig
 from streaming_pipeline.engine.delta_log import latest_version
 from streaming_pipeline.gold.windows import (
     RECONCILE_WRITER,
@@ -22,6 +25,10 @@ from streaming_pipeline.gold.windows import (
     update_ride_window_aggregates,
 )
 from streaming_pipeline.resources.lakehouse import LakehouseResource
+
+#: The windows' and the join's parameters, as the assets pass them by default.
+WINDOWS = {"window_duration": "600 seconds", "watermark_delay": "900 seconds"}
+JOIN = {"join_max_gap": "600 seconds", "watermark_delay": "900 seconds"}
 
 RIDES_DDL = (
     "vendor_id int, pickup_datetime timestamp, dropoff_datetime timestamp, do_location_id int, total_amount double, "
@@ -40,9 +47,13 @@ def epoch(hour: int, minute: int) -> int:
 
 @pytest.fixture()
 def lakehouse(tmp_path) -> LakehouseResource:
-    resource = LakehouseResource(root=str(tmp_path / "lakehouse"))
-    assert (resource.window_duration, resource.watermark_delay) == ("600 seconds", "900 seconds")
-    return resource
+    # The assets' defaults, as these tests pass them to the streams.
+    assert (RideWindowsConfig().window_duration_interval, RideWindowsConfig().watermark_delay_interval) == (
+        WINDOWS["window_duration"],
+        WINDOWS["watermark_delay"],
+    )
+    assert RidePickupJoinsConfig().join_max_gap_interval == JOIN["join_max_gap"]
+    return LakehouseResource(root=str(tmp_path / "lakehouse"))
 
 
 class Bronze:
@@ -99,7 +110,7 @@ def reconciled_versions(spark, lakehouse: LakehouseResource) -> list[int]:
 def test_a_bronze_commit_between_the_stream_and_the_reconcile_is_neither_late_nor_a_window_yet(spark, lakehouse):
     bronze = Bronze(spark, lakehouse)
     bronze.append((1, at(8, 1), 10.0), (1, at(8, 5), 2.5), (2, at(8, 12), 7.0), (1, at(8, 31), 4.0))
-    first = update_ride_window_aggregates(spark, lakehouse)
+    first = update_ride_window_aggregates(spark, lakehouse, **WINDOWS)
     # latest pickup 08:31 -> watermark 08:16: only [08:00, 08:10) is final
     assert windows(spark, lakehouse) == {
         (epoch(8, 0), 1): (2, 12.5, 0, True),
@@ -109,12 +120,12 @@ def test_a_bronze_commit_between_the_stream_and_the_reconcile_is_neither_late_no
     assert (first.reconcile.full, first.reconcile.raw_rides_version) == (True, 0)
 
     consumed = bronze.append((2, at(8, 33), 3.0), (1, at(8, 44), 5.0), (2, at(8, 50), 6.0))
-    stream_ride_windows(spark, lakehouse)
+    stream_ride_windows(spark, lakehouse, **WINDOWS)
     # A bronze run commits while the windows run is between its stream and its reconcile: on-time rides in a
     # new window of vendor 1, in the window (08:50, 2) the stream has counted once, and at 09:05.
     raced = bronze.append((1, at(8, 52), 1.0), (2, at(8, 55), 2.0), (1, at(9, 5), 3.0))
     assert raced == consumed + 1
-    reconcile = reconcile_ride_windows(spark, lakehouse)
+    reconcile = reconcile_ride_windows(spark, lakehouse, window_duration=WINDOWS["window_duration"])
 
     # Reconciled at the version the stream consumed: the racing rides are neither late nor windows yet.
     # Latest pickup 08:50 -> watermark 08:35: windows ending by then are final.
@@ -134,7 +145,7 @@ def test_a_bronze_commit_between_the_stream_and_the_reconcile_is_neither_late_no
     }
 
     # The next run takes the racing rides on time. Latest pickup 09:05 -> watermark 08:50.
-    second = update_ride_window_aggregates(spark, lakehouse)
+    second = update_ride_window_aggregates(spark, lakehouse, **WINDOWS)
     assert (second.reconcile.raw_rides_version, second.reconcile.new_rides, second.reconcile.late_rides_found) == (
         raced,
         3,
@@ -156,12 +167,12 @@ def test_a_bronze_commit_between_the_stream_and_the_reconcile_is_neither_late_no
 def test_a_reconcile_left_undone_by_a_crashed_run_is_done_by_the_next_run(spark, lakehouse):
     bronze = Bronze(spark, lakehouse)
     bronze.append((1, at(8, 1), 1.0), (1, at(9, 0), 1.0))
-    update_ride_window_aggregates(spark, lakehouse)
+    update_ride_window_aggregates(spark, lakehouse, **WINDOWS)
     version = bronze.append((1, at(8, 2), 1.0), (2, at(8, 3), 1.0), (1, at(9, 1), 1.0))  # two late, one on time
-    stream_ride_windows(spark, lakehouse)  # the run dies here, before its reconcile
+    stream_ride_windows(spark, lakehouse, **WINDOWS)  # the run dies here, before its reconcile
 
     # Nothing new for the stream; the reconcile catches up with what the stream consumed.
-    rerun = update_ride_window_aggregates(spark, lakehouse)
+    rerun = update_ride_window_aggregates(spark, lakehouse, **WINDOWS)
     assert rerun.report.input_rows == 0
     assert (rerun.reconcile.raw_rides_version, rerun.reconcile.new_rides, rerun.reconcile.late_rides_found) == (
         version,
@@ -182,7 +193,7 @@ def test_a_reconcile_left_undone_by_a_crashed_run_is_done_by_the_next_run(spark,
 def test_late_rides_are_counted_exactly_whether_spark_still_counts_them_or_drops_them(spark, lakehouse):
     bronze = Bronze(spark, lakehouse)
     bronze.append((1, at(8, 1), 10.0), (1, at(8, 5), 2.5), (2, at(8, 12), 7.0), (1, at(8, 31), 4.0), (2, at(9, 0), 1.5))
-    update_ride_window_aggregates(spark, lakehouse)
+    update_ride_window_aggregates(spark, lakehouse, **WINDOWS)
     # latest pickup 09:00 -> watermark 08:45: every window but [09:00, 09:10) is final
     assert windows(spark, lakehouse) == {
         (epoch(8, 0), 1): (2, 12.5, 0, True),
@@ -198,7 +209,7 @@ def test_late_rides_are_counted_exactly_whether_spark_still_counts_them_or_drops
     bronze.append(
         (1, at(8, 7), 90.0), (1, at(8, 3), 90.0), (2, at(8, 22), 90.0), (1, at(8, 44), 5.0), (2, at(9, 2), 2.0)
     )
-    second = update_ride_window_aggregates(spark, lakehouse)
+    second = update_ride_window_aggregates(spark, lakehouse, **WINDOWS)
     assert (second.reconcile.full, second.reconcile.new_rides, second.reconcile.late_rides_found) == (False, 5, 3)
     # latest on-time pickup 09:02 -> watermark 08:47
     expected = {
@@ -213,7 +224,7 @@ def test_late_rides_are_counted_exactly_whether_spark_still_counts_them_or_drops
 
     # One more late ride for (08:00, 1): by now Spark's late-event watermark (08:45) drops it.
     bronze.append((1, at(8, 9), 90.0))
-    third = update_ride_window_aggregates(spark, lakehouse)
+    third = update_ride_window_aggregates(spark, lakehouse, **WINDOWS)
     assert third.report.rows_dropped_by_watermark() == 1
     assert (third.reconcile.new_rides, third.reconcile.late_rides_found) == (1, 1)
     expected[(epoch(8, 0), 1)] = (2, 12.5, 3, True)
@@ -229,15 +240,15 @@ def test_late_rides_are_counted_exactly_whether_spark_still_counts_them_or_drops
 def test_rerunning_with_no_new_ride_changes_nothing(spark, lakehouse):
     bronze = Bronze(spark, lakehouse)
     bronze.append((1, at(8, 1), 10.0), (2, at(9, 0), 1.5))
-    update_ride_window_aggregates(spark, lakehouse)
+    update_ride_window_aggregates(spark, lakehouse, **WINDOWS)
     bronze.append((1, at(8, 2), 3.0), (2, at(9, 1), 2.0))  # one late, one on time
-    update_ride_window_aggregates(spark, lakehouse)
+    update_ride_window_aggregates(spark, lakehouse, **WINDOWS)
     path = lakehouse.table_path("ride_window_aggregates")
     version, rows = latest_version(path), windows(spark, lakehouse)
     assert rows == {(epoch(8, 0), 1): (1, 10.0, 1, True), (epoch(9, 0), 2): (2, 3.5, 0, False)}
 
     for _ in range(2):
-        again = update_ride_window_aggregates(spark, lakehouse)
+        again = update_ride_window_aggregates(spark, lakehouse, **WINDOWS)
         assert (again.report.input_rows, again.reconcile.windows) == (0, 0)
         assert latest_version(path) == version
         assert windows(spark, lakehouse) == rows
@@ -251,8 +262,6 @@ PICKUPS_DDL = "pu_location_id int, pickup_datetime timestamp, kafka_partition in
 
 
 def test_pickups_behind_the_join_watermark_are_counted_in_join_late_rows(spark, lakehouse):
-    from streaming_pipeline.layers import ALL_ASSETS
-
     from streaming_pipeline.silver.joins import update_ride_pickup_joins
     from streaming_pipeline.sql import run_sql
 
@@ -267,15 +276,15 @@ def test_pickups_behind_the_join_watermark_are_counted_in_join_late_rows(spark, 
         "delta"
     ).save(rides_path)
     pickups((10, at(8, 5), 0), (20, at(9, 2), 1))
-    first = update_ride_pickup_joins(spark, lakehouse, run_id="run-1")
+    first = update_ride_pickup_joins(spark, lakehouse, **JOIN, run_id="run-1")
     # After this micro-batch the watermark is min(09:00, 09:02) - 15 min = 08:45.
     pickups((10, at(8, 1), 2), (20, at(9, 5), 3))
     # Spark drops a row at or before the watermark of the previous micro-batch. That of batch 0 was the epoch
     # (nothing seen before it), so 08:01 still joins the 08:00 ride, older than 08:45 though it is.
-    second = update_ride_pickup_joins(spark, lakehouse, run_id="run-2")
+    second = update_ride_pickup_joins(spark, lakehouse, **JOIN, run_id="run-2")
     # Batch 2 drops what is at or before 08:45 (batch 1's watermark): 08:02, 08:45 and 08:44, by hand 3 pickups.
     pickups((10, at(8, 2), 4), (10, at(8, 45), 5), (30, at(8, 44), 6), (20, at(9, 6), 7))
-    third = update_ride_pickup_joins(spark, lakehouse, run_id="run-3")
+    third = update_ride_pickup_joins(spark, lakehouse, **JOIN, run_id="run-3")
 
     assert [r.rows_dropped_by_watermark for r in (first, second, third)] == [0, 0, 3]
     joined = spark.read.format("delta").load(lakehouse.table_path("ride_pickup_joins"))
@@ -303,10 +312,10 @@ def test_pickups_behind_the_join_watermark_are_counted_in_join_late_rows(spark, 
     assert (first.batches_recorded, second.batches_recorded, third.batches_recorded) == (0, 0, 1)
     assert third.watermark == at(8, 45)
     # A re-run with nothing new records nothing.
-    assert update_ride_pickup_joins(spark, lakehouse).batches_recorded == 0
+    assert update_ride_pickup_joins(spark, lakehouse, **JOIN).batches_recorded == 0
     assert late.count() == 1
     # What `streaming-pipeline sql` answers: the table is an asset of the definitions.
-    names = [key.to_user_string() for assets_def in ALL_ASSETS for key in assets_def.keys]
+    names = [key.to_user_string() for key in defs.resolve_asset_graph().get_all_asset_keys()]
     columns, rows = run_sql(
         spark,
         {name: lakehouse.table_path(name) for name in names},
@@ -317,10 +326,12 @@ def test_pickups_behind_the_join_watermark_are_counted_in_join_late_rows(spark, 
 
 def test_the_assets_report_late_rides_and_rows_dropped_by_the_join_watermark(spark, lakehouse):
     import dagster as dg
-    from streaming_pipeline.gold.assets import ride_window_aggregates
-    from streaming_pipeline.gold.checks import windows_count_each_ride_once
-    from streaming_pipeline.silver.assets import ride_pickup_joins
 
+    from streaming_pipeline.defs.gold.ride_window_aggregates import (
+        ride_window_aggregates,
+        windows_count_each_ride_once,
+    )
+    from streaming_pipeline.defs.silver.ride_pickup_joins import ride_pickup_joins
     from streaming_pipeline.resources import SparkResource
     from streaming_pipeline_tests.conftest import SPARK_TEST_CONF
 

@@ -10,13 +10,16 @@ import pandas as pd
 import pytest
 from confluent_kafka.serialization import MessageField
 from pyspark.sql import functions as F
-from streaming_pipeline.bronze.assets import dead_letter_records, raw_rides
-from streaming_pipeline.gold.assets import ride_window_aggregates, vendor_counts
 
+from streaming_pipeline.defs.bronze.dead_letter_records import dead_letter_asset
+from streaming_pipeline.defs.bronze.sources import bronze_asset
+from streaming_pipeline.defs.gold.ride_window_aggregates import ride_window_aggregates
+from streaming_pipeline.defs.gold.vendor_counts import vendor_counts
 from streaming_pipeline.devstack.cli import main as cli_main
 from streaming_pipeline.devstack.records import read_rides_csv
 from streaming_pipeline.devstack.synthetic import SyntheticOptions, synthetic_rides
 from streaming_pipeline.registry_client import RegistryClient
+from streaming_pipeline.sources import rides
 from streaming_pipeline_tests.kafka_helpers import (
     SCHEMA_DIR,
     all_coordinates,
@@ -27,6 +30,9 @@ from streaming_pipeline_tests.kafka_helpers import (
     produce_raw,
     write_rides_csv,
 )
+
+raw_rides = bronze_asset(rides.SOURCE)
+dead_letter_records = dead_letter_asset()
 
 pytestmark = pytest.mark.integration
 

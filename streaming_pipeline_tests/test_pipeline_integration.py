@@ -9,8 +9,8 @@ from pathlib import Path
 import dagster as dg
 import pandas as pd
 import pytest
-from streaming_pipeline.layers import ALL_ASSETS
 
+from streaming_pipeline.definitions import pipeline_definitions
 from streaming_pipeline.devstack.cli import main as cli_main
 from streaming_pipeline.devstack.producer import produce, rows_from_records
 from streaming_pipeline.devstack.synthetic import SyntheticOptions, synthetic_rides
@@ -222,13 +222,13 @@ def test_csv_rides_and_pickups_reach_every_table_exactly_and_reruns_change_nothi
     _produce(stack, "rides", rides_csv)
     _produce(stack, "pickups", tmp_path / "pickups.csv")
 
-    assert dg.materialize(ALL_ASSETS, resources=pipeline_resources).success
+    assert dg.materialize(pipeline_definitions().assets, resources=pipeline_resources).success
     _check_tables(spark, pipeline_resources, rides, pickups)
     joins = _table(spark, pipeline_resources, "ride_pickup_joins")
     assert len(joins) > 0  # the sample really exercises the join
 
     before = _versions(spark, pipeline_resources)
-    assert dg.materialize(ALL_ASSETS, resources=pipeline_resources).success
+    assert dg.materialize(pipeline_definitions().assets, resources=pipeline_resources).success
     assert _versions(spark, pipeline_resources) == before
 
     # More data later: rides after the sample's last pickup, and pickups near their dropoffs.
@@ -255,7 +255,7 @@ def test_csv_rides_and_pickups_reach_every_table_exactly_and_reruns_change_nothi
     )
     assert (result.sent, result.failed) == (len(more_pickups), 0)
 
-    assert dg.materialize(ALL_ASSETS, resources=pipeline_resources).success
+    assert dg.materialize(pipeline_definitions().assets, resources=pipeline_resources).success
     more_frame = pd.DataFrame(more)
     for column in ("pickup_datetime", "dropoff_datetime"):
         more_frame[column] = pd.to_datetime(more_frame[column]).dt.tz_localize(None)

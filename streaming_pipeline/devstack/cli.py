@@ -198,16 +198,15 @@ def _add_sql_parser(subparsers: argparse._SubParsersAction) -> None:
 def _run_sql(args: argparse.Namespace) -> int:
     # pyspark logs each failed query's context as a long JSON line; the error line below says what went wrong.
     from pyspark.logger import PySparkLogger
-    from streaming_pipeline.layers import ALL_ASSETS
 
-    from streaming_pipeline.definitions import build_resources
+    from streaming_pipeline.definitions import build_resources, defs
     from streaming_pipeline.settings import PipelineSettings
     from streaming_pipeline.sql import format_rows, run_sql
 
     PySparkLogger.getLogger("SQLQueryContextLogger").disabled = True
     resources = build_resources(PipelineSettings.from_env())
     lakehouse = resources["lakehouse"]
-    names = [key.to_user_string() for assets_def in ALL_ASSETS for key in assets_def.keys]
+    names = [key.to_user_string() for key in defs.resolve_asset_graph().get_all_asset_keys()]
     spark = resources["spark"].get_session()
     try:
         columns, rows = run_sql(spark, {name: lakehouse.table_path(name) for name in names}, args.query)

@@ -12,12 +12,13 @@ import time
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 import dagster as dg
 
 from streaming_pipeline import tables
 from streaming_pipeline.devstack.producer import ProduceResult, produce, rows_from_records
+from streaming_pipeline.devstack.quiet_runs import QUIET_RUN_CONFIG
 from streaming_pipeline.devstack.records import read_rides_csv
 from streaming_pipeline.devstack.synthetic import SyntheticOptions, synthetic_pickups, synthetic_rides
 from streaming_pipeline.errors import DemoError
@@ -27,8 +28,9 @@ from streaming_pipeline.tables import PICKUPS_TOPIC, RIDES_TOPIC
 if TYPE_CHECKING:
     import pandas as pd
 
-#: How each table is shown: the order of its rows and the columns worth a look.
-TABLE_VIEWS: dict[str, tuple[list[str], list[str]]] = {
+#: How some tables are shown best: the order of their rows and the columns worth a look. Any other table of the
+#: definitions is shown too, ordered by its first column, with its first columns that are not Kafka coordinates.
+PREFERRED_VIEWS: dict[str, tuple[list[str], list[str]]] = {
     tables.RAW_RIDES.name: (
         ["pickup_datetime"],
         [
@@ -126,15 +128,19 @@ def _produce(options: DemoOptions, kafka: Any, registry: Any, stages: _Stages) -
 
 
 def _materialize(resources: Mapping[str, Any], stages: _Stages) -> dg.ExecuteInProcessResult:
-    from streaming_pipeline.layers import ALL_ASSETS, ALL_CHECKS, QUIET_RUN_CONFIG
+    from streaming_pipeline.definitions import defs, pipeline_definitions
 
-    asset_count = sum(len(definition.keys) for definition in ALL_ASSETS)  # a multi-asset holds several
+    pipeline = pipeline_definitions()
+    graph = defs.resolve_asset_graph()
     stages.say(
-        f"materializing {asset_count} assets and {len(ALL_CHECKS)} checks through the Dagster "
-        "definitions on the Spark Connect engine..."
+        f"materializing {len(graph.get_all_asset_keys())} assets and {len(graph.asset_check_keys)} checks through "
+        "the Dagster definitions on the Spark Connect engine..."
     )
     result = dg.materialize(
-        [*ALL_ASSETS, *ALL_CHECKS],
+        [
+            *cast(list[dg.AssetsDefinition], pipeline.assets),
+            *cast(list[dg.AssetChecksDefinition], pipeline.asset_checks),
+        ],
         resources=resources,
         raise_on_error=False,
         run_config=QUIET_RUN_CONFIG,
@@ -161,13 +167,29 @@ def _materialize(resources: Mapping[str, Any], stages: _Stages) -> dg.ExecuteInP
     return result
 
 
+def _table_views() -> dict[str, tuple[list[str], list[str]]]:
+    """Every table of the definitions, sources first: its preferred view, else one made from its columns."""
+    from streaming_pipeline.definitions import defs
+
+    declared = {value.name: value for value in vars(tables).values() if isinstance(value, tables.Table)}
+    views: dict[str, tuple[list[str], list[str]]] = {}
+    for key in defs.resolve_asset_graph().toposorted_asset_keys:
+        name = key.to_user_string()
+        if name in PREFERRED_VIEWS:
+            views[name] = PREFERRED_VIEWS[name]
+        elif name in declared:
+            columns = [c for c in declared[name].column_names if c not in tables.KAFKA_COLUMN_NAMES][:6]
+            views[name] = (columns[:1], columns)
+    return views
+
+
 def _show_tables(spark: Any, lakehouse: Any) -> dict[str, int]:
     from pyspark.sql import functions as F
 
     from streaming_pipeline.engine.delta_tables import read_table, table_exists
 
     counts: dict[str, int] = {}
-    for table, (order, columns) in TABLE_VIEWS.items():
+    for table, (order, columns) in _table_views().items():
         path = lakehouse.table_path(table)
         if not table_exists(path):
             continue

@@ -9,31 +9,41 @@ from streaming_pipeline.sources import all_sources
 from streaming_pipeline.tables import DEAD_LETTER_RECORDS
 
 
-@dg.asset(
-    name=DEAD_LETTER_RECORDS.name,
-    **table_args(DEAD_LETTER_RECORDS, kinds=SPARK_KINDS, deps=[s.bronze_table for s in all_sources()]),
-    op_tags=step_priority(10),
-)
-def dead_letter_records(
-    context: dg.AssetExecutionContext, spark: SparkResource, lakehouse: LakehouseResource
-) -> dg.MaterializeResult:
-    """Kafka records that could not be decoded (bad magic byte, unknown schema id, corrupt body), kept
-    with raw bytes and the reason. The bronze ingestion appends them in the same micro-batch as the
-    good rows; this asset makes sure the table exists and reports what is in it."""
-    session = spark.get_session()
-    path = lakehouse.table_path(DEAD_LETTER_RECORDS.name)
-    if not table_exists(path):
-        session.createDataFrame([], DEAD_LETTER_RECORDS.ddl).write.format("delta").mode("append").save(path)
-    from pyspark.sql import functions as F
+def dead_letter_asset() -> dg.AssetsDefinition:
+    """The dead-letter table's asset, downstream of every declared source (read when the definitions load)."""
 
-    frame = read_table(session, path)
-    by_topic = {r["kafka_topic"]: r["count"] for r in frame.groupBy("kafka_topic").count().collect()}
-    by_error = frame.select(F.regexp_replace("error", r"\d+", "N").alias("reason")).groupBy("reason").count()
-    context.log.info(f"dead letters per topic: {by_topic or 'none'}")
-    return dg.MaterializeResult(
-        metadata={
-            "dead_letters_by_topic": dg.MetadataValue.json(by_topic),
-            "dead_letters_by_reason": dg.MetadataValue.json({r["reason"]: r["count"] for r in by_error.collect()}),
-            **delta_table_metadata(session, path, preview_order=["kafka_topic", "kafka_partition", "kafka_offset"]),
-        }
+    @dg.asset(
+        name=DEAD_LETTER_RECORDS.name,
+        **table_args(DEAD_LETTER_RECORDS, kinds=SPARK_KINDS, deps=[s.bronze_table for s in all_sources()]),
+        op_tags=step_priority(10),
     )
+    def dead_letter_records(
+        context: dg.AssetExecutionContext, spark: SparkResource, lakehouse: LakehouseResource
+    ) -> dg.MaterializeResult:
+        """Kafka records that could not be decoded (bad magic byte, unknown schema id, corrupt body), kept
+        with raw bytes and the reason. The bronze ingestion appends them in the same micro-batch as the
+        good rows; this asset makes sure the table exists and reports what is in it."""
+        session = spark.get_session()
+        path = lakehouse.table_path(DEAD_LETTER_RECORDS.name)
+        if not table_exists(path):
+            session.createDataFrame([], DEAD_LETTER_RECORDS.ddl).write.format("delta").mode("append").save(path)
+        from pyspark.sql import functions as F
+
+        frame = read_table(session, path)
+        by_topic = {r["kafka_topic"]: r["count"] for r in frame.groupBy("kafka_topic").count().collect()}
+        by_error = frame.select(F.regexp_replace("error", r"\d+", "N").alias("reason")).groupBy("reason").count()
+        context.log.info(f"dead letters per topic: {by_topic or 'none'}")
+        return dg.MaterializeResult(
+            metadata={
+                "dead_letters_by_topic": dg.MetadataValue.json(by_topic),
+                "dead_letters_by_reason": dg.MetadataValue.json({r["reason"]: r["count"] for r in by_error.collect()}),
+                **delta_table_metadata(session, path, preview_order=["kafka_topic", "kafka_partition", "kafka_offset"]),
+            }
+        )
+
+    return dead_letter_records
+
+
+@dg.definitions
+def defs() -> dg.Definitions:
+    return dg.Definitions(assets=[dead_letter_asset()])

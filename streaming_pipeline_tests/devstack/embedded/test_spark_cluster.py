@@ -20,7 +20,7 @@ from streaming_pipeline.devstack.embedded.stack import EmbeddedStack
 from streaming_pipeline.errors import ConfigurationError, StackError
 from streaming_pipeline_tests.devstack.embedded.helpers import FAKE_REGISTRY_MODULE, processes_mentioning
 
-PROJECT_ROOT = Path(__file__).resolve().parents[2]
+PROJECT_ROOT = Path(__file__).resolve().parents[3]
 
 # A Connect client in its own process (pytest's process stays a classic driver for the other tests). Each row
 # says which JVM computed it (its command line, working directory and pid); the Avro round trip needs the

@@ -18,7 +18,7 @@ from streaming_pipeline.devstack.embedded.stack import EmbeddedStack, running_st
 from streaming_pipeline.errors import JavaNotFoundError, StackError
 from streaming_pipeline_tests.devstack.embedded.helpers import FAKE_REGISTRY_MODULE, consume, produce
 
-PROJECT_ROOT = Path(__file__).resolve().parents[2]
+PROJECT_ROOT = Path(__file__).resolve().parents[3]
 REAL_REGISTRY = PROJECT_ROOT / "streaming_pipeline" / "registry" / "__main__.py"
 CONNECT_CLIENT = """
 import sys

@@ -12,7 +12,7 @@ from confluent_kafka.schema_registry import SchemaRegistryClient
 
 from streaming_pipeline.devstack.embedded.registry_process import SchemaRegistryProcess
 
-REPO_ROOT = Path(__file__).resolve().parents[2]
+REPO_ROOT = Path(__file__).resolve().parents[3]
 
 
 class RegistryProcess(SchemaRegistryProcess):

@@ -23,7 +23,7 @@ from streaming_pipeline.tables import RIDES_TOPIC
 
 pytestmark = pytest.mark.integration
 
-SCHEMAS = Path(__file__).resolve().parents[1] / "schemas"
+SCHEMAS = Path(__file__).resolve().parents[2] / "schemas"
 
 
 @pytest.fixture(scope="module")

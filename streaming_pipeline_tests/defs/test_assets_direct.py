@@ -13,9 +13,10 @@ from typing import Any
 
 import dagster as dg
 import pytest
-from streaming_pipeline.gold.assets import vendor_counts
-from streaming_pipeline.silver.assets import amount_branches, taxi_zones
 
+from streaming_pipeline.defs.gold.vendor_counts import vendor_counts
+from streaming_pipeline.defs.silver.amount_branches import AmountBranchesConfig, amount_branches
+from streaming_pipeline.defs.silver.taxi_zones import TaxiZonesConfig, taxi_zones
 from streaming_pipeline.resources import LakehouseResource, SparkResource
 from streaming_pipeline.tables import RAW_RIDES
 from streaming_pipeline_tests.conftest import SPARK_TEST_CONF, TLC_RIDE_COLUMNS
@@ -46,14 +47,14 @@ def test_taxi_zones_loads_the_shipped_lookup_once_and_then_reports_it_unchanged(
             (int(row["locationid"]), row["borough"], row["zone"], row["service_zone"]) for row in csv.DictReader(handle)
         )
 
-    first = taxi_zones(dg.build_asset_context(), **resources)
+    first = taxi_zones(dg.build_asset_context(), TaxiZonesConfig(), **resources)
     assert _metadata_value(first, "changed") is True
     assert _metadata_value(first, "dagster/row_count") == len(expected) == 265
     path = resources["lakehouse"].table_path("taxi_zones")
     rows = spark.read.format("delta").load(path).collect()
     assert sorted((r.location_id, r.borough, r.zone, r.service_zone) for r in rows) == expected
 
-    again = taxi_zones(dg.build_asset_context(), **resources)
+    again = taxi_zones(dg.build_asset_context(), TaxiZonesConfig(), **resources)
     assert _metadata_value(again, "changed") is False
     assert _metadata_value(again, "delta_version") == _metadata_value(first, "delta_version")
 
@@ -121,7 +122,10 @@ def test_amount_branches_split_every_ride_once_by_the_threshold(resources, spark
     amounts = [float(ride["total_amount"]) for ride in rides]
     expected_high = sum(1 for amount in amounts if amount >= threshold)
 
-    results = {r.asset_key.to_user_string(): r for r in amount_branches(dg.build_asset_context(), **resources)}
+    results = {
+        r.asset_key.to_user_string(): r
+        for r in amount_branches(dg.build_asset_context(), AmountBranchesConfig(), **resources)
+    }
     assert set(results) == {"high_amount_rides", "low_amount_rides"}
     # Each ride of raw_rides is read once, and lands in exactly one branch.
     assert _metadata_value(results["high_amount_rides"], "rows_read") == len(rides) == 266
