@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The `spark-connect` service of docker-compose.yml: the Spark Connect server, driver of the standalone cluster.
 #
-# Launched the way streaming_pipeline/embedded/spark_connect.py launches the embedded one: pyspark's own
+# Launched the way streaming_pipeline/devstack/embedded/spark_connect.py launches the embedded one: pyspark's own
 # bin/spark-submit with the SparkConnectServer class, the project's jars with --jars (resolved into the image by
 # `streaming-pipeline jars fetch`; executors fetch them from this driver) and the settings of
 # spark_conf/<profile>.conf. foreachBatch functions run in a Python worker that this server starts, so

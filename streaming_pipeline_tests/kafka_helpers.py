@@ -92,14 +92,14 @@ def delta_log_versions(table_path: str | Path) -> list[int]:
 
 def write_rides_csv(path: Path, rides: Iterable[Mapping[str, Any]]) -> Path:
     """Write ride records (Avro field names) as a CSV with the NYC TLC header."""
-    header = list(csv_columns(rides.SOURCE))
+    header = list(csv_columns(rides_source.SOURCE))
     with path.open("w", newline="") as handle:
         writer = csv.writer(handle)
         writer.writerow(header)
         for ride in rides:
             row = []
             for name in header:
-                value = ride.get(csv_columns(rides.SOURCE)[name][0])
+                value = ride.get(csv_columns(rides_source.SOURCE)[name][0])
                 if value is None:
                     row.append("")
                 elif isinstance(value, datetime):

@@ -13,7 +13,7 @@ from pyspark.sql import functions as F
 
 from streaming_pipeline.defs.bronze.dead_letter_records import dead_letter_asset
 from streaming_pipeline.defs.bronze.sources import bronze_asset
-from streaming_pipeline.defs.gold.ride_window_aggregates import ride_window_aggregates
+from streaming_pipeline.defs.gold.ride_window_aggregates import RideWindowsConfig, ride_window_aggregates
 from streaming_pipeline.defs.gold.vendor_counts import vendor_counts
 from streaming_pipeline.devstack.cli import main as cli_main
 from streaming_pipeline.devstack.records import read_rides_csv
@@ -281,8 +281,8 @@ def _per_window(rides: list[dict]) -> pd.DataFrame:
 
 
 def test_late_ride_is_counted_not_dropped(stack, pipeline_resources, spark, tmp_path):
-    lakehouse = pipeline_resources["lakehouse"]
-    assert (lakehouse.window_duration, lakehouse.watermark_delay) == ("600 seconds", "900 seconds")
+    config = RideWindowsConfig()  # the windows the run below uses
+    assert (config.window_duration_interval, config.watermark_delay_interval) == ("600 seconds", "900 seconds")
     on_time = _hand_made_rides(datetime(2020, 7, 1, 8, 0, tzinfo=UTC), 60)  # 4 hours
     _produce(stack, "--csv", str(write_rides_csv(tmp_path / "on_time.csv", on_time)))
     _materialize([raw_rides, ride_window_aggregates], pipeline_resources)

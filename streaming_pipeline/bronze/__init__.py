@@ -1,1 +1,2 @@
-"""Bronze: Kafka topics -> Delta tables, exactly once, undecodable records to dead letters; the offset sensors."""
+"""Bronze: Kafka topics -> Delta tables, exactly once, undecodable records to dead letters (no Dagster here: the
+assets, checks and offset sensors are in `streaming_pipeline.defs.bronze`)."""

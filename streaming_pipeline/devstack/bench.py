@@ -15,6 +15,7 @@ import sys
 import tempfile
 import time
 from collections.abc import Mapping
+from contextlib import AbstractContextManager
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, cast
@@ -24,6 +25,7 @@ import dagster as dg
 from streaming_pipeline.devstack.producer import produce, rows_from_records
 from streaming_pipeline.devstack.synthetic import SyntheticOptions, synthetic_rides
 from streaming_pipeline.errors import BenchError
+from streaming_pipeline.progress import Progress, progress, waiting
 from streaming_pipeline.schemas import load_schema
 from streaming_pipeline.settings import (
     DEFAULT_RIDE_WATERMARK_DELAY,
@@ -36,6 +38,12 @@ from streaming_pipeline.tables import RAW_RIDES, RIDES_TOPIC, VENDOR_COUNTS
 
 def _say(message: str) -> None:
     print(f"[bench] {message}", file=sys.stderr, flush=True)
+
+
+def _waiting(what: str) -> AbstractContextManager[Progress]:
+    """A stage that can take minutes: a running clock on a terminal, a line every few seconds in a log (none when
+    it ends sooner)."""
+    return waiting(f"[bench] {what}")
 
 
 def _machine() -> str:
@@ -142,12 +150,15 @@ def _consume_all(bootstrap: str, expected: int) -> float:
     consumer.subscribe([RIDES_TOPIC])
     seen, started = 0, None
     deadline = time.monotonic() + 600
-    while seen < expected and time.monotonic() < deadline:
-        for message in consumer.consume(num_messages=10000, timeout=1.0):
-            if message.error() is None:
-                if started is None:
-                    started = time.monotonic()
-                seen += 1
+    with progress(expected, "[bench] consuming", "rec", leave=False, heartbeat=True) as report:
+        while seen < expected and time.monotonic() < deadline:
+            batch = consumer.consume(num_messages=10000, timeout=1.0)
+            for message in batch:
+                if message.error() is None:
+                    if started is None:
+                        started = time.monotonic()
+                    seen += 1
+            report.update(seen - report.count)
     consumer.close()
     return time.monotonic() - (started or time.monotonic())
 
@@ -233,18 +244,22 @@ def run_bench(sizes: list[int], json_path: Path | None, rounds: int = 2) -> Thro
             figures.limit_consume_records_per_s = size / max(_consume_all(stack.bootstrap_servers, size), 1e-9)
             if size == sizes[0]:
                 _say("warm-up: one untimed pass of each job, so that neither measured job pays for JIT")
-                _plain_spark(spark, stack.bootstrap_servers, work / "warmup-plain")
-                _materialize_raw_rides(resources_in("warmup-ours"))
+                with _waiting("warm-up"):
+                    _plain_spark(spark, stack.bootstrap_servers, work / "warmup-plain")
+                    _materialize_raw_rides(resources_in("warmup-ours"))
             for round_number in range(1, rounds + 1):
                 jobs = ["plain", "ours"] if round_number % 2 else ["ours", "plain"]
                 for job in jobs:
                     name = f"{size}-{round_number}-{job}"
                     if job == "plain":
                         _say(f"{size:,} rides, round {round_number}: plain Spark, Kafka -> from_avro -> Delta")
-                        figures.plain_spark_seconds.append(_plain_spark(spark, stack.bootstrap_servers, work / name))
+                        with _waiting(f"{size:,} rides, round {round_number}: plain Spark"):
+                            seconds = _plain_spark(spark, stack.bootstrap_servers, work / name)
+                        figures.plain_spark_seconds.append(seconds)
                         continue
                     _say(f"{size:,} rides, round {round_number}: ours, raw_rides through Dagster, fresh checkpoint")
-                    seconds, written, streaming = _materialize_raw_rides(resources_in(name))
+                    with _waiting(f"{size:,} rides, round {round_number}: ours"):
+                        seconds, written, streaming = _materialize_raw_rides(resources_in(name))
                     if written != size:
                         raise BenchError(f"raw_rides wrote {written} rows, expected {size}")
                     figures.ours_seconds.append(seconds)
@@ -335,14 +350,15 @@ def _probe(kafka: Any, registry: Any, tables: _Tables, seed: int, expected: int,
     produce(kafka, registry, RIDES_TOPIC, rows_from_records([ride]), show_progress=False)
     to_raw = to_gold = None
     deadline = started + timeout
-    while to_gold is None:
-        if time.monotonic() > deadline:
-            raise BenchError(f"ride {expected} did not reach raw_rides/vendor_counts within {timeout:.0f} s")
-        if to_raw is None and tables.raw_rides() >= expected:
-            to_raw = time.monotonic() - started
-        if to_raw is not None and tables.counted_rides() >= expected:
-            to_gold = time.monotonic() - started
-        time.sleep(0.1 if to_raw is None else 0.5)  # a vendor_counts query is a Spark job: ask twice a second
+    with _waiting(f"probe {expected}: waiting for raw_rides and vendor_counts"):
+        while to_gold is None:
+            if time.monotonic() > deadline:
+                raise BenchError(f"ride {expected} did not reach raw_rides/vendor_counts within {timeout:.0f} s")
+            if to_raw is None and tables.raw_rides() >= expected:
+                to_raw = time.monotonic() - started
+            if to_raw is not None and tables.counted_rides() >= expected:
+                to_gold = time.monotonic() - started
+            time.sleep(0.1 if to_raw is None else 0.5)  # a vendor_counts query is a Spark job: ask twice a second
     assert to_raw is not None
     return to_raw, to_gold
 
@@ -353,10 +369,11 @@ def _wait_until_no_run_in_flight(dagster_home: Path, timeout: float) -> None:
 
     instance = dg.DagsterInstance.from_config(str(dagster_home))
     deadline = time.monotonic() + timeout
-    while instance.get_runs(filters=dg.RunsFilter(statuses=IN_FLIGHT), limit=1):
-        if time.monotonic() > deadline:
-            raise BenchError(f"a run was still in flight after {timeout:.0f} s")
-        time.sleep(0.5)
+    with _waiting("waiting for the run in flight to end"):
+        while instance.get_runs(filters=dg.RunsFilter(statuses=IN_FLIGHT), limit=1):
+            if time.monotonic() > deadline:
+                raise BenchError(f"a run was still in flight after {timeout:.0f} s")
+            time.sleep(0.5)
 
 
 def _run_timings(dagster_home: Path, produced_at: list[float]) -> tuple[list[float], list[float], list[float]]:
@@ -526,9 +543,10 @@ def run_windows_bench(histories: tuple[int, ...], new_rides: int, runs: int, jso
             lakehouses[history] = LakehouseResource(root=str(Path(tmp) / f"lakehouse-{history}"))
             rides[history] = list(synthetic_rides(history + runs * new_rides, options))
             _say(f"history {history:,}: writing raw_rides, then one untimed windows run over it")
-            _append_rides(spark, lakehouses[history].table_path(RAW_RIDES.name), rides[history][:history], 0)
-            stream_ride_windows(spark, lakehouses[history], window_duration=window, watermark_delay=watermark)
-            reconcile_ride_windows(spark, lakehouses[history], window_duration=window)
+            with _waiting(f"history {history:,}: writing raw_rides, untimed windows run"):
+                _append_rides(spark, lakehouses[history].table_path(RAW_RIDES.name), rides[history][:history], 0)
+                stream_ride_windows(spark, lakehouses[history], window_duration=window, watermark_delay=watermark)
+                reconcile_ride_windows(spark, lakehouses[history], window_duration=window)
         totals: dict[int, list[float]] = {h: [] for h in histories}
         streams: dict[int, list[float]] = {h: [] for h in histories}
         reconciles: dict[int, list[float]] = {h: [] for h in histories}
@@ -536,14 +554,15 @@ def run_windows_bench(histories: tuple[int, ...], new_rides: int, runs: int, jso
         for run in range(runs):
             for history in histories:
                 lakehouse, start = lakehouses[history], history + run * new_rides
-                _append_rides(
-                    spark, lakehouse.table_path(RAW_RIDES.name), rides[history][start : start + new_rides], start
-                )
-                began = time.monotonic()
-                stream_ride_windows(spark, lakehouse, window_duration=window, watermark_delay=watermark)
-                streamed = time.monotonic()
-                reconcile = reconcile_ride_windows(spark, lakehouse, window_duration=window)
-                ended = time.monotonic()
+                with _waiting(f"run {run + 1}/{runs}, history {history:,}"):
+                    _append_rides(
+                        spark, lakehouse.table_path(RAW_RIDES.name), rides[history][start : start + new_rides], start
+                    )
+                    began = time.monotonic()
+                    stream_ride_windows(spark, lakehouse, window_duration=window, watermark_delay=watermark)
+                    streamed = time.monotonic()
+                    reconcile = reconcile_ride_windows(spark, lakehouse, window_duration=window)
+                    ended = time.monotonic()
                 if reconcile.full or reconcile.new_rides != new_rides:
                     raise BenchError(
                         f"the reconcile read {reconcile.new_rides} new rides (full: {reconcile.full}), "

@@ -46,7 +46,9 @@ def _add_produce_parser(subparsers: argparse._SubParsersAction) -> None:
     )
     produce.add_argument("--late-fraction", type=float, default=0.0, help="synthetic: share of rides that arrive late")
     produce.add_argument("--late-by-seconds", type=float, default=3600.0, help="synthetic: how late the late rides are")
-    produce.add_argument("--no-progress", action="store_true", help="no progress bar")
+    produce.add_argument(
+        "--no-progress", action="store_true", help="no progress (a bar on a terminal, else a line every 5 s)"
+    )
     _add_connection_flags(produce)
     produce.set_defaults(handler=_run_produce)
 
@@ -246,16 +248,15 @@ def _add_replay_parser(subparsers: argparse._SubParsersAction) -> None:
 
 
 def _run_replay(args: argparse.Namespace) -> int:
-    import os
-
     import dagster as dg
 
+    from streaming_pipeline import settings
     from streaming_pipeline.definitions import build_definitions
     from streaming_pipeline.devstack.replay import ReplayStart, replay
 
     start = ReplayStart.parse(from_time=args.from_time, from_offsets=args.from_offsets)
     defs = build_definitions()
-    instance = dg.DagsterInstance.get() if os.environ.get("DAGSTER_HOME") else dg.DagsterInstance.ephemeral()
+    instance = dg.DagsterInstance.get() if settings.dagster_home() else dg.DagsterInstance.ephemeral()
     report = replay(args.asset, start, defs=defs, instance=instance, progress=lambda m: print(m, flush=True))
     print(report.summary())
     return 0

@@ -22,6 +22,7 @@ from streaming_pipeline.devstack.quiet_runs import QUIET_RUN_CONFIG
 from streaming_pipeline.devstack.records import read_rides_csv
 from streaming_pipeline.devstack.synthetic import SyntheticOptions, synthetic_pickups, synthetic_rides
 from streaming_pipeline.errors import DemoError
+from streaming_pipeline.progress import waiting
 from streaming_pipeline.settings import PipelineSettings
 from streaming_pipeline.tables import PICKUPS_TOPIC, RIDES_TOPIC
 
@@ -104,23 +105,24 @@ def _check_produced(result: ProduceResult) -> None:
 
 def _produce(options: DemoOptions, kafka: Any, registry: Any, stages: _Stages) -> int:
     started = time.monotonic()
-    if options.csv is not None:
-        ride_rows = list(read_rides_csv(options.csv))
-        rides = [row.record for row in ride_rows if row.record is not None]
-        _check_produced(produce(kafka, registry, RIDES_TOPIC, ride_rows, total=len(ride_rows), show_progress=False))
-        pickups = [{"pu_location_id": r["do_location_id"], "pickup_datetime": r["dropoff_datetime"]} for r in rides]
-        source = str(options.csv)
-    else:
-        synthetic = SyntheticOptions(seed=options.seed, out_of_order_fraction=0.05)
-        rides = list(synthetic_rides(options.rides, synthetic))
-        pickups = list(synthetic_pickups(options.rides, synthetic))
+    with waiting("producing", say=stages.say):  # a large --csv takes a while
+        if options.csv is not None:
+            ride_rows = list(read_rides_csv(options.csv))
+            rides = [row.record for row in ride_rows if row.record is not None]
+            _check_produced(produce(kafka, registry, RIDES_TOPIC, ride_rows, total=len(ride_rows), show_progress=False))
+            pickups = [{"pu_location_id": r["do_location_id"], "pickup_datetime": r["dropoff_datetime"]} for r in rides]
+            source = str(options.csv)
+        else:
+            synthetic = SyntheticOptions(seed=options.seed, out_of_order_fraction=0.05)
+            rides = list(synthetic_rides(options.rides, synthetic))
+            pickups = list(synthetic_pickups(options.rides, synthetic))
+            _check_produced(
+                produce(kafka, registry, RIDES_TOPIC, rows_from_records(rides), total=len(rides), show_progress=False)
+            )
+            source = f"the synthetic generator (seed {options.seed})"
         _check_produced(
-            produce(kafka, registry, RIDES_TOPIC, rows_from_records(rides), total=len(rides), show_progress=False)
+            produce(kafka, registry, PICKUPS_TOPIC, rows_from_records(pickups), total=len(pickups), show_progress=False)
         )
-        source = f"the synthetic generator (seed {options.seed})"
-    _check_produced(
-        produce(kafka, registry, PICKUPS_TOPIC, rows_from_records(pickups), total=len(pickups), show_progress=False)
-    )
     stages.say(
         f"produced {len(rides):,} rides and {len(pickups):,} pickups from {source} ({time.monotonic() - started:.1f} s)"
     )
@@ -136,15 +138,17 @@ def _materialize(resources: Mapping[str, Any], stages: _Stages) -> dg.ExecuteInP
         f"materializing {len(graph.get_all_asset_keys())} assets and {len(graph.asset_check_keys)} checks through "
         "the Dagster definitions on the Spark Connect engine..."
     )
-    result = dg.materialize(
-        [
-            *cast(list[dg.AssetsDefinition], pipeline.assets),
-            *cast(list[dg.AssetChecksDefinition], pipeline.asset_checks),
-        ],
-        resources=resources,
-        raise_on_error=False,
-        run_config=QUIET_RUN_CONFIG,
-    )
+    # The run takes a minute or more: a running clock on a terminal, a line every few seconds in a log.
+    with waiting("materializing", say=stages.say):
+        result = dg.materialize(
+            [
+                *cast(list[dg.AssetsDefinition], pipeline.assets),
+                *cast(list[dg.AssetChecksDefinition], pipeline.asset_checks),
+            ],
+            resources=resources,
+            raise_on_error=False,
+            run_config=QUIET_RUN_CONFIG,
+        )
     seconds = {
         event.step_key: event.event_specific_data.duration_ms / 1000  # type: ignore[union-attr]
         for event in result.all_events

@@ -5,7 +5,6 @@ from __future__ import annotations
 import contextlib
 import logging
 import signal
-import sys
 import threading
 import time
 from collections.abc import Callable, Iterable, Iterator
@@ -14,10 +13,10 @@ from typing import TYPE_CHECKING, Any, cast
 
 from confluent_kafka import KafkaError, KafkaException, Producer
 from confluent_kafka.serialization import MessageField, SerializationContext
-from tqdm import tqdm
 
 from streaming_pipeline.devstack.records import CsvRow, Record
 from streaming_pipeline.errors import ConfigurationError
+from streaming_pipeline.progress import Progress
 from streaming_pipeline.registry_client import RegistryClient
 from streaming_pipeline.resources.kafka import KafkaResource
 from streaming_pipeline.schemas import load_schema
@@ -133,7 +132,8 @@ def produce(
     # what matters reaches the user through the delivery reports and the summary.
     producer = kafka.producer(**config, logger=_LIBRDKAFKA_LOG)
     result = ProduceResult(topic=topic)
-    progress = tqdm(total=total, unit="rec", desc=f"producing {topic}", disable=not show_progress, file=sys.stderr)
+    # A bar on a terminal, a line every few seconds into a pipe or a log (streaming_pipeline.progress).
+    progress = Progress(total, f"producing {topic}", "rec", enabled=show_progress)
     try:
         with _ctrl_c_requests_stop(stop_on_interrupt) as stop:
             _send_rows(producer, encoder, rows, result, _Pacer(rate), progress, stop)
@@ -203,7 +203,7 @@ def _send_rows(
     rows: Iterable[CsvRow],
     result: ProduceResult,
     pacer: _Pacer,
-    progress: tqdm,
+    progress: Progress,
     stop: threading.Event,
 ) -> None:
     """Encode and send each good row, counting the bad ones, until the rows end or a stop is requested."""

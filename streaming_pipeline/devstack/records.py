@@ -36,7 +36,7 @@ def csv_columns(source: SourceTopic) -> dict[str, tuple[str, str, bool]]:
 
 
 def parse_timestamp(text: str) -> datetime:
-    """TLC times are naive wall-clock strings; the lakehouse reads them as UTC (DESIGN section 4)."""
+    """TLC times are naive wall-clock strings; the lakehouse reads them as UTC (docs/design.md)."""
     parsed = datetime.fromisoformat(text.strip())
     return parsed.replace(tzinfo=UTC) if parsed.tzinfo is None else parsed.astimezone(UTC)
 

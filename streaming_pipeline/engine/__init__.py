@@ -1,2 +1,2 @@
-"""The engine under every layer: the Spark resource and session, availableNow stream runs, Delta table I/O and the
-Spark-free Delta log reader."""
+"""The engine under every layer: Spark sessions and profiles, the jars a local driver needs (resolved with Ivy),
+Java, availableNow stream runs, Delta table I/O and the Spark-free Delta log reader."""

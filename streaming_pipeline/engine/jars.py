@@ -25,7 +25,6 @@ from __future__ import annotations
 import hashlib
 import importlib.metadata
 import importlib.util
-import os
 import re
 import shutil
 import subprocess
@@ -40,8 +39,10 @@ from xml.sax.saxutils import escape, quoteattr
 
 from packaging.version import Version
 
+from streaming_pipeline import settings
 from streaming_pipeline.engine.java import exclusive_lock, find_java
 from streaming_pipeline.errors import ArtifactResolutionError, EngineVersionError, IncompleteResolution
+from streaming_pipeline.progress import progress as progress_report
 
 KAFKA_VERSION = "4.1.1"
 SCALA_BINARY_VERSION = "2.13"
@@ -53,9 +54,8 @@ BROKER_MAIN_CLASS = "kafka.Kafka"
 STORAGE_TOOL_CLASS = "kafka.tools.StorageTool"
 
 MAVEN_CENTRAL = "https://repo1.maven.org/maven2/"
-REPOSITORY_ENV = "STREAMING_PIPELINE_MAVEN_REPOSITORY"
-CACHE_DIR_ENV = "STREAMING_PIPELINE_CACHE_DIR"
-IVY_JAR_ENV = "STREAMING_PIPELINE_IVY_JAR"
+REPOSITORY_ENV = settings.MAVEN_REPOSITORY
+IVY_JAR_ENV = settings.IVY_JAR
 RESOLVE_TIMEOUT_SECONDS = 1800
 
 Progress = Callable[[str], None]
@@ -170,11 +170,7 @@ def pyspark_jar_modules() -> set[str]:
 
 
 def cache_root() -> Path:
-    override = os.environ.get(CACHE_DIR_ENV)
-    if override:
-        return Path(override).expanduser()
-    xdg = os.environ.get("XDG_CACHE_HOME")
-    return (Path(xdg) if xdg else Path.home() / ".cache") / "streaming-pipeline"
+    return settings.cache_root()
 
 
 def set_dir(artifacts: ArtifactSet) -> Path:
@@ -182,15 +178,15 @@ def set_dir(artifacts: ArtifactSet) -> Path:
 
 
 def repository_url() -> str:
-    url = os.environ.get(REPOSITORY_ENV) or MAVEN_CENTRAL
+    url = settings.maven_repository() or MAVEN_CENTRAL
     return url if url.endswith("/") else url + "/"
 
 
 def find_ivy_jar() -> Path:
     """$STREAMING_PIPELINE_IVY_JAR, else the ivy-*.jar in pyspark's jars/ folder."""
-    override = os.environ.get(IVY_JAR_ENV)
+    override = settings.ivy_jar_override()
     if override:
-        return Path(override)
+        return override
     found = sorted((pyspark_home() / "jars").glob("ivy-*.jar"))
     if not found:
         raise ArtifactResolutionError(
@@ -264,9 +260,13 @@ _FAILURE_LINE = re.compile(r"(download failed: \S+|:: \S+#\S+;\S+: .+|module not
 
 
 def _run_ivy(command: list[str], log_file: Path, artifacts: ArtifactSet, say: Progress) -> None:
-    """Run Ivy, showing a progress line every few seconds; raise naming the artifacts that failed."""
-    found = downloaded = 0
-    last_report = time.monotonic()
+    """Run Ivy, reporting as it goes; raise naming the artifacts that failed.
+
+    On a terminal (when `say` is the default, stderr) a bar with the modules found so far and a running clock;
+    otherwise a line through `say` every few seconds, also while Ivy is silent (a large download), none when it
+    is done sooner. The outcome is reported by the caller.
+    """
+    downloaded = 0
     lines: list[str] = []
     try:
         process = subprocess.Popen(
@@ -276,19 +276,27 @@ def _run_ivy(command: list[str], log_file: Path, artifacts: ArtifactSet, say: Pr
         raise ArtifactResolutionError(f"could not run Java for Apache Ivy ({command[0]}): {exc}") from exc
     assert process.stdout is not None
     deadline = time.monotonic() + RESOLVE_TIMEOUT_SECONDS
-    for line in process.stdout:
-        lines.append(line.rstrip("\n"))
-        stripped = line.strip()
-        if stripped.startswith("found "):
-            found += 1
-        elif stripped.startswith("[SUCCESSFUL ]"):
-            downloaded += 1
-        if time.monotonic() - last_report > 3:
-            say(f"  {artifacts.name}: {found} modules found, {downloaded} files downloaded so far...")
-            last_report = time.monotonic()
-        if time.monotonic() > deadline:
-            process.kill()
-            break
+    with progress_report(
+        None,
+        f"  {artifacts.name}",
+        "modules",
+        say=say,
+        bar=say is _stderr_progress,
+        leave=False,
+        rate=False,
+        heartbeat=True,
+    ) as report:
+        for line in process.stdout:
+            lines.append(line.rstrip("\n"))
+            stripped = line.strip()
+            if stripped.startswith("found "):
+                report.update(1)
+            elif stripped.startswith("[SUCCESSFUL ]"):
+                downloaded += 1
+                report.set_status(f"{downloaded} files downloaded")
+            if time.monotonic() > deadline:
+                process.kill()
+                break
     code = process.wait()
     log_file.write_text("$ " + " ".join(command) + "\n" + "\n".join(lines) + "\n")
     if code != 0:

@@ -118,14 +118,12 @@ def test_vendor_counts_skips_while_raw_rides_is_missing_then_counts_every_ride_o
 def test_amount_branches_split_every_ride_once_by_the_threshold(resources, spark, rides_csv: Path) -> None:
     lakehouse: LakehouseResource = resources["lakehouse"]
     rides = _write_raw_rides(spark, rides_csv, lakehouse.table_path("raw_rides"))
-    threshold = lakehouse.high_amount_threshold
+    config = AmountBranchesConfig(high_amount_threshold=40.0)
+    threshold = config.high_amount_threshold
     amounts = [float(ride["total_amount"]) for ride in rides]
     expected_high = sum(1 for amount in amounts if amount >= threshold)
 
-    results = {
-        r.asset_key.to_user_string(): r
-        for r in amount_branches(dg.build_asset_context(), AmountBranchesConfig(), **resources)
-    }
+    results = {r.asset_key.to_user_string(): r for r in amount_branches(dg.build_asset_context(), config, **resources)}
     assert set(results) == {"high_amount_rides", "low_amount_rides"}
     # Each ride of raw_rides is read once, and lands in exactly one branch.
     assert _metadata_value(results["high_amount_rides"], "rows_read") == len(rides) == 266

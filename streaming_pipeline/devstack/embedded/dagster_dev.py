@@ -20,7 +20,7 @@ from streaming_pipeline.devstack.embedded.ports import LOOPBACK, free_port
 from streaming_pipeline.devstack.embedded.processes import start_background, stop_pid, tail
 from streaming_pipeline.errors import StackError
 
-PROJECT_ROOT = Path(__file__).resolve().parents[2]
+PROJECT_ROOT = Path(__file__).resolve().parents[3]
 # Settings of the caller's shell that must not leak into a run pointed at another stack.
 _FOREIGN_PREFIXES = ("SPARK_", "OFFSET_SENSOR_", "KAFKA_", "SCHEMA_REGISTRY_", "LAKEHOUSE_DIR", "DAGSTER_HOME")
 

@@ -248,7 +248,7 @@ def output_since_last_start(path: Path, lines: int = 20) -> str:
 def python_env_with_project() -> dict[str, str]:
     """os.environ with this package's parent folder first on PYTHONPATH (works without an install)."""
     env = dict(os.environ)
-    root = str(Path(__file__).resolve().parents[2])
+    root = str(Path(__file__).resolve().parents[3])  # the folder holding streaming_pipeline/
     current = env.get("PYTHONPATH")
     env["PYTHONPATH"] = root + (os.pathsep + current if current else "")
     return env

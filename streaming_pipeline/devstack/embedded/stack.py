@@ -30,13 +30,13 @@ from __future__ import annotations
 import atexit
 import contextlib
 import json
-import os
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from streaming_pipeline import settings
 from streaming_pipeline.devstack.embedded.dagster_home import write_dagster_yaml
 from streaming_pipeline.devstack.embedded.kafka_broker import DEFAULT_HEAP, EmbeddedKafkaBroker
 from streaming_pipeline.devstack.embedded.ports import LOOPBACK, free_port, is_port_free
@@ -57,7 +57,7 @@ from streaming_pipeline.engine import jars
 from streaming_pipeline.engine.java import exclusive_lock, find_java
 from streaming_pipeline.errors import StackError
 
-STACK_DIR_ENV = "STREAMING_PIPELINE_STACK_DIR"
+STACK_DIR_ENV = settings.STACK_DIR
 STATE_FILE = "stack.json"
 STANDARD_KAFKA_PORT = 9092
 STANDARD_CONTROLLER_PORT = 9093
@@ -70,8 +70,7 @@ Component = ManagedProcess | SparkStandaloneCluster
 
 def default_stack_dir() -> Path:
     """$STREAMING_PIPELINE_STACK_DIR, else ``.stack/`` in the current working directory."""
-    override = os.environ.get(STACK_DIR_ENV)
-    return Path(override).expanduser() if override else Path.cwd() / ".stack"
+    return settings.stack_dir_override() or Path.cwd() / ".stack"
 
 
 @dataclass(frozen=True)

@@ -6,6 +6,7 @@ from pathlib import Path
 
 import pytest
 
+from streaming_pipeline import settings
 from streaming_pipeline.engine import jars
 from streaming_pipeline.errors import ArtifactResolutionError
 
@@ -29,7 +30,7 @@ def private_home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     monkeypatch.setenv("HOME", str(home))
     monkeypatch.setenv("JAVA_TOOL_OPTIONS", f"-Duser.home={home}")
     monkeypatch.delenv("XDG_CACHE_HOME", raising=False)
-    monkeypatch.delenv(jars.CACHE_DIR_ENV, raising=False)
+    monkeypatch.delenv(settings.CACHE_DIR, raising=False)
     monkeypatch.delenv(jars.REPOSITORY_ENV, raising=False)
     return home
 

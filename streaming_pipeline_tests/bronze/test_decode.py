@@ -1,5 +1,4 @@
-"""Unit tests of the layers' pure transformations (`bronze.decode`, `silver.transformations`,
-`gold.transformations`) on small static DataFrames.
+"""Unit tests of `bronze.decode` (Confluent frames -> bronze rows and dead letters) on small static DataFrames.
 
 Every expected row is written by hand or computed in plain Python here, never with the code under test.
 Inputs use timezone-aware UTC datetimes; Spark (session time zone UTC) returns naive UTC datetimes.
@@ -11,7 +10,6 @@ import datetime as dt
 import io
 import json
 import struct
-from collections import defaultdict
 from pathlib import Path
 
 import fastavro
@@ -19,20 +17,14 @@ import pytest
 from pyspark.sql import functions as F
 
 from streaming_pipeline.bronze.decode import bronze_rows, dead_letter_rows, decode_avro_frames, split_confluent_frames
-from streaming_pipeline.gold.transformations import (
-    late_ride_counts,
-    ride_window_aggregates,
-    vendor_counts,
-    window_late_counts,
-)
-from streaming_pipeline.silver.transformations import ride_pickup_joins
 from streaming_pipeline.tables import DEAD_LETTER_RECORDS
 from streaming_pipeline.tables import KAFKA_COLUMN_NAMES as KAFKA_COLUMNS
+from streaming_pipeline_tests.dataframe_helpers import assert_exact, at, naive
 
 DEAD_LETTER_COLUMNS = DEAD_LETTER_RECORDS.column_names
 
 UTC = dt.UTC
-SCHEMA_DIR = Path(__file__).resolve().parents[1] / "schemas"
+SCHEMA_DIR = Path(__file__).resolve().parents[2] / "schemas"
 RIDE_V1 = (SCHEMA_DIR / "ride_value.avsc").read_text()
 RIDE_V2 = (SCHEMA_DIR / "ride_value_v2.avsc").read_text()
 PICKUP = (SCHEMA_DIR / "pickup_location_value.avsc").read_text()
@@ -54,26 +46,12 @@ DEAD_LETTER_DDL = (
     "kafka_topic string, kafka_partition int, kafka_offset long, raw_key binary, raw_value binary, "
     "error string, failed_at timestamp"
 )
-WINDOW_DDL = (
-    "window_start timestamp, window_end timestamp, vendor_id int, trip_count long, "
-    "total_amount_sum double, max_pickup_datetime timestamp"
-)
 
 FAILED_AT = dt.datetime(2024, 3, 10, 12, 0, 0, tzinfo=UTC)
 KAFKA_TS = dt.datetime(2024, 3, 10, 9, 30, 0, 123000, tzinfo=UTC)
 
 
 # ---------------------------------------------------------------- helpers
-
-
-def at(hour: int, minute: int, second: int = 0, micro: int = 0) -> dt.datetime:
-    """An aware UTC datetime on 2024-03-10."""
-    return dt.datetime(2024, 3, 10, hour, minute, second, micro, tzinfo=UTC)
-
-
-def naive(value: dt.datetime | None) -> dt.datetime | None:
-    """What Spark returns for an aware datetime: naive, in the session time zone (UTC)."""
-    return None if value is None else value.astimezone(UTC).replace(tzinfo=None)
 
 
 def avro_body(schema_text: str, record: object) -> bytes:
@@ -97,33 +75,6 @@ def decode(spark, rows, writers, reader):
     dead_letter_rows then run on the same decoded rows without recompiling it)."""
     decoded = decode_avro_frames(split_confluent_frames(kafka_records(spark, rows)), writers, reader)
     return decoded.localCheckpoint(eager=True)
-
-
-def _plain(value):
-    if isinstance(value, dt.datetime):
-        return naive(value)
-    if isinstance(value, bytearray):
-        return bytes(value)
-    return value
-
-
-def _sort_key(row) -> tuple:
-    # None sorts first; every other value compares with values of its own column
-    return tuple((value is not None, value if value is not None else 0) for value in row)
-
-
-def assert_exact(spark, actual, expected_rows, ddl: str) -> list[tuple]:
-    """`actual` has exactly the columns and types of `ddl` and, in any order, exactly `expected_rows`
-    (no float tolerance; aware datetimes in `expected_rows` are compared as naive UTC). Returns the rows.
-
-    (pyspark.testing.assertDataFrameEqual imports pyspark.pandas, which fails with the installed pandas.)
-    """
-    expected_schema = spark.createDataFrame([], ddl).schema
-    assert [(f.name, f.dataType) for f in actual.schema] == [(f.name, f.dataType) for f in expected_schema]
-    got = sorted((tuple(_plain(v) for v in r) for r in actual.collect()), key=_sort_key)
-    want = sorted((tuple(_plain(v) for v in r) for r in expected_rows), key=_sort_key)
-    assert got == want
-    return got
 
 
 def field_names(schema_text: str) -> list[str]:
@@ -522,256 +473,3 @@ def test_a_pickup_with_one_trailing_zero_byte_is_a_dead_letter(spark):
     assert bronze_rows(decoded).count() == 0
     [dead] = dead_letter_rows(decoded, F.lit(FAILED_AT)).collect()
     assert dead.error == trailing_error(len(body) + 1, len(body), PICKUP_ID)
-
-
-# ---------------------------------------------------------------- vendor_counts
-
-
-def test_vendor_counts_counts_rides_per_vendor_including_null_vendor(spark):
-    rides = spark.createDataFrame(
-        [(1, 10.0), (2, 5.0), (1, 3.0), (None, 1.0), (1, 2.0), (None, 4.0), (7, 0.0)],
-        "vendor_id int, total_amount double",
-    )
-    assert_exact(spark, vendor_counts(rides), [(1, 3), (2, 1), (None, 2), (7, 1)], "vendor_id int, trip_count long")
-
-
-def test_vendor_counts_of_no_rides_is_empty(spark):
-    rides = spark.createDataFrame([], "vendor_id int, total_amount double")
-    assert_exact(spark, vendor_counts(rides), [], "vendor_id int, trip_count long")
-
-
-# ---------------------------------------------------------------- ride_window_aggregates
-
-RIDES_DDL = "vendor_id int, pickup_datetime timestamp, total_amount double"
-
-
-def test_window_aggregates_split_per_vendor_with_ride_on_boundary_in_later_window(spark):
-    rides = spark.createDataFrame(
-        [
-            (1, at(0, 0, 0), 10.0),
-            (1, at(0, 9, 59, 999999), 2.5),
-            (1, at(0, 10, 0), 4.0),  # exactly on the boundary: window [00:10, 00:20)
-            (2, at(0, 5, 0), 7.25),
-            (2, at(0, 19, 59), 1.0),
-            (None, at(0, 15, 0), 3.0),
-            (None, at(0, 20, 0), 5.5),  # boundary again: [00:20, 00:30)
-        ],
-        RIDES_DDL,
-    )
-    assert_exact(
-        spark,
-        ride_window_aggregates(rides, "600 seconds"),
-        [
-            (at(0, 0), at(0, 10), 1, 2, 12.5, at(0, 9, 59, 999999)),
-            (at(0, 10), at(0, 20), 1, 1, 4.0, at(0, 10, 0)),
-            (at(0, 0), at(0, 10), 2, 1, 7.25, at(0, 5, 0)),
-            (at(0, 10), at(0, 20), 2, 1, 1.0, at(0, 19, 59)),
-            (at(0, 10), at(0, 20), None, 1, 3.0, at(0, 15, 0)),
-            (at(0, 20), at(0, 30), None, 1, 5.5, at(0, 20, 0)),
-        ],
-        WINDOW_DDL,
-    )
-
-
-def test_window_aggregates_windows_are_aligned_to_the_epoch_not_to_the_hour_or_first_ride(spark):
-    duration = 420  # does not divide an hour: epoch-aligned windows start at odd minutes
-    pickups = [
-        (1, at(6, 3, 17), 1.5),
-        (1, at(6, 4, 0), 2.0),
-        (1, at(6, 7, 0), 3.0),
-        (2, at(6, 3, 17), 4.0),
-        (2, at(6, 13, 1, 500000), 8.0),
-        (1, at(6, 59, 59), 0.5),
-    ]
-    groups: dict[tuple, list] = defaultdict(list)
-    for vendor, pickup, total in pickups:
-        epoch = int(pickup.timestamp())
-        start = dt.datetime.fromtimestamp(epoch - epoch % duration, UTC)
-        groups[(start, vendor)].append((pickup, total))
-    expected_rows = [
-        (
-            start,
-            start + dt.timedelta(seconds=duration),
-            vendor,
-            len(items),
-            sum(t for _, t in items),
-            max(p for p, _ in items),
-        )
-        for (start, vendor), items in groups.items()
-    ]
-    # none of these windows is aligned to the hour or to the first ride (06:03:17)
-    assert all((start - start.replace(minute=0, second=0)).total_seconds() % duration != 0 for start, _ in groups)
-    assert all((start - at(6, 3, 17)).total_seconds() % duration != 0 for start, _ in groups)
-    actual = ride_window_aggregates(spark.createDataFrame(pickups, RIDES_DDL), f"{duration} seconds")
-    assert_exact(spark, actual, expected_rows, WINDOW_DDL)
-
-
-# ---------------------------------------------------------------- late_ride_counts
-
-LATE_DDL = "window_start timestamp, window_end timestamp, vendor_id int, late_trip_count long"
-TEN_MIN = dt.timedelta(minutes=10)
-
-
-def _window_rows(spark, rows):
-    """Rows (window start, vendor, trip_count) in the shape of ride_window_aggregates' output."""
-    return spark.createDataFrame(
-        [(start, start + TEN_MIN, vendor, count, 1.0 * count, start) for start, vendor, count in rows],
-        WINDOW_DDL,
-    )
-
-
-def test_late_ride_counts_reports_missing_and_undercounted_windows_null_safely(spark):
-    w1, w2, w3, w4 = at(0, 0), at(0, 10), at(0, 20), at(0, 30)
-    all_rides = _window_rows(
-        spark,
-        [
-            (w1, 1, 5),  # on time 3 -> 2 late
-            (w1, 2, 2),  # on time 2 -> nothing
-            (w2, None, 4),  # on time (null vendor) 1 -> 3 late
-            (w2, 1, 1),  # on time 1 -> nothing
-            (w3, 2, 1),  # missing from aggregates -> 1 late
-            (w3, None, 2),  # missing from aggregates -> 2 late
-            (w4, None, 3),  # on time (null vendor) 3 -> nothing
-        ],
-    )
-    aggregates = _window_rows(
-        spark,
-        [(w1, 1, 3), (w1, 2, 2), (w2, None, 1), (w2, 1, 1), (w4, None, 3), (w4, 1, 9)],  # (w4, 1) only here: no row
-    )
-    actual = late_ride_counts(all_rides, aggregates)
-    assert actual.columns == ["window_start", "window_end", "vendor_id", "late_trip_count"]
-    assert_exact(
-        spark,
-        actual,
-        [(w1, w1 + TEN_MIN, 1, 2), (w2, w2 + TEN_MIN, None, 3), (w3, w3 + TEN_MIN, 2, 1), (w3, w3 + TEN_MIN, None, 2)],
-        LATE_DDL,
-    )
-
-
-def test_late_ride_counts_null_vendor_is_not_matched_with_another_vendor(spark):
-    w = at(1, 0)
-    all_rides = _window_rows(spark, [(w, None, 2), (w, 1, 2)])
-    aggregates = _window_rows(spark, [(w, 1, 2)])  # vendor 1 complete, null vendor absent
-    assert_exact(spark, late_ride_counts(all_rides, aggregates), [(w, w + TEN_MIN, None, 2)], LATE_DDL)
-
-
-def test_late_ride_counts_equal_counts_give_no_rows(spark):
-    rows = [(at(0, 0), 1, 3), (at(0, 0), None, 1), (at(0, 10), 2, 4)]
-    assert_exact(spark, late_ride_counts(_window_rows(spark, rows), _window_rows(spark, rows)), [], LATE_DDL)
-
-
-def test_window_late_counts_gives_every_window_asked_for_with_zero_when_nothing_is_late(spark):
-    w1, w2 = at(2, 0), at(2, 10)
-    # the rides of two windows per vendor, as a reconcile recounts the windows new rides fall in
-    all_rides = _window_rows(spark, [(w1, 1, 4), (w1, None, 1), (w2, 2, 3)])
-    # the table: (w1, 1) counted 1 on time, (w1, null) all on time, (w2, 2) absent (late only); (w2, 1) not asked
-    aggregates = _window_rows(spark, [(w1, 1, 1), (w1, None, 1), (w2, 1, 7)])
-    assert_exact(
-        spark,
-        window_late_counts(all_rides, aggregates),
-        [(w1, w1 + TEN_MIN, 1, 3), (w1, w1 + TEN_MIN, None, 0), (w2, w2 + TEN_MIN, 2, 3)],
-        LATE_DDL,
-    )
-
-
-# ---------------------------------------------------------------- ride_pickup_joins
-
-JOIN_RIDES_DDL = (
-    "vendor_id int, pickup_datetime timestamp, dropoff_datetime timestamp, pu_location_id int, "
-    "do_location_id int, total_amount double, kafka_partition int, kafka_offset long"
-)
-JOIN_PICKUPS_DDL = "pu_location_id int, pickup_datetime timestamp, kafka_partition int, kafka_offset long"
-JOIN_OUT_DDL = "vendor_id int, location_id int, pickup_datetime timestamp, dropoff_datetime timestamp"
-JOIN_OUT_KAFKA_DDL = (
-    f"{JOIN_OUT_DDL}, ride_kafka_partition int, ride_kafka_offset long, "
-    "pickup_kafka_partition int, pickup_kafka_offset long"
-)
-
-DROP = at(12, 0, 0)
-JOIN_RIDES = [
-    # vendor, pickup, dropoff, pu_location, do_location, total, partition, offset
-    (1, at(11, 40), DROP, 7, 100, 20.0, 0, 10),
-    (2, at(11, 55), at(12, 5), 100, 7, 9.0, 1, 3),
-    (None, at(12, 1), at(12, 20), 300, 100, 5.0, 0, 11),
-]
-JOIN_PICKUPS = [
-    # pu_location, pickup time, partition, offset
-    (100, DROP - dt.timedelta(minutes=10), 0, 1),  # exactly 10 min before ride 1: joins
-    (100, DROP - dt.timedelta(minutes=10, seconds=1), 0, 2),  # 10 min 1 s before: no
-    (100, DROP + dt.timedelta(minutes=10), 1, 1),  # exactly 10 min after ride 1: joins (and ride 3: 10 min before)
-    (100, DROP + dt.timedelta(minutes=10, seconds=1), 1, 2),  # 10:01 after ride 1: no; 9:59 before ride 3: joins
-    (100, DROP, 0, 3),  # same instant as ride 1's dropoff
-    (7, DROP, 2, 1),  # zone 7 = ride 1's pickup zone: no match for ride 1; ride 2 drops off at 7, 5 min later
-    (101, DROP, 2, 2),  # no ride drops off at 101
-    (300, at(12, 1), 2, 3),  # ride 3 picked up at 300 but dropped off at 100: no match
-]
-
-
-def test_pickup_join_bound_is_inclusive_before_and_after_dropoff(spark):
-    rides = spark.createDataFrame([JOIN_RIDES[0]], JOIN_RIDES_DDL)
-    pickups = spark.createDataFrame(JOIN_PICKUPS[:5], JOIN_PICKUPS_DDL)
-    assert_exact(
-        spark,
-        ride_pickup_joins(rides, pickups, "600 seconds"),
-        [
-            (1, 100, at(11, 50, 0), DROP, 0, 10, 0, 1),
-            (1, 100, at(12, 10, 0), DROP, 0, 10, 1, 1),
-            (1, 100, DROP, DROP, 0, 10, 0, 3),
-        ],
-        JOIN_OUT_KAFKA_DDL,
-    )
-
-
-@pytest.mark.parametrize("max_gap", ["600 seconds", "10 minutes"])
-def test_pickup_join_matches_dropoff_location_one_row_per_pair(spark, max_gap):
-    rides = spark.createDataFrame(JOIN_RIDES, JOIN_RIDES_DDL)
-    pickups = spark.createDataFrame(JOIN_PICKUPS, JOIN_PICKUPS_DDL)
-    expected_rows = [
-        (vendor, location, p_time, d_time, r_part, r_off, p_part, p_off)
-        for vendor, _, d_time, _, do_location, _, r_part, r_off in JOIN_RIDES
-        for location, p_time, p_part, p_off in JOIN_PICKUPS
-        if do_location == location and abs(p_time - d_time) <= TEN_MIN
-    ]
-    assert len(expected_rows) == 6  # by hand: ride 1 -> 3 pickups, ride 2 -> 1, ride 3 (null vendor) -> 2
-    actual = ride_pickup_joins(rides, pickups, max_gap)
-    assert actual.columns == [
-        "vendor_id",
-        "location_id",
-        "pickup_datetime",
-        "dropoff_datetime",
-        "ride_kafka_partition",
-        "ride_kafka_offset",
-        "pickup_kafka_partition",
-        "pickup_kafka_offset",
-    ]
-    assert_exact(spark, actual, expected_rows, JOIN_OUT_KAFKA_DDL)
-
-
-def test_pickup_join_ride_matching_two_pickups_gives_two_rows_without_kafka_columns(spark):
-    rides = spark.createDataFrame(
-        [(3, at(9, 0), at(9, 30), 50, 60, 1.0)],
-        "vendor_id int, pickup_datetime timestamp, dropoff_datetime timestamp, pu_location_id int, "
-        "do_location_id int, total_amount double",
-    )
-    pickups = spark.createDataFrame(
-        [(60, at(9, 25)), (60, at(9, 25)), (60, at(9, 41)), (50, at(9, 30))],
-        "pu_location_id int, pickup_datetime timestamp",
-    )
-    actual = ride_pickup_joins(rides, pickups, "600 seconds")
-    assert actual.columns == ["vendor_id", "location_id", "pickup_datetime", "dropoff_datetime"]
-    assert_exact(spark, actual, [(3, 60, at(9, 25), at(9, 30)), (3, 60, at(9, 25), at(9, 30))], JOIN_OUT_DDL)
-
-
-def test_observed_metrics_are_summed_over_batches_in_both_progress_shapes() -> None:
-    """In-process progress JSON has {metric: value}; Spark Connect's has {values, schema}."""
-    from streaming_pipeline.engine.streams import StreamRunReport
-
-    report = StreamRunReport("q")
-    schema = {"type": "struct", "fields": [{"name": "unknown_pickup_zones"}, {"name": "unknown_dropoff_zones"}]}
-    report.add({"numInputRows": 5, "observedMetrics": {"enrichment": {"values": [2, 0], "schema": schema}}})
-    report.add(
-        {"numInputRows": 7, "observedMetrics": {"enrichment": {"unknown_pickup_zones": 1, "unknown_dropoff_zones": 3}}}
-    )
-    assert report.observed_metrics("enrichment") == {"unknown_pickup_zones": 3, "unknown_dropoff_zones": 3}
-    assert report.observed_metrics("other") == {}
-    assert (report.input_rows, report.batches) == (12, 2)

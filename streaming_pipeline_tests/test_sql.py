@@ -1,0 +1,135 @@
+"""Unit tests of `sql` (SQL over the lakehouse's Delta tables and the answer's formats), exact output.
+
+Expected output is written by hand, never with the code under test. Inputs use timezone-aware UTC datetimes
+(session time zone UTC).
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import os
+import time
+from decimal import Decimal
+
+import pytest
+
+from streaming_pipeline.errors import QueryError
+from streaming_pipeline.sql import format_rows, register_tables, run_sql
+
+UTC = dt.UTC
+
+
+@pytest.fixture(scope="module")
+def lakehouse(spark, tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
+    """Three small Delta tables, plus raw_rides, which was never materialized."""
+    root = tmp_path_factory.mktemp("sql-lakehouse")
+    tables = {
+        "vendor_counts": ([(1, 87), (2, 179)], "vendor_id INT, trip_count BIGINT"),
+        "ride_window_aggregates": (
+            [
+                (dt.datetime(2020, 7, 1, 0, 0, tzinfo=UTC), 1, 2, Decimal("3798.04"), True),
+                (dt.datetime(2020, 7, 1, 0, 10, tzinfo=UTC), 2, 1, Decimal("12.50"), False),
+            ],
+            "window_start TIMESTAMP, vendor_id INT, trip_count BIGINT, total_amount_sum DECIMAL(12,2), "
+            "is_final BOOLEAN",
+        ),
+        "dead_letter_records": (
+            [(7, bytes([0x00, 0x01, 0xAB]), 'bad frame, magic "0x01"', None)],
+            "kafka_offset BIGINT, raw_value BINARY, error STRING, raw_key BINARY",
+        ),
+    }
+    for name, (rows, schema) in tables.items():
+        spark.createDataFrame(rows, schema).write.format("delta").save(str(root / name))
+    return {name: str(root / name) for name in [*tables, "raw_rides"]}
+
+
+def test_only_materialized_tables_are_registered(spark, lakehouse: dict[str, str]) -> None:
+    assert register_tables(spark, lakehouse) == ["vendor_counts", "ride_window_aggregates", "dead_letter_records"]
+
+
+def test_sql_answers_in_each_format(spark, lakehouse: dict[str, str]) -> None:
+    columns, rows = run_sql(spark, lakehouse, "SELECT * FROM ride_window_aggregates ORDER BY window_start")
+
+    assert columns == ["window_start", "vendor_id", "trip_count", "total_amount_sum", "is_final"]
+    assert format_rows(columns, rows, "table") == (
+        "window_start         vendor_id  trip_count  total_amount_sum  is_final\n"
+        "-------------------  ---------  ----------  ----------------  --------\n"
+        "2020-07-01 00:00:00  1          2           3798.04           true\n"
+        "2020-07-01 00:10:00  2          1           12.50             false\n"
+        "(2 rows)\n"
+    )
+    assert format_rows(columns, rows, "csv") == (
+        "window_start,vendor_id,trip_count,total_amount_sum,is_final\r\n"
+        "2020-07-01 00:00:00,1,2,3798.04,true\r\n"
+        "2020-07-01 00:10:00,2,1,12.50,false\r\n"
+    )
+    assert format_rows(columns, rows, "json") == (
+        '{"window_start": "2020-07-01T00:00:00", "vendor_id": 1, "trip_count": 2, "total_amount_sum": 3798.04, '
+        '"is_final": true}\n'
+        '{"window_start": "2020-07-01T00:10:00", "vendor_id": 2, "trip_count": 1, "total_amount_sum": 12.50, '
+        '"is_final": false}\n'
+    )
+
+
+def test_sql_nulls_quotes_and_bytes(spark, lakehouse: dict[str, str]) -> None:
+    query = "SELECT kafka_offset, raw_key, raw_value, error FROM dead_letter_records"
+    columns, rows = run_sql(spark, lakehouse, query)
+
+    assert format_rows(columns, rows, "table") == (
+        "kafka_offset  raw_key  raw_value  error\n"
+        "------------  -------  ---------  -----------------------\n"
+        '7             NULL     0001ab     bad frame, magic "0x01"\n'
+        "(1 row)\n"
+    )
+    assert format_rows(columns, rows, "csv") == (
+        'kafka_offset,raw_key,raw_value,error\r\n7,,0001ab,"bad frame, magic ""0x01"""\r\n'
+    )
+    assert format_rows(columns, rows, "json") == (
+        '{"kafka_offset": 7, "raw_key": null, "raw_value": "0001ab", "error": "bad frame, magic \\"0x01\\""}\n'
+    )
+
+
+def test_sql_keeps_repeated_column_names_and_an_empty_answer(spark, lakehouse: dict[str, str]) -> None:
+    query = "SELECT a.vendor_id, b.vendor_id FROM vendor_counts a JOIN vendor_counts b USING (trip_count) ORDER BY 1"
+    columns, rows = run_sql(spark, lakehouse, query)
+    assert format_rows(columns, rows, "json") == '{"vendor_id": 1, "vendor_id": 1}\n{"vendor_id": 2, "vendor_id": 2}\n'
+
+    columns, rows = run_sql(spark, lakehouse, "SELECT vendor_id FROM vendor_counts WHERE trip_count > 1000")
+    assert format_rows(columns, rows, "table") == "vendor_id\n---------\n(0 rows)\n"
+    assert format_rows(columns, rows, "csv") == "vendor_id\r\n"
+    assert format_rows(columns, rows, "json") == ""
+
+
+def test_sql_timestamps_are_utc_whatever_the_local_time_zone(spark, lakehouse: dict[str, str]) -> None:
+    previous = os.environ.get("TZ")
+    os.environ["TZ"] = "America/New_York"
+    time.tzset()
+    try:
+        _, rows = run_sql(spark, lakehouse, "SELECT min(window_start) FROM ride_window_aggregates")
+    finally:
+        if previous is None:
+            del os.environ["TZ"]
+        else:
+            os.environ["TZ"] = previous
+        time.tzset()
+    assert rows == [(dt.datetime(2020, 7, 1, 0, 0),)]
+
+
+def test_a_bad_query_is_a_query_error_on_one_line(spark, lakehouse: dict[str, str]) -> None:
+    with pytest.raises(QueryError) as caught:
+        run_sql(spark, lakehouse, "SELEC vendor_id FROM vendor_counts")
+    assert "\n" not in str(caught.value) and "PARSE_SYNTAX_ERROR" in str(caught.value)
+
+    with pytest.raises(QueryError) as caught:
+        run_sql(spark, lakehouse, "SELECT nope FROM vendor_counts")
+    assert "\n" not in str(caught.value) and "`nope`" in str(caught.value)
+
+    with pytest.raises(QueryError) as caught:  # never materialized: not registered, so Spark cannot find it
+        run_sql(spark, lakehouse, "SELECT * FROM raw_rides")
+    assert "\n" not in str(caught.value) and "TABLE_OR_VIEW_NOT_FOUND" in str(caught.value)
+    assert "`raw_rides`" in str(caught.value)
+
+
+def test_an_unknown_format_is_refused() -> None:
+    with pytest.raises(ValueError, match="xml"):
+        format_rows(["a"], [(1,)], "xml")
