@@ -15,6 +15,7 @@ from confluent_kafka.admin import AdminClient
 from confluent_kafka.serialization import MessageField, SerializationContext
 
 from streaming_pipeline.devstack.records import csv_columns
+from streaming_pipeline.sources import rides as rides_source
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 SCHEMA_DIR = REPO_ROOT / "schemas"
