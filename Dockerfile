@@ -72,17 +72,6 @@ COPY workspace.yaml ./
 COPY docker/dagster.yaml /opt/dagster/home/dagster.yaml
 COPY docker/start-spark-connect.sh docker/spark-connect-log4j2.properties ./docker/
 
-# Two files of the installed package at the paths that other files name: the Spark profiles for
-# docker/start-spark-connect.sh (its default profile directory, /opt/streaming-pipeline/spark_conf) and the
-# taxi-zone lookup for docker-compose.yml's lakehouse-init. Links into site-packages, not copies: the package is
-# the one source. (streaming_pipeline/ here has no __init__.py: the installed package still wins every import.)
-RUN package_dir="$(python -c 'import os, streaming_pipeline; print(os.path.dirname(streaming_pipeline.__file__))')" \
-    && ln -s "$package_dir/spark_profiles" spark_conf \
-    && mkdir streaming_pipeline \
-    && ln -s "$package_dir/data" streaming_pipeline/data \
-    && test -f spark_conf/cluster.conf \
-    && test -f streaming_pipeline/data/taxi_zone_lookup.csv
-
 RUN chmod 0755 docker/start-spark-connect.sh \
     && bash -n docker/start-spark-connect.sh \
     && mkdir -p /opt/dagster/storage /lakehouse \
