@@ -305,10 +305,30 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+#: The commands that start the embedded servers, which need the `stack` extra (the schema registry is FastAPI).
+NEEDS_STACK_EXTRA = ("stack", "demo", "bench")
+
+
+def _check_stack_installed(command: str) -> None:
+    import importlib.util
+
+    missing = [name for name in ("fastapi", "uvicorn") if importlib.util.find_spec(name) is None]
+    if command in NEEDS_STACK_EXTRA and missing:
+        raise ConfigurationError(
+            f"`streaming-pipeline {command}` runs the development stack, which is not installed here "
+            f"(no {', '.join(missing)}): pip install 'streaming-pipeline[stack]' -c constraints.txt"
+        )
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
-    return exit_code(lambda: args.handler(args))
+
+    def run() -> int:
+        _check_stack_installed(args.command)
+        return int(args.handler(args) or 0)
+
+    return exit_code(run)
 
 
 if __name__ == "__main__":
