@@ -29,7 +29,8 @@ def register_tables(spark: SparkSession, table_paths: Mapping[str, str]) -> list
     """A temporary view per existing Delta table, named by its asset; the names registered, in order.
 
     A table that was never materialized is skipped, so a query naming it fails with Spark's own "table or view
-    not found" rather than this step failing for every query.
+    not found" rather than this step failing for every query; a view of that name left in the session by an
+    earlier call (a table since deleted, another lakehouse) is dropped, not answered from.
     """
     from pyspark.errors import AnalysisException
 
@@ -39,6 +40,7 @@ def register_tables(spark: SparkSession, table_paths: Mapping[str, str]) -> list
             # Over Spark Connect `load` is lazy: the missing path only surfaces when the view is created.
             spark.read.format("delta").load(path).createOrReplaceTempView(name)
         except AnalysisException:
+            spark.catalog.dropTempView(name)
             continue
         registered.append(name)
     return registered

@@ -19,7 +19,6 @@ from streaming_pipeline.errors import JavaNotFoundError, StackError
 from streaming_pipeline_tests.devstack.embedded.helpers import FAKE_REGISTRY_MODULE, consume, produce
 
 PROJECT_ROOT = Path(__file__).resolve().parents[3]
-REAL_REGISTRY = PROJECT_ROOT / "streaming_pipeline" / "registry" / "__main__.py"
 CONNECT_CLIENT = """
 import sys
 from streaming_pipeline.engine.spark import connect_session
@@ -191,10 +190,6 @@ def _cli(*args: str) -> subprocess.CompletedProcess[str]:
 
 
 @pytest.mark.integration
-@pytest.mark.skipif(
-    not REAL_REGISTRY.exists(),
-    reason="streaming_pipeline/registry/__main__.py (the real schema registry) does not exist yet",
-)
 def test_cli_with_real_registry_and_spark_connect(tmp_path: Path) -> None:
     """`stack up` in a separate process: the components (the Spark Connect engine too) outlive the command;
     a later command stops them."""
