@@ -3,14 +3,16 @@ shown in the UI (from `tables`) and materialization metadata (Delta version, row
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, TypedDict
+from typing import TYPE_CHECKING, Any, ClassVar, TypedDict
 
 import dagster as dg
+from pydantic import model_validator
 
 from streaming_pipeline import tables
 from streaming_pipeline.engine.delta_log import latest_version
 from streaming_pipeline.engine.delta_tables import markdown_table, read_table, table_exists
 from streaming_pipeline.engine.table_snapshot import first_rows, row_count
+from streaming_pipeline.settings import normalize_interval
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -93,6 +95,24 @@ class StreamStepArgs(TypedDict):
 def stream_step_args(step_name: str, *, priority: int) -> StreamStepArgs:
     """The pool of the step's checkpoint and its priority in a run, for a step that streams from other tables."""
     return StreamStepArgs(pool=checkpoint_pool(step_name), op_tags=step_priority(priority))
+
+
+class IntervalsConfig(dg.Config):
+    """Run config of an asset whose `INTERVALS` fields are Spark-style intervals ('10 minutes'): each is checked when
+    the config is made (a launchpad value too), with an error naming the asset, the field and the value."""
+
+    ASSET: ClassVar[str]
+    INTERVALS: ClassVar[tuple[str, ...]]
+
+    @model_validator(mode="after")
+    def _check_intervals(self) -> IntervalsConfig:
+        for field in self.INTERVALS:
+            normalize_interval(getattr(self, field), name=f"{self.ASSET} {field}")
+        return self
+
+    def interval(self, field: str) -> str:
+        """The field as Spark takes it: '600 seconds'."""
+        return normalize_interval(getattr(self, field), name=f"{self.ASSET} {field}")
 
 
 PREVIEW_ROWS = 10

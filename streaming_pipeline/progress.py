@@ -17,12 +17,11 @@ Part of the pipeline library: no Dagster here, and tqdm is an optional dependenc
 
 from __future__ import annotations
 
-import contextlib
 import importlib
 import sys
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import Any, TextIO
 
 DEFAULT_INTERVAL_SECONDS = 5.0
@@ -206,43 +205,6 @@ class Progress:
             self.tick()
 
 
-@contextlib.contextmanager
-def progress(
-    total: int | None,
-    desc: str,
-    unit: str | None = "it",
-    *,
-    stream: TextIO | None = None,
-    say: Say | None = None,
-    enabled: bool = True,
-    interval_seconds: float = DEFAULT_INTERVAL_SECONDS,
-    bar: bool = True,
-    leave: bool = True,
-    rate: bool = True,
-    heartbeat: bool = False,
-    clock: Callable[[], float] | None = None,
-) -> Iterator[Progress]:
-    """A `Progress`, closed on the way out (also when the block raises). See the module's docstring."""
-    reporter = Progress(
-        total,
-        desc,
-        unit,
-        stream=stream,
-        say=say,
-        enabled=enabled,
-        interval_seconds=interval_seconds,
-        bar=bar,
-        leave=leave,
-        rate=rate,
-        heartbeat=heartbeat,
-        clock=clock,
-    )
-    try:
-        yield reporter
-    finally:
-        reporter.close()
-
-
 def waiting(
     desc: str,
     *,
@@ -251,10 +213,10 @@ def waiting(
     enabled: bool = True,
     interval_seconds: float = DEFAULT_INTERVAL_SECONDS,
     clock: Callable[[], float] | None = None,
-) -> contextlib.AbstractContextManager[Progress]:
+) -> Progress:
     """A long wait with nothing to count: a running clock on a terminal, a line every `interval_seconds` elsewhere;
-    nothing at all when it ends sooner, and no final line (the caller reports the outcome)."""
-    return progress(
+    nothing at all when it ends sooner, and no final line (the caller reports the outcome). A context manager."""
+    return Progress(
         None,
         desc,
         None,

@@ -48,11 +48,11 @@ def epoch(hour: int, minute: int) -> int:
 @pytest.fixture()
 def lakehouse(tmp_path) -> LakehouseResource:
     # The assets' defaults, as these tests pass them to the streams.
-    assert (RideWindowsConfig().window_duration_interval, RideWindowsConfig().watermark_delay_interval) == (
+    assert (RideWindowsConfig().interval("window_duration"), RideWindowsConfig().interval("watermark_delay")) == (
         WINDOWS["window_duration"],
         WINDOWS["watermark_delay"],
     )
-    assert RidePickupJoinsConfig().join_max_gap_interval == JOIN["join_max_gap"]
+    assert RidePickupJoinsConfig().interval("join_max_gap") == JOIN["join_max_gap"]
     return LakehouseResource(root=str(tmp_path / "lakehouse"))
 
 

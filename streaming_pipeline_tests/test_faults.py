@@ -282,7 +282,7 @@ def _per_window(rides: list[dict]) -> pd.DataFrame:
 
 def test_late_ride_is_counted_not_dropped(stack, pipeline_resources, spark, tmp_path):
     config = RideWindowsConfig()  # the windows the run below uses
-    assert (config.window_duration_interval, config.watermark_delay_interval) == ("600 seconds", "900 seconds")
+    assert (config.interval("window_duration"), config.interval("watermark_delay")) == ("600 seconds", "900 seconds")
     on_time = _hand_made_rides(datetime(2020, 7, 1, 8, 0, tzinfo=UTC), 60)  # 4 hours
     _produce(stack, "--csv", str(write_rides_csv(tmp_path / "on_time.csv", on_time)))
     _materialize([raw_rides, ride_window_aggregates], pipeline_resources)

@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 
 from streaming_pipeline import progress as progress_module
-from streaming_pipeline.progress import Progress, progress, waiting
+from streaming_pipeline.progress import Progress, waiting
 
 STEP = 1 / 64  # seconds of the fake clock per update
 SIMULATED_SECONDS = 20
@@ -51,7 +51,7 @@ def _run_updates(reporter: Progress, clock: FakeClock, updates: int = UPDATES) -
 @pytest.mark.parametrize("interval", [2.0, 2.5, 3.0, 5.0, 7.0])
 def test_a_pipe_gets_a_line_per_interval_not_a_line_per_update(interval: float) -> None:
     stream, clock = io.StringIO(), FakeClock()
-    with progress(UPDATES, "producing rides", "rec", stream=stream, interval_seconds=interval, clock=clock) as bar:
+    with Progress(UPDATES, "producing rides", "rec", stream=stream, interval_seconds=interval, clock=clock) as bar:
         _run_updates(bar, clock)
     lines = _lines(stream.getvalue())
     periodic = int(SIMULATED_SECONDS // interval)  # one line each time `interval` seconds have passed
@@ -62,7 +62,7 @@ def test_a_pipe_gets_a_line_per_interval_not_a_line_per_update(interval: float) 
 
 def test_plain_lines_say_count_total_share_and_rate() -> None:
     stream, clock = io.StringIO(), FakeClock()
-    with progress(3000, "producing rides", "rec", stream=stream, interval_seconds=5.0, clock=clock) as bar:
+    with Progress(3000, "producing rides", "rec", stream=stream, interval_seconds=5.0, clock=clock) as bar:
         _run_updates(bar, clock)
     assert _lines(stream.getvalue()) == [
         "producing rides: 320/3,000 rec (10%), 64 rec/s",
@@ -75,7 +75,7 @@ def test_plain_lines_say_count_total_share_and_rate() -> None:
 
 def test_without_a_total_lines_count_and_a_status_follows_the_count() -> None:
     stream, clock = io.StringIO(), FakeClock()
-    with progress(None, "  kafka", "modules", stream=stream, rate=False, clock=clock) as bar:
+    with Progress(None, "  kafka", "modules", stream=stream, rate=False, clock=clock) as bar:
         bar.set_status("3 files downloaded")
         _run_updates(bar, clock, 320)
     assert _lines(stream.getvalue()) == [
@@ -87,7 +87,7 @@ def test_without_a_total_lines_count_and_a_status_follows_the_count() -> None:
 def test_a_terminal_gets_a_tqdm_bar() -> None:
     pytest.importorskip("tqdm")
     stream, clock = TerminalStringIO(), FakeClock()
-    with progress(UPDATES, "producing rides", "rec", stream=stream, clock=clock) as bar:
+    with Progress(UPDATES, "producing rides", "rec", stream=stream, clock=clock) as bar:
         assert bar.draws_bar
         _run_updates(bar, clock)
     output = stream.getvalue()
@@ -98,7 +98,7 @@ def test_a_terminal_gets_a_tqdm_bar() -> None:
 def test_a_terminal_without_tqdm_gets_plain_lines(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setitem(sys.modules, "tqdm", None)  # importing tqdm now raises ImportError
     stream, clock = TerminalStringIO(), FakeClock()
-    with progress(UPDATES, "producing rides", "rec", stream=stream, clock=clock) as bar:
+    with Progress(UPDATES, "producing rides", "rec", stream=stream, clock=clock) as bar:
         assert not bar.draws_bar
         _run_updates(bar, clock)
     assert len(_lines(stream.getvalue())) == SIMULATED_SECONDS // 5 + 1
@@ -115,10 +115,10 @@ def test_importing_the_module_does_not_import_tqdm_or_dagster() -> None:
 def test_disabled_writes_nothing(stream_type: type[io.StringIO]) -> None:
     stream, clock = stream_type(), FakeClock()
     said: list[str] = []
-    with progress(UPDATES, "producing rides", "rec", stream=stream, enabled=False, clock=clock) as bar:
+    with Progress(UPDATES, "producing rides", "rec", stream=stream, enabled=False, clock=clock) as bar:
         _run_updates(bar, clock)
         bar.tick()
-    with progress(None, "waiting", None, stream=stream, say=said.append, enabled=False, heartbeat=True) as bar:
+    with Progress(None, "waiting", None, stream=stream, say=said.append, enabled=False, heartbeat=True) as bar:
         bar.tick()
     assert stream.getvalue() == ""
     assert said == []
@@ -127,7 +127,7 @@ def test_disabled_writes_nothing(stream_type: type[io.StringIO]) -> None:
 def test_lines_go_to_say_and_bar_false_keeps_them_plain_on_a_terminal() -> None:
     stream, clock = TerminalStringIO(), FakeClock()
     said: list[str] = []
-    with progress(UPDATES, "resolving", "modules", stream=stream, say=said.append, bar=False, clock=clock) as bar:
+    with Progress(UPDATES, "resolving", "modules", stream=stream, say=said.append, bar=False, clock=clock) as bar:
         _run_updates(bar, clock)
     assert stream.getvalue() == ""
     assert len(said) == SIMULATED_SECONDS // 5 + 1
@@ -135,7 +135,7 @@ def test_lines_go_to_say_and_bar_false_keeps_them_plain_on_a_terminal() -> None:
 
 def test_a_wait_ticks_a_line_per_interval_and_writes_no_final_line() -> None:
     stream, clock = io.StringIO(), FakeClock()
-    with progress(None, "[bench] plain Spark", None, stream=stream, leave=False, clock=clock) as wait:
+    with Progress(None, "[bench] plain Spark", None, stream=stream, leave=False, clock=clock) as wait:
         for _ in range(SIMULATED_SECONDS * 4):
             clock.now += 0.25
             wait.tick()

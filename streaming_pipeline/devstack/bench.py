@@ -25,7 +25,7 @@ import dagster as dg
 from streaming_pipeline.devstack.producer import produce, rows_from_records
 from streaming_pipeline.devstack.synthetic import SyntheticOptions, synthetic_rides
 from streaming_pipeline.errors import BenchError
-from streaming_pipeline.progress import Progress, progress, waiting
+from streaming_pipeline.progress import Progress, waiting
 from streaming_pipeline.schemas import load_schema
 from streaming_pipeline.settings import (
     DEFAULT_RIDE_WATERMARK_DELAY,
@@ -150,7 +150,7 @@ def _consume_all(bootstrap: str, expected: int) -> float:
     consumer.subscribe([RIDES_TOPIC])
     seen, started = 0, None
     deadline = time.monotonic() + 600
-    with progress(expected, "[bench] consuming", "rec", leave=False, heartbeat=True) as report:
+    with Progress(expected, "[bench] consuming", "rec", leave=False, heartbeat=True) as report:
         while seen < expected and time.monotonic() < deadline:
             batch = consumer.consume(num_messages=10000, timeout=1.0)
             for message in batch:

@@ -42,7 +42,7 @@ from packaging.version import Version
 from streaming_pipeline import settings
 from streaming_pipeline.engine.java import exclusive_lock, find_java
 from streaming_pipeline.errors import ArtifactResolutionError, EngineVersionError, IncompleteResolution
-from streaming_pipeline.progress import progress as progress_report
+from streaming_pipeline.progress import Progress as ProgressReport
 
 KAFKA_VERSION = "4.1.1"
 SCALA_BINARY_VERSION = "2.13"
@@ -276,7 +276,7 @@ def _run_ivy(command: list[str], log_file: Path, artifacts: ArtifactSet, say: Pr
         raise ArtifactResolutionError(f"could not run Java for Apache Ivy ({command[0]}): {exc}") from exc
     assert process.stdout is not None
     deadline = time.monotonic() + RESOLVE_TIMEOUT_SECONDS
-    with progress_report(
+    with ProgressReport(
         None,
         f"  {artifacts.name}",
         "modules",

@@ -16,8 +16,8 @@ from streaming_pipeline.settings import PipelineSettings
 def test_the_defaults_are_the_documented_ones() -> None:
     windows, join = RideWindowsConfig(), RidePickupJoinsConfig()
     assert (windows.window_duration, windows.watermark_delay) == ("10 minutes", "15 minutes")
-    assert (windows.window_duration_interval, windows.watermark_delay_interval) == ("600 seconds", "900 seconds")
-    assert (join.join_max_gap_interval, join.watermark_delay_interval) == ("600 seconds", "900 seconds")
+    assert (windows.interval("window_duration"), windows.interval("watermark_delay")) == ("600 seconds", "900 seconds")
+    assert (join.interval("join_max_gap"), join.interval("watermark_delay")) == ("600 seconds", "900 seconds")
     assert AmountBranchesConfig().high_amount_threshold == 40.0
     assert TaxiZonesConfig().csv_path is None
 

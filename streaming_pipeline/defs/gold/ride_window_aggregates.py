@@ -3,10 +3,11 @@
 from typing import TYPE_CHECKING
 
 import dagster as dg
-from pydantic import Field, field_validator
+from pydantic import Field
 
 from streaming_pipeline.asset_metadata import (
     SPARK_KINDS,
+    IntervalsConfig,
     delta_table_metadata,
     missing_sources,
     stream_metadata,
@@ -16,7 +17,7 @@ from streaming_pipeline.asset_metadata import (
 from streaming_pipeline.engine.delta_tables import count_duplicate_keys, read_table, table_exists
 from streaming_pipeline.gold.windows import update_ride_window_aggregates
 from streaming_pipeline.resources import LakehouseResource, SparkResource
-from streaming_pipeline.settings import PipelineSettings, normalize_interval
+from streaming_pipeline.settings import PipelineSettings
 from streaming_pipeline.tables import RAW_RIDES, RIDE_WINDOW_AGGREGATES
 
 if TYPE_CHECKING:
@@ -26,7 +27,10 @@ MAX_CHART_WINDOWS = 200
 _SETTINGS = PipelineSettings.from_env()
 
 
-class RideWindowsConfig(dg.Config):
+class RideWindowsConfig(IntervalsConfig):
+    ASSET = RIDE_WINDOW_AGGREGATES.name
+    INTERVALS = ("window_duration", "watermark_delay")
+
     window_duration: str = Field(
         default=_SETTINGS.ride_window_duration,
         description="Length of the tumbling windows, e.g. '10 minutes' (default: RIDE_WINDOW_DURATION).",
@@ -36,20 +40,6 @@ class RideWindowsConfig(dg.Config):
         description="How far behind the latest pickup a ride may arrive and still count on time "
         "(default: RIDE_WATERMARK_DELAY).",
     )
-
-    @field_validator("window_duration", "watermark_delay")
-    @classmethod
-    def _interval(cls, value: str, info) -> str:
-        normalize_interval(value, name=f"ride_window_aggregates {info.field_name}")
-        return value
-
-    @property
-    def window_duration_interval(self) -> str:
-        return normalize_interval(self.window_duration, name="window_duration")
-
-    @property
-    def watermark_delay_interval(self) -> str:
-        return normalize_interval(self.watermark_delay, name="watermark_delay")
 
 
 @dg.asset(
@@ -69,8 +59,8 @@ def ride_window_aggregates(
     result = update_ride_window_aggregates(
         session,
         lakehouse,
-        window_duration=config.window_duration_interval,
-        watermark_delay=config.watermark_delay_interval,
+        window_duration=config.interval("window_duration"),
+        watermark_delay=config.interval("watermark_delay"),
         log=context.log,
     )
     path = lakehouse.table_path(RIDE_WINDOW_AGGREGATES.name)

@@ -2,10 +2,11 @@
 pair is there once."""
 
 import dagster as dg
-from pydantic import Field, field_validator
+from pydantic import Field
 
 from streaming_pipeline.asset_metadata import (
     SPARK_KINDS,
+    IntervalsConfig,
     delta_table_metadata,
     missing_sources,
     stream_metadata,
@@ -14,14 +15,17 @@ from streaming_pipeline.asset_metadata import (
 )
 from streaming_pipeline.engine.delta_tables import count_duplicate_keys, read_table, table_exists
 from streaming_pipeline.resources import LakehouseResource, SparkResource
-from streaming_pipeline.settings import PipelineSettings, normalize_interval
+from streaming_pipeline.settings import PipelineSettings
 from streaming_pipeline.silver.joins import update_ride_pickup_joins
 from streaming_pipeline.tables import JOIN_LATE_ROWS, RAW_PICKUP_LOCATIONS, RAW_RIDES, RIDE_PICKUP_JOINS
 
 _SETTINGS = PipelineSettings.from_env()
 
 
-class RidePickupJoinsConfig(dg.Config):
+class RidePickupJoinsConfig(IntervalsConfig):
+    ASSET = RIDE_PICKUP_JOINS.name
+    INTERVALS = ("join_max_gap", "watermark_delay")
+
     join_max_gap: str = Field(
         default=_SETTINGS.join_max_gap,
         description="A pickup joins a ride within this interval after its dropoff, inclusive (default: JOIN_MAX_GAP).",
@@ -30,20 +34,6 @@ class RidePickupJoinsConfig(dg.Config):
         default=_SETTINGS.ride_watermark_delay,
         description="How far behind the latest event time either side may arrive (default: RIDE_WATERMARK_DELAY).",
     )
-
-    @field_validator("join_max_gap", "watermark_delay")
-    @classmethod
-    def _interval(cls, value: str, info) -> str:
-        normalize_interval(value, name=f"ride_pickup_joins {info.field_name}")
-        return value
-
-    @property
-    def join_max_gap_interval(self) -> str:
-        return normalize_interval(self.join_max_gap, name="join_max_gap")
-
-    @property
-    def watermark_delay_interval(self) -> str:
-        return normalize_interval(self.watermark_delay, name="watermark_delay")
 
 
 @dg.multi_asset(
@@ -79,8 +69,8 @@ def ride_pickup_joins(
     result = update_ride_pickup_joins(
         session,
         lakehouse,
-        join_max_gap=config.join_max_gap_interval,
-        watermark_delay=config.watermark_delay_interval,
+        join_max_gap=config.interval("join_max_gap"),
+        watermark_delay=config.interval("watermark_delay"),
         log=context.log,
         run_id=context.run_id,
     )
