@@ -156,7 +156,6 @@ class PipelineSettings:
     spark_profile: str = DEFAULT_SPARK_PROFILE
     kafka_security: KafkaSecurity = field(default_factory=KafkaSecurity)
     registry_basic_auth_set: bool = False
-    sensors: SensorSettings = field(default_factory=SensorSettings)
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str] | None = None) -> PipelineSettings:
@@ -183,7 +182,6 @@ class PipelineSettings:
                 sasl_password_set=bool(env.get(KAFKA_SASL_PASSWORD)),
             ),
             registry_basic_auth_set=bool(env.get(SCHEMA_REGISTRY_BASIC_AUTH_USER_INFO)),
-            sensors=SensorSettings.from_env(env),
         )
         for name, value in (
             ("RIDE_WINDOW_DURATION", settings.ride_window_duration),
