@@ -24,10 +24,10 @@ _KINDS = {"int": _INT, "bigint": _INT, "float": _FLOAT, "double": _FLOAT, "strin
 def csv_columns(source: SourceTopic) -> dict[str, tuple[str, str, bool]]:
     """CSV column -> (Avro field, how a cell is read, nullable), derived from the source's value schema: the column
     is the field's name unless the source maps a CSV header to it (the NYC TLC exports)."""
-    schema = json.loads(load_schema(source.value_schema))
+    text = load_schema(source.value_schema)
     header_of = {field: header for header, field in source.csv_columns.items()}
     columns: dict[str, tuple[str, str, bool]] = {}
-    for avro_field, column in zip(schema["fields"], avro_columns(json.dumps(schema)), strict=True):
+    for avro_field, column in zip(json.loads(text)["fields"], avro_columns(text), strict=True):
         if column.type not in _KINDS:
             raise InputDataError(f"{source.value_schema}: field {column.name} ({column.type}) cannot be read from CSV")
         nullable = isinstance(avro_field["type"], list) and "null" in avro_field["type"]

@@ -79,11 +79,3 @@ def source_for_topic(topic: str) -> SourceTopic:
         if source.topic == topic:
             return source
     raise ConfigurationError(f"unknown topic {topic!r}; choose one of {', '.join(s.topic for s in all_sources())}")
-
-
-def source_for_table(table_name: str) -> SourceTopic:
-    for source in all_sources():
-        if source.bronze_table == table_name:
-            return source
-    names = ", ".join(s.bronze_table for s in all_sources())
-    raise ConfigurationError(f"{table_name!r} is not a bronze table; choose one of {names}")
