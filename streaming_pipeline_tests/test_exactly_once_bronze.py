@@ -108,7 +108,9 @@ def test_checkpoint_reset_stops_the_run_and_replay_rebuilds_everything_exactly_o
     assert sum(ends.values()) == 40 == _vendor_total(spark, pipeline_resources)
     # What the table consumed is in its Delta log, and agrees with the checkpoint.
     assert (
-        consumed_offsets(table, "raw_rides", RIDES_TOPIC) == ends == checkpoint_kafka_offsets(checkpoint)[RIDES_TOPIC]
+        consumed_offsets(table, checkpoint, "raw_rides", RIDES_TOPIC)
+        == ends
+        == checkpoint_kafka_offsets(checkpoint)[RIDES_TOPIC]
     )
 
     shutil.rmtree(checkpoint)
@@ -176,13 +178,13 @@ def test_table_deleted_while_its_checkpoint_is_kept_stops_the_run(stack, pipelin
 
 def test_recreated_topic_is_reported_by_run_and_sensor_and_replay_reads_the_new_topic(stack, pipeline_resources, spark):
     lakehouse = pipeline_resources["lakehouse"]
-    table = lakehouse.table_path("raw_rides")
+    table, checkpoint = lakehouse.table_path("raw_rides"), lakehouse.checkpoint_path("raw_rides")
     _produce(stack, 30, seed=4)
     _ingest(spark, pipeline_resources)
     delete_topics(stack.bootstrap_servers, [RIDES_TOPIC])
     _produce(stack, 6, seed=5)  # recreates the topic: offsets start at 0 again
     ends = end_offsets(stack.bootstrap_servers, RIDES_TOPIC)
-    consumed = consumed_offsets(table, "raw_rides", RIDES_TOPIC)
+    consumed = consumed_offsets(table, checkpoint, "raw_rides", RIDES_TOPIC)
     problems = topic_problems(
         "raw_rides", RIDES_TOPIC, consumed, pipeline_resources["kafka"].watermark_offsets(RIDES_TOPIC)
     )
@@ -225,12 +227,12 @@ def test_records_deleted_unread_stop_the_run_and_replay_from_offsets_starts_wher
     stack, pipeline_resources, spark
 ):
     lakehouse = pipeline_resources["lakehouse"]
-    table = lakehouse.table_path("raw_rides")
+    table, checkpoint = lakehouse.table_path("raw_rides"), lakehouse.checkpoint_path("raw_rides")
     _produce(stack, 20, seed=6)
     _ingest(spark, pipeline_resources)
     _produce(stack, 20, seed=7)
     ends = end_offsets(stack.bootstrap_servers, RIDES_TOPIC)
-    consumed = consumed_offsets(table, "raw_rides", RIDES_TOPIC)
+    consumed = consumed_offsets(table, checkpoint, "raw_rides", RIDES_TOPIC)
     # Retention deletes records of partition 0 up to two past what the table has read.
     cut = consumed[0] + 2
     admin = AdminClient({"bootstrap.servers": stack.bootstrap_servers})
@@ -255,7 +257,7 @@ def test_records_deleted_unread_stop_the_run_and_replay_from_offsets_starts_wher
     expected = {(RIDES_TOPIC, 0, o) for o in range(cut, ends[0])} | {(RIDES_TOPIC, 1, o) for o in range(3, ends[1])}
     coordinates = _coordinates(spark, table)
     assert len(coordinates) == len(set(coordinates)) and set(coordinates) == expected
-    assert table_start_offsets(table, "raw_rides", RIDES_TOPIC) == {0: cut, 1: 3}
+    assert table_start_offsets(table, checkpoint, "raw_rides", RIDES_TOPIC) == {0: cut, 1: 3}
     # The reconcile check counts from where the replay started.
     result = dg.materialize(
         [*PIPELINE.assets, *PIPELINE.asset_checks],
@@ -278,9 +280,9 @@ def test_lakehouse_as_file_uri_keeps_consumed_offsets_readable(stack, pipeline_r
     _produce(stack, 7, seed=9)
     _ingest(spark, resources)
     ends = end_offsets(stack.bootstrap_servers, RIDES_TOPIC)
-    table = lakehouse.table_path("raw_rides")
-    assert consumed_offsets(table, "raw_rides", RIDES_TOPIC) == ends
-    assert checkpoint_kafka_offsets(lakehouse.checkpoint_path("raw_rides"))[RIDES_TOPIC] == ends
+    table, checkpoint = lakehouse.table_path("raw_rides"), lakehouse.checkpoint_path("raw_rides")
+    assert consumed_offsets(table, checkpoint, "raw_rides", RIDES_TOPIC) == ends
+    assert checkpoint_kafka_offsets(checkpoint)[RIDES_TOPIC] == ends
     coordinates = _coordinates(spark, table)
     assert len(coordinates) == len(set(coordinates)) == 19
 

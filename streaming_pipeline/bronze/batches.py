@@ -18,7 +18,8 @@ import uuid
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from streaming_pipeline.bronze.offsets import bronze_app_prefix, checkpoint_batch_offsets, checkpoint_id, delta_markers
+from streaming_pipeline.bronze.offsets import bronze_app_prefix, checkpoint_batch_offsets, checkpoint_id
+from streaming_pipeline.engine.delta_log import DeltaLog
 from streaming_pipeline.engine.delta_tables import append_once
 from streaming_pipeline.errors import RegistryUnavailableError
 from streaming_pipeline.tables import DEAD_LETTER_RECORDS
@@ -144,11 +145,21 @@ class BronzeBatchWriter:
 
 
 def _committed_batch(table_path: str, app_id: str, batch_id: int) -> dict[str, Any] | None:
-    """The marker of batch `batch_id` of writer `app_id` when the table has it already (a replay), else None.
-    Reads the newest commits of the Delta log until the writer's latest one (its batches commit in order)."""
-    for marker in delta_markers(table_path) or []:
-        if marker.metadata.get("app_id") == app_id:
-            return marker.metadata if marker.metadata.get("batch_id") == batch_id else None
+    """The marker of batch `batch_id` of writer `app_id` when the table has it already (a replay after a crash),
+    else None. The writer's Delta transaction says whether the table has the batch (one read from the newest
+    checkpoint on); only then are the newest commits read, back to the writer's latest one. None also when log
+    cleanup removed that commit: the batch's dead letters are then decoded with today's schemas."""
+    log = DeltaLog(table_path)
+    latest = log.latest_version()
+    if latest is None:
+        return None
+    txn = log.transactions(version=latest).get(app_id)
+    if txn is None or txn.version < batch_id:
+        return None
+    for commit in log.commits(latest=latest):
+        marker = commit.user_metadata or {}
+        if marker.get("app_id") == app_id:
+            return marker if marker.get("batch_id") == batch_id else None
     return None
 
 

@@ -5,7 +5,7 @@ Exactly once: Spark keeps the Kafka offsets in the query checkpoint, and the for
 table, checkpoint and topic still agree (offsets.check_bronze_state, offsets.topic_problems): a reset
 checkpoint, a recreated table or a topic whose offsets went backwards stops the run with an error naming
 `streaming-pipeline replay`, instead of losing or duplicating records. After the run, what the handler did is
-read back from the Delta log (the markers of the commits it made).
+read back from the Delta log (the markers of the commits it made, which are recent).
 """
 
 from __future__ import annotations
@@ -15,7 +15,13 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from streaming_pipeline.bronze.batches import BronzeBatchWriter, bronze_app_id, dead_letter_app_id
-from streaming_pipeline.bronze.offsets import BronzeStateError, check_bronze_state, checkpoint_id, topic_problems
+from streaming_pipeline.bronze.offsets import (
+    BronzeStateError,
+    check_bronze_state,
+    checkpoint_id,
+    position_offsets,
+    topic_problems,
+)
 from streaming_pipeline.connections import KafkaConnection, Lakehouse, SchemaRegistryConnection
 from streaming_pipeline.engine.delta_log import BatchCounts, commits_since, latest_version
 from streaming_pipeline.engine.streams import Log, StreamRunReport, run_available_now
@@ -110,7 +116,7 @@ def _starting_offsets(kafka: KafkaConnection, table_path: str, checkpoint_dir: s
     with a checkpoint ignores the option and goes on from the checkpoint.)
     """
     position = check_bronze_state(table_path, checkpoint_dir, asset_name)
-    consumed = position.consumed(topic)
+    consumed = position_offsets(position, table_path, checkpoint_dir, asset_name, topic)
     problems = topic_problems(asset_name, topic, consumed, kafka.watermark_offsets(topic))
     if problems:
         raise BronzeStateError(problems.message())

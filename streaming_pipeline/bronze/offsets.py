@@ -4,25 +4,25 @@ Spark-free, for the sensors, the checks and the start of every bronze run. Files
 (`engine.delta_log`), so a lakehouse given as a plain path, a `file://` URI or an object-store URI (`s3a://`, with
 s3fs installed) reads the same way.
 
-Two records of consumption exist:
-- the query checkpoint: Spark writes `offsets/<batch>` before a micro-batch and `commits/<batch>` after it,
-  and `metadata` ({"id": ...}) once, when the checkpoint is created;
-- the bronze table's Delta log: every bronze commit carries a marker (`userMetadata`) with the writer
-  (txnAppId `bronze:<asset>:<checkpoint id>`), the batch id and the Kafka end offsets of that batch. A replay
-  commits a marker that names the offsets the rebuilt table starts from.
+Two records of consumption exist, and together they say it exactly for as long as the pipeline runs:
+- the bronze table's Delta transactions: every bronze batch is appended atomically with a `txn` action
+  (appId `bronze:<asset>:<checkpoint id>`, version = batch id), and a replay empties the table with appId
+  `replay:<asset>`. Delta's checkpoints keep `txn` actions, so they survive log cleanup (unlike the commits'
+  `userMetadata`, which the bronze commits still carry for people reading the history);
+- the query checkpoint: Spark writes `offsets/<batch>` (the batch's end offsets) before a micro-batch and
+  `commits/<batch>` after it, `sources/0/0` (the offsets the query started from) before its first batch, and
+  `metadata` ({"id": ...}) once, when the checkpoint is created. Spark keeps the newest 100 batches.
 
-The table's markers are what the sensor and the checks read: they are what is durably in Delta, on any
-storage. The checkpoint is compared with them at the start of a run (`check_bronze_state`).
+So what a table has consumed is the end offsets, in its checkpoint, of the newest batch its transactions name.
+The two are compared at the start of every run (`check_bronze_state`).
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
 from dataclasses import dataclass, field
-from typing import Any
 
-from streaming_pipeline.engine.delta_log import commits, filesystem, numbered_files, read_text
+from streaming_pipeline.engine.delta_log import DeltaLog, commits, filesystem, numbered_files, read_text
 from streaming_pipeline.errors import BronzeStateError
 
 Offsets = dict[int, int]
@@ -79,76 +79,127 @@ def checkpoint_kafka_offsets(checkpoint_dir: str) -> dict[str, Offsets]:
     return {}
 
 
-# -- the table's markers -----------------------------------------------------------------------------------
+# -- the table's transactions ----------------------------------------------------------------------------
 
 
-@dataclass(frozen=True)
-class Marker:
-    """The `userMetadata` of one Delta commit, with the commit's version."""
-
-    version: int
-    metadata: dict[str, Any]
-
-    @property
-    def is_replay(self) -> bool:
-        return "replay_of" in self.metadata
-
-    def kafka_offsets(self, topic: str) -> Offsets:
-        """The offsets this commit says the table has consumed up to (a replay: starts from)."""
-        key = "starting_offsets" if self.is_replay else "kafka_offsets"
-        parts = (self.metadata.get(key) or {}).get(topic) or {}
-        return {int(p): int(o) for p, o in parts.items()}
-
-
-def delta_markers(table_uri: str) -> Iterator[Marker] | None:
-    """The commit markers in the table's Delta log, newest first, read lazily; None when there is no table."""
-    found = commits(table_uri)
-    if found is None:
-        return None
-    return (Marker(commit.version, commit.user_metadata) for commit in found if commit.user_metadata is not None)
+def checkpoint_start_offsets(checkpoint_dir: str) -> dict[str, Offsets]:
+    """{topic: {partition: offset}} where the query's Kafka source started (resolved when the checkpoint's first
+    batch was planned: `sources/0/0`); {} before that. Spark never cleans this file up."""
+    text = read_text(checkpoint_dir.rstrip("/") + "/sources/0/0")
+    if not text:
+        return {}
+    # A zero byte (Spark 2.1 compatibility), the version line, then {topic: {partition: offset}}.
+    for line in text.lstrip("\x00").splitlines():
+        if line.startswith("{"):
+            offsets = json.loads(line)
+            return {topic: {int(p): int(o) for p, o in parts.items()} for topic, parts in offsets.items()}
+    return {}
 
 
 def bronze_app_prefix(asset_name: str) -> str:
     return f"bronze:{asset_name}:"
 
 
+def replay_app_id(asset_name: str) -> str:
+    """The Delta txnAppId of the commit by which `streaming-pipeline replay` empties a bronze table."""
+    return f"replay:{asset_name}"
+
+
 @dataclass(frozen=True)
 class BronzePosition:
-    """Where a bronze table stands, from its newest bronze or replay marker."""
+    """Where a bronze table stands, from its Delta transactions (which checkpoints keep, unlike commit info).
+
+    Every bronze batch is appended with (txnAppId `bronze:<asset>:<checkpoint id>`, txnVersion = batch id), and a
+    replay empties the table with txnAppId `replay:<asset>`; the newest of them (by the time Delta recorded)
+    says what the table holds: the batches of one checkpoint up to `batch_id`, or a replay with no batch since.
+    """
 
     table_exists: bool
-    marker: Marker | None = None
-
-    @property
-    def checkpoint_id(self) -> str | None:
-        return None if self.marker is None else self.marker.metadata.get("checkpoint_id")
-
-    def consumed(self, topic: str) -> Offsets:
-        return {} if self.marker is None else self.marker.kafka_offsets(topic)
+    checkpoint_id: str | None = None
+    batch_id: int | None = None
+    replayed: bool = False
 
 
 def bronze_position(table_uri: str, asset_name: str) -> BronzePosition:
-    markers = delta_markers(table_uri)
-    if markers is None:
+    log = DeltaLog(table_uri)
+    if log.latest_version() is None:
         return BronzePosition(table_exists=False)
+    found = log.transactions()
     prefix = bronze_app_prefix(asset_name)
-    for marker in markers:
-        if marker.metadata.get("replay_of") == asset_name or str(marker.metadata.get("app_id", "")).startswith(prefix):
-            return BronzePosition(table_exists=True, marker=marker)
-    return BronzePosition(table_exists=True)
+    batches = [txn for txn in found.values() if txn.app_id.startswith(prefix)]
+    newest = max(batches, key=lambda txn: txn.last_updated or 0, default=None)
+    replay = found.get(replay_app_id(asset_name))
+    if replay is not None and (newest is None or (replay.last_updated or 0) >= (newest.last_updated or 0)):
+        return BronzePosition(table_exists=True, replayed=True)
+    if newest is None:
+        return BronzePosition(table_exists=True)
+    return BronzePosition(True, checkpoint_id=newest.app_id.removeprefix(prefix), batch_id=newest.version)
 
 
-def table_start_offsets(table_uri: str, asset_name: str, topic: str) -> Offsets:
-    """The offsets the table's content starts at: where its newest replay started it, else the topic's start (0)."""
-    for marker in delta_markers(table_uri) or []:
-        if marker.metadata.get("replay_of") == asset_name:
-            return marker.kafka_offsets(topic)
-    return {}
+def replay_start_offsets(table_uri: str, asset_name: str, topic: str) -> Offsets:
+    """The offsets the newest replay of the table starts from, named by the replay's commit (a recent one: no
+    bronze batch has been committed since); BronzeStateError when log cleanup removed that commit."""
+    for commit in commits(table_uri) or []:
+        marker = commit.user_metadata or {}
+        if marker.get("replay_of") == asset_name:
+            parts = (marker.get("starting_offsets") or {}).get(topic) or {}
+            return {int(p): int(o) for p, o in parts.items()}
+    raise BronzeStateError(
+        f"{asset_name}: the table at {table_uri} was emptied by a replay whose first batch never ran, and the commit "
+        "that says where it starts is no longer in the Delta log (log cleanup after delta.logRetentionDuration). "
+        f"Run the replay again: {replay_hint(asset_name)} (or --from-offsets/--from-time)."
+    )
 
 
-def consumed_offsets(table_uri: str, asset_name: str, topic: str) -> Offsets:
+def _batch_offsets(position: BronzePosition, checkpoint_dir: str, asset_name: str, topic: str) -> Offsets:
+    """The end offsets of the table's newest batch, from its checkpoint's offset log (Spark writes `offsets/<batch>`
+    before the batch and keeps the newest ones)."""
+    assert position.batch_id is not None
+    current = checkpoint_id(checkpoint_dir)
+    if current != position.checkpoint_id:
+        state = "is gone or empty" if current is None else f"is now {current}"
+        raise BronzeStateError(
+            f"{asset_name}: the table holds micro-batches up to {position.batch_id} of checkpoint "
+            f"{position.checkpoint_id}, but the checkpoint {checkpoint_dir} {state} (deleted, reset or replaced?): "
+            f"what the table has consumed cannot be known. Rebuild it with {replay_hint(asset_name)} "
+            "(or --from-offsets/--from-time)."
+        )
+    offsets = checkpoint_batch_offsets(checkpoint_dir, position.batch_id)
+    if not offsets:
+        raise BronzeStateError(
+            f"{asset_name}: the table holds micro-batch {position.batch_id} of checkpoint {checkpoint_dir}, whose "
+            "offset log no longer has that batch (was the checkpoint restored from an older copy?). Rebuild the "
+            f"table with {replay_hint(asset_name)}."
+        )
+    return offsets.get(topic, {})
+
+
+def position_offsets(
+    position: BronzePosition, table_uri: str, checkpoint_dir: str, asset_name: str, topic: str
+) -> Offsets:
+    """{partition: next offset} that the bronze table holds everything below (a replay: starts from); {} before
+    its first batch. BronzeStateError when the table and its checkpoint no longer say it."""
+    if position.replayed:
+        return replay_start_offsets(table_uri, asset_name, topic)
+    if position.batch_id is None:
+        return {}
+    return _batch_offsets(position, checkpoint_dir, asset_name, topic)
+
+
+def consumed_offsets(table_uri: str, checkpoint_dir: str, asset_name: str, topic: str) -> Offsets:
     """{partition: next offset} that the bronze table holds everything below; {} before its first batch."""
-    return bronze_position(table_uri, asset_name).consumed(topic)
+    return position_offsets(bronze_position(table_uri, asset_name), table_uri, checkpoint_dir, asset_name, topic)
+
+
+def table_start_offsets(table_uri: str, checkpoint_dir: str, asset_name: str, topic: str) -> Offsets:
+    """The offsets the table's content starts at: where a replay pending its first batch starts it, else where
+    the checkpoint that wrote it started (the earliest offsets then, or a replay's); {} for no content."""
+    position = bronze_position(table_uri, asset_name)
+    if position.replayed:
+        return replay_start_offsets(table_uri, asset_name, topic)
+    if position.batch_id is None or checkpoint_id(checkpoint_dir) != position.checkpoint_id:
+        return {}
+    return checkpoint_start_offsets(checkpoint_dir).get(topic, {})
 
 
 def consumer_lag(end_offsets: Offsets, consumed: Offsets) -> Offsets:
@@ -174,10 +225,10 @@ def check_bronze_state(table_uri: str, checkpoint_dir: str, asset_name: str) -> 
     where = f"table {table_uri} and checkpoint {checkpoint_dir}"
     recover = f"Rebuild the table from Kafka with {replay_hint(asset_name)} (or --from-offsets/--from-time)."
     lost = "Running on would never re-read what the checkpoint has passed."
-    marker = position.marker
     # A batch is appended to the table before the checkpoint commits it; a batch planned but not committed
     # (a crash, a failed run) is simply run again.
-    if marker is None or marker.is_replay:
+    table_batch = position.batch_id
+    if table_batch is None:
         if last_commit is not None:
             state = "does not exist" if not position.table_exists else "has no batch of it"
             raise BronzeStateError(
@@ -185,7 +236,6 @@ def check_bronze_state(table_uri: str, checkpoint_dir: str, asset_name: str) -> 
                 f"(was the table deleted or recreated while its checkpoint was kept?): {where}. {lost} {recover}"
             )
         return position
-    table_batch = int(marker.metadata["batch_id"])
     if current_id is None or last_batch is None:
         raise BronzeStateError(
             f"{asset_name}: the table holds micro-batches up to {table_batch} of checkpoint "

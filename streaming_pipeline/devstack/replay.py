@@ -7,8 +7,9 @@ table should simply be read again from some point:
 1. the bronze checkpoint and the checkpoints of every streaming table downstream are moved aside
    (`_checkpoints/_replaced/<name>-<time>`), never deleted;
 2. each of those tables gets an empty overwrite commit, so its old content stays readable through Delta time
-   travel (`VERSION AS OF`); the bronze commit's marker names the offsets the rebuilt table starts from, and
-   the topic's dead letters are removed the same way;
+   travel (`VERSION AS OF`); the bronze commit's marker names the offsets the rebuilt table starts from and its
+   Delta transaction (`replay:<asset>`) marks the table as replayed, and the topic's dead letters are removed
+   the same way;
 3. the job that the offset sensor runs (the bronze asset and everything downstream) runs once, in this
    process, on the Dagster instance of DAGSTER_HOME when it is set, so the UI shows the run.
 
@@ -27,7 +28,7 @@ from typing import TYPE_CHECKING, Any
 
 import dagster as dg
 
-from streaming_pipeline.bronze.offsets import Offsets
+from streaming_pipeline.bronze.offsets import Offsets, replay_app_id
 from streaming_pipeline.engine.delta_log import filesystem, latest_version
 from streaming_pipeline.engine.delta_tables import read_table
 from streaming_pipeline.errors import ConfigurationError, ReplayError
@@ -179,13 +180,21 @@ def move_checkpoints_aside(lakehouse: LakehouseResource, names: set[str]) -> dic
 
 
 def empty_table(
-    spark: SparkSession, path: str, marker: dict[str, Any], where: str | None = None, ddl: str | None = None
+    spark: SparkSession,
+    path: str,
+    marker: dict[str, Any],
+    where: str | None = None,
+    ddl: str | None = None,
+    txn_app_id: str | None = None,
 ) -> bool:
     """Rewrite the table at `path` without its rows (only the rows matching `where`, when given) in one commit
-    carrying `marker`; a missing table is created from `ddl` when given. True when a commit was made."""
+    carrying `marker`, and a Delta transaction of `txn_app_id` when given (which checkpoints keep: it says that
+    the table was emptied, after log cleanup too); a missing table is created from `ddl` when given. True when a
+    commit was made."""
     from pyspark.sql import functions as F
 
-    if latest_version(path) is None:
+    version = latest_version(path)
+    if version is None:
         if ddl is None:
             return False
         frame = spark.createDataFrame([], ddl)
@@ -196,7 +205,11 @@ def empty_table(
         # over Spark Connect a localCheckpoint() would be bound to the process's active session, not to `spark`.
         frame = current.where(~F.expr(where)) if where else current.limit(0)
         mode = "overwrite"
-    frame.write.format("delta").mode(mode).option("userMetadata", json.dumps(marker, sort_keys=True)).save(path)
+    writer = frame.write.format("delta").mode(mode).option("userMetadata", json.dumps(marker, sort_keys=True))
+    if txn_app_id is not None:
+        # The version this commit gets: it grows with every replay, as Delta wants of a txnVersion.
+        writer = writer.option("txnAppId", txn_app_id).option("txnVersion", 0 if version is None else version + 1)
+    writer.save(path)
     return True
 
 
@@ -262,6 +275,7 @@ def _empty_tables(
             "replayed_at": stamp,
         },
         ddl=_KAFKA_COLUMNS_DDL,
+        txn_app_id=replay_app_id(asset_name),
     )
     quoted = topic.replace("'", "''")
     empty_table(

@@ -4,6 +4,7 @@ and finality). Upserts are SQL MERGE INTO delta.`path`, which works over Spark C
 from __future__ import annotations
 
 import json
+import uuid
 from dataclasses import dataclass, field
 from functools import reduce
 from typing import TYPE_CHECKING, Any
@@ -11,7 +12,7 @@ from typing import TYPE_CHECKING, Any
 from pyspark.sql import functions as F
 from pyspark.sql.types import StructType
 
-from streaming_pipeline.engine.delta_log import commits
+from streaming_pipeline.engine.delta_log import DeltaLog
 from streaming_pipeline.engine.delta_tables import delta_path_sql, read_table, table_exists
 from streaming_pipeline.engine.streams import Log, StreamRunReport, delta_stream, from_epoch_micros, run_available_now
 from streaming_pipeline.gold.transformations import ride_window_aggregates, window_late_counts
@@ -142,9 +143,11 @@ def stream_ride_windows(
 #
 # The late count of a window is (rides of raw_rides in it) - (rides the stream counted on time). Both sides must
 # be the same version of raw_rides: the one the window stream has consumed (its checkpoint's last committed end
-# offset), never the latest, which a bronze run may have moved on since. Each reconcile records that version in
-# the userMetadata of its MERGE; the next one reads only the files raw_rides gained since (raw_rides is
-# append-only), and recounts only the windows those rides fall in. Finality is a predicate on window_end.
+# offset), never the latest, which a bronze run may have moved on since. Each reconcile records that version as
+# the txnVersion of its MERGE (a Delta transaction of appId `reconcile:<table>:<query id>:<raw_rides id>`, which
+# Delta's checkpoints keep, so it survives log cleanup), and its userMetadata says the same for people reading the
+# history; the next one reads only the files raw_rides gained since (raw_rides is append-only), and recounts
+# only the windows those rides fall in. Finality is a predicate on window_end.
 
 RECONCILE_WRITER = f"reconcile:{WINDOWS}"
 # Operations after which raw_rides holds every row it held before, unchanged (OPTIMIZE rewrites files, not rows).
@@ -204,16 +207,23 @@ def stream_position(spark: SparkSession, checkpoint_dir: str) -> StreamPosition 
     return StreamPosition(str(query[0]["id"]), str(offset["reservoirId"]), version, watermark_ms * 1000)
 
 
-def _last_reconcile(table_path: str) -> tuple[bool, dict[str, Any] | None]:
-    """(whether the windows table exists, the marker of its newest reconcile commit), recent commits first."""
-    history = commits(table_path)
-    if history is None:
+def reconcile_app_id(position: StreamPosition) -> str:
+    """The Delta txnAppId of the reconciles of one window stream (query) over one raw_rides table: its txnVersion
+    is the raw_rides version reconciled."""
+    return f"{RECONCILE_WRITER}:{position.query_id}:{position.table_id}"
+
+
+def _last_reconcile(table_path: str, position: StreamPosition) -> tuple[bool, int | None]:
+    """(whether the windows table exists, the raw_rides version its newest reconcile of this window stream
+    recorded), from the table's Delta transactions: read from the newest checkpoint on."""
+    log = DeltaLog(table_path)
+    latest = log.latest_version()
+    if latest is None:
         return False, None
-    for commit in history:
-        marker = commit.user_metadata or {}
-        if marker.get("writer") == RECONCILE_WRITER:
-            return True, marker
-    return True, None
+    app_id = reconcile_app_id(position)
+    mine = [t for t in log.transactions(version=latest).values() if t.app_id.split("~", 1)[0] == app_id]
+    newest = max(mine, key=lambda t: t.last_updated or 0, default=None)
+    return True, None if newest is None else newest.version
 
 
 def windows_positions(spark: SparkSession, lakehouse: Lakehouse) -> tuple[int | None, int | None]:
@@ -222,12 +232,7 @@ def windows_positions(spark: SparkSession, lakehouse: Lakehouse) -> tuple[int | 
     position = stream_position(spark, lakehouse.checkpoint_path(WINDOWS))
     if position is None:
         return None, None
-    _, marker = _last_reconcile(lakehouse.table_path(WINDOWS))
-    same_stream = marker and (marker.get("query_id"), marker.get("raw_rides_id")) == (
-        position.query_id,
-        position.table_id,
-    )
-    return position.version, int(marker["raw_rides_version"]) if same_stream and marker else None
+    return position.version, _last_reconcile(lakehouse.table_path(WINDOWS), position)[1]
 
 
 def _appended_files(spark: SparkSession, path: str, after: int, until: int) -> list[str] | None:
@@ -323,12 +328,10 @@ def reconcile_ride_windows(
     point = _reconcile_point(spark, lakehouse, result)
     if point is None:
         return result
-    position, version, marker = point
+    position, version = point
     windows = read_table(spark, table_path)
     is_final = F.col("window_end") <= _micros(position.watermark_micros)
-    counts, current, readable = _counts_to_reconcile(
-        spark, lakehouse, window_duration, version, marker, windows, result
-    )
+    counts, current = _counts_to_reconcile(spark, lakehouse, window_duration, version, windows, result)
     changed = _changed_windows(counts, current, windows, is_final, broadcast=not result.full)
     result.windows, result.late_rides_found = len(changed), sum(int(r["late_found"]) for r in changed)
     if changed:
@@ -338,9 +341,13 @@ def reconcile_ride_windows(
             "raw_rides_id": position.table_id,
             "query_id": position.query_id,
             "full": result.full,
-            "files_readable": readable,
         }
-        _merge_reconciled(spark, table_path, changed, reconciled_at)
+        app_id = reconcile_app_id(position)
+        if result.previous_version is not None and result.previous_version > version:
+            # The window checkpoint went back (restored from a copy): Delta would skip a txnVersion below the one
+            # it has, so this reconcile and the next ones record under a new appId of the same stream.
+            app_id = f"{app_id}~{uuid.uuid4().hex}"
+        _merge_reconciled(spark, table_path, changed, reconciled_at, txn=(app_id, version))
     if log is not None:
         log.info(
             f"{WINDOWS}: reconciled at raw_rides version {version} ({result.reason}): "
@@ -351,25 +358,24 @@ def reconcile_ride_windows(
 
 def _reconcile_point(
     spark: SparkSession, lakehouse: Lakehouse, result: WindowReconcile
-) -> tuple[StreamPosition, int, dict[str, Any] | None] | None:
-    """Where the window stream is, the raw_rides version it has consumed, and the marker of the previous
-    reconcile; None, with `result.reason` saying why, when there is nothing to reconcile."""
+) -> tuple[StreamPosition, int] | None:
+    """Where the window stream is and the raw_rides version it has consumed (sets `result.previous_version`, the
+    version the previous reconcile recorded); None, with `result.reason` saying why, when there is nothing to
+    reconcile."""
     position = stream_position(spark, lakehouse.checkpoint_path(WINDOWS))
     if position is None or position.version is None:
         result.reason = "the window stream has not consumed a whole version of raw_rides yet"
         return None
-    exists, marker = _last_reconcile(lakehouse.table_path(WINDOWS))
+    exists, result.previous_version = _last_reconcile(lakehouse.table_path(WINDOWS), position)
     if not exists:
         result.reason = "no window yet"
         return None
     result.raw_rides_version = version = position.version
     result.watermark = from_epoch_micros(position.watermark_micros)
-    if marker and (marker.get("query_id"), marker.get("raw_rides_id")) == (position.query_id, position.table_id):
-        result.previous_version = int(marker["raw_rides_version"])
     if result.previous_version == version:
         result.reason = "no ride since the previous reconcile"
         return None
-    return position, version, marker
+    return position, version
 
 
 def _counts_to_reconcile(
@@ -377,32 +383,32 @@ def _counts_to_reconcile(
     lakehouse: Lakehouse,
     window_duration: str,
     version: int,
-    marker: dict[str, Any] | None,
     windows: DataFrame,
     result: WindowReconcile,
-) -> tuple[DataFrame, DataFrame, bool]:
+) -> tuple[DataFrame, DataFrame]:
     """(the windows' counts of the rides in raw_rides at the stream's version, the table's windows to compare them
-    with, whether the files of raw_rides can be read on their own). Every window on a full recount; otherwise only
-    the windows that the rides added since the previous reconcile fall in."""
+    with). Every window on a full recount; otherwise only the windows that the rides added since the previous
+    reconcile fall in."""
     rides_path = lakehouse.table_path(RAW_RIDES.name)
     rides = spark.read.format("delta").option("versionAsOf", version).load(rides_path)
     previous, full_reason = result.previous_version, None
-    readable = bool(marker and marker.get("files_readable"))
     files: list[str] | None = None
     if previous is None or previous > version:
         full_reason = "no earlier reconcile of this window stream"
-    elif not readable:
+    elif not _files_readable_alone(spark, rides_path):
         full_reason = "the files of raw_rides cannot be read on their own (column mapping)"
     elif (files := _appended_files(spark, rides_path, previous, version)) is None:
-        full_reason = f"raw_rides changed other than by appends after version {previous}, or its log was cleaned"
+        full_reason = (
+            f"raw_rides changed other than by appends after version {previous}, or log cleanup removed its commits "
+            f"since (the windows were last reconciled more than delta.logRetentionDuration ago)"
+        )
     if full_reason is not None:
         result.full, result.reason = True, full_reason
-        readable = _files_readable_alone(spark, rides_path)
-        return ride_window_aggregates(rides, window_duration), windows, readable
+        return ride_window_aggregates(rides, window_duration), windows
     assert previous is not None and files is not None
     counts, current = _counts_of_touched_windows(spark, window_duration, rides, windows, files, result)
     result.reason = f"{result.new_rides} ride(s) in {len(files)} file(s) added after raw_rides version {previous}"
-    return counts, current, readable
+    return counts, current
 
 
 def _counts_of_touched_windows(
@@ -487,9 +493,11 @@ def _changed_windows(
     )
 
 
-def _merge_reconciled(spark: SparkSession, table_path: str, changed: list[Any], marker: dict[str, Any]) -> None:
-    """One MERGE of the `changed` windows (rows of `_changed_windows`), its commit marked with `marker` (the
-    raw_rides version it reconciled)."""
+def _merge_reconciled(
+    spark: SparkSession, table_path: str, changed: list[Any], marker: dict[str, Any], *, txn: tuple[str, int]
+) -> None:
+    """One MERGE of the `changed` windows (rows of `_changed_windows`), its commit marked with `marker` and with the
+    Delta transaction `txn` (appId, the raw_rides version it reconciled)."""
     changes = spark.createDataFrame(
         [(r["start_us"], r["end_us"], r["vendor_id"], r["late_trip_count"], r["is_final"]) for r in changed],
         "start_us long, end_us long, vendor_id int, late_trip_count long, is_final boolean",
@@ -506,8 +514,14 @@ def _merge_reconciled(spark: SparkSession, table_path: str, changed: list[Any], 
     starts = sorted({int(r["start_us"]) for r in changed})
     listed = starts if len(starts) <= _MAX_KEYS_IN_MERGE else []
     pruning = f" AND t.window_start IN ({', '.join(f'timestamp_micros({s})' for s in listed)})" if listed else ""
-    key = "spark.databricks.delta.commitInfo.userMetadata"
-    spark.conf.set(key, json.dumps(marker, sort_keys=True))
+    # Delta's idempotent DML: the session's txnAppId/txnVersion go into the MERGE's commit as a `txn` action.
+    settings = {
+        "spark.databricks.delta.commitInfo.userMetadata": json.dumps(marker, sort_keys=True),
+        "spark.databricks.delta.write.txnAppId": txn[0],
+        "spark.databricks.delta.write.txnVersion": str(txn[1]),
+    }
+    for key, value in settings.items():
+        spark.conf.set(key, value)
     try:
         spark.sql(
             f"MERGE INTO {delta_path_sql(table_path)} t USING {view} s ON {_WINDOW_KEY}{pruning} "
@@ -517,5 +531,6 @@ def _merge_reconciled(spark: SparkSession, table_path: str, changed: list[Any], 
             "0.0, NULL, s.late_trip_count, s.is_final)"
         )
     finally:
-        spark.conf.unset(key)
+        for key in settings:
+            spark.conf.unset(key)
         spark.catalog.dropTempView(view)

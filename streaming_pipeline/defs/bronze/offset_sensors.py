@@ -1,8 +1,9 @@
 """Offset sensors (one per source, built by `sources.py`): one run from Kafka to gold as soon as records wait
 and no run works on the checkpoint.
 
-Spark commits no offsets to Kafka; every bronze commit records the end offsets of its micro-batch in the
-Delta log, so a tick compares the topic's end offsets with the table's (on any storage). The run it requests
+Spark commits no offsets to Kafka; the bronze table's Delta transactions name its newest micro-batch, whose end
+offsets are in the query checkpoint, so a tick compares the topic's end offsets with the table's (on any storage,
+from the newest Delta checkpoint on: the cost does not grow with the table's history). The run it requests
 targets a job that selects the bronze asset and everything downstream of it, so gold follows in the same run.
 While a run that touches the bronze asset is in flight (a sensor run, a manual or a UI run) nothing is
 requested: new records batch up by themselves. A failed run is retried after a back-off that doubles with
@@ -20,7 +21,7 @@ from dataclasses import dataclass
 import dagster as dg
 
 from streaming_pipeline.bronze.offsets import consumed_offsets, consumer_lag, topic_problems
-from streaming_pipeline.errors import StreamingPipelineError
+from streaming_pipeline.errors import BronzeStateError, StreamingPipelineError
 from streaming_pipeline.resources import KafkaResource, LakehouseResource
 from streaming_pipeline.settings import SensorSettings
 
@@ -158,7 +159,13 @@ def build_offset_sensor(
         context: dg.SensorEvaluationContext, kafka: KafkaResource, lakehouse: LakehouseResource
     ) -> dg.SensorResult | dg.SkipReason:
         cursor = json.loads(context.cursor) if context.cursor else {}
-        consumed = consumed_offsets(lakehouse.table_path(asset_name), asset_name, topic)
+        try:
+            consumed = consumed_offsets(
+                lakehouse.table_path(asset_name), lakehouse.checkpoint_path(asset_name), asset_name, topic
+            )
+        except BronzeStateError as exc:
+            # Every run would stop on it at its start: say what is wrong and how to recover, and request nothing.
+            return dg.SkipReason(str(exc))
         try:
             state = _TopicState(kafka.watermark_offsets(topic), consumed)
             problems = topic_problems(asset_name, topic, state.consumed, state.watermarks)

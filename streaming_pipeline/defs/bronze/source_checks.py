@@ -5,7 +5,7 @@ import dagster as dg
 
 from streaming_pipeline.bronze.offsets import consumed_offsets, consumer_lag, table_start_offsets
 from streaming_pipeline.engine.delta_tables import count_duplicate_keys, count_rows
-from streaming_pipeline.errors import StreamingPipelineError
+from streaming_pipeline.errors import BronzeStateError, StreamingPipelineError
 from streaming_pipeline.resources import KafkaResource, LakehouseResource, SparkResource
 from streaming_pipeline.sources import SourceTopic
 from streaming_pipeline.tables import DEAD_LETTER_RECORDS, KAFKA_KEY
@@ -26,8 +26,12 @@ def bronze_checks(source: SourceTopic) -> list[dg.AssetChecksDefinition]:
         from pyspark.sql import functions as F
 
         session = spark.get_session()
-        consumed = consumed_offsets(lakehouse.table_path(asset_name), asset_name, topic)
-        start = table_start_offsets(lakehouse.table_path(asset_name), asset_name, topic)
+        table, checkpoint = lakehouse.table_path(asset_name), lakehouse.checkpoint_path(asset_name)
+        try:
+            consumed = consumed_offsets(table, checkpoint, asset_name, topic)
+            start = table_start_offsets(table, checkpoint, asset_name, topic)
+        except BronzeStateError as exc:
+            return dg.AssetCheckResult(passed=False, metadata={"error": str(exc)})
         expected = sum(consumed.values()) - sum(start.values())
         rows = count_rows(session, lakehouse.table_path(asset_name))
         dead = count_rows(session, lakehouse.table_path(DEAD_LETTER_RECORDS.name), F.col("kafka_topic") == topic)
@@ -53,9 +57,11 @@ def bronze_checks(source: SourceTopic) -> list[dg.AssetChecksDefinition]:
     def lag(kafka: KafkaResource, lakehouse: LakehouseResource) -> dg.AssetCheckResult:
         try:
             end_offsets = kafka.end_offsets(topic)
+            consumed = consumed_offsets(
+                lakehouse.table_path(asset_name), lakehouse.checkpoint_path(asset_name), asset_name, topic
+            )
         except StreamingPipelineError as exc:
             return dg.AssetCheckResult(passed=False, severity=dg.AssetCheckSeverity.WARN, metadata={"error": str(exc)})
-        consumed = consumed_offsets(lakehouse.table_path(asset_name), asset_name, topic)
         by_partition = consumer_lag(end_offsets, consumed)
         total = sum(by_partition.values())
         return dg.AssetCheckResult(

@@ -66,7 +66,12 @@ def _bronze_result(
             "streaming_seconds": dg.MetadataValue.float(round(run.report.trigger_seconds(), 3)),
             "kafka_offsets": dg.MetadataValue.json(offsets),
             "consumed_offsets": dg.MetadataValue.json(
-                {str(p): o for p, o in consumed_offsets(lakehouse.table_path(asset_name), asset_name, topic).items()}
+                {
+                    str(p): o
+                    for p, o in consumed_offsets(
+                        lakehouse.table_path(asset_name), lakehouse.checkpoint_path(asset_name), asset_name, topic
+                    ).items()
+                }
             ),
             **delta_table_metadata(spark, lakehouse.table_path(asset_name)),
         }
