@@ -68,6 +68,10 @@ class StreamingRunError(StreamingPipelineError):
     """A streaming query failed; the message names the query and Spark's reason."""
 
 
+class MaintenanceError(StreamingPipelineError):
+    """A table cannot be maintained (OPTIMIZE, VACUUM): it does not exist, or a run that writes it is in flight."""
+
+
 class IncompleteResolution(ArtifactResolutionError):
     """Ivy finished but some jars are missing or damaged; `modules` are (organisation, module) pairs."""
 

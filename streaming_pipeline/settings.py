@@ -112,6 +112,7 @@ class SensorSettings:
     max_wait_seconds: float = 30.0
     retry_backoff_seconds: float = 5.0
     max_backoff_seconds: float = 300.0
+    lag_report_seconds: float = 60.0
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str] | None = None) -> SensorSettings:
@@ -125,7 +126,46 @@ class SensorSettings:
                 env, "OFFSET_SENSOR_RETRY_BACKOFF_SECONDS", defaults.retry_backoff_seconds
             ),
             max_backoff_seconds=_positive_float(env, "OFFSET_SENSOR_MAX_BACKOFF_SECONDS", defaults.max_backoff_seconds),
+            lag_report_seconds=_positive_float(env, "OFFSET_SENSOR_LAG_REPORT_SECONDS", defaults.lag_report_seconds),
         )
+
+
+@dataclass(frozen=True)
+class RunRetentionSettings:
+    """How long Dagster keeps the finished runs that sensors and schedules launched, with their event logs
+    (`DAGSTER_RUN_RETENTION_DAYS`, `DAGSTER_FAILED_RUN_RETENTION_DAYS`; docs/dagster-storage.md)."""
+
+    run_retention_days: int = 7
+    failed_run_retention_days: int = 30
+
+    def __post_init__(self) -> None:
+        for name, value in (
+            ("run_retention_days", self.run_retention_days),
+            ("failed_run_retention_days", self.failed_run_retention_days),
+        ):
+            if value <= 0:
+                raise ConfigurationError(f"{name}={value!r} is not a positive whole number of days")
+        if self.failed_run_retention_days < self.run_retention_days:
+            raise ConfigurationError(
+                f"failed_run_retention_days={self.failed_run_retention_days} is shorter than "
+                f"run_retention_days={self.run_retention_days}: failed runs are kept at least as long as the others"
+            )
+
+    @classmethod
+    def from_env(cls, environ: Mapping[str, str] | None = None) -> RunRetentionSettings:
+        env = _environ(environ)
+        defaults = cls()
+        days = _positive_int(env, "DAGSTER_RUN_RETENTION_DAYS", defaults.run_retention_days)
+        # Unset, the failures' retention follows a longer one for the others.
+        failed_days = _positive_int(
+            env, "DAGSTER_FAILED_RUN_RETENTION_DAYS", max(defaults.failed_run_retention_days, days)
+        )
+        if failed_days < days:
+            raise ConfigurationError(
+                f"DAGSTER_FAILED_RUN_RETENTION_DAYS={env.get('DAGSTER_FAILED_RUN_RETENTION_DAYS')!r} is shorter than "
+                f"DAGSTER_RUN_RETENTION_DAYS={days}: failed runs are kept at least as long as the others"
+            )
+        return cls(run_retention_days=days, failed_run_retention_days=failed_days)
 
 
 @dataclass(frozen=True)
@@ -190,6 +230,35 @@ class PipelineSettings:
         ):
             interval_seconds(value, name=name)
         return settings
+
+
+DEFAULT_VACUUM_RETENTION_HOURS = 168.0
+DEFAULT_MAINTENANCE_CRON = "0 3 * * *"
+_CRON_ALIASES = ("@hourly", "@daily", "@weekly", "@monthly")
+
+
+@dataclass(frozen=True)
+class MaintenanceSettings:
+    """Delta table maintenance (docs/maintenance.md): how many hours of history VACUUM keeps
+    (`DELTA_VACUUM_RETENTION_HOURS`; below 168 the maintenance refuses to run) and when the maintenance job runs
+    (`TABLE_MAINTENANCE_CRON`, UTC)."""
+
+    vacuum_retention_hours: float = DEFAULT_VACUUM_RETENTION_HOURS
+    cron_schedule: str = DEFAULT_MAINTENANCE_CRON
+
+    @classmethod
+    def from_env(cls, environ: Mapping[str, str] | None = None) -> MaintenanceSettings:
+        env = _environ(environ)
+        cron = (env.get("TABLE_MAINTENANCE_CRON") or DEFAULT_MAINTENANCE_CRON).strip()
+        if len(cron.split()) != 5 and cron not in _CRON_ALIASES:
+            raise ConfigurationError(
+                f"TABLE_MAINTENANCE_CRON={cron!r} is not a cron schedule: five fields (minute hour day month "
+                f"weekday, e.g. '0 3 * * *') or one of {', '.join(_CRON_ALIASES)}"
+            )
+        return cls(
+            vacuum_retention_hours=_positive_float(env, "DELTA_VACUUM_RETENTION_HOURS", DEFAULT_VACUUM_RETENTION_HOURS),
+            cron_schedule=cron,
+        )
 
 
 #: Secrets, passed to the resources by name (`dagster.EnvVar`), never read into a value.

@@ -122,9 +122,10 @@ class BronzePosition:
 
 def bronze_position(table_uri: str, asset_name: str) -> BronzePosition:
     log = DeltaLog(table_uri)
-    if log.latest_version() is None:
+    latest = log.latest_version()
+    if latest is None:
         return BronzePosition(table_exists=False)
-    found = log.transactions()
+    found = log.transactions(version=latest)
     prefix = bronze_app_prefix(asset_name)
     batches = [txn for txn in found.values() if txn.app_id.startswith(prefix)]
     newest = max(batches, key=lambda txn: txn.last_updated or 0, default=None)

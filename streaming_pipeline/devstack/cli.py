@@ -142,7 +142,8 @@ def _run_demo(args: argparse.Namespace) -> int:
 def _add_bench_parser(subparsers: argparse._SubParsersAction) -> None:
     bench = subparsers.add_parser(
         "bench",
-        help="measure throughput beside a plain Spark job and the raw consume rate; --live: freshness via dagster dev",
+        help="measure throughput beside a plain Spark job and the raw consume rate; --live: freshness via dagster dev; "
+        "--soak: a month of live runs, compressed",
     )
     bench.add_argument("--live", action="store_true", help="measure produce -> visible through `dagster dev` instead")
     bench.add_argument(
@@ -169,6 +170,27 @@ def _add_bench_parser(subparsers: argparse._SubParsersAction) -> None:
     )
     bench.add_argument("--new-rides", type=int, default=1_000, help="--windows: new rides per timed run (default 1000)")
     bench.add_argument("--runs", type=int, default=5, help="--windows: timed runs per history size (default 5)")
+    bench.add_argument(
+        "--soak",
+        action="store_true",
+        help="drive many small live runs and record tick time, run time, files, count(*) time and DAGSTER_HOME size",
+    )
+    bench.add_argument(
+        "--commits", type=int, default=1_000, help="--soak: micro-batch commits per bronze table (default 1000)"
+    )
+    bench.add_argument(
+        "--records-per-round",
+        type=int,
+        default=20,
+        help="--soak: records per topic and live run, one commit each (default 20)",
+    )
+    bench.add_argument("--sample-every", type=int, default=5, help="--soak: rounds between samples (default 5)")
+    bench.add_argument(
+        "--maintain-every", type=int, default=10, help="--soak: rounds between maintenance passes (default 10)"
+    )
+    bench.add_argument(
+        "--chart", type=Path, default=Path("docs/soak.png"), help="--soak: the chart to write (default docs/soak.png)"
+    )
     bench.add_argument("--json", type=Path, help="also write every figure to this JSON file")
     bench.set_defaults(handler=_run_bench)
 
@@ -176,7 +198,18 @@ def _add_bench_parser(subparsers: argparse._SubParsersAction) -> None:
 def _run_bench(args: argparse.Namespace) -> int:
     from streaming_pipeline.devstack.bench import run_bench, run_live_bench, run_windows_bench
 
-    if args.windows:
+    if args.soak:
+        from streaming_pipeline.devstack.soak import run_soak_bench
+
+        run_soak_bench(
+            args.commits,
+            args.json,
+            args.chart,
+            records_per_round=args.records_per_round,
+            sample_every=args.sample_every,
+            maintain_every=args.maintain_every,
+        )
+    elif args.windows:
         run_windows_bench(tuple(args.history), args.new_rides, args.runs, args.json)
     elif args.live:
         run_live_bench(args.probes, args.json, gap_seconds=args.gap)
@@ -262,6 +295,42 @@ def _run_replay(args: argparse.Namespace) -> int:
     return 0
 
 
+def _add_maintain_parser(subparsers: argparse._SubParsersAction) -> None:
+    from streaming_pipeline.devstack.maintain import TableNames
+
+    maintain = subparsers.add_parser(
+        "maintain",
+        help="OPTIMIZE and VACUUM lakehouse tables now, as the daily table_maintenance_job does",
+        description="Runs the maintenance job's ops for the tables named (every table without any) on the Dagster "
+        "instance of DAGSTER_HOME (an ephemeral one when unset), one line per table. Refuses while a run that writes "
+        "one of them is queued or running. VACUUM keeps DELTA_VACUUM_RETENTION_HOURS (168, the minimum) of history.",
+    )
+    maintain.add_argument("tables", nargs="*", action=TableNames, metavar="TABLE", help="a lakehouse table")
+    maintain.add_argument(
+        "--retain-hours",
+        type=float,
+        metavar="H",
+        help="hours of history VACUUM keeps, at least 168 (default: DELTA_VACUUM_RETENTION_HOURS or 168)",
+    )
+    maintain.set_defaults(handler=_run_maintain)
+
+
+def _run_maintain(args: argparse.Namespace) -> int:
+    import dagster as dg
+
+    from streaming_pipeline import settings
+    from streaming_pipeline.definitions import build_definitions
+    from streaming_pipeline.devstack.maintain import maintain
+    from streaming_pipeline.engine.maintenance import check_retention
+
+    if args.retain_hours is not None:
+        check_retention(args.retain_hours, what="--retain-hours")  # before anything else is loaded or touched
+    defs = build_definitions()
+    instance = dg.DagsterInstance.get() if settings.dagster_home() else dg.DagsterInstance.ephemeral()
+    maintain(args.tables, defs=defs, instance=instance, retain_hours=args.retain_hours, progress=print)
+    return 0
+
+
 def _add_jars_parser(subparsers: argparse._SubParsersAction) -> None:
     jars = subparsers.add_parser(
         "jars",
@@ -299,6 +368,7 @@ def build_parser() -> argparse.ArgumentParser:
     _add_jars_parser(subparsers)
     _add_sql_parser(subparsers)
     _add_replay_parser(subparsers)
+    _add_maintain_parser(subparsers)
     _add_produce_parser(subparsers)
     _add_demo_parser(subparsers)
     _add_bench_parser(subparsers)

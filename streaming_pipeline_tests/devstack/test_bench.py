@@ -1,4 +1,4 @@
-"""Smoke tests: both benchmark commands run end to end on tiny inputs (no time is asserted).
+"""Smoke tests: the benchmark commands run end to end on tiny inputs (no time is asserted).
 
 Each runs as a user runs it, in a process of its own: a benchmark is a Spark Connect client, and pytest's own
 process stays a classic driver for the other tests.
@@ -62,3 +62,33 @@ def test_live_bench_measures_every_probe_through_dagster_dev(tmp_path) -> None:
     # The sensor requests the run before the ride can be in raw_rides.
     assert 0 < figures["produce_to_run_requested_p50_seconds"] < figures["raw_rides_p50_seconds"]
     assert figures["peak_engine_rss_mib"] > 0
+
+
+def test_soak_bench_samples_every_round_maintains_and_draws_its_chart(tmp_path) -> None:
+    out, chart = tmp_path / "soak.json", tmp_path / "soak.png"
+    _bench(
+        "--soak",
+        "--commits",
+        "2",
+        "--records-per-round",
+        "1",
+        "--sample-every",
+        "1",
+        "--maintain-every",
+        "2",
+        "--json",
+        str(out),
+        "--chart",
+        str(chart),
+    )
+    figures = json.loads(out.read_text())
+    # Round 1: one record per topic; the sample's one-ride run adds a ride; round 2: one more record per topic.
+    commits = [sample["bronze_commits"] for sample in figures["samples"]]
+    assert commits == [{"raw_pickup_locations": 1, "raw_rides": 1}, {"raw_pickup_locations": 2, "raw_rides": 3}]
+    assert figures["rounds"] == 2 and [m["round"] for m in figures["maintenance"]] == [2]
+    assert figures["maintenance"][0]["files_after"]["raw_rides"] >= 1
+    for sample in figures["samples"]:
+        assert sample["sensor_tick_seconds"] > 0 and sample["one_ride_run_seconds"] > 0
+        assert sample["count_seconds"] > 0 and sample["dagster_home_bytes"] > 0 and sample["runs_kept"] > 0
+    assert set(figures["ratios"]) == {"sensor_tick_seconds", "one_ride_run_seconds", "count_seconds"}
+    assert chart.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and figures["chart"] == str(chart)

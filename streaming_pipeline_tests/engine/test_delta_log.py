@@ -11,6 +11,7 @@ import pytest
 
 from streaming_pipeline.engine.delta_log import DeltaLog, commits_since, latest_version, transactions
 from streaming_pipeline.engine.delta_tables import append_once
+from streaming_pipeline_tests.delta_helpers import clean_log
 
 pytestmark = pytest.mark.integration
 
@@ -31,19 +32,6 @@ def _spark_transactions(spark: Any, path: Path) -> dict[str, int]:
             if "txn" in action:
                 found[action["txn"]["appId"]] = action["txn"]["version"]
     return found
-
-
-def clean_log(path: Path) -> int:
-    """Delete the commit files older than the newest checkpoint, as Delta's log cleanup does once they are older
-    than delta.logRetentionDuration; the checkpoint's version."""
-    log_dir = path / "_delta_log"
-    checkpoint = json.loads((log_dir / "_last_checkpoint").read_text())["version"]
-    for commit in log_dir.glob("*.json"):
-        if int(commit.name.split(".")[0]) < checkpoint:
-            commit.unlink()
-            commit.with_name(f".{commit.name}.crc").unlink(missing_ok=True)
-            commit.with_suffix(".crc").unlink(missing_ok=True)
-    return int(checkpoint)
 
 
 class _CountingFs:

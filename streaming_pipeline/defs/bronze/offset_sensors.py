@@ -179,7 +179,13 @@ def build_offset_sensor(
         if problems:
             # Every run would fail on it: say what is wrong and how to recover, and request nothing.
             return dg.SkipReason(problems.message())
-        events = [_lag_observation(asset_key, state)] if waiting != cursor.get("lag", 0) else []
+        # The lag as an observation when it changed: at once when it goes to or from zero, else at most once per
+        # lag_report_seconds (every tick under load would store ~17,000 events a day, which no retention deletes).
+        previous, now = int(cursor.get("lag", 0)), time.time()
+        observed_at = float(cursor.get("observed_at", 0.0))
+        report = waiting != previous and (0 in (waiting, previous) or now - observed_at >= policy.lag_report_seconds)
+        events = [_lag_observation(asset_key, state)] if report else []
+        reported_lag, observed_at = (waiting, now) if report else (previous, observed_at)
         failures, since_failure = _recent_failures(context, sensor_name) if waiting else (0, None)
         decision = decide(
             waiting=waiting,
@@ -193,7 +199,7 @@ def build_offset_sensor(
         return dg.SensorResult(
             run_requests=[_run_request(topic, state, requests)] if decision.request else None,
             skip_reason=None if decision.request else dg.SkipReason(f"{topic}: {decision.reason}"),
-            cursor=json.dumps({"lag": waiting, "requests": requests}),
+            cursor=json.dumps({"lag": reported_lag, "observed_at": observed_at, "requests": requests}),
             asset_events=events,
         )
 

@@ -3,7 +3,9 @@
 Its dagster.yaml makes the live path behave: every concurrency pool (one per streaming checkpoint, see
 `asset_metadata.checkpoint_pool`) admits one run at a time, counted per run, so a sensor run, a manual run
 and a UI run never work on the same checkpoint at once; queued runs are picked up every second; sensors are
-evaluated on threads, so one slow tick does not hold the others back.
+evaluated on threads, so one slow tick does not hold the others back. Its `retention:` block bounds the tick
+history: the sensors tick ~43,000 times a day (docs/dagster-storage.md); the runs themselves are deleted by
+`defs/run_retention.py`.
 
 Storage: SQLite files under DAGSTER_HOME by default; with `stack up --dagster-postgres`, a ``storage:
 postgres:`` block puts the run, event-log and schedule storage in the stack's PostgreSQL server
@@ -17,6 +19,10 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+# `retention:` is the tick history kept, in days, by tick status (Dagster's own default: skipped sensor ticks 7
+# days, every other tick forever). The offset sensors tick every 5 s each and the automation sensor every 10 s:
+# ~43,000 sensor ticks a day, nearly all of them skipped. A success tick is one that requested runs: kept as long
+# as those runs (DAGSTER_RUN_RETENTION_DAYS' default); failures (an error in a sensor) as long as failed runs.
 DAGSTER_YAML = """\
 # Written by `streaming-pipeline stack up` at each start: edits are overwritten.
 telemetry:
@@ -35,6 +41,20 @@ concurrency:
 sensors:
   use_threads: true
   num_workers: 4
+# Tick history kept, in days, by tick status; finished runs: dagster_run_retention_job (docs/dagster-storage.md).
+retention:
+  schedule:
+    purge_after_days:
+      skipped: 7
+      success: 30
+      failure: 30
+      started: 30
+  sensor:
+    purge_after_days:
+      skipped: 1
+      success: 7
+      failure: 30
+      started: 7
 """
 
 

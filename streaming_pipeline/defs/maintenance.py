@@ -1,0 +1,143 @@
+"""Delta table maintenance: a job with one op per lakehouse table (OPTIMIZE, VACUUM, the log's newest checkpoint),
+run daily by a schedule, each op in the concurrency pool of the stream that writes its table (docs/maintenance.md).
+
+The pools are what keeps OPTIMIZE away from a stream that MERGEs or overwrites the same table: the instance's
+dagster.yaml admits one run per pool, counted per run, so a maintenance run waits in the queue until no live run
+holds the pools of its tables, and live runs wait while it works. The results of each table are an asset
+observation (files, bytes and versions before and after, the files VACUUM deleted), shown in the asset's events.
+"""
+
+import dagster as dg
+from pydantic import Field, field_validator
+
+from streaming_pipeline.asset_metadata import checkpoint_pool
+from streaming_pipeline.engine.delta_tables import table_exists
+from streaming_pipeline.engine.maintenance import (
+    MaintenanceResult,
+    check_retention,
+    lakehouse_table_names,
+    maintain_table,
+)
+from streaming_pipeline.resources import LakehouseResource, SparkResource
+from streaming_pipeline.settings import MaintenanceSettings
+from streaming_pipeline.tables import (
+    AMOUNT_BRANCHES,
+    DEAD_LETTER_RECORDS,
+    HIGH_AMOUNT_RIDES,
+    JOIN_LATE_ROWS,
+    LOW_AMOUNT_RIDES,
+    RIDE_PICKUP_JOINS,
+    TAXI_ZONES,
+)
+
+MAINTENANCE_JOB = "table_maintenance_job"
+MAINTENANCE_SCHEDULE = "table_maintenance_schedule"
+_SETTINGS = MaintenanceSettings.from_env()
+
+#: Tables written by a streaming step of another name: one query writing several tables (a multi-asset). Every
+#: other streaming table is written by the step named after it (`stream_step_args(<table>)`, bronze: its asset).
+_WRITING_STEP = {
+    HIGH_AMOUNT_RIDES.name: AMOUNT_BRANCHES,
+    LOW_AMOUNT_RIDES.name: AMOUNT_BRANCHES,
+    JOIN_LATE_ROWS.name: RIDE_PICKUP_JOINS.name,
+}
+#: Tables whose writers hold no pool. Every bronze query appends to the dead letters, blind appends that never
+#: conflict with OPTIMIZE or VACUUM (and a run of the whole job holds every bronze pool anyway); the taxi-zone lookup
+#: is a batch asset, rewritten only when its CSV changes.
+_NO_POOL = {DEAD_LETTER_RECORDS.name, TAXI_ZONES.name}
+
+
+def writer_pool(table: str) -> str | None:
+    """The concurrency pool of the stream that writes `table` (None for the tables in _NO_POOL)."""
+    if table in _NO_POOL:
+        return None
+    return checkpoint_pool(_WRITING_STEP.get(table, table))
+
+
+def op_name(table: str) -> str:
+    return f"maintain_{table}"
+
+
+class MaintenanceConfig(dg.Config):
+    vacuum_retention_hours: float = Field(
+        default=_SETTINGS.vacuum_retention_hours,
+        description="Hours of history VACUUM keeps, at least 168 (default: DELTA_VACUUM_RETENTION_HOURS, 168).",
+    )
+
+    @field_validator("vacuum_retention_hours")
+    @classmethod
+    def _at_least_the_minimum(cls, value: float) -> float:
+        return check_retention(value, what="vacuum_retention_hours")
+
+
+def observation_metadata(result: MaintenanceResult) -> dict[str, dg.MetadataValue]:
+    """The figures of a maintenance pass as the metadata of the table's asset observation."""
+    checkpoint = (
+        dg.MetadataValue.int(result.checkpoint_version)
+        if result.checkpoint_version is not None
+        else dg.MetadataValue.text("none yet")
+    )
+    return {
+        "table_path": dg.MetadataValue.path(result.path),
+        "files_before": dg.MetadataValue.int(result.files_before),
+        "files_after": dg.MetadataValue.int(result.files_after),
+        "bytes_before": dg.MetadataValue.int(result.bytes_before),
+        "bytes_after": dg.MetadataValue.int(result.bytes_after),
+        "delta_version_before": dg.MetadataValue.int(result.version_before),
+        "delta_version_after": dg.MetadataValue.int(result.version_after),
+        "vacuumed_files": dg.MetadataValue.int(result.vacuumed_files),
+        "vacuum_retention_hours": dg.MetadataValue.float(result.vacuum_retention_hours),
+        "checkpoint_version": checkpoint,
+        "commits_after_checkpoint": dg.MetadataValue.int(result.checkpoint_lag),
+        "checkpoint_overdue": dg.MetadataValue.bool(result.checkpoint_overdue),
+        "seconds": dg.MetadataValue.float(result.seconds),
+        "summary": dg.MetadataValue.text(result.summary()),
+    }
+
+
+def maintenance_op(table: str) -> dg.OpDefinition:
+    """The op that maintains `table`, in the pool of its writer."""
+
+    @dg.op(
+        name=op_name(table),
+        description=f"OPTIMIZE and VACUUM {table}; skipped while the table does not exist.",
+        pool=writer_pool(table),
+        tags={"table": table},
+        out=dg.Out(dg.Nothing),
+    )
+    def maintain(
+        context: dg.OpExecutionContext, config: MaintenanceConfig, spark: SparkResource, lakehouse: LakehouseResource
+    ) -> None:
+        path = lakehouse.table_path(table)
+        if not table_exists(path):
+            context.log.info(f"{table}: not created yet ({path}), nothing to maintain")
+            return
+        result = maintain_table(spark.get_session(), path, vacuum_retention_hours=config.vacuum_retention_hours)
+        context.log.info(f"{table}: {result.summary()}")
+        context.log_event(dg.AssetObservation(asset_key=table, metadata=observation_metadata(result)))
+
+    return maintain
+
+
+MAINTENANCE_OPS = [maintenance_op(table) for table in lakehouse_table_names()]
+
+
+@dg.job(
+    name=MAINTENANCE_JOB,
+    description="OPTIMIZE and VACUUM every Delta table of the lakehouse, each in the pool of the stream that writes "
+    "it, and report the newest checkpoint of its log (docs/maintenance.md).",
+    tags={"streaming-pipeline/maintenance": "true"},
+)
+def table_maintenance_job() -> None:
+    for op in MAINTENANCE_OPS:
+        op()
+
+
+table_maintenance_schedule = dg.ScheduleDefinition(
+    name=MAINTENANCE_SCHEDULE,
+    job=table_maintenance_job,
+    cron_schedule=_SETTINGS.cron_schedule,
+    execution_timezone="UTC",
+    default_status=dg.DefaultScheduleStatus.RUNNING,
+    description="Runs table_maintenance_job (TABLE_MAINTENANCE_CRON, default daily at 03:00 UTC).",
+)
