@@ -9,7 +9,9 @@ live jobs as the offset sensors would (tagged with the sensor's name), with micr
 - the duration of a one-ride live run (one ride produced, the rides job run);
 - the active data files and bytes of every table (delta-rs, from the table's snapshot);
 - the time of `select count(*) from raw_rides` on the engine (median of 3);
-- the bytes in DAGSTER_HOME and the runs it holds.
+- the bytes in DAGSTER_HOME and the runs it holds;
+- the files in raw_rides' `_delta_log` (what Delta-Spark lists on every snapshot update);
+- the resident memory (RSS) of the Spark Connect server.
 
 Every `maintain_every` rounds the maintenance job runs (the daily schedule, compressed), and so does the run
 retention, with its clock moved forward so that it keeps the runs of the last `keep_runs_minutes` minutes (its
@@ -52,6 +54,8 @@ class SoakSample:
     runs_kept: int
     active_files: dict[str, int]
     table_bytes: dict[str, int]
+    log_files: int = 0
+    engine_rss_bytes: int = 0
 
 
 @dataclass
@@ -84,6 +88,18 @@ def _median_seconds(action: Any, times: int = 3) -> float:
         action()
         timings.append(time.monotonic() - started)
     return statistics.median(timings)
+
+
+def resident_bytes(pid: int | None) -> int:
+    """VmRSS (the resident set now) of a process, from /proc; 0 when it is gone."""
+    try:
+        status = Path(f"/proc/{pid}/status").read_text() if pid else ""
+    except OSError:
+        return 0
+    for line in status.splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) * 1024
+    return 0
 
 
 def table_files(path: Path) -> tuple[int, int]:
@@ -138,6 +154,7 @@ class _Soak:
         assert self.defs.resources is not None
         self.resources = self.defs.resources
         self.dagster_home = Path(stack.dagster_home)
+        self.engine_pid = stack.spark_pid
         self.instance = dg.DagsterInstance.from_config(str(self.dagster_home))
         self.spark = connect_session(stack.spark_remote)
         self.registry = self.resources["schema_registry"].get_client()
@@ -207,6 +224,8 @@ class _Soak:
             runs_kept=self.instance.get_runs_count(),
             active_files={name: f for name, (f, _) in files.items()},
             table_bytes={name: b for name, (_, b) in files.items()},
+            log_files=sum(1 for _ in (self.lakehouse / RAW_RIDES.name / "_delta_log").iterdir()),
+            engine_rss_bytes=resident_bytes(self.engine_pid),
         )
 
     def maintain(self, round_number: int, keep_runs_minutes: float) -> MaintenancePass:
@@ -270,7 +289,9 @@ def run_soak_bench(
                     f"round {round_number}: {sample.bronze_commits} commits, tick {sample.sensor_tick_seconds:.3f} s, "
                     f"one-ride run {sample.one_ride_run_seconds:.1f} s, count {sample.count_seconds:.2f} s, "
                     f"raw_rides files {sample.active_files.get(RAW_RIDES.name)}, "
-                    f"DAGSTER_HOME {sample.dagster_home_bytes / 2**20:.1f} MiB"
+                    f"DAGSTER_HOME {sample.dagster_home_bytes / 2**20:.1f} MiB, "
+                    f"raw_rides _delta_log {sample.log_files} files, "
+                    f"engine RSS {sample.engine_rss_bytes / 2**20:,.0f} MiB"
                 )
                 _write_json(json_path, result)  # what a soak stopped early has measured is kept
             if round_number % maintain_every == 0:
@@ -334,7 +355,8 @@ def _print_soak(result: SoakResult) -> None:
 
 
 def soak_chart_png(result: SoakResult) -> bytes:
-    """Five panels against raw_rides' commit count: tick time, one-ride run, count(*), active files, DAGSTER_HOME."""
+    """Seven panels against raw_rides' commit count: tick time, one-ride run, count(*), active files, DAGSTER_HOME,
+    the files in raw_rides' _delta_log and the engine's RSS."""
     import io
 
     import matplotlib
@@ -343,7 +365,7 @@ def soak_chart_png(result: SoakResult) -> bytes:
     import matplotlib.pyplot as plt
 
     commits = [s.bronze_commits.get(RAW_RIDES.name, 0) for s in result.samples]
-    figure, axes = plt.subplots(5, 1, figsize=(9, 13), dpi=100, sharex=True)
+    figure, axes = plt.subplots(7, 1, figsize=(9, 17), dpi=100, sharex=True)
     panels = [
         ("offset sensor tick (s)", [s.sensor_tick_seconds for s in result.samples]),
         ("one-ride live run (s)", [s.one_ride_run_seconds for s in result.samples]),
@@ -361,7 +383,13 @@ def soak_chart_png(result: SoakResult) -> bytes:
     axes[4].plot(commits, [s.dagster_home_bytes / 2**20 for s in result.samples], marker="o", markersize=3)
     axes[4].set_ylabel("DAGSTER_HOME (MiB)", fontsize=8)
     axes[4].set_ylim(bottom=0)
-    axes[4].set_xlabel("raw_rides micro-batch commits")
+    axes[5].plot(commits, [s.log_files for s in result.samples], marker="o", markersize=3)
+    axes[5].set_ylabel("files in raw_rides/_delta_log", fontsize=8)
+    axes[5].set_ylim(bottom=0)
+    axes[6].plot(commits, [s.engine_rss_bytes / 2**20 for s in result.samples], marker="o", markersize=3)
+    axes[6].set_ylabel("Spark Connect server RSS (MiB)", fontsize=8)
+    axes[6].set_ylim(bottom=0)
+    axes[6].set_xlabel("raw_rides micro-batch commits")
     for done in result.maintenance:
         for axis in axes:
             axis.axvline(done.bronze_commits, color="grey", linewidth=0.5, linestyle=":")

@@ -12,7 +12,7 @@ What this module does not do, because Delta does it by itself:
   at most 9 commit files after the newest checkpoint; a failed checkpoint is only logged. The result reports the
   version in `_delta_log/_last_checkpoint`, and `checkpoint_lag` says how many commits lie after it.
 - **Log cleanup.** When Delta writes a checkpoint it also deletes the commit files and checkpoints older than
-  `delta.logRetentionDuration` (30 days) that the newest checkpoint makes unnecessary, unless
+  `delta.logRetentionDuration` (7 days in the spark_conf profiles) that the newest checkpoint makes unnecessary, unless
   `delta.enableExpiredLogCleanup` is false (`MetadataCleanup.scala`).
 - **Compaction after writes.** Auto compaction (`spark.databricks.delta.autoCompact.enabled` in `spark_conf/`)
   compacts small files in a post-commit hook of the writer; OPTIMIZE here catches what it leaves (it waits for 50

@@ -90,5 +90,7 @@ def test_soak_bench_samples_every_round_maintains_and_draws_its_chart(tmp_path) 
     for sample in figures["samples"]:
         assert sample["sensor_tick_seconds"] > 0 and sample["one_ride_run_seconds"] > 0
         assert sample["count_seconds"] > 0 and sample["dagster_home_bytes"] > 0 and sample["runs_kept"] > 0
+        # raw_rides' log holds at least its commit files; the engine is a live process.
+        assert sample["log_files"] >= sample["bronze_commits"]["raw_rides"] and sample["engine_rss_bytes"] > 0
     assert set(figures["ratios"]) == {"sensor_tick_seconds", "one_ride_run_seconds", "count_seconds"}
     assert chart.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and figures["chart"] == str(chart)

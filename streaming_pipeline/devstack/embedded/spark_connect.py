@@ -25,9 +25,12 @@ from streaming_pipeline.engine.java import find_java
 
 SERVER_CLASS = "org.apache.spark.sql.connect.service.SparkConnectServer"
 STANDARD_PORT = 15002
-# The heap of the server's driver. With its metaspace (about 250 MiB: Spark, Delta, Kafka, Avro) and the JVM's
-# other native memory, 1280m keeps the whole server within 2 GiB of RSS (1536m reached 2.1 GiB in `bench --live`).
-DEFAULT_DRIVER_MEMORY = "1280m"
+# The heap of the server's driver, sized for an hour of live runs. Spark Connect keeps every streaming query it
+# started, stopped or not, for an hour after its last use (`SparkConnectStreamingQueryCache`, not configurable in
+# Spark 4.2), with the session it ran in: about 3 to 4 MB each. Live runs start a query per step, up to about 9 a
+# minute under steady load, so the last hour's queries take up to some 2 GB beside the engine's own 300 MB
+# (docs/performance.md). With 1280m the heap filled after about 40 minutes of steady load.
+DEFAULT_DRIVER_MEMORY = "3g"
 
 
 def spark_log4j2(header: str, info_logger: str) -> str:
