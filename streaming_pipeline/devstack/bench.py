@@ -56,14 +56,21 @@ def _machine() -> str:
     return f"{platform.machine()}, {os.cpu_count()} cores, {mem_gib:.0f} GiB, Python {platform.python_version()}"
 
 
+def process_memory_bytes(pid: int | None, field: str) -> int:
+    """A memory field of a process from /proc/PID/status (VmRSS: resident now, VmHWM: peak); 0 when it is gone."""
+    try:
+        status = Path(f"/proc/{pid}/status").read_text() if pid else ""
+    except OSError:
+        return 0
+    for line in status.splitlines():
+        if line.startswith(f"{field}:"):
+            return int(line.split()[1]) * 1024
+    return 0
+
+
 def _peak_rss_mib(pid: int | None) -> float:
     """VmHWM (peak resident set) of a process, from /proc."""
-    if not pid:
-        return 0.0
-    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-        if line.startswith("VmHWM:"):
-            return int(line.split()[1]) / 1024
-    return 0.0
+    return process_memory_bytes(pid, "VmHWM") / 2**20
 
 
 def _percentile(values: list[float], q: float) -> float:

@@ -30,7 +30,15 @@ from typing import Any
 
 import dagster as dg
 
-from streaming_pipeline.devstack.bench import _engine_description, _machine, _print_rows, _say, _waiting, _write_json
+from streaming_pipeline.devstack.bench import (
+    _engine_description,
+    _machine,
+    _print_rows,
+    _say,
+    _waiting,
+    _write_json,
+    process_memory_bytes,
+)
 from streaming_pipeline.devstack.producer import produce, rows_from_records
 from streaming_pipeline.devstack.synthetic import SyntheticOptions, synthetic_records
 from streaming_pipeline.errors import BenchError
@@ -88,18 +96,6 @@ def _median_seconds(action: Any, times: int = 3) -> float:
         action()
         timings.append(time.monotonic() - started)
     return statistics.median(timings)
-
-
-def resident_bytes(pid: int | None) -> int:
-    """VmRSS (the resident set now) of a process, from /proc; 0 when it is gone."""
-    try:
-        status = Path(f"/proc/{pid}/status").read_text() if pid else ""
-    except OSError:
-        return 0
-    for line in status.splitlines():
-        if line.startswith("VmRSS:"):
-            return int(line.split()[1]) * 1024
-    return 0
 
 
 def table_files(path: Path) -> tuple[int, int]:
@@ -225,7 +221,7 @@ class _Soak:
             active_files={name: f for name, (f, _) in files.items()},
             table_bytes={name: b for name, (_, b) in files.items()},
             log_files=sum(1 for _ in (self.lakehouse / RAW_RIDES.name / "_delta_log").iterdir()),
-            engine_rss_bytes=resident_bytes(self.engine_pid),
+            engine_rss_bytes=process_memory_bytes(self.engine_pid, "VmRSS"),
         )
 
     def maintain(self, round_number: int, keep_runs_minutes: float) -> MaintenancePass:
