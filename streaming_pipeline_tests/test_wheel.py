@@ -78,7 +78,8 @@ print(json.dumps({
     "bronze_columns": {s.bronze_table: s.table.column_names for s in all_sources()},
     "profiles": {name: read_profile(name) for name in ("local", "cluster")},
     "package_data": {
-        name: (package / name).is_file() for name in ("dg.toml", "py.typed", "data/taxi_zone_lookup.csv")
+        name: (package / name).is_file()
+        for name in ("dg.toml", "py.typed", "data/taxi_zone_lookup.csv", "engine/jvm/FastListFromLocalLogStore.java")
     },
     "devstack_loaded": sorted(m for m in sys.modules if m.startswith("streaming_pipeline.devstack")),
     "fastapi_installed": importlib.util.find_spec("fastapi") is not None,
@@ -193,7 +194,12 @@ def test_the_installed_wheel_loads_the_code_location_outside_the_checkout(wheel:
     assert "spark.master" not in found["profiles"]["cluster"]
     for name in ("local", "cluster"):
         assert found["profiles"][name] == _read_conf(REPO / "spark_conf" / f"{name}.conf")
-    assert found["package_data"] == {"dg.toml": True, "py.typed": True, "data/taxi_zone_lookup.csv": True}
+    assert found["package_data"] == {
+        "dg.toml": True,
+        "py.typed": True,
+        "data/taxi_zone_lookup.csv": True,
+        "engine/jvm/FastListFromLocalLogStore.java": True,
+    }
     # The code location without the development stack: none of it loaded, and the base install lacks it.
     assert found["devstack_loaded"] == []
     assert found["fastapi_installed"] is False

@@ -334,7 +334,8 @@ def _run_maintain(args: argparse.Namespace) -> int:
 def _add_jars_parser(subparsers: argparse._SubParsersAction) -> None:
     jars = subparsers.add_parser(
         "jars",
-        help="resolve the Java artifacts (Kafka broker, Spark's Delta/Kafka/Avro packages) once, for offline use",
+        help="resolve the Java artifacts (Kafka broker, Spark's Delta/Kafka/Avro packages) once, for offline use, "
+        "and build the engine's log store for local disks",
         description="Every Java artifact comes from Maven Central (or $STREAMING_PIPELINE_MAVEN_REPOSITORY) through "
         "Apache Ivy into the project cache ($STREAMING_PIPELINE_CACHE_DIR or ~/.cache/streaming-pipeline).",
     )
@@ -356,6 +357,10 @@ def _run_jars(args: argparse.Namespace) -> int:
     for artifacts in sets.values():
         resolved = jars.resolve(artifacts, force=args.force)
         print(f"{artifacts.name}: {len(resolved)} jars in {jars.set_dir(artifacts)}")
+    from streaming_pipeline.engine.log_store import LOG_STORE_CLASS, log_store_jar
+
+    store_jar = log_store_jar(jars.spark_jars(), jars.pyspark_home() / "jars")
+    print(f"{LOG_STORE_CLASS}: {store_jar or 'not built (no javac; Delta keeps its own log store)'}")
     return 0
 
 

@@ -50,16 +50,25 @@ def read_profile(profile: str) -> dict[str, str]:
 
 
 def engine_conf(profile: str, master: str | None = None, extra: dict[str, str] | None = None) -> dict[str, str]:
-    """The settings a Spark driver of this project starts with: the profile, the master, the project's jars."""
-    from streaming_pipeline.engine.jars import spark_jars
+    """The settings a Spark driver of this project starts with: the profile, the master, the project's jars.
+
+    With a JDK at hand they include Delta's log store for local disks whose listing does not grow with the log
+    (engine/log_store.py), unless the profile or `extra` name a store for `file:` of their own.
+    """
+    from streaming_pipeline.engine.jars import pyspark_home, spark_jars
+    from streaming_pipeline.engine.log_store import LOG_STORE_CLASS, LOG_STORE_CONF, log_store_jar
 
     conf = read_profile(profile)
     if master:
         conf["spark.master"] = master
     if "spark.master" not in conf:
         raise ConfigurationError(f"Spark profile {profile!r} has no master: set SPARK_MASTER (e.g. spark://host:7077)")
-    conf["spark.jars"] = ",".join(str(jar) for jar in spark_jars())
+    jars = spark_jars()
+    conf["spark.jars"] = ",".join(str(jar) for jar in jars)
     conf.update(extra or {})
+    if LOG_STORE_CONF not in conf and (store_jar := log_store_jar(jars, pyspark_home() / "jars")) is not None:
+        conf["spark.jars"] += f",{store_jar}"
+        conf[LOG_STORE_CONF] = LOG_STORE_CLASS
     return conf
 
 
