@@ -12,6 +12,7 @@ Layout of the cache ($STREAMING_PIPELINE_CACHE_DIR, else $XDG_CACHE_HOME/streami
     jars/ivy-cache/                     Ivy's download cache, shared by the sets
     jars/<set>-<fingerprint>/lib/*.jar  the retrieved closure of one set
     jars/<set>-<fingerprint>/classpath.txt, resolve.log
+    jars/log-store-<fingerprint>/*.jar  the engine's log store for local disks (engine/log_store.py)
 
 A set counts as resolved only when ``classpath.txt`` lists jars that all exist and are valid jar files;
 anything less is resolved again. Every JVM the project starts gets these paths explicitly.
