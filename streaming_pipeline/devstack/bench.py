@@ -36,17 +36,17 @@ from streaming_pipeline.settings import (
 from streaming_pipeline.tables import RAW_RIDES, RIDES_TOPIC, VENDOR_COUNTS
 
 
-def _say(message: str) -> None:
+def say(message: str) -> None:
     print(f"[bench] {message}", file=sys.stderr, flush=True)
 
 
-def _waiting(what: str) -> AbstractContextManager[Progress]:
+def bench_stage(what: str) -> AbstractContextManager[Progress]:
     """A stage that can take minutes: a running clock on a terminal, a line every few seconds in a log (none when
     it ends sooner)."""
     return waiting(f"[bench] {what}")
 
 
-def _machine() -> str:
+def machine_description() -> str:
     import os
 
     mem_gib = 0.0
@@ -78,7 +78,7 @@ def _percentile(values: list[float], q: float) -> float:
     return ordered[min(len(ordered) - 1, max(0, round(q * (len(ordered) - 1))))]
 
 
-def _print_rows(rows: list[tuple[str, str]], notes: list[str]) -> None:
+def print_rows(rows: list[tuple[str, str]], notes: list[str]) -> None:
     width = max(len(name) for name, _ in rows)
     for name, value in rows:
         print(f"{name:<{width}}  {value}")
@@ -86,10 +86,10 @@ def _print_rows(rows: list[tuple[str, str]], notes: list[str]) -> None:
         print(f"note: {note}")
 
 
-def _write_json(path: Path | None, figures: Any) -> None:
+def write_json(path: Path | None, figures: Any) -> None:
     if path is not None:
         path.write_text(json.dumps(asdict(figures), indent=2))
-        _say(f"wrote {path}")
+        say(f"wrote {path}")
 
 
 # ----------------------------------------------------------------------------------------------- throughput
@@ -135,7 +135,7 @@ class ThroughputResult:
     peak_python_rss_mib: float = 0.0
 
 
-def _engine_description(spark: Any) -> str:
+def engine_description(spark: Any) -> str:
     from streaming_pipeline.engine.jars import spark_versions
 
     return f"Spark {spark.version} Connect server, local[*]; Delta {spark_versions()[1]}"
@@ -220,7 +220,7 @@ def run_bench(sizes: list[int], json_path: Path | None, rounds: int = 2) -> Thro
     sizes = sorted(set(sizes))
     if not sizes or sizes[0] < 1 or rounds < 1:
         raise BenchError("--rides takes positive sizes, and --rounds at least 1")
-    result = ThroughputResult(sizes=sizes, rounds=rounds, machine=_machine())
+    result = ThroughputResult(sizes=sizes, rounds=rounds, machine=machine_description())
     with tempfile.TemporaryDirectory(prefix="bench-") as tmp, running_stack(Path(tmp) / "stack") as stack:
         assert stack.spark_remote
         work = Path(tmp)
@@ -231,10 +231,10 @@ def run_bench(sizes: list[int], json_path: Path | None, rounds: int = 2) -> Thro
         resources = resources_in("produce")
         rides = synthetic_rides(sizes[-1], SyntheticOptions(seed=1))
         spark = connect_session(stack.spark_remote)
-        result.engine = _engine_description(spark)
+        result.engine = engine_description(spark)
         produced, produce_seconds = 0, 0.0
         for size in sizes:
-            _say(f"{size:,} rides: producing {size - produced:,} more synthetic rides")
+            say(f"{size:,} rides: producing {size - produced:,} more synthetic rides")
             started = time.monotonic()
             sent = produce(
                 resources["kafka"],
@@ -247,11 +247,11 @@ def run_bench(sizes: list[int], json_path: Path | None, rounds: int = 2) -> Thro
             produce_seconds += time.monotonic() - started
             produced += sent
             figures = SizeFigures(rides=size)
-            _say(f"{size:,} rides: limit, raw consume with confluent-kafka")
+            say(f"{size:,} rides: limit, raw consume with confluent-kafka")
             figures.limit_consume_records_per_s = size / max(_consume_all(stack.bootstrap_servers, size), 1e-9)
             if size == sizes[0]:
-                _say("warm-up: one untimed pass of each job, so that neither measured job pays for JIT")
-                with _waiting("warm-up"):
+                say("warm-up: one untimed pass of each job, so that neither measured job pays for JIT")
+                with bench_stage("warm-up"):
                     _plain_spark(spark, stack.bootstrap_servers, work / "warmup-plain")
                     _materialize_raw_rides(resources_in("warmup-ours"))
             for round_number in range(1, rounds + 1):
@@ -259,13 +259,13 @@ def run_bench(sizes: list[int], json_path: Path | None, rounds: int = 2) -> Thro
                 for job in jobs:
                     name = f"{size}-{round_number}-{job}"
                     if job == "plain":
-                        _say(f"{size:,} rides, round {round_number}: plain Spark, Kafka -> from_avro -> Delta")
-                        with _waiting(f"{size:,} rides, round {round_number}: plain Spark"):
+                        say(f"{size:,} rides, round {round_number}: plain Spark, Kafka -> from_avro -> Delta")
+                        with bench_stage(f"{size:,} rides, round {round_number}: plain Spark"):
                             seconds = _plain_spark(spark, stack.bootstrap_servers, work / name)
                         figures.plain_spark_seconds.append(seconds)
                         continue
-                    _say(f"{size:,} rides, round {round_number}: ours, raw_rides through Dagster, fresh checkpoint")
-                    with _waiting(f"{size:,} rides, round {round_number}: ours"):
+                    say(f"{size:,} rides, round {round_number}: ours, raw_rides through Dagster, fresh checkpoint")
+                    with bench_stage(f"{size:,} rides, round {round_number}: ours"):
                         seconds, written, streaming = _materialize_raw_rides(resources_in(name))
                     if written != size:
                         raise BenchError(f"raw_rides wrote {written} rows, expected {size}")
@@ -278,7 +278,7 @@ def run_bench(sizes: list[int], json_path: Path | None, rounds: int = 2) -> Thro
         result.peak_python_rss_mib = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
         spark.stop()
     _print_throughput(result)
-    _write_json(json_path, result)
+    write_json(json_path, result)
     return result
 
 
@@ -299,7 +299,7 @@ def _print_throughput(result: ThroughputResult) -> None:
         ("peak Python RSS (MiB)", f"{result.peak_python_rss_mib:,.0f}"),
         ("machine", result.machine),
     ]
-    _print_rows(rows, [f"medians of {result.rounds} rounds per job, the jobs' order alternating by round"])
+    print_rows(rows, [f"medians of {result.rounds} rounds per job, the jobs' order alternating by round"])
 
 
 # ----------------------------------------------------------------------------------------------- live
@@ -360,7 +360,7 @@ def _probe(kafka: Any, registry: Any, tables: _Tables, seed: int, expected: int,
     produce(kafka, registry, RIDES_TOPIC, rows_from_records([ride]), show_progress=False)
     to_raw = to_gold = None
     deadline = started + timeout
-    with _waiting(f"probe {expected}: waiting for raw_rides and vendor_counts"):
+    with bench_stage(f"probe {expected}: waiting for raw_rides and vendor_counts"):
         while to_gold is None:
             if time.monotonic() > deadline:
                 raise BenchError(f"ride {expected} did not reach raw_rides/vendor_counts within {timeout:.0f} s")
@@ -379,7 +379,7 @@ def _wait_until_no_run_in_flight(dagster_home: Path, timeout: float) -> None:
 
     instance = dg.DagsterInstance.from_config(str(dagster_home))
     deadline = time.monotonic() + timeout
-    with _waiting("waiting for the run in flight to end"):
+    with bench_stage("waiting for the run in flight to end"):
         while instance.get_runs(filters=dg.RunsFilter(statuses=IN_FLIGHT), limit=1):
             if time.monotonic() > deadline:
                 raise BenchError(f"a run was still in flight after {timeout:.0f} s")
@@ -411,7 +411,7 @@ def run_live_bench(probes: int, json_path: Path | None, gap_seconds: float = 3.0
 
     if probes < 2:
         raise BenchError("--probes must be at least 2 (the first probe is reported separately)")
-    result = LiveResult(probes=probes, machine=_machine())
+    result = LiveResult(probes=probes, machine=machine_description())
     with tempfile.TemporaryDirectory(prefix="bench-live-") as tmp, running_stack(Path(tmp) / "stack") as stack:
         assert stack.spark_remote and stack.dagster_home
         kafka = KafkaResource(bootstrap_servers=stack.bootstrap_servers)
@@ -420,9 +420,9 @@ def run_live_bench(probes: int, json_path: Path | None, gap_seconds: float = 3.0
         lakehouse = Path(tmp) / "lakehouse"
         spark = connect_session(stack.spark_remote)
         tables = _Tables(spark, lakehouse)
-        _say("starting dagster dev (webserver + daemon)")
+        say("starting dagster dev (webserver + daemon)")
         with DagsterDev({**stack.env(), "LAKEHOUSE_DIR": str(lakehouse)}, Path(tmp) / "dagster-dev.log"):
-            _say("probe 1 (right after dagster dev answers)")
+            say("probe 1 (right after dagster dev answers)")
             raw, gold = _probe(kafka, registry, tables, seed=5000, expected=1, timeout=timeout)
             result.first_ride_to_raw_rides_seconds, result.first_ride_to_vendor_counts_seconds = raw, gold
             produced_at = []
@@ -433,7 +433,7 @@ def run_live_bench(probes: int, json_path: Path | None, gap_seconds: float = 3.0
                 raw, gold = _probe(kafka, registry, tables, seed=5000 + probe, expected=probe, timeout=timeout)
                 result.raw_rides_seconds.append(round(raw, 2))
                 result.vendor_counts_seconds.append(round(gold, 2))
-                _say(f"probe {probe}/{probes}: raw_rides {raw:.1f} s, vendor_counts {gold:.1f} s")
+                say(f"probe {probe}/{probes}: raw_rides {raw:.1f} s, vendor_counts {gold:.1f} s")
             requested, launch, duration = _run_timings(stack.dagster_home, produced_at)
         spark.stop()
         result.peak_engine_rss_mib = _peak_rss_mib(stack.spark_pid)
@@ -445,7 +445,7 @@ def run_live_bench(probes: int, json_path: Path | None, gap_seconds: float = 3.0
     result.produce_to_run_requested_p50_seconds = round(statistics.median(requested), 2) if requested else 0.0
     result.run_launch_to_start_p50_seconds = round(statistics.median(launch), 2) if launch else 0.0
     result.run_duration_p50_seconds = round(statistics.median(duration), 2) if duration else 0.0
-    _print_rows(
+    print_rows(
         [
             ("probes", f"{probes} (1 first + {probes - 1} measured)"),
             (
@@ -468,7 +468,7 @@ def run_live_bench(probes: int, json_path: Path | None, gap_seconds: float = 3.0
         ],
         [],
     )
-    _write_json(json_path, result)
+    write_json(json_path, result)
     return result
 
 
@@ -539,7 +539,7 @@ def run_windows_bench(histories: tuple[int, ...], new_rides: int, runs: int, jso
     from streaming_pipeline.gold.windows import reconcile_ride_windows, stream_ride_windows
     from streaming_pipeline.resources import LakehouseResource
 
-    result = WindowsResult(new_rides=new_rides, machine=_machine(), runs=runs, history_rides=list(histories))
+    result = WindowsResult(new_rides=new_rides, machine=machine_description(), runs=runs, history_rides=list(histories))
     options = SyntheticOptions(seed=7, late_fraction=0.01)
     # The asset's defaults.
     window = normalize_interval(DEFAULT_RIDE_WINDOW_DURATION, name="window_duration")
@@ -552,8 +552,8 @@ def run_windows_bench(histories: tuple[int, ...], new_rides: int, runs: int, jso
         for history in histories:
             lakehouses[history] = LakehouseResource(root=str(Path(tmp) / f"lakehouse-{history}"))
             rides[history] = list(synthetic_rides(history + runs * new_rides, options))
-            _say(f"history {history:,}: writing raw_rides, then one untimed windows run over it")
-            with _waiting(f"history {history:,}: writing raw_rides, untimed windows run"):
+            say(f"history {history:,}: writing raw_rides, then one untimed windows run over it")
+            with bench_stage(f"history {history:,}: writing raw_rides, untimed windows run"):
                 _append_rides(spark, lakehouses[history].table_path(RAW_RIDES.name), rides[history][:history], 0)
                 stream_ride_windows(spark, lakehouses[history], window_duration=window, watermark_delay=watermark)
                 reconcile_ride_windows(spark, lakehouses[history], window_duration=window)
@@ -564,7 +564,7 @@ def run_windows_bench(histories: tuple[int, ...], new_rides: int, runs: int, jso
         for run in range(runs):
             for history in histories:
                 lakehouse, start = lakehouses[history], history + run * new_rides
-                with _waiting(f"run {run + 1}/{runs}, history {history:,}"):
+                with bench_stage(f"run {run + 1}/{runs}, history {history:,}"):
                     _append_rides(
                         spark, lakehouse.table_path(RAW_RIDES.name), rides[history][start : start + new_rides], start
                     )
@@ -582,7 +582,7 @@ def run_windows_bench(histories: tuple[int, ...], new_rides: int, runs: int, jso
                 totals[history].append(round(ended - began, 3))
                 streams[history].append(streamed - began)
                 reconciles[history].append(ended - streamed)
-                _say(
+                say(
                     f"run {run + 1}/{runs}, history {history:,}: {ended - began:.2f} s "
                     f"(stream {streamed - began:.2f} s, reconcile {ended - streamed:.2f} s)"
                 )
@@ -611,6 +611,6 @@ def run_windows_bench(histories: tuple[int, ...], new_rides: int, runs: int, jso
         ("engine", result.engine),
         ("machine", result.machine),
     ]
-    _print_rows(rows, [])
-    _write_json(json_path, result)
+    print_rows(rows, [])
+    write_json(json_path, result)
     return result

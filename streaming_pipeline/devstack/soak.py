@@ -31,13 +31,13 @@ from typing import Any
 import dagster as dg
 
 from streaming_pipeline.devstack.bench import (
-    _engine_description,
-    _machine,
-    _print_rows,
-    _say,
-    _waiting,
-    _write_json,
+    bench_stage,
+    engine_description,
+    machine_description,
+    print_rows,
     process_memory_bytes,
+    say,
+    write_json,
 )
 from streaming_pipeline.devstack.producer import produce, rows_from_records
 from streaming_pipeline.devstack.synthetic import SyntheticOptions, synthetic_records
@@ -264,16 +264,16 @@ def run_soak_bench(
 
     if commits < 1 or records_per_round < 1 or sample_every < 1 or maintain_every < 1:
         raise BenchError("--commits, --records-per-round, --sample-every and --maintain-every must be positive")
-    result = SoakResult(machine=_machine(), records_per_round=records_per_round)
+    result = SoakResult(machine=machine_description(), records_per_round=records_per_round)
     with tempfile.TemporaryDirectory(prefix="bench-soak-") as tmp, running_stack(Path(tmp) / "stack") as stack:
         assert stack.spark_remote and stack.dagster_home
         soak = _Soak(stack, Path(tmp))
-        result.engine = _engine_description(soak.spark)
+        result.engine = engine_description(soak.spark)
         started = time.monotonic()
         round_number, sampled = 0, False
         while min(_bronze_commits(soak.lakehouse).values(), default=0) < commits:
             round_number += 1
-            with _waiting(f"round {round_number}: {records_per_round} records per topic, both live jobs"):
+            with bench_stage(f"round {round_number}: {records_per_round} records per topic, both live jobs"):
                 for source in all_sources():
                     soak.produce(source, records_per_round)
                     soak.run_live(source)
@@ -281,7 +281,7 @@ def run_soak_bench(
             if sampled:
                 sample = soak.sample(round_number, started)
                 result.samples.append(sample)
-                _say(
+                say(
                     f"round {round_number}: {sample.bronze_commits} commits, tick {sample.sensor_tick_seconds:.3f} s, "
                     f"one-ride run {sample.one_ride_run_seconds:.1f} s, count {sample.count_seconds:.2f} s, "
                     f"raw_rides files {sample.active_files.get(RAW_RIDES.name)}, "
@@ -289,12 +289,12 @@ def run_soak_bench(
                     f"raw_rides _delta_log {sample.log_files} files, "
                     f"engine RSS {sample.engine_rss_bytes / 2**20:,.0f} MiB"
                 )
-                _write_json(json_path, result)  # what a soak stopped early has measured is kept
+                write_json(json_path, result)  # what a soak stopped early has measured is kept
             if round_number % maintain_every == 0:
-                with _waiting(f"round {round_number}: maintenance and run retention"):
+                with bench_stage(f"round {round_number}: maintenance and run retention"):
                     done = soak.maintain(round_number, keep_runs_minutes)
                 result.maintenance.append(done)
-                _say(f"round {round_number}: maintenance: files {done.files_after}, {done.runs_deleted} run(s) deleted")
+                say(f"round {round_number}: maintenance: files {done.files_after}, {done.runs_deleted} run(s) deleted")
         if not sampled:
             result.samples.append(soak.sample(round_number, started))
         result.rounds = round_number
@@ -305,7 +305,7 @@ def run_soak_bench(
         chart_path.write_bytes(soak_chart_png(result))
         result.chart = str(chart_path)
     _print_soak(result)
-    _write_json(json_path, result)
+    write_json(json_path, result)
     return result
 
 
@@ -347,7 +347,7 @@ def _print_soak(result: SoakResult) -> None:
         ("machine", result.machine),
     ]
     tenth = max(1, len(result.samples) // 10)
-    _print_rows(rows, [f"{len(result.samples)} samples; first and last tenth: medians of {tenth} sample(s) each"])
+    print_rows(rows, [f"{len(result.samples)} samples; first and last tenth: medians of {tenth} sample(s) each"])
 
 
 def soak_chart_png(result: SoakResult) -> bytes:
