@@ -3,7 +3,7 @@
 On every snapshot update (each query, stream trigger and commit) Delta-Spark asks its log store for the files of
 `_delta_log` from the newest checkpoint on. Delta's `LocalLogStore` answers with Hadoop's `listStatus` of the whole
 directory, which stats every file in it, about 30 µs per file on this project's machine: the cost grew with every
-commit the log keeps (7 days of them, docs/maintenance.md). `FastListFromLocalLogStore` (jvm/, about 20 lines of
+commit the log keeps (7 days of them, docs/maintenance.md). `FastListFromLocalLogStore` (jvm/, some 40 lines of
 Java) reads the directory's names, keeps those from the requested one on and stats only those: the same files in
 the same order. Delta has this for S3 (`delta.enableFastS3AListFrom`); for local disks it is delta-io/delta#2684.
 
@@ -15,6 +15,7 @@ a warning says what that costs.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import hashlib
 import logging
@@ -28,7 +29,7 @@ from pathlib import Path
 
 from streaming_pipeline import settings
 from streaming_pipeline.engine.java import exclusive_lock, find_java
-from streaming_pipeline.errors import ArtifactResolutionError
+from streaming_pipeline.errors import ArtifactResolutionError, JavaNotFoundError
 
 LOG_STORE_CLASS = "streamingpipeline.delta.FastListFromLocalLogStore"
 LOG_STORE_CONF = "spark.delta.logStore.file.impl"
@@ -44,7 +45,9 @@ def java_source() -> bytes:
 
 def find_javac() -> Path | None:
     """The JDK compiler beside the `java` the project runs, else $JAVA_HOME/bin/javac, else `javac` on PATH."""
-    candidates = [find_java().resolve().parent / "javac"]
+    candidates = []
+    with contextlib.suppress(JavaNotFoundError):  # no java at all: the driver's own start says so
+        candidates.append(find_java().resolve().parent / "javac")
     java_home = settings.java_home()
     if java_home:
         candidates.append(Path(java_home) / "bin" / "javac")
