@@ -354,12 +354,13 @@ def _run_jars(args: argparse.Namespace) -> int:
     if args.jars_command == "path":
         print(":".join(str(jar) for jar in jars.resolve(sets[args.set])))
         return 0
-    for artifacts in sets.values():
-        resolved = jars.resolve(artifacts, force=args.force)
-        print(f"{artifacts.name}: {len(resolved)} jars in {jars.set_dir(artifacts)}")
+    resolved = {}
+    for name, artifacts in sets.items():
+        resolved[name] = jars.resolve(artifacts, force=args.force)
+        print(f"{artifacts.name}: {len(resolved[name])} jars in {jars.set_dir(artifacts)}")
     from streaming_pipeline.engine.log_store import LOG_STORE_CLASS, log_store_jar
 
-    store_jar = log_store_jar(jars.spark_jars(), jars.pyspark_home() / "jars")
+    store_jar = log_store_jar(resolved["spark"], jars.pyspark_home() / "jars")
     print(f"{LOG_STORE_CLASS}: {store_jar or 'not built (no javac; Delta keeps its own log store)'}")
     return 0
 

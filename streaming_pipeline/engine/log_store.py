@@ -28,6 +28,7 @@ from importlib import resources
 from pathlib import Path
 
 from streaming_pipeline import settings
+from streaming_pipeline.engine.jars import is_valid_jar
 from streaming_pipeline.engine.java import exclusive_lock, find_java
 from streaming_pipeline.errors import ArtifactResolutionError, JavaNotFoundError
 
@@ -68,14 +69,14 @@ def log_store_jar(engine_jars: list[Path], pyspark_jars: Path) -> Path | None:
     ).hexdigest()[:12]
     directory = settings.cache_root() / "jars" / f"log-store-{fingerprint}"
     jar = directory / JAR_NAME
-    if jar.is_file():
+    if is_valid_jar(jar):
         return jar
     javac = find_javac()
     if javac is None:
         _warn_no_javac()
         return None
     with exclusive_lock(directory / ".lock"):
-        if jar.is_file():
+        if is_valid_jar(jar):
             return jar  # another process compiled it while we waited
         _compile(javac, engine_jars, pyspark_jars, jar)
     return jar
