@@ -130,6 +130,53 @@ class SensorSettings:
         )
 
 
+LIVE_MODES = ("triggered", "continuous")
+_TRIGGER_INTERVAL = re.compile(r"^\s*(\d+)\s+(millisecond|second|minute)s?\s*$", re.IGNORECASE)
+
+
+@dataclass(frozen=True)
+class LiveSettings:
+    """How the live path streams (docs/live-mode.md): `LIVE_MODE` is `triggered` (offset sensors start a run when
+    records wait) or `continuous` (one long-running run keeps every query streaming). In continuous mode the queries
+    trigger every `CONTINUOUS_TRIGGER_INTERVAL`, the run reports each table at most every `CONTINUOUS_REPORT_SECONDS`,
+    and stops the window query for its reconcile at most every `CONTINUOUS_RECONCILE_SECONDS`."""
+
+    mode: str = "triggered"
+    trigger_interval: str = "500 milliseconds"
+    report_seconds: float = 30.0
+    reconcile_seconds: float = 60.0
+
+    @property
+    def continuous(self) -> bool:
+        return self.mode == "continuous"
+
+    @classmethod
+    def from_env(cls, environ: Mapping[str, str] | None = None) -> LiveSettings:
+        env = _environ(environ)
+        defaults = cls()
+        mode = (env.get("LIVE_MODE") or defaults.mode).strip().lower()
+        if mode not in LIVE_MODES:
+            raise ConfigurationError(f"LIVE_MODE={env.get('LIVE_MODE')!r} is not one of {', '.join(LIVE_MODES)}")
+        interval = env.get("CONTINUOUS_TRIGGER_INTERVAL") or defaults.trigger_interval
+        return cls(
+            mode=mode,
+            trigger_interval=trigger_interval(interval, name="CONTINUOUS_TRIGGER_INTERVAL"),
+            report_seconds=_positive_float(env, "CONTINUOUS_REPORT_SECONDS", defaults.report_seconds),
+            reconcile_seconds=_positive_float(env, "CONTINUOUS_RECONCILE_SECONDS", defaults.reconcile_seconds),
+        )
+
+
+def trigger_interval(text: str, *, name: str) -> str:
+    """A processing-time trigger's interval as Spark takes it ('500 milliseconds'), naming the setting on error."""
+    match = _TRIGGER_INTERVAL.match(text)
+    if not match or int(match.group(1)) <= 0:
+        raise ConfigurationError(
+            f"{name}={text!r} is not a positive interval; use a number and one of millisecond(s), second(s), "
+            "minute(s), e.g. '500 milliseconds'"
+        )
+    return f"{int(match.group(1))} {match.group(2).lower()}s"
+
+
 @dataclass(frozen=True)
 class RunRetentionSettings:
     """How long Dagster keeps the finished runs that sensors and schedules launched, with their event logs

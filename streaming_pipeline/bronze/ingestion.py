@@ -1,4 +1,4 @@
-"""Kafka -> Delta bronze ingestion: one availableNow run of a bronze table's streaming query.
+"""Kafka -> Delta bronze ingestion: a bronze table's streaming query, and one availableNow run of it.
 
 Exactly once: Spark keeps the Kafka offsets in the query checkpoint, and the foreachBatch handler
 (`bronze.batches.BronzeBatchWriter`) appends every micro-batch idempotently. Every run first checks that
@@ -24,7 +24,7 @@ from streaming_pipeline.bronze.offsets import (
 )
 from streaming_pipeline.connections import KafkaConnection, Lakehouse, SchemaRegistryConnection
 from streaming_pipeline.engine.delta_log import BatchCounts, commits_since, latest_version
-from streaming_pipeline.engine.streams import Log, StreamRunReport, run_available_now
+from streaming_pipeline.engine.streams import Log, StreamQuery, StreamRunReport, run_available_now
 from streaming_pipeline.schemas import load_schema
 from streaming_pipeline.sources import SourceTopic
 from streaming_pipeline.tables import DEAD_LETTER_RECORDS
@@ -60,6 +60,46 @@ class BronzeRunResult:
         return ranges
 
 
+def bronze_query(
+    spark: SparkSession,
+    kafka: KafkaConnection,
+    registry: SchemaRegistryConnection,
+    lakehouse: Lakehouse,
+    *,
+    source: SourceTopic,
+) -> StreamQuery:
+    """The streaming query of the source's bronze table, after checking that table, checkpoint and topic agree:
+    Kafka -> the foreachBatch handler -> the bronze table and the dead-letter table."""
+    topic, asset_name = source.topic, source.bronze_table
+    kafka.ensure_topic(topic)
+    table_path = lakehouse.table_path(asset_name)
+    checkpoint_dir = lakehouse.checkpoint_path(asset_name)
+    starting_offsets = _starting_offsets(kafka, table_path, checkpoint_dir, asset_name, topic)
+    handler = BronzeBatchWriter(
+        registry_url=registry.url,
+        registry_auth=registry.basic_auth_user_info,
+        subject=source.value_subject,
+        fallback_reader_schema=load_schema(source.value_schema),
+        table_path=table_path,
+        dead_letter_path=lakehouse.table_path(DEAD_LETTER_RECORDS.name),
+        asset_name=asset_name,
+        checkpoint_dir=checkpoint_dir,
+    )
+
+    def start_writer() -> DataStreamWriter:
+        records = (
+            spark.readStream.format("kafka")
+            .options(**kafka.spark_options())
+            .option("subscribe", topic)
+            .option("startingOffsets", starting_offsets)
+            .option("maxOffsetsPerTrigger", lakehouse.max_offsets_per_trigger)
+            .load()
+        )
+        return records.writeStream.foreachBatch(handler).option("checkpointLocation", checkpoint_dir)
+
+    return StreamQuery(asset_name, start_writer, tables=(asset_name, DEAD_LETTER_RECORDS.name))
+
+
 def ingest_topic(
     spark: SparkSession,
     kafka: KafkaConnection,
@@ -70,40 +110,16 @@ def ingest_topic(
     log: Log | None = None,
 ) -> BronzeRunResult:
     """Drain everything new in the source's topic into its bronze table and the dead-letter table."""
-    topic, asset_name = source.topic, source.bronze_table
-    kafka.ensure_topic(topic)
+    asset_name = source.bronze_table
     table_path = lakehouse.table_path(asset_name)
-    checkpoint_dir = lakehouse.checkpoint_path(asset_name)
     dead_letter_path = lakehouse.table_path(DEAD_LETTER_RECORDS.name)
-    starting_offsets = _starting_offsets(kafka, table_path, checkpoint_dir, asset_name, topic)
-    handler = BronzeBatchWriter(
-        registry_url=registry.url,
-        registry_auth=registry.basic_auth_user_info,
-        subject=source.value_subject,
-        fallback_reader_schema=load_schema(source.value_schema),
-        table_path=table_path,
-        dead_letter_path=dead_letter_path,
-        asset_name=asset_name,
-        checkpoint_dir=checkpoint_dir,
-    )
+    query = bronze_query(spark, kafka, registry, lakehouse, source=source)
     table_before = latest_version(table_path)
     dead_before = latest_version(dead_letter_path)
-
-    def start_writer() -> DataStreamWriter:
-        source = (
-            spark.readStream.format("kafka")
-            .options(**kafka.spark_options())
-            .option("subscribe", topic)
-            .option("startingOffsets", starting_offsets)
-            .option("maxOffsetsPerTrigger", lakehouse.max_offsets_per_trigger)
-            .load()
-        )
-        return source.writeStream.foreachBatch(handler).option("checkpointLocation", checkpoint_dir)
-
-    report = run_available_now(asset_name, start_writer, log=log)
+    report = run_available_now(query.name, query.start_writer, log=log)
     result = BronzeRunResult(report=report)
     if report.batches:
-        app_id = bronze_app_id(asset_name, checkpoint_id(checkpoint_dir))
+        app_id = bronze_app_id(asset_name, checkpoint_id(lakehouse.checkpoint_path(asset_name)))
         result.batches = commits_since(table_path, table_before, app_id)
         result.dead_letter_batches = commits_since(dead_letter_path, dead_before, dead_letter_app_id(app_id))
     return result

@@ -375,7 +375,7 @@ def _probe(kafka: Any, registry: Any, tables: _Tables, seed: int, expected: int,
 
 def _wait_until_no_run_in_flight(dagster_home: Path, timeout: float) -> None:
     """Each probe goes onto a quiet pipeline: a ride produced while a run works waits for that run to end first."""
-    from streaming_pipeline.defs.bronze.offset_sensors import IN_FLIGHT
+    from streaming_pipeline.live_runs import IN_FLIGHT
 
     instance = dg.DagsterInstance.from_config(str(dagster_home))
     deadline = time.monotonic() + timeout

@@ -148,7 +148,7 @@ def downstream_assets(defs: dg.Definitions, asset_name: str) -> list[str]:
 
 
 def _runs_in_flight(instance: dg.DagsterInstance, names: set[str]) -> list[str]:
-    from streaming_pipeline.defs.bronze.offset_sensors import IN_FLIGHT
+    from streaming_pipeline.live_runs import IN_FLIGHT
 
     found = []
     for run in instance.get_runs(filters=dg.RunsFilter(statuses=IN_FLIGHT), limit=200):

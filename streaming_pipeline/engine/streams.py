@@ -1,5 +1,5 @@
-"""Run a Structured Streaming query once with trigger(availableNow=True), logging progress; read a Delta table as
-a stream."""
+"""The pipeline's streaming queries as values (`StreamQuery`), run once with trigger(availableNow=True) and logged
+(`run_available_now`, the triggered mode) or kept running by `engine.continuous`; a Delta table read as a stream."""
 
 from __future__ import annotations
 
@@ -38,6 +38,25 @@ def delta_stream(spark: SparkSession, lakehouse: Lakehouse, table: str) -> DataF
     )
 
 
+@dataclass(frozen=True)
+class StreamQuery:
+    """One streaming query of the pipeline, ready to start with any trigger.
+
+    `name` is Spark's queryName (and names the checkpoint's Dagster pool); `start_writer` builds the writer (source,
+    transformation, sink and checkpoint) afresh for each start; `tables` are the Delta tables it writes;
+    `source_paths` are the Delta tables it reads, which must exist before it can start. Kept running
+    (`engine.continuous`), the query calls `on_progress` with what its micro-batches reported since the previous
+    call, and is stopped now and then for `after_stop`: work that needs the query at rest (an availableNow run's
+    caller does both at the end of the run)."""
+
+    name: str
+    start_writer: Callable[[], DataStreamWriter]
+    tables: tuple[str, ...]
+    source_paths: tuple[str, ...] = ()
+    on_progress: Callable[[StreamRunReport], object] | None = None
+    after_stop: Callable[[], object] | None = None
+
+
 class Log(Protocol):
     """Where the streaming code reports progress: a `logging.Logger` or a Dagster run's `context.log`."""
 
@@ -47,7 +66,7 @@ class Log(Protocol):
 
 
 # Delta asks to restart a stream whose source table changed schema (e.g. a v2 column was added).
-_RESTART_MARKERS = ("DELTA_SCHEMA_CHANGED", "Detected schema change", "DELTA_STREAMING_METADATA_EVOLUTION")
+RESTART_MARKERS = ("DELTA_SCHEMA_CHANGED", "Detected schema change", "DELTA_STREAMING_METADATA_EVOLUTION")
 MAX_SCHEMA_RESTARTS = 3
 
 
@@ -140,7 +159,7 @@ def run_available_now(
         except StreamingQueryException as exc:
             _collect(query, report, seen, log)
             message = str(exc)
-            if any(marker in message for marker in _RESTART_MARKERS) and report.restarts < MAX_SCHEMA_RESTARTS:
+            if any(marker in message for marker in RESTART_MARKERS) and report.restarts < MAX_SCHEMA_RESTARTS:
                 report.restarts += 1
                 log.info(f"{query_name}: source schema changed, restarting the query ({report.restarts})")
                 continue

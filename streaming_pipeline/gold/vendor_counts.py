@@ -1,10 +1,10 @@
-"""The vendor_counts stream: raw_rides -> a complete-mode running count per vendor, rewritten each micro-batch."""
+"""The vendor_counts query: raw_rides -> a complete-mode running count per vendor, rewritten each micro-batch."""
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from streaming_pipeline.engine.streams import Log, StreamRunReport, delta_stream, run_available_now
+from streaming_pipeline.engine.streams import Log, StreamQuery, StreamRunReport, delta_stream, run_available_now
 from streaming_pipeline.gold.transformations import vendor_counts
 from streaming_pipeline.tables import RAW_RIDES, VENDOR_COUNTS
 
@@ -15,7 +15,7 @@ if TYPE_CHECKING:
     from streaming_pipeline.connections import Lakehouse
 
 
-def update_vendor_counts(spark: SparkSession, lakehouse: Lakehouse, log: Log | None = None) -> StreamRunReport:
+def vendor_counts_query(spark: SparkSession, lakehouse: Lakehouse) -> StreamQuery:
     """Complete-mode running count: every micro-batch rewrites the small table from Spark's state."""
 
     def start_writer() -> DataStreamWriter:
@@ -27,4 +27,15 @@ def update_vendor_counts(spark: SparkSession, lakehouse: Lakehouse, log: Log | N
             .option("path", lakehouse.table_path(VENDOR_COUNTS.name))
         )
 
-    return run_available_now(VENDOR_COUNTS.name, start_writer, log=log)
+    return StreamQuery(
+        VENDOR_COUNTS.name,
+        start_writer,
+        tables=(VENDOR_COUNTS.name,),
+        source_paths=(lakehouse.table_path(RAW_RIDES.name),),
+    )
+
+
+def update_vendor_counts(spark: SparkSession, lakehouse: Lakehouse, log: Log | None = None) -> StreamRunReport:
+    """One availableNow run of the running count."""
+    query = vendor_counts_query(spark, lakehouse)
+    return run_available_now(query.name, query.start_writer, log=log)

@@ -14,7 +14,14 @@ from pyspark.sql.types import StructType
 
 from streaming_pipeline.engine.delta_log import DeltaLog
 from streaming_pipeline.engine.delta_tables import delta_path_sql, read_table, table_exists
-from streaming_pipeline.engine.streams import Log, StreamRunReport, delta_stream, from_epoch_micros, run_available_now
+from streaming_pipeline.engine.streams import (
+    Log,
+    StreamQuery,
+    StreamRunReport,
+    delta_stream,
+    from_epoch_micros,
+    run_available_now,
+)
 from streaming_pipeline.gold.transformations import ride_window_aggregates, window_late_counts
 from streaming_pipeline.tables import RAW_RIDES, RIDE_WINDOW_AGGREGATES
 
@@ -117,16 +124,17 @@ def update_ride_window_aggregates(
     return WindowRunResult(report, reconcile.watermark, reconcile.windows, reconcile)
 
 
-def stream_ride_windows(
+def ride_windows_query(
     spark: SparkSession, lakehouse: Lakehouse, *, window_duration: str, watermark_delay: str, log: Log | None = None
-) -> StreamRunReport:
+) -> StreamQuery:
     """The windows of `window_duration` (a Spark interval) streamed from raw_rides, watermarked `watermark_delay`
-    behind the latest pickup."""
-    """The streaming half of a windows run: on-time rides into the windows, upserted."""
-    before = stream_position(spark, lakehouse.checkpoint_path(WINDOWS))
-    handler = WindowUpsert(lakehouse.table_path(WINDOWS), before.watermark_micros if before else None)
+    behind the latest pickup, and upserted. The reconcile needs the query stopped (it reads the table and the
+    checkpoint at the same micro-batch): it is the query's `after_stop`."""
 
     def start_writer() -> DataStreamWriter:
+        # The windows final when this run of the query starts are frozen for it (see WindowUpsert).
+        before = stream_position(spark, lakehouse.checkpoint_path(WINDOWS))
+        handler = WindowUpsert(lakehouse.table_path(WINDOWS), before.watermark_micros if before else None)
         windows = ride_window_aggregates(
             delta_stream(spark, lakehouse, RAW_RIDES.name), window_duration, watermark_delay
         )
@@ -136,7 +144,21 @@ def stream_ride_windows(
             .option("checkpointLocation", lakehouse.checkpoint_path(WINDOWS))
         )
 
-    return run_available_now(WINDOWS, start_writer, log=log)
+    return StreamQuery(
+        WINDOWS,
+        start_writer,
+        tables=(WINDOWS,),
+        source_paths=(lakehouse.table_path(RAW_RIDES.name),),
+        after_stop=lambda: reconcile_ride_windows(spark, lakehouse, window_duration=window_duration, log=log),
+    )
+
+
+def stream_ride_windows(
+    spark: SparkSession, lakehouse: Lakehouse, *, window_duration: str, watermark_delay: str, log: Log | None = None
+) -> StreamRunReport:
+    """The streaming half of a windows run: one availableNow run of `ride_windows_query`, not reconciled."""
+    query = ride_windows_query(spark, lakehouse, window_duration=window_duration, watermark_delay=watermark_delay)
+    return run_available_now(query.name, query.start_writer, log=log)
 
 
 # ------------------------------------------------------------------------------------- reconciling windows

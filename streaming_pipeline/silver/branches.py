@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING
 
 from pyspark.sql import functions as F
 
-from streaming_pipeline.engine.streams import Log, StreamRunReport, delta_stream, run_available_now
+from streaming_pipeline.engine.streams import Log, StreamQuery, StreamRunReport, delta_stream, run_available_now
 from streaming_pipeline.tables import AMOUNT_BRANCHES, HIGH_AMOUNT_RIDES, LOW_AMOUNT_RIDES, RAW_RIDES
 
 if TYPE_CHECKING:
@@ -82,29 +82,44 @@ class BranchRunResult:
     null_amount_rides: int
 
 
-def update_amount_branches(
-    spark: SparkSession, lakehouse: Lakehouse, *, high_amount_threshold: float, log: Log | None = None
-) -> BranchRunResult:
-    """Branch raw_rides by total_amount (>= high_amount_threshold goes high, below goes low, null to neither)."""
-    from streaming_pipeline.bronze.offsets import checkpoint_id
-    from streaming_pipeline.engine.delta_log import commits_since, latest_version
-
+def amount_branches_query(spark: SparkSession, lakehouse: Lakehouse, *, high_amount_threshold: float) -> StreamQuery:
+    """raw_rides branched by total_amount (>= high_amount_threshold goes high, below goes low, null to neither)."""
     high_path, low_path = lakehouse.table_path(HIGH_AMOUNT), lakehouse.table_path(LOW_AMOUNT)
-    checkpoint_dir = lakehouse.checkpoint_path(f"{HIGH_AMOUNT}+{LOW_AMOUNT}")
-    handler = AmountBranchWriter(high_path, low_path, high_amount_threshold, checkpoint_dir)
-    before = latest_version(high_path), latest_version(low_path)
+    handler = AmountBranchWriter(high_path, low_path, high_amount_threshold, _checkpoint(lakehouse))
 
     def start_writer() -> DataStreamWriter:
         return (
             delta_stream(spark, lakehouse, RAW_RIDES.name)
             .writeStream.foreachBatch(handler)
-            .option("checkpointLocation", checkpoint_dir)
+            .option("checkpointLocation", handler.checkpoint_dir)
         )
 
-    report = run_available_now(AMOUNT_BRANCHES, start_writer, log=log)
-    query = checkpoint_id(checkpoint_dir)
-    high = commits_since(high_path, before[0], f"branch:{HIGH_AMOUNT}:{query}")
-    low = commits_since(low_path, before[1], f"branch:{LOW_AMOUNT}:{query}")
+    return StreamQuery(
+        AMOUNT_BRANCHES,
+        start_writer,
+        tables=(HIGH_AMOUNT, LOW_AMOUNT),
+        source_paths=(lakehouse.table_path(RAW_RIDES.name),),
+    )
+
+
+def _checkpoint(lakehouse: Lakehouse) -> str:
+    return lakehouse.checkpoint_path(f"{HIGH_AMOUNT}+{LOW_AMOUNT}")
+
+
+def update_amount_branches(
+    spark: SparkSession, lakehouse: Lakehouse, *, high_amount_threshold: float, log: Log | None = None
+) -> BranchRunResult:
+    """One availableNow run of the branches, with what it wrote to each table."""
+    from streaming_pipeline.bronze.offsets import checkpoint_id
+    from streaming_pipeline.engine.delta_log import commits_since, latest_version
+
+    high_path, low_path = lakehouse.table_path(HIGH_AMOUNT), lakehouse.table_path(LOW_AMOUNT)
+    before = latest_version(high_path), latest_version(low_path)
+    query = amount_branches_query(spark, lakehouse, high_amount_threshold=high_amount_threshold)
+    report = run_available_now(query.name, query.start_writer, log=log)
+    checkpoint = checkpoint_id(_checkpoint(lakehouse))
+    high = commits_since(high_path, before[0], f"branch:{HIGH_AMOUNT}:{checkpoint}")
+    low = commits_since(low_path, before[1], f"branch:{LOW_AMOUNT}:{checkpoint}")
     return BranchRunResult(
         report,
         high_rows=sum(c.rows for c in high),

@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING
 from pyspark.sql import functions as F
 
 from streaming_pipeline.engine.delta_tables import read_table, table_exists
-from streaming_pipeline.engine.streams import Log, StreamRunReport, delta_stream, run_available_now
+from streaming_pipeline.engine.streams import Log, StreamQuery, StreamRunReport, delta_stream, run_available_now
 from streaming_pipeline.tables import RAW_RIDES, RIDES_ENRICHED, TAXI_ZONES
 
 if TYPE_CHECKING:
@@ -43,7 +43,7 @@ class EnrichmentRunResult:
     unknown_dropoff_zones: int
 
 
-def update_rides_enriched(spark: SparkSession, lakehouse: Lakehouse, log: Log | None = None) -> EnrichmentRunResult:
+def rides_enriched_query(spark: SparkSession, lakehouse: Lakehouse) -> StreamQuery:
     """Every ride of raw_rides once, with the boroughs and zones of its pickup and dropoff locations.
 
     A stream-static join: each micro-batch joins the zone table as it is then (broadcast). Rides already
@@ -65,7 +65,18 @@ def update_rides_enriched(spark: SparkSession, lakehouse: Lakehouse, log: Log | 
             .option("path", lakehouse.table_path(RIDES_ENRICHED.name))
         )
 
-    report = run_available_now(RIDES_ENRICHED.name, start_writer, log=log)
+    return StreamQuery(
+        RIDES_ENRICHED.name,
+        start_writer,
+        tables=(RIDES_ENRICHED.name,),
+        source_paths=(lakehouse.table_path(RAW_RIDES.name), lakehouse.table_path(TAXI_ZONES.name)),
+    )
+
+
+def update_rides_enriched(spark: SparkSession, lakehouse: Lakehouse, log: Log | None = None) -> EnrichmentRunResult:
+    """One availableNow run of the enrichment, with the rides whose zones are unknown counted."""
+    query = rides_enriched_query(spark, lakehouse)
+    report = run_available_now(query.name, query.start_writer, log=log)
     observed = report.observed_metrics("enrichment")
     return EnrichmentRunResult(
         report,

@@ -11,7 +11,14 @@ from pyspark.sql import functions as F
 
 from streaming_pipeline.engine.delta_log import latest_version
 from streaming_pipeline.engine.delta_tables import table_exists
-from streaming_pipeline.engine.streams import EPOCH, Log, StreamRunReport, delta_stream, run_available_now
+from streaming_pipeline.engine.streams import (
+    EPOCH,
+    Log,
+    StreamQuery,
+    StreamRunReport,
+    delta_stream,
+    run_available_now,
+)
 from streaming_pipeline.silver.transformations import ride_pickup_joins
 from streaming_pipeline.tables import JOIN_LATE_ROWS, RAW_PICKUP_LOCATIONS, RAW_RIDES, RIDE_PICKUP_JOINS
 
@@ -32,20 +39,21 @@ class JoinRunResult:
     batches_recorded: int = 0  # rows appended to join_late_rows
 
 
-def update_ride_pickup_joins(
+def ride_pickup_joins_query(
     spark: SparkSession,
     lakehouse: Lakehouse,
     *,
     join_max_gap: str,
     watermark_delay: str,
-    log: Log | None = None,
     run_id: str | None = None,
-) -> JoinRunResult:
+    log: Log | None = None,
+) -> StreamQuery:
     """Stream-stream inner join, both sides watermarked, appended to Delta (exactly once via the checkpoint).
 
     A ride or pickup that arrives with an event time at or before the watermark of the previous micro-batch
     (the latest event time seen on the slower side minus RIDE_WATERMARK_DELAY) cannot be joined any more: Spark
-    drops it. Each micro-batch that dropped rows gets a row in `join_late_rows`, which the first run creates.
+    drops it. Kept running, each report of the query's progress records the micro-batches that dropped rows in
+    `join_late_rows` (an availableNow run records its whole run at its end).
     """
 
     def start_writer() -> DataStreamWriter:
@@ -62,18 +70,49 @@ def update_ride_pickup_joins(
             .option("path", lakehouse.table_path(JOINS))
         )
 
-    report = run_available_now(JOINS, start_writer, log=log)
-    rows = join_late_rows(report, run_id)
-    recorded = record_join_late_rows(spark, lakehouse.table_path(JOIN_LATE_ROWS.name), rows)
+    def on_progress(report: StreamRunReport) -> None:
+        _record_late_rows(spark, lakehouse, report, run_id, log)
+
+    return StreamQuery(
+        JOINS,
+        start_writer,
+        tables=(JOINS, JOIN_LATE_ROWS.name),
+        source_paths=(lakehouse.table_path(RAW_RIDES.name), lakehouse.table_path(RAW_PICKUP_LOCATIONS.name)),
+        on_progress=on_progress,
+    )
+
+
+def update_ride_pickup_joins(
+    spark: SparkSession,
+    lakehouse: Lakehouse,
+    *,
+    join_max_gap: str,
+    watermark_delay: str,
+    log: Log | None = None,
+    run_id: str | None = None,
+) -> JoinRunResult:
+    """One availableNow run of the join; each of its micro-batches that dropped rows gets a row in
+    `join_late_rows`, which the first run creates."""
+    query = ride_pickup_joins_query(spark, lakehouse, join_max_gap=join_max_gap, watermark_delay=watermark_delay)
+    report = run_available_now(query.name, query.start_writer, log=log)
+    recorded, dropped = _record_late_rows(spark, lakehouse, report, run_id, log)
+    last = (report.progresses[-1].get("eventTime") or {}).get("watermark") if report.progresses else None
+    watermark = datetime.fromisoformat(last.replace("Z", "+00:00")) if last else None
+    return JoinRunResult(report, dropped, watermark, recorded)
+
+
+def _record_late_rows(
+    spark: SparkSession, lakehouse: Lakehouse, report: StreamRunReport, run_id: str | None, log: Log | None
+) -> tuple[int, int]:
+    """(rows appended to join_late_rows, rows the watermark dropped) for the micro-batches of `report`."""
+    recorded = record_join_late_rows(spark, lakehouse.table_path(JOIN_LATE_ROWS.name), join_late_rows(report, run_id))
     dropped = report.rows_dropped_by_watermark()
     if dropped and log is not None:
         log.warning(
             f"{JOINS}: {dropped} row(s) arrived behind the join's watermark and were dropped "
             f"(see {JOIN_LATE_ROWS.name})"
         )
-    last = (report.progresses[-1].get("eventTime") or {}).get("watermark") if report.progresses else None
-    watermark = datetime.fromisoformat(last.replace("Z", "+00:00")) if last else None
-    return JoinRunResult(report, dropped, watermark, recorded)
+    return recorded, dropped
 
 
 def join_late_rows(report: StreamRunReport, run_id: str | None) -> list[tuple[Any, ...]]:

@@ -22,17 +22,9 @@ import dagster as dg
 
 from streaming_pipeline.bronze.offsets import consumed_offsets, consumer_lag, topic_problems
 from streaming_pipeline.errors import BronzeStateError, StreamingPipelineError
+from streaming_pipeline.live_runs import CONTINUOUS_JOB, IN_FLIGHT, recent_failures, retry_backoff_seconds
 from streaming_pipeline.resources import KafkaResource, LakehouseResource
 from streaming_pipeline.settings import SensorSettings
-
-IN_FLIGHT = [
-    dg.DagsterRunStatus.QUEUED,
-    dg.DagsterRunStatus.NOT_STARTED,
-    dg.DagsterRunStatus.STARTING,
-    dg.DagsterRunStatus.STARTED,
-    dg.DagsterRunStatus.CANCELING,
-]
-FAILED = (dg.DagsterRunStatus.FAILURE, dg.DagsterRunStatus.CANCELED)
 
 
 @dataclass(frozen=True)
@@ -56,7 +48,7 @@ def decide(
     if run_in_flight:
         return Decision(False, f"{waiting} record(s) wait; a run on this checkpoint is in flight")
     if consecutive_failures and seconds_since_failure is not None:
-        backoff = min(policy.retry_backoff_seconds * 2 ** (consecutive_failures - 1), policy.max_backoff_seconds)
+        backoff = retry_backoff_seconds(consecutive_failures, policy)
         if seconds_since_failure < backoff:
             return Decision(
                 False,
@@ -76,27 +68,12 @@ def decide(
 
 
 def _runs_on_checkpoint(context: dg.SensorEvaluationContext, asset_key: dg.AssetKey, job_name: str) -> bool:
-    """Whether any run that materializes `asset_key` is queued or running, whoever started it."""
+    """Whether any run that materializes `asset_key` is queued or running, whoever started it (the continuous mode's
+    run streams every checkpoint)."""
     for run in context.instance.get_runs(filters=dg.RunsFilter(statuses=IN_FLIGHT), limit=100):
-        if run.job_name == job_name or (run.asset_selection and asset_key in run.asset_selection):
+        if run.job_name in (job_name, CONTINUOUS_JOB) or (run.asset_selection and asset_key in run.asset_selection):
             return True
     return False
-
-
-def _recent_failures(context: dg.SensorEvaluationContext, sensor_name: str) -> tuple[int, float | None]:
-    """(consecutive failed runs of this sensor, seconds since the newest ended)."""
-    records = context.instance.get_run_records(
-        filters=dg.RunsFilter(tags={"dagster/sensor_name": sensor_name}), limit=10
-    )
-    failures = 0
-    for record in records:
-        if record.dagster_run.status not in FAILED:
-            break
-        failures += 1
-    if not failures:
-        return 0, None
-    ended = records[0].end_time or records[0].update_timestamp.timestamp()
-    return failures, time.time() - ended
 
 
 @dataclass(frozen=True)
@@ -186,7 +163,7 @@ def build_offset_sensor(
         report = waiting != previous and (0 in (waiting, previous) or now - observed_at >= policy.lag_report_seconds)
         events = [_lag_observation(asset_key, state)] if report else []
         reported_lag, observed_at = (waiting, now) if report else (previous, observed_at)
-        failures, since_failure = _recent_failures(context, sensor_name) if waiting else (0, None)
+        failures, since_failure = recent_failures(context.instance, sensor_name) if waiting else (0, None)
         decision = decide(
             waiting=waiting,
             oldest_age_seconds=oldest_age,

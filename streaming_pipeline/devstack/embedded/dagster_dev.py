@@ -22,7 +22,16 @@ from streaming_pipeline.errors import StackError
 
 PROJECT_ROOT = Path(__file__).resolve().parents[3]
 # Settings of the caller's shell that must not leak into a run pointed at another stack.
-_FOREIGN_PREFIXES = ("SPARK_", "OFFSET_SENSOR_", "KAFKA_", "SCHEMA_REGISTRY_", "LAKEHOUSE_DIR", "DAGSTER_HOME")
+_FOREIGN_PREFIXES = (
+    "SPARK_",
+    "OFFSET_SENSOR_",
+    "KAFKA_",
+    "SCHEMA_REGISTRY_",
+    "LAKEHOUSE_DIR",
+    "DAGSTER_HOME",
+    "LIVE_MODE",
+    "CONTINUOUS_",
+)
 
 
 class DagsterDev:

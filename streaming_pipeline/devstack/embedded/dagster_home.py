@@ -1,11 +1,12 @@
 """The Dagster instance directory of the embedded stack (DAGSTER_HOME, exported by `stack env`).
 
 Its dagster.yaml makes the live path behave: every concurrency pool (one per streaming checkpoint, see
-`asset_metadata.checkpoint_pool`) admits one run at a time, counted per run, so a sensor run, a manual run
-and a UI run never work on the same checkpoint at once; queued runs are picked up every second; sensors are
-evaluated on threads, so one slow tick does not hold the others back. Its `retention:` block bounds the tick
-history: the sensors tick ~43,000 times a day (docs/dagster-storage.md); the runs themselves are deleted by
-`defs/run_retention.py`.
+`asset_metadata.checkpoint_pool`) admits one step at a time, so no two steps of a sensor run, a manual run, a UI
+run or the continuous run work on the same checkpoint at once, and a run releases a checkpoint as soon as its step
+on it is done; run monitoring marks a run whose process died as failed and frees its pool slots; queued runs are
+picked up every second; sensors are evaluated on threads, so one slow tick does not hold the others back. Its
+`retention:` block bounds the tick history: the sensors tick ~43,000 times a day (docs/dagster-storage.md); the runs
+themselves are deleted by `defs/run_retention.py`.
 
 Storage: SQLite files under DAGSTER_HOME by default; with `stack up --dagster-postgres`, a ``storage:
 postgres:`` block puts the run, event-log and schedule storage in the stack's PostgreSQL server
@@ -36,8 +37,13 @@ run_coordinator:
     dequeue_interval_seconds: 1
 concurrency:
   pools:
-    granularity: run
+    granularity: op
     default_limit: 1
+# A run whose process died (killed, or its code server stopped) is marked failed; its pool slots are freed.
+run_monitoring:
+  enabled: true
+  poll_interval_seconds: 5
+  free_slots_after_run_end_seconds: 5
 sensors:
   use_threads: true
   num_workers: 4

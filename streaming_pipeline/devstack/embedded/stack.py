@@ -94,9 +94,14 @@ class StackInfo:
     postgres_log_file: Path | None = None
     spark_master_url: str | None = None  # spark://host:port when the Connect server drives a standalone cluster
     spark_workers: int = 0  # workers of that cluster (0: a local driver)
+    live_mode: str = "triggered"  # LIVE_MODE of the code location (stack up --live-mode)
 
     def env(self) -> dict[str, str]:
-        env = {"KAFKA_BOOTSTRAP_SERVERS": self.bootstrap_servers, "SCHEMA_REGISTRY_URL": self.schema_registry_url}
+        env = {
+            "KAFKA_BOOTSTRAP_SERVERS": self.bootstrap_servers,
+            "SCHEMA_REGISTRY_URL": self.schema_registry_url,
+            "LIVE_MODE": self.live_mode,
+        }
         if self.spark_remote:
             env["SPARK_REMOTE"] = self.spark_remote
         if self.dagster_home:
@@ -190,6 +195,7 @@ class EmbeddedStack:
         spark_workers: int | None = None,
         spark_worker_cores: int | None = None,
         spark_worker_memory: str | None = None,
+        live_mode: str | None = None,
     ) -> None:
         self.directory = Path(directory).expanduser().resolve()
         self.prefer_standard_ports = prefer_standard_ports
@@ -202,6 +208,8 @@ class EmbeddedStack:
         self.spark_workers = spark_workers
         self.spark_worker_cores = spark_worker_cores
         self.spark_worker_memory = spark_worker_memory
+        # None: as recorded in stack.json (triggered for a new stack).
+        self.live_mode = live_mode
 
     # ------------------------------------------------------------------ layout
 
@@ -383,6 +391,7 @@ class EmbeddedStack:
             registry_log_file=self.registry_log_file,
             spark_log_file=self.spark_log_file if spark_up else None,
             already_running=already_running,
+            live_mode=str(state.get("live_mode") or "triggered"),
             postgres_url=self._postgres_url(state) if postgres_up else None,
             postgres_pid=state.get("postgres", {}).get("pid") if postgres_up else None,
             postgres_log_file=self.postgres_log_file if postgres_up else None,
@@ -454,6 +463,9 @@ class EmbeddedStack:
         deadline = time.monotonic() + timeout
         with exclusive_lock(self._lock_file):
             state = self._load()
+            if self.live_mode is not None and state.get("live_mode") != self.live_mode:
+                state["live_mode"] = self.live_mode  # recorded even when everything runs already
+                self._save(state)
             wanted = self._wanted(state, say)
             missing = self._missing(state, wanted, say)
             if not missing:

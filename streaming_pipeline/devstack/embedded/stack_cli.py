@@ -26,6 +26,7 @@ from streaming_pipeline.devstack.embedded.stack import (
     default_stack_dir,
 )
 from streaming_pipeline.errors import exit_code
+from streaming_pipeline.settings import LIVE_MODES
 
 
 def add_stack_parser(subparsers: Any) -> argparse.ArgumentParser:
@@ -55,6 +56,14 @@ def add_stack_parser(subparsers: Any) -> argparse.ArgumentParser:
         "--free-ports",
         action="store_true",
         help="use free ports instead of the standard 9092/9093/8081/15002 for a stack started the first time",
+    )
+    up.add_argument(
+        "--live-mode",
+        choices=LIVE_MODES,
+        default=None,
+        help="what `stack env` exports as LIVE_MODE for `dagster dev`: triggered (offset sensors start a run when "
+        "records wait; the default for a new stack) or continuous (one long-running run keeps every query "
+        "streaming); recorded in stack.json, so later `stack up` keeps it",
     )
     up.add_argument(
         "--dagster-postgres",
@@ -127,6 +136,7 @@ def _print_info(info: StackInfo, stack: EmbeddedStack) -> None:
         print(f"  SPARK_REMOTE={info.spark_remote}")
     if info.dagster_home:
         print(f"  DAGSTER_HOME={info.dagster_home}")
+    print(f"  LIVE_MODE={info.live_mode}")
     if info.spark_master_url:
         print(
             f"  Spark master: {info.spark_master_url} ({info.spark_workers} worker(s) alive; `stack status` shows them)"
@@ -197,6 +207,7 @@ def _up(args: argparse.Namespace, directory: Path) -> int:
         spark_workers=args.spark_workers,
         spark_worker_cores=args.spark_worker_cores,
         spark_worker_memory=args.spark_worker_memory,
+        live_mode=args.live_mode,
     )
     if args.no_spark and args.spark_workers:
         print("error: --spark-workers needs the Spark Connect server; leave out --no-spark", file=sys.stderr)

@@ -1,0 +1,267 @@
+"""The continuous mode (`LIVE_MODE=continuous`, docs/live-mode.md): one long-running run keeps every streaming query
+of the pipeline running on the warm engine, and a sensor keeps that run alive.
+
+The run's one op holds the concurrency pool of every checkpoint it streams (its own `pool=` and the others,
+claimed when it starts), so no triggered, manual or second continuous run works on them meanwhile; the
+framework frees them all when the op ends, and run monitoring after a run whose process was killed. While it
+runs, the offset sensors stand aside. It reports each table as an asset materialization at most every
+`CONTINUOUS_REPORT_SECONDS` (rows since the previous report, the Delta version, the Kafka offsets) and the
+consumer lag as an observation when it changed, so that a day of streaming adds a bounded number of events.
+Terminating the run (UI) stops every query.
+"""
+
+import time
+from typing import Any
+
+import dagster as dg
+from pydantic import Field
+
+from streaming_pipeline.asset_metadata import IntervalsConfig, checkpoint_pool
+from streaming_pipeline.bronze.offsets import consumed_offsets, consumer_lag
+from streaming_pipeline.engine.continuous import ContinuousQueries
+from streaming_pipeline.engine.delta_log import commits, latest_version
+from streaming_pipeline.engine.streams import StreamRunReport
+from streaming_pipeline.engine.table_snapshot import row_count
+from streaming_pipeline.errors import StreamingPipelineError
+from streaming_pipeline.live_queries import QueryParameters, live_queries, live_query_names
+from streaming_pipeline.live_runs import (
+    CONTINUOUS_JOB,
+    continuous_run_in_flight,
+    recent_failures,
+    retry_backoff_seconds,
+)
+from streaming_pipeline.resources import KafkaResource, LakehouseResource, SchemaRegistryResource, SparkResource
+from streaming_pipeline.settings import LiveSettings, PipelineSettings, SensorSettings, trigger_interval
+from streaming_pipeline.sources import all_sources
+
+CONTINUOUS_SENSOR = "continuous_streams_sensor"
+POLL_SECONDS = 1.0
+_LIVE = LiveSettings.from_env()
+_PIPELINE = PipelineSettings.from_env()
+
+
+class ContinuousStreamsConfig(IntervalsConfig):
+    """How the queries run, and the assets' own parameters (as each asset's run config has them in triggered mode)."""
+
+    ASSET = CONTINUOUS_JOB
+    INTERVALS = ("join_max_gap", "watermark_delay", "window_duration")
+
+    trigger_interval: str = Field(
+        default=_LIVE.trigger_interval,
+        description="Each query starts a micro-batch this often, when data waits (default: "
+        "CONTINUOUS_TRIGGER_INTERVAL, 500 milliseconds).",
+    )
+    report_every_seconds: float = Field(
+        default=_LIVE.report_seconds,
+        gt=0,
+        description="At most one materialization per table this often (default: CONTINUOUS_REPORT_SECONDS, 30).",
+    )
+    reconcile_every_seconds: float = Field(
+        default=_LIVE.reconcile_seconds,
+        gt=0,
+        description="The window query is stopped for its reconcile at most this often, after new rides (default: "
+        "CONTINUOUS_RECONCILE_SECONDS, 60).",
+    )
+    high_amount_threshold: float = Field(default=_PIPELINE.high_amount_threshold)
+    join_max_gap: str = Field(default=_PIPELINE.join_max_gap)
+    watermark_delay: str = Field(default=_PIPELINE.ride_watermark_delay)
+    window_duration: str = Field(default=_PIPELINE.ride_window_duration)
+
+    def parameters(self) -> QueryParameters:
+        return QueryParameters(
+            high_amount_threshold=self.high_amount_threshold,
+            join_max_gap=self.interval("join_max_gap"),
+            join_watermark_delay=self.interval("watermark_delay"),
+            window_duration=self.interval("window_duration"),
+            window_watermark_delay=self.interval("watermark_delay"),
+        )
+
+
+_QUERIES = live_query_names()
+
+
+@dg.op(
+    name="continuous_streams",
+    description="Keeps every streaming query of the pipeline running until the run is terminated.",
+    pool=checkpoint_pool(_QUERIES[0]),
+)
+def continuous_streams(
+    context: dg.OpExecutionContext,
+    config: ContinuousStreamsConfig,
+    spark: SparkResource,
+    kafka: KafkaResource,
+    schema_registry: SchemaRegistryResource,
+    lakehouse: LakehouseResource,
+) -> None:
+    interval = trigger_interval(config.trigger_interval, name="trigger_interval")
+    step_key = context.get_step_execution_context().step.key
+    _claim_pools(context, step_key, [checkpoint_pool(name) for name in _QUERIES[1:]])
+    session = spark.get_session()
+    queries = live_queries(
+        session, kafka, schema_registry, lakehouse, config.parameters(), run_id=context.run_id, log=context.log
+    )
+    runner = ContinuousQueries(
+        queries, trigger_interval=interval, pause_every_seconds=config.reconcile_every_seconds, log=context.log
+    )
+    reporter = TableReporter(kafka, lakehouse, {q.name: q.tables for q in queries})
+    next_report = time.monotonic() + config.report_every_seconds
+    try:
+        while True:
+            runner.poll()
+            if time.monotonic() >= next_report:
+                for event in reporter.events(runner.take_reports()):
+                    context.log_event(event)
+                context.log.info(reporter.summary())
+                next_report = time.monotonic() + config.report_every_seconds
+            time.sleep(POLL_SECONDS)
+    finally:
+        # Terminated (Dagster raises DagsterExecutionInterruptedError here) or failed: no query outlives the run.
+        runner.stop()
+
+
+def _claim_pools(context: dg.OpExecutionContext, step_key: str, pools: list[str]) -> None:
+    """Claim one slot of each pool for this step (the framework claimed the op's own `pool=`), waiting while
+    another run's step holds one. With op granularity only: with run granularity the queue already admitted this
+    run for every pool of its plan, which is the op's own pool alone."""
+    storage = context.instance.event_log_storage
+    config = storage.get_pool_config()
+    granularity = config.pool_granularity.value if config.pool_granularity is not None else None
+    if not storage.supports_global_concurrency_limits or granularity != "op":
+        context.log.warning(
+            "the instance's concurrency pools are not op-granular (dagster.yaml `concurrency: pools: granularity: "
+            "op`, which `streaming-pipeline stack up` writes): this run holds only its own pool, and a triggered "
+            "run could start a query on a checkpoint it streams"
+        )
+        return
+    for pool in sorted(set(pools)):
+        limits = {limit.name: limit for limit in storage.get_pool_limits()}
+        if pool not in limits and config.default_pool_limit is not None:
+            storage.initialize_concurrency_limit_to_default(pool)
+            limits = {limit.name: limit for limit in storage.get_pool_limits()}
+        if pool not in limits:
+            continue  # a pool without a limit excludes nothing
+        waiting = False
+        while not storage.claim_concurrency_slot(pool, context.run_id, step_key).is_claimed:
+            if not waiting:
+                context.log.info(f"waiting for pool {pool}: a step of another run is working on its checkpoint")
+                waiting = True
+            time.sleep(POLL_SECONDS)
+
+
+class TableReporter:
+    """What the run says of its tables: a materialization per table that has new commits since its last one,
+    with the rows those commits wrote, and the consumer lag of each bronze table when it changed."""
+
+    def __init__(self, kafka: KafkaResource, lakehouse: LakehouseResource, tables: dict[str, tuple[str, ...]]) -> None:
+        self._kafka = kafka
+        self._lakehouse = lakehouse
+        self._tables = tables
+        self._versions = {t: latest_version(lakehouse.table_path(t)) for ts in tables.values() for t in ts}
+        self._lags: dict[str, int] = {}
+        self._rows: dict[str, int] = {}
+
+    def events(self, reports: dict[str, StreamRunReport]) -> list[dg.AssetMaterialization | dg.AssetObservation]:
+        events: list[dg.AssetMaterialization | dg.AssetObservation] = []
+        self._rows = {}
+        for query, tables in self._tables.items():
+            report = reports.get(query)
+            for table in tables:
+                materialization = self._materialization(table, report)
+                if materialization is not None:
+                    events.append(materialization)
+        for source in all_sources():
+            observation = self._lag(source.bronze_table, source.topic)
+            if observation is not None:
+                events.append(observation)
+        return events
+
+    def summary(self) -> str:
+        written = ", ".join(f"{t} {n:,}" for t, n in self._rows.items() if n) or "nothing new"
+        return f"rows written since the previous report: {written}"
+
+    def _materialization(self, table: str, report: StreamRunReport | None) -> dg.AssetMaterialization | None:
+        path = self._lakehouse.table_path(table)
+        version, previous = latest_version(path), self._versions.get(table)
+        if version is None or version == previous:
+            return None
+        self._versions[table] = version
+        written = sum(c.output_rows for c in commits(path, after=previous) or [])
+        self._rows[table] = written
+        metadata: dict[str, Any] = {
+            "rows_written": dg.MetadataValue.int(written),
+            "delta_version": dg.MetadataValue.int(version),
+            "table_path": dg.MetadataValue.path(path),
+        }
+        if report is not None:
+            metadata["rows_read"] = dg.MetadataValue.int(report.input_rows)
+            metadata["micro_batches"] = dg.MetadataValue.int(report.batches)
+        rows = row_count(path, version)
+        if rows is not None:
+            metadata["dagster/row_count"] = dg.MetadataValue.int(rows)
+        source = next((s for s in all_sources() if s.bronze_table == table), None)
+        if source is not None:
+            consumed = consumed_offsets(path, self._lakehouse.checkpoint_path(table), table, source.topic)
+            metadata["consumed_offsets"] = dg.MetadataValue.json({str(p): o for p, o in consumed.items()})
+        return dg.AssetMaterialization(asset_key=table, metadata=metadata)
+
+    def _lag(self, table: str, topic: str) -> dg.AssetObservation | None:
+        path = self._lakehouse.table_path(table)
+        try:
+            consumed = consumed_offsets(path, self._lakehouse.checkpoint_path(table), table, topic)
+            end = {p: high for p, (_, high) in self._kafka.watermark_offsets(topic).items()}
+        except StreamingPipelineError:
+            return None  # Kafka away: the queries say so themselves
+        lag = consumer_lag(end, consumed)
+        total = sum(lag.values())
+        if self._lags.get(table) == total:
+            return None
+        self._lags[table] = total
+        return dg.AssetObservation(
+            asset_key=table,
+            metadata={
+                "consumer_lag": dg.MetadataValue.int(total),
+                "consumer_lag_by_partition": dg.MetadataValue.json({str(p): n for p, n in lag.items()}),
+                "end_offsets": dg.MetadataValue.json({str(p): o for p, o in end.items()}),
+            },
+        )
+
+
+@dg.job(
+    name=CONTINUOUS_JOB,
+    description="The continuous mode: every streaming query of the pipeline, kept running until terminated.",
+    tags={"live_mode": "continuous"},
+)
+def continuous_job() -> None:
+    continuous_streams()
+
+
+def build_continuous_sensor(policy: SensorSettings, live: LiveSettings) -> dg.SensorDefinition:
+    @dg.sensor(
+        name=CONTINUOUS_SENSOR,
+        job=continuous_job,
+        description=f"Keeps one run of {CONTINUOUS_JOB} in flight: launches it when there is none, and relaunches "
+        "it with back-off after a failure. Running by default with LIVE_MODE=continuous.",
+        minimum_interval_seconds=policy.interval_seconds,
+        default_status=dg.DefaultSensorStatus.RUNNING if live.continuous else dg.DefaultSensorStatus.STOPPED,
+    )
+    def continuous_streams_sensor(context: dg.SensorEvaluationContext) -> dg.RunRequest | dg.SkipReason:
+        run = continuous_run_in_flight(context.instance)
+        if run is not None:
+            return dg.SkipReason(f"run {run.run_id} streams ({run.status.value.lower()})")
+        failures, since = recent_failures(context.instance, CONTINUOUS_SENSOR)
+        if failures and since is not None:
+            backoff = retry_backoff_seconds(failures, policy)
+            if since < backoff:
+                return dg.SkipReason(f"the last {failures} run(s) failed; relaunching {backoff - since:.0f} s from now")
+        number = int(context.cursor or 0) + 1
+        context.update_cursor(str(number))
+        return dg.RunRequest(run_key=f"continuous#{number}")
+
+    return continuous_streams_sensor
+
+
+@dg.definitions
+def defs() -> dg.Definitions:
+    return dg.Definitions(
+        jobs=[continuous_job], sensors=[build_continuous_sensor(SensorSettings.from_env(), LiveSettings.from_env())]
+    )

@@ -1,0 +1,235 @@
+"""The continuous mode's engine: keep a set of streaming queries running with a processing-time trigger.
+
+`ContinuousQueries` starts each query once the Delta tables it reads exist, gathers its progress, restarts it
+after a failure (at once when a source table's schema changed, else after a back-off that doubles up to a
+minute), stops it now and then for the work that needs it at rest (`StreamQuery.after_stop`), and stops every
+query when asked. The queries are the same as those of an availableNow run, with the same checkpoints and
+handlers, so a table written by either mode is exactly once.
+
+It never sleeps and owns no thread: its owner calls `poll()` every second or two and `take_reports()` when it
+wants to say what happened. The progress is read from each query's `recentProgress` (Spark keeps the last 100
+micro-batches), so polls may be seconds apart. Nothing here imports Dagster.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+from streaming_pipeline.engine.delta_tables import table_exists
+from streaming_pipeline.engine.streams import (
+    MAX_SCHEMA_RESTARTS,
+    RESTART_MARKERS,
+    Log,
+    StreamQuery,
+    StreamRunReport,
+    root_cause,
+)
+from streaming_pipeline.errors import StreamingRunError
+
+if TYPE_CHECKING:
+    from pyspark.sql.streaming import StreamingQuery
+
+RETRY_BACKOFF_SECONDS = 5.0
+MAX_BACKOFF_SECONDS = 60.0
+#: Consecutive failures of one query (schema restarts aside) after which the whole set fails: the run fails, and
+#: whoever keeps the run alive starts it again (a broker away for a minute costs a few failures, not ten).
+MAX_CONSECUTIVE_FAILURES = 10
+
+
+@dataclass
+class _Running:
+    """One query of the set: where it stands and what it reported since the last `take_reports`."""
+
+    spec: StreamQuery
+    query: StreamingQuery | None = None
+    seen: set[str] = field(default_factory=set)
+    report: StreamRunReport | None = None
+    failures: int = 0
+    schema_restarts: int = 0
+    retry_at: float = 0.0
+    paused_at: float = 0.0
+    batches_since_pause: int = 0
+    waiting_logged: bool = False
+
+    def __post_init__(self) -> None:
+        self.report = StreamRunReport(self.spec.name)
+
+
+class ContinuousQueries:
+    """Keeps `queries` running with `trigger(processingTime=trigger_interval)` until `stop()`.
+
+    A query with an `after_stop` is stopped for it at most every `pause_every_seconds`, and only when it has
+    processed a micro-batch since. A query that failed `max_failures` times in a row raises StreamingRunError from
+    `poll()`, after every query was stopped.
+    """
+
+    def __init__(
+        self,
+        queries: Sequence[StreamQuery],
+        *,
+        trigger_interval: str,
+        pause_every_seconds: float,
+        log: Log,
+        exists: Callable[[str], bool] = table_exists,
+        clock: Callable[[], float] = time.monotonic,
+        retry_backoff_seconds: float = RETRY_BACKOFF_SECONDS,
+        max_backoff_seconds: float = MAX_BACKOFF_SECONDS,
+        max_failures: int = MAX_CONSECUTIVE_FAILURES,
+    ) -> None:
+        self._queries = [_Running(q) for q in queries]
+        self._trigger_interval = trigger_interval
+        self._pause_every = pause_every_seconds
+        self._log = log
+        self._exists = exists
+        self._clock = clock
+        self._backoff = (retry_backoff_seconds, max_backoff_seconds)
+        self._max_failures = max_failures
+        self._stopped = False
+
+    @property
+    def names(self) -> list[str]:
+        return [r.spec.name for r in self._queries]
+
+    def running(self) -> list[str]:
+        """The queries started and not failed."""
+        return [r.spec.name for r in self._queries if r.query is not None]
+
+    def poll(self) -> None:
+        """Start what can start, gather progress, restart what failed, pause what is due for its `after_stop`."""
+        if self._stopped:
+            raise StreamingRunError("the continuous queries were stopped")
+        for running in self._queries:
+            if running.query is None:
+                self._start_when_ready(running)
+            else:
+                self._collect(running)
+                if not running.query.isActive:
+                    self._failed(running)
+                elif self._pause_due(running):
+                    self._pause(running)
+
+    def take_reports(self) -> dict[str, StreamRunReport]:
+        """Per query, what its micro-batches reported since the previous call; its `on_progress` is called first."""
+        reports = {}
+        for running in self._queries:
+            report = running.report
+            assert report is not None
+            running.report = StreamRunReport(running.spec.name)
+            if report.batches and running.spec.on_progress is not None:
+                running.spec.on_progress(report)
+            reports[running.spec.name] = report
+        return reports
+
+    def stop(self) -> None:
+        """Stop every query (each finishes or abandons its current micro-batch; its checkpoint says which)."""
+        self._stopped = True
+        errors = []
+        for running in self._queries:
+            if running.query is None:
+                continue
+            try:
+                self._collect(running)
+                running.query.stop()
+            except Exception as exc:  # the engine may be gone: stop the others all the same
+                errors.append(f"{running.spec.name}: {exc}")
+            running.query = None
+        if errors:
+            self._log.warning(f"stopping the continuous queries: {'; '.join(errors)}")
+
+    # ---------------------------------------------------------------------------------------------- internals
+
+    def _start_when_ready(self, running: _Running) -> None:
+        now = self._clock()
+        if now < running.retry_at:
+            return
+        missing = [p for p in running.spec.source_paths if not self._exists(p)]
+        if missing:
+            if not running.waiting_logged:
+                self._log.info(f"{running.spec.name}: waiting for {', '.join(missing)} to exist")
+                running.waiting_logged = True
+            return
+        try:
+            running.query = self._start(running.spec)
+        except Exception as exc:
+            self._count_failure(running, root_cause(str(exc)))
+            return
+        running.seen.clear()
+        running.paused_at = now
+        running.batches_since_pause = 0
+        self._log.info(
+            f"{running.spec.name}: streaming (trigger every {self._trigger_interval}, query id {running.query.id})"
+        )
+
+    def _start(self, spec: StreamQuery) -> StreamingQuery:
+        return spec.start_writer().queryName(spec.name).trigger(processingTime=self._trigger_interval).start()
+
+    def _collect(self, running: _Running) -> None:
+        assert running.query is not None and running.report is not None
+        for progress in running.query.recentProgress:
+            # An idle query reports every 10 s under the id of its next micro-batch: the timestamp tells them apart,
+            # and only a progress that ran a micro-batch (it has addBatch) is one.
+            key = f"{progress.batchId}@{progress.timestamp}"
+            if key in running.seen:
+                continue
+            running.seen.add(key)
+            data = json.loads(progress.json)
+            if "addBatch" not in (data.get("durationMs") or {}):
+                continue
+            data["numInputRows"] = rows = int(progress.numInputRows or 0)
+            running.report.add(data)
+            if rows:
+                running.batches_since_pause += 1
+                # A query that processes rows is healthy again: its failures no longer count as a row.
+                running.failures = running.schema_restarts = 0
+        if len(running.seen) > 1000:  # Spark keeps the last 100: what is older will not come back
+            running.seen = {key for key in running.seen if key in self._recent_keys(running)}
+
+    @staticmethod
+    def _recent_keys(running: _Running) -> set[str]:
+        assert running.query is not None
+        return {f"{p.batchId}@{p.timestamp}" for p in running.query.recentProgress}
+
+    def _failed(self, running: _Running) -> None:
+        assert running.query is not None
+        exception = running.query.exception()
+        running.query = None
+        message = str(exception) if exception is not None else "stopped without an error"
+        if any(marker in message for marker in RESTART_MARKERS) and running.schema_restarts < MAX_SCHEMA_RESTARTS:
+            running.schema_restarts += 1
+            self._log.info(f"{running.spec.name}: a source table's schema changed, restarting the query")
+            return
+        self._count_failure(running, root_cause(message))
+
+    def _count_failure(self, running: _Running, cause: str) -> None:
+        running.failures += 1
+        if running.failures >= self._max_failures:
+            self.stop()
+            raise StreamingRunError(
+                f"streaming query {running.spec.name!r} failed {running.failures} times in a row; the last time: "
+                f"{cause}"
+            )
+        base, most = self._backoff
+        delay = min(base * 2 ** (running.failures - 1), most)
+        running.retry_at = self._clock() + delay
+        self._log.warning(
+            f"{running.spec.name}: failed ({running.failures} in a row), restarting in {delay:.0f} s: {cause}"
+        )
+
+    def _pause_due(self, running: _Running) -> bool:
+        return (
+            running.spec.after_stop is not None
+            and running.batches_since_pause > 0
+            and self._clock() - running.paused_at >= self._pause_every
+        )
+
+    def _pause(self, running: _Running) -> None:
+        assert running.query is not None and running.spec.after_stop is not None
+        running.query.stop()
+        self._collect(running)
+        running.query = None
+        running.spec.after_stop()
+        self._start_when_ready(running)
