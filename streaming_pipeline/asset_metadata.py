@@ -74,7 +74,7 @@ def layer_tags(layer: str) -> dict[str, str]:
 def checkpoint_pool(asset_name: str) -> str:
     """The Dagster concurrency pool of the streaming query that owns this asset's checkpoint.
 
-    The instance's dagster.yaml (written by `stack up`) limits every pool to one run at a time, so two
+    The instance's dagster.yaml (written by `stack up`) limits every pool to one step at a time, so two
     queries never share a checkpoint, whoever started the runs.
     """
     return f"checkpoint_{asset_name}"

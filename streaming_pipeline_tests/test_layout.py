@@ -36,4 +36,5 @@ def test_dg_checks_and_lists_the_defs_folder() -> None:
         "raw_rides_offset_sensor",
         "raw_pickup_locations_offset_sensor",
         "default_automation_condition_sensor",
+        "continuous_streams_sensor",
     }

@@ -2,8 +2,9 @@
 (webserver + daemon, sensors as they start by default) as subprocesses. Nothing is materialized by hand.
 
 The tests share one stack and one `dagster dev`, in file order: rides reach gold; a run that fails while
-the registry is down is retried once it is back; no two runs ever worked on a checkpoint at once; and the
-README's replay, with the sensor paused, rebuilds raw_rides and gold over the engine.
+the registry is down is retried once it is back; no two steps ever worked on a checkpoint at once; the README's
+replay, with the sensor paused, rebuilds raw_rides and gold over the engine; and, last, `dagster dev` restarted
+with LIVE_MODE=continuous streams what is produced next, exactly once, until its run is terminated.
 No test asserts a time: waits are bounded only so that a broken path fails instead of hanging.
 """
 
@@ -13,6 +14,7 @@ import csv
 import itertools
 import subprocess
 import sys
+import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -48,6 +50,7 @@ class Live:
     log: Path
     spark: Any
     env: dict[str, str]  # what `dagster dev` runs with: the stack's `stack env` and LAKEHOUSE_DIR
+    dagster_dev: DagsterDev
 
     def instance(self) -> dg.DagsterInstance:
         return dg.DagsterInstance.from_config(str(self.dagster_home))
@@ -80,6 +83,7 @@ def live(tmp_path_factory: pytest.TempPathFactory, spark: Any) -> Iterator[Live]
                 dagster_dev.log_file,
                 spark,
                 dict(dagster_dev.env),
+                dagster_dev,
             )
 
 
@@ -164,7 +168,7 @@ def _key_field():  # type: ignore[no-untyped-def]
     return MessageField.KEY
 
 
-def test_a_manual_run_and_a_sensor_run_never_work_on_the_same_checkpoint_at_once(live: Live) -> None:
+def test_steps_of_a_manual_run_and_a_sensor_run_never_work_on_the_same_checkpoint_at_once(live: Live) -> None:
     from dagster_graphql import DagsterGraphQLClient
 
     kafka, registry = _resources(live)
@@ -191,19 +195,33 @@ def test_a_manual_run_and_a_sensor_run_never_work_on_the_same_checkpoint_at_once
     assert live.instance().get_run_by_id(manual_run_id).status == dg.DagsterRunStatus.SUCCESS
     wait_until(live, "3 more rides in raw_rides", lambda: live.count("raw_rides") == before + 3)
 
-    # Every run that materialized raw_rides, whoever started it: their [start, end] intervals never overlap.
-    records = live.instance().get_run_records()
-    on_checkpoint = [
-        r
-        for r in records
-        if r.dagster_run.job_name == "raw_rides_to_gold_job"
-        or (r.dagster_run.asset_selection and dg.AssetKey("raw_rides") in r.dagster_run.asset_selection)
-    ]
-    intervals = sorted((r.start_time, r.end_time) for r in on_checkpoint if r.start_time is not None)
-    assert len(intervals) >= 3 and all(end is not None for _, end in intervals)
-    for (_, previous_end), (start, _) in itertools.pairwise(intervals):
-        assert start >= previous_end, f"two runs on the raw_rides checkpoint overlapped: {intervals}"
-    assert manual_run_id in {r.dagster_run.run_id for r in on_checkpoint}
+    # Every step that ran the raw_rides query, in any run, whoever started it: their [start, end] intervals never
+    # overlap (a run holds the checkpoint only while its bronze step runs; its silver and gold steps may overlap the
+    # next run's bronze step).
+    intervals = _step_intervals(live.instance(), "raw_rides")
+    assert len(intervals) >= 3
+    for (_, previous_end, previous_run), (start, _, run) in itertools.pairwise(intervals):
+        assert start >= previous_end, f"steps of runs {previous_run} and {run} overlapped on raw_rides: {intervals}"
+    assert manual_run_id in {run for _, _, run in intervals}
+
+
+def _step_intervals(instance: dg.DagsterInstance, step_key: str) -> list[tuple[float, float, str]]:
+    """(start, end, run id) of every finished step `step_key` in the instance's runs, sorted by start."""
+    intervals = []
+    for record in instance.get_run_records():
+        events = instance.all_logs(
+            record.dagster_run.run_id,
+            of_type={
+                dg.DagsterEventType.STEP_START,
+                dg.DagsterEventType.STEP_SUCCESS,
+                dg.DagsterEventType.STEP_FAILURE,
+            },
+        )
+        times = [e.timestamp for e in events if e.step_key == step_key]
+        if times:
+            assert len(times) == 2, f"step {step_key} of run {record.dagster_run.run_id} has not finished: {times}"
+            intervals.append((min(times), max(times), record.dagster_run.run_id))
+    return sorted(intervals)
 
 
 def test_replay_with_the_sensor_paused_rebuilds_raw_rides_and_gold_over_the_engine(live: Live) -> None:
@@ -237,3 +255,78 @@ def test_replay_with_the_sensor_paused_rebuilds_raw_rides_and_gold_over_the_engi
     assert [run.status for run in runs] == [dg.DagsterRunStatus.SUCCESS]
     old = live.spark.read.format("delta").option("versionAsOf", version_before).load(str(live.lakehouse / "raw_rides"))
     assert old.count() == len(PRODUCED)
+
+
+def test_the_continuous_mode_streams_produced_rides_to_gold_and_terminating_it_stops_the_queries(
+    live: Live, tmp_path: Path
+) -> None:
+    """Switching to `LIVE_MODE=continuous` (dagster dev restarted with it, same stack and lakehouse): the sensor
+    launches the continuous run, which carries rides produced under load to raw_rides and vendor_counts exactly
+    once, with no triggered run; terminating it from the UI's API stops every query."""
+    from dagster_graphql import DagsterGraphQLClient
+
+    kafka, registry = _resources(live)
+    live.dagster_dev.stop()  # one daemon per instance: the triggered code location's goes first
+    env = {**live.env, "LIVE_MODE": "continuous", "CONTINUOUS_REPORT_SECONDS": "5"}
+    with DagsterDev(env, tmp_path / "dagster-dev-continuous.log") as dagster_dev:
+
+        def continuous_run() -> dg.DagsterRun | None:
+            runs = live.instance().get_runs(
+                filters=dg.RunsFilter(job_name="continuous_streams_job", statuses=[dg.DagsterRunStatus.STARTED])
+            )
+            return runs[0] if runs else None
+
+        live_helpers.wait_until(
+            "the sensor launches the continuous run", lambda: continuous_run() is not None, log=dagster_dev.log_file
+        )
+        triggered_before = len(live.instance().get_runs(filters=dg.RunsFilter(job_name="raw_rides_to_gold_job")))
+        rides = list(synthetic_rides(2_000, SyntheticOptions(seed=404)))
+        result = produce(kafka, registry, RIDES_TOPIC, rows_from_records(rides), rate=400, show_progress=False)
+        assert (result.sent, result.failed) == (2_000, 0)
+        PRODUCED.extend(rides)
+        expected = expected_vendor_counts(PRODUCED)
+        live_helpers.wait_until(
+            f"{len(PRODUCED)} rides in raw_rides",
+            lambda: live.count("raw_rides") == len(PRODUCED),
+            log=dagster_dev.log_file,
+        )
+        live_helpers.wait_until(
+            f"vendor_counts == {expected}", lambda: live.vendor_counts() == expected, log=dagster_dev.log_file
+        )
+        distinct = live.spark.read.format("delta").load(str(live.lakehouse / "raw_rides"))
+        assert distinct.select("kafka_partition", "kafka_offset").distinct().count() == len(PRODUCED)
+        # The offset sensors stood aside: no triggered run took any of them.
+        assert len(live.instance().get_runs(filters=dg.RunsFilter(job_name="raw_rides_to_gold_job"))) == (
+            triggered_before
+        )
+        # The run reported the tables it streams as materializations of their assets.
+        materialization = live.instance().get_latest_materialization_event(dg.AssetKey("vendor_counts"))
+        assert materialization is not None and materialization.run_id == continuous_run().run_id
+
+        # Terminated from the UI's API with every sensor stopped: no query goes on.
+        for sensor in ("continuous_streams_sensor", SENSOR_NAME, "raw_pickup_locations_offset_sensor"):
+            stopped = subprocess.run(
+                [sys.executable, "-m", "dagster", "sensor", "stop", sensor, "-w", "workspace.yaml"],
+                cwd=REPO_ROOT,
+                env=dagster_dev.env,
+                capture_output=True,
+                text=True,
+                timeout=120,
+            )
+            assert stopped.returncode == 0, stopped.stdout + stopped.stderr
+        run = continuous_run()
+        assert run is not None
+        DagsterGraphQLClient("127.0.0.1", port_number=dagster_dev.port).terminate_run(run.run_id)
+        live_helpers.wait_until(
+            "the continuous run ends",
+            lambda: live.instance().get_run_by_id(run.run_id).is_finished,
+            log=dagster_dev.log_file,
+        )
+        assert live.instance().get_run_by_id(run.run_id).status == dg.DagsterRunStatus.CANCELED
+        offsets = live.lakehouse / "_checkpoints" / "raw_rides" / "offsets"
+        batches = sorted(offsets.iterdir())
+        more = list(synthetic_rides(20, SyntheticOptions(seed=405)))
+        assert produce(kafka, registry, RIDES_TOPIC, rows_from_records(more), show_progress=False).sent == 20
+        time.sleep(10)  # a query still running would have started a micro-batch (500 ms trigger) by now
+        assert sorted(offsets.iterdir()) == batches
+        assert live.count("raw_rides") == len(PRODUCED)

@@ -2,8 +2,8 @@
 run daily by a schedule, each op in the concurrency pool of the stream that writes its table (docs/maintenance.md).
 
 The pools are what keeps OPTIMIZE away from a stream that MERGEs or overwrites the same table: the instance's
-dagster.yaml admits one run per pool, counted per run, so a maintenance run waits in the queue until no live run
-holds the pools of its tables, and live runs wait while it works. The results of each table are an asset
+dagster.yaml admits one step per pool at a time, so a table's maintenance op waits until no live step holds the
+pool of its writer, and the writer's next step waits while it works. The results of each table are an asset
 observation (files, bytes and versions before and after, the files VACUUM deleted), shown in the asset's events.
 """
 

@@ -41,16 +41,15 @@ def test_checks_guard_the_streaming_tables() -> None:
     }
 
 
-def test_offset_sensors_and_the_automation_sensor_start_running() -> None:
+def test_in_triggered_mode_the_offset_sensors_and_the_automation_sensor_start_running() -> None:
     sensors = {sensor.name: sensor for sensor in defs.sensors or []}
-    assert set(sensors) == {
-        "raw_rides_offset_sensor",
-        "raw_pickup_locations_offset_sensor",
-        "default_automation_condition_sensor",
-    }
     assert {name: sensor.default_status for name, sensor in sensors.items()} == {
-        name: dg.DefaultSensorStatus.RUNNING for name in sensors
+        "raw_rides_offset_sensor": dg.DefaultSensorStatus.RUNNING,
+        "raw_pickup_locations_offset_sensor": dg.DefaultSensorStatus.RUNNING,
+        "default_automation_condition_sensor": dg.DefaultSensorStatus.RUNNING,
+        "continuous_streams_sensor": dg.DefaultSensorStatus.STOPPED,
     }
+    assert sensors["continuous_streams_sensor"].job_name == "continuous_streams_job"
     assert sensors["raw_rides_offset_sensor"].job_name == "raw_rides_to_gold_job"
     assert sensors["raw_pickup_locations_offset_sensor"].job_name == "raw_pickup_locations_to_gold_job"
 

@@ -116,11 +116,6 @@ def test_the_live_job_selects_bronze_and_everything_downstream_without_checks() 
         "rides_enriched",
         "vendor_counts",
     ]
-    assert {sensor.name: sensor.default_status for sensor in defs.sensors} == {
-        "raw_rides_offset_sensor": dg.DefaultSensorStatus.RUNNING,
-        "raw_pickup_locations_offset_sensor": dg.DefaultSensorStatus.RUNNING,
-        "default_automation_condition_sensor": dg.DefaultSensorStatus.RUNNING,
-    }
 
 
 def test_sensor_skips_with_reason_when_kafka_is_down(tmp_path) -> None:

@@ -97,15 +97,12 @@ class StackInfo:
     live_mode: str = "triggered"  # LIVE_MODE of the code location (stack up --live-mode)
 
     def env(self) -> dict[str, str]:
-        env = {
-            "KAFKA_BOOTSTRAP_SERVERS": self.bootstrap_servers,
-            "SCHEMA_REGISTRY_URL": self.schema_registry_url,
-            "LIVE_MODE": self.live_mode,
-        }
+        env = {"KAFKA_BOOTSTRAP_SERVERS": self.bootstrap_servers, "SCHEMA_REGISTRY_URL": self.schema_registry_url}
         if self.spark_remote:
             env["SPARK_REMOTE"] = self.spark_remote
         if self.dagster_home:
             env["DAGSTER_HOME"] = str(self.dagster_home)
+        env["LIVE_MODE"] = self.live_mode
         return env
 
 

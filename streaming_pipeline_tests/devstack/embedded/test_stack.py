@@ -58,6 +58,7 @@ def test_up_status_env_down_up(tmp_path: Path, stacks: list[EmbeddedStack]) -> N
         f"export KAFKA_BOOTSTRAP_SERVERS={info.bootstrap_servers}",
         f"export SCHEMA_REGISTRY_URL={info.schema_registry_url}",
         f"export DAGSTER_HOME={stack.directory / 'dagster'}",
+        "export LIVE_MODE=triggered",
     ]
     assert not status.spark.enabled and info.spark_remote is None
 
@@ -207,11 +208,13 @@ def test_cli_with_real_registry_and_spark_connect(tmp_path: Path) -> None:
             "export SCHEMA_REGISTRY_URL",
             "export SPARK_REMOTE",
             "export DAGSTER_HOME",
+            "export LIVE_MODE",
         ]
         values = dict(line.removeprefix("export ").split("=", 1) for line in lines)
+        assert values["LIVE_MODE"] == "triggered"
         url = values["SCHEMA_REGISTRY_URL"]
         assert values["DAGSTER_HOME"] == str(tmp_path / "stack" / "dagster")
-        assert "granularity: run" in (tmp_path / "stack" / "dagster" / "dagster.yaml").read_text()
+        assert "granularity: op" in (tmp_path / "stack" / "dagster" / "dagster.yaml").read_text()
 
         status = _cli("status", "--dir", directory)
         assert status.returncode == 0 and status.stdout.count("running") == 3, status.stdout
