@@ -1,0 +1,85 @@
+"""The continuous mode's settings and definitions: LIVE_MODE and its companions, the job that holds every
+checkpoint's pool, and which sensors run by default in each mode."""
+
+from __future__ import annotations
+
+import importlib
+
+import dagster as dg
+import pytest
+
+from streaming_pipeline.asset_metadata import checkpoint_pool
+from streaming_pipeline.errors import ConfigurationError
+from streaming_pipeline.live_queries import live_query_names
+from streaming_pipeline.settings import LiveSettings
+
+
+def test_live_settings_default_to_the_triggered_mode() -> None:
+    assert LiveSettings.from_env({}) == LiveSettings("triggered", "500 milliseconds", 30.0, 60.0)
+    assert not LiveSettings.from_env({}).continuous
+
+
+def test_live_settings_read_the_continuous_mode_and_its_intervals() -> None:
+    settings = LiveSettings.from_env(
+        {
+            "LIVE_MODE": " Continuous ",
+            "CONTINUOUS_TRIGGER_INTERVAL": "2 Seconds",
+            "CONTINUOUS_REPORT_SECONDS": "10",
+            "CONTINUOUS_RECONCILE_SECONDS": "120",
+        }
+    )
+    assert settings == LiveSettings("continuous", "2 seconds", 10.0, 120.0) and settings.continuous
+
+
+@pytest.mark.parametrize(
+    ("env", "message"),
+    [
+        ({"LIVE_MODE": "streaming"}, "LIVE_MODE='streaming' is not one of triggered, continuous"),
+        ({"CONTINUOUS_TRIGGER_INTERVAL": "fast"}, "CONTINUOUS_TRIGGER_INTERVAL='fast' is not a positive interval"),
+        ({"CONTINUOUS_TRIGGER_INTERVAL": "0 seconds"}, "CONTINUOUS_TRIGGER_INTERVAL='0 seconds' is not a positive"),
+        ({"CONTINUOUS_REPORT_SECONDS": "-5"}, "CONTINUOUS_REPORT_SECONDS='-5' is not a positive number"),
+    ],
+)
+def test_a_live_setting_that_cannot_be_used_is_named(env: dict[str, str], message: str) -> None:
+    with pytest.raises(ConfigurationError, match=message):
+        LiveSettings.from_env(env)
+
+
+def test_the_continuous_job_streams_every_checkpoint_and_its_op_holds_the_first_pool() -> None:
+    from streaming_pipeline.definitions import defs
+
+    assert live_query_names() == [
+        "raw_pickup_locations",
+        "raw_rides",
+        "amount_branches",
+        "rides_enriched",
+        "ride_pickup_joins",
+        "vendor_counts",
+        "ride_window_aggregates",
+    ]
+    job = defs.resolve_job_def("continuous_streams_job")
+    assert [node.name for node in job.nodes] == ["continuous_streams"]
+    assert job.graph.node_named("continuous_streams").definition.pool == checkpoint_pool("raw_pickup_locations")
+    # Each name is the pool of the triggered step that runs the same query.
+    steps = {
+        node.name: node.definition.pool
+        for name in ("raw_rides_to_gold_job", "raw_pickup_locations_to_gold_job")
+        for node in defs.resolve_job_def(name).nodes
+    }
+    assert {checkpoint_pool(name) for name in live_query_names()} == {p for p in steps.values() if p}
+
+
+def test_in_continuous_mode_the_sensor_keeping_the_run_alive_starts_running(monkeypatch: pytest.MonkeyPatch) -> None:
+    import streaming_pipeline.defs.automation as automation
+    import streaming_pipeline.defs.continuous as continuous
+
+    monkeypatch.setenv("LIVE_MODE", "continuous")
+    try:
+        sensor = importlib.reload(continuous).defs().sensors[0]  # type: ignore[index]
+        assert (sensor.name, sensor.default_status) == ("continuous_streams_sensor", dg.DefaultSensorStatus.RUNNING)
+        target = importlib.reload(automation).default_automation_condition_sensor.asset_selection
+        assert target == dg.AssetSelection.assets("taxi_zones")
+    finally:
+        monkeypatch.delenv("LIVE_MODE")
+        importlib.reload(continuous)
+        importlib.reload(automation)
