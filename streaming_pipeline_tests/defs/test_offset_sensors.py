@@ -34,7 +34,7 @@ def _decide(**overrides: object) -> Decision:
     inputs: dict[str, object] = dict(
         waiting=0,
         oldest_age_seconds=None,
-        run_in_flight=False,
+        busy=None,
         consecutive_failures=0,
         seconds_since_failure=None,
         policy=POLICY,
@@ -51,10 +51,10 @@ def test_nothing_waiting_requests_nothing() -> None:
     assert _decide(waiting=0) == Decision(False, "no new records")
 
 
-def test_enough_waiting_records_request_a_run_unless_one_is_in_flight() -> None:
+def test_enough_waiting_records_request_a_run_unless_the_checkpoint_is_busy() -> None:
     assert _decide(waiting=10).request
-    assert _decide(waiting=10, run_in_flight=True) == Decision(
-        False, "10 record(s) wait; a run on this checkpoint is in flight"
+    assert _decide(waiting=10, busy="the raw_rides step of run r1 is in flight") == Decision(
+        False, "10 record(s) wait; the raw_rides step of run r1 is in flight"
     )
 
 
@@ -68,7 +68,7 @@ def test_default_policy_requests_as_soon_as_one_record_waits() -> None:
     assert decide(
         waiting=1,
         oldest_age_seconds=None,
-        run_in_flight=False,
+        busy=None,
         consecutive_failures=0,
         seconds_since_failure=None,
         policy=SensorSettings(),
@@ -197,3 +197,49 @@ def test_sensor_requests_a_run_when_the_oldest_waiting_record_is_older_than_max_
     producer.flush(10)
     stale = patient(dg.build_sensor_context(resources=resources, instance=instance, cursor=fresh.cursor))
     assert len(stale.run_requests) == 1
+
+
+class _Instance:
+    """The two reads checkpoint_busy makes of a Dagster instance: the runs in flight, and a run's step stats."""
+
+    def __init__(self, runs: list[dg.DagsterRun], bronze_ended: dict[str, float | None]) -> None:
+        self.runs, self.bronze_ended = runs, bronze_ended
+
+    def get_runs(self, filters: dg.RunsFilter, limit: int) -> list[dg.DagsterRun]:
+        return [run for run in self.runs if run.status in (filters.statuses or [])][:limit]
+
+    def get_run_step_stats(self, run_id: str, step_keys: list[str]) -> list[object]:
+        from types import SimpleNamespace
+
+        assert step_keys == ["raw_rides"]
+        if run_id not in self.bronze_ended:
+            return []
+        return [SimpleNamespace(step_key="raw_rides", end_time=self.bronze_ended[run_id])]
+
+
+def _run(run_id: str, status: dg.DagsterRunStatus, job_name: str = "raw_rides_to_gold_job") -> dg.DagsterRun:
+    return dg.DagsterRun(job_name=job_name, run_id=run_id, status=status)
+
+
+def test_the_checkpoint_is_busy_until_the_bronze_step_of_the_run_in_flight_is_done() -> None:
+    from streaming_pipeline.defs.bronze.offset_sensors import checkpoint_busy
+
+    key, job = dg.AssetKey("raw_rides"), "raw_rides_to_gold_job"
+
+    def busy(runs: list[dg.DagsterRun], ended: dict[str, float | None]) -> str | None:
+        return checkpoint_busy(_Instance(runs, ended), key, job)  # type: ignore[arg-type]
+
+    started, starting = dg.DagsterRunStatus.STARTED, dg.DagsterRunStatus.STARTING
+    assert busy([], {}) is None
+    assert busy([_run("r1", starting)], {}) == "run r1 on this checkpoint is starting"
+    assert busy([_run("r1", started)], {}) == "the raw_rides step of run r1 is in flight"
+    assert busy([_run("r1", started)], {"r1": None}) == "the raw_rides step of run r1 is in flight"
+    # Bronze done, silver and gold going on: the next run may start its bronze step.
+    assert busy([_run("r1", started)], {"r1": 100.0}) is None
+    # Two runs already (the second waits behind the first, step by step): a third would only queue up.
+    assert busy([_run("r1", started), _run("r2", started)], {"r1": 100.0, "r2": 110.0}) == (
+        "2 runs on this checkpoint are in flight"
+    )
+    # Finished runs do not count; a continuous run streams every checkpoint.
+    assert busy([_run("r0", dg.DagsterRunStatus.SUCCESS)], {}) is None
+    assert busy([_run("c1", started, "continuous_streams_job")], {}) == "the continuous run c1 streams this topic"

@@ -1,13 +1,14 @@
 """Offset sensors (one per source, built by `sources.py`): one run from Kafka to gold as soon as records wait
-and no run works on the checkpoint.
+and no step works on the bronze checkpoint.
 
 Spark commits no offsets to Kafka; the bronze table's Delta transactions name its newest micro-batch, whose end
 offsets are in the query checkpoint, so a tick compares the topic's end offsets with the table's (on any storage,
 from the newest Delta checkpoint on: the cost does not grow with the table's history). The run it requests
 targets a job that selects the bronze asset and everything downstream of it, so gold follows in the same run.
-While a run that touches the bronze asset is in flight (a sensor run, a manual or a UI run) nothing is
-requested: new records batch up by themselves. A failed run is retried after a back-off that doubles with
-each consecutive failure.
+While a run that touches the bronze asset (a sensor run, a manual or a UI run) is queued or in its bronze step,
+nothing is requested: new records batch up by themselves. Once its bronze step is done, the next run may start
+while it finishes its silver and gold steps (each step holds its checkpoint's pool), at most two runs at once.
+A failed run is retried after a back-off that doubles with each consecutive failure.
 
 `decide` is the whole policy as a pure function; the sensor only gathers its inputs.
 """
@@ -37,7 +38,7 @@ def decide(
     *,
     waiting: int,
     oldest_age_seconds: float | None,
-    run_in_flight: bool,
+    busy: str | None,
     consecutive_failures: int,
     seconds_since_failure: float | None,
     policy: SensorSettings,
@@ -45,8 +46,8 @@ def decide(
     """Whether to request a run now, and why (or why not)."""
     if waiting == 0:
         return Decision(False, "no new records")
-    if run_in_flight:
-        return Decision(False, f"{waiting} record(s) wait; a run on this checkpoint is in flight")
+    if busy:
+        return Decision(False, f"{waiting} record(s) wait; {busy}")
     if consecutive_failures and seconds_since_failure is not None:
         backoff = retry_backoff_seconds(consecutive_failures, policy)
         if seconds_since_failure < backoff:
@@ -67,13 +68,31 @@ def decide(
     )
 
 
-def _runs_on_checkpoint(context: dg.SensorEvaluationContext, asset_key: dg.AssetKey, job_name: str) -> bool:
-    """Whether any run that materializes `asset_key` is queued or running, whoever started it (the continuous mode's
-    run streams every checkpoint)."""
-    for run in context.instance.get_runs(filters=dg.RunsFilter(statuses=IN_FLIGHT), limit=100):
-        if run.job_name in (job_name, CONTINUOUS_JOB) or (run.asset_selection and asset_key in run.asset_selection):
-            return True
-    return False
+#: Runs of a live job in flight at once: one in its bronze step, the other in its silver and gold steps (which
+#: wait, step by step, for the previous run's to finish). More would only queue up behind them.
+MAX_RUNS_IN_FLIGHT = 2
+
+
+def checkpoint_busy(instance: dg.DagsterInstance, asset_key: dg.AssetKey, job_name: str) -> str | None:
+    """Why a new run would have to wait for the bronze checkpoint (None: it would start at once): a continuous run
+    streams it, a run that materializes the bronze asset (whoever started it) is queued or has not finished its
+    bronze step, or MAX_RUNS_IN_FLIGHT runs on it are in flight already."""
+    step_key = asset_key.to_user_string()
+    on_checkpoint = []
+    for run in instance.get_runs(filters=dg.RunsFilter(statuses=IN_FLIGHT), limit=100):
+        if run.job_name == CONTINUOUS_JOB:
+            return f"the continuous run {run.run_id} streams this topic"
+        if run.job_name == job_name or (run.asset_selection and asset_key in run.asset_selection):
+            on_checkpoint.append(run)
+    for run in on_checkpoint:
+        if run.status not in (dg.DagsterRunStatus.STARTED, dg.DagsterRunStatus.CANCELING):
+            return f"run {run.run_id} on this checkpoint is {run.status.value.lower()}"
+        stats = instance.get_run_step_stats(run.run_id, step_keys=[step_key])
+        if not stats or stats[0].end_time is None:
+            return f"the {step_key} step of run {run.run_id} is in flight"
+    if len(on_checkpoint) >= MAX_RUNS_IN_FLIGHT:
+        return f"{len(on_checkpoint)} runs on this checkpoint are in flight"
+    return None
 
 
 @dataclass(frozen=True)
@@ -167,7 +186,7 @@ def build_offset_sensor(
         decision = decide(
             waiting=waiting,
             oldest_age_seconds=oldest_age,
-            run_in_flight=waiting > 0 and _runs_on_checkpoint(context, asset_key, job.name),
+            busy=checkpoint_busy(context.instance, asset_key, job.name) if waiting else None,
             consecutive_failures=failures,
             seconds_since_failure=since_failure,
             policy=policy,
