@@ -12,7 +12,7 @@ from streaming_pipeline import tables
 from streaming_pipeline.engine.delta_log import latest_version
 from streaming_pipeline.engine.delta_tables import markdown_table, read_table, table_exists
 from streaming_pipeline.engine.table_snapshot import first_rows, row_count
-from streaming_pipeline.settings import normalize_interval
+from streaming_pipeline.settings import LiveSettings, normalize_interval
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -20,6 +20,7 @@ if TYPE_CHECKING:
     from streaming_pipeline.engine.streams import StreamRunReport
     from streaming_pipeline.resources.lakehouse import LakehouseResource
 
+_LIVE = LiveSettings.from_env()
 OWNERS = ["team:data-platform"]
 #: The kinds (UI badges) of a table Spark writes to Delta, and of one it reads from Kafka.
 SPARK_KINDS = {"spark", "delta"}
@@ -47,9 +48,10 @@ def table_args(
     automation_condition: dg.AutomationCondition[Any] | None = None,
     metadata: dict[str, Any] | None = None,
 ) -> TableArgs:
-    """Group, owners, layer tag and the UI's column schema of `table`; a table streamed from others (`deps`)
-    follows them eagerly unless `automation_condition` says otherwise."""
-    if automation_condition is None and deps:
+    """Group, owners, layer tag and the UI's column schema of `table`; in triggered mode a table streamed from others
+    (`deps`) follows them eagerly unless `automation_condition` says otherwise (in continuous mode the continuous
+    run streams it, and a run of the automation sensor would only wait for its checkpoint)."""
+    if automation_condition is None and deps and not _LIVE.continuous:
         automation_condition = dg.AutomationCondition.eager()
     return TableArgs(
         group_name=table.layer,

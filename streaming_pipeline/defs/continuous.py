@@ -36,6 +36,8 @@ from streaming_pipeline.sources import all_sources
 
 CONTINUOUS_SENSOR = "continuous_streams_sensor"
 POLL_SECONDS = 1.0
+#: How often the run looks for steps of other runs waiting for one of its checkpoints.
+LENDING_CHECK_SECONDS = 5.0
 _LIVE = LiveSettings.from_env()
 _PIPELINE = PipelineSettings.from_env()
 
@@ -77,13 +79,80 @@ class ContinuousStreamsConfig(IntervalsConfig):
         )
 
 
-_QUERIES = live_query_names()
+class CheckpointPools:
+    """The concurrency pool of every checkpoint the run streams, one claim per pool under a step key of its own
+    (`continuous_streams:<query>`), so that each can be freed alone.
+
+    A step of another run that waits for one of them (a manual run, a table's maintenance) gets it: the run stops
+    that query, frees the pool and queues for it again behind that step, and starts the query once the pool is
+    its own again. With run-granular pools (an instance not written by `stack up`), nothing is claimed.
+    """
+
+    def __init__(self, context: dg.OpExecutionContext, pools: dict[str, str]) -> None:
+        self._storage = context.instance.event_log_storage
+        self._run_id = context.run_id
+        self._log = context.log
+        config = self._storage.get_pool_config()
+        granularity = config.pool_granularity.value if config.pool_granularity is not None else None
+        self.enabled = self._storage.supports_global_concurrency_limits and granularity == "op"
+        if not self.enabled:
+            context.log.warning(
+                "the instance's concurrency pools are not op-granular (dagster.yaml `concurrency: pools: granularity:"
+                " op`, which `streaming-pipeline stack up` writes): this run holds no pool, and a triggered run could "
+                "start a query on a checkpoint it streams"
+            )
+            pools = {}
+        for pool in set(pools.values()):
+            limits = {limit.name for limit in self._storage.get_pool_limits()}
+            if pool not in limits and config.default_pool_limit is not None:
+                self._storage.initialize_concurrency_limit_to_default(pool)
+        limited = {limit.name for limit in self._storage.get_pool_limits()} if pools else set()
+        # A pool without a limit excludes nothing: there is nothing to claim.
+        self._pools = {query: pool for query, pool in pools.items() if pool in limited}
+
+    def _key(self, query: str) -> str:
+        return f"continuous_streams:{query}"
+
+    def claim(self, query: str) -> bool:
+        """Claim (or queue for) the pool of `query`'s checkpoint; True once it is this run's."""
+        if query not in self._pools:
+            return True
+        return self._storage.claim_concurrency_slot(self._pools[query], self._run_id, self._key(query)).is_claimed
+
+    def claim_all(self) -> None:
+        """Claim every pool, in a fixed order (no two runs wait for each other's), waiting while a step holds one."""
+        for query in sorted(self._pools, key=self._pools.__getitem__):
+            said = False
+            while not self.claim(query):
+                if not said:
+                    self._log.info(f"waiting for pool {self._pools[query]}: a step of another run works on it")
+                    said = True
+                time.sleep(POLL_SECONDS)
+
+    def wanted(self) -> dict[str, str]:
+        """The queries whose pool a step of another run waits for: query -> that step, as `step (run id)`."""
+        wanted = {}
+        for query, pool in self._pools.items():
+            for step in self._storage.get_concurrency_info(pool).pending_steps:
+                if step.run_id != self._run_id:
+                    wanted[query] = f"{step.step_key} (run {step.run_id})"
+                    break
+        return wanted
+
+    def lend(self, query: str) -> None:
+        """Free the pool of `query` for the step waiting for it, and queue for it again behind that step."""
+        self._storage.free_concurrency_slot_for_step(self._run_id, self._key(query))
+        self.claim(query)
+
+    def free_all(self) -> None:
+        for query in self._pools:
+            self._storage.free_concurrency_slot_for_step(self._run_id, self._key(query))
 
 
 @dg.op(
     name="continuous_streams",
-    description="Keeps every streaming query of the pipeline running until the run is terminated.",
-    pool=checkpoint_pool(_QUERIES[0]),
+    description="Keeps every streaming query of the pipeline running until the run is terminated; holds the pool of "
+    "every checkpoint it streams (lending one to a step of another run that waits for it).",
 )
 def continuous_streams(
     context: dg.OpExecutionContext,
@@ -94,8 +163,24 @@ def continuous_streams(
     lakehouse: LakehouseResource,
 ) -> None:
     interval = trigger_interval(config.trigger_interval, name="trigger_interval")
-    step_key = context.get_step_execution_context().step.key
-    _claim_pools(context, step_key, [checkpoint_pool(name) for name in _QUERIES[1:]])
+    pools = CheckpointPools(context, {name: checkpoint_pool(name) for name in live_query_names()})
+    try:
+        pools.claim_all()
+        _stream(context, config, interval, pools, spark, kafka, schema_registry, lakehouse)
+    finally:
+        pools.free_all()
+
+
+def _stream(
+    context: dg.OpExecutionContext,
+    config: ContinuousStreamsConfig,
+    interval: str,
+    pools: CheckpointPools,
+    spark: SparkResource,
+    kafka: KafkaResource,
+    schema_registry: SchemaRegistryResource,
+    lakehouse: LakehouseResource,
+) -> None:
     session = spark.get_session()
     queries = live_queries(
         session, kafka, schema_registry, lakehouse, config.parameters(), run_id=context.run_id, log=context.log
@@ -104,48 +189,42 @@ def continuous_streams(
         queries, trigger_interval=interval, pause_every_seconds=config.reconcile_every_seconds, log=context.log
     )
     reporter = TableReporter(kafka, lakehouse, {q.name: q.tables for q in queries})
-    next_report = time.monotonic() + config.report_every_seconds
+    lent: set[str] = set()
+    next_report = next_lending_check = time.monotonic()
+    next_report += config.report_every_seconds
     try:
         while True:
             runner.poll()
-            if time.monotonic() >= next_report:
+            now = time.monotonic()
+            if now >= next_lending_check:
+                _lend_and_take_back(context, runner, pools, lent)
+                next_lending_check = now + LENDING_CHECK_SECONDS
+            if now >= next_report:
                 for event in reporter.events(runner.take_reports()):
                     context.log_event(event)
                 context.log.info(reporter.summary())
-                next_report = time.monotonic() + config.report_every_seconds
+                next_report = now + config.report_every_seconds
             time.sleep(POLL_SECONDS)
     finally:
         # Terminated (Dagster raises DagsterExecutionInterruptedError here) or failed: no query outlives the run.
         runner.stop()
 
 
-def _claim_pools(context: dg.OpExecutionContext, step_key: str, pools: list[str]) -> None:
-    """Claim one slot of each pool for this step (the framework claimed the op's own `pool=`), waiting while
-    another run's step holds one. With op granularity only: with run granularity the queue already admitted this
-    run for every pool of its plan, which is the op's own pool alone."""
-    storage = context.instance.event_log_storage
-    config = storage.get_pool_config()
-    granularity = config.pool_granularity.value if config.pool_granularity is not None else None
-    if not storage.supports_global_concurrency_limits or granularity != "op":
-        context.log.warning(
-            "the instance's concurrency pools are not op-granular (dagster.yaml `concurrency: pools: granularity: "
-            "op`, which `streaming-pipeline stack up` writes): this run holds only its own pool, and a triggered "
-            "run could start a query on a checkpoint it streams"
-        )
-        return
-    for pool in sorted(set(pools)):
-        limits = {limit.name: limit for limit in storage.get_pool_limits()}
-        if pool not in limits and config.default_pool_limit is not None:
-            storage.initialize_concurrency_limit_to_default(pool)
-            limits = {limit.name: limit for limit in storage.get_pool_limits()}
-        if pool not in limits:
-            continue  # a pool without a limit excludes nothing
-        waiting = False
-        while not storage.claim_concurrency_slot(pool, context.run_id, step_key).is_claimed:
-            if not waiting:
-                context.log.info(f"waiting for pool {pool}: a step of another run is working on its checkpoint")
-                waiting = True
-            time.sleep(POLL_SECONDS)
+def _lend_and_take_back(
+    context: dg.OpExecutionContext, runner: ContinuousQueries, pools: CheckpointPools, lent: set[str]
+) -> None:
+    """Stop and lend the checkpoints another run's step waits for; start again those that came back."""
+    for query, step in pools.wanted().items():
+        if query not in lent:
+            runner.hold(query)
+            pools.lend(query)
+            lent.add(query)
+            context.log.info(f"{query}: stopped, its checkpoint lent to step {step}")
+    for query in sorted(lent):
+        if pools.claim(query):
+            lent.discard(query)
+            runner.resume(query)
+            context.log.info(f"{query}: its checkpoint is back, streaming again")
 
 
 class TableReporter:

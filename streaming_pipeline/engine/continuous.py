@@ -54,6 +54,7 @@ class _Running:
     paused_at: float = 0.0
     batches_since_pause: int = 0
     waiting_logged: bool = False
+    held: bool = False
 
     def __post_init__(self) -> None:
         self.report = StreamRunReport(self.spec.name)
@@ -103,6 +104,8 @@ class ContinuousQueries:
         if self._stopped:
             raise StreamingRunError("the continuous queries were stopped")
         for running in self._queries:
+            if running.held:
+                continue
             if running.query is None:
                 self._start_when_ready(running)
             else:
@@ -123,6 +126,26 @@ class ContinuousQueries:
                 running.spec.on_progress(report)
             reports[running.spec.name] = report
         return reports
+
+    def hold(self, name: str) -> None:
+        """Stop query `name` and keep it stopped until `resume(name)` (its checkpoint is lent to someone else)."""
+        running = self._by_name(name)
+        running.held = True
+        if running.query is not None:
+            self._collect(running)
+            running.query.stop()
+            running.query = None
+
+    def resume(self, name: str) -> None:
+        """Let query `name` start again at the next `poll()`."""
+        running = self._by_name(name)
+        running.held = False
+
+    def _by_name(self, name: str) -> _Running:
+        for running in self._queries:
+            if running.spec.name == name:
+                return running
+        raise KeyError(name)
 
     def stop(self) -> None:
         """Stop every query (each finishes or abandons its current micro-batch; its checkpoint says which)."""

@@ -3,9 +3,6 @@ checkpoint's pool, and which sensors run by default in each mode."""
 
 from __future__ import annotations
 
-import importlib
-
-import dagster as dg
 import pytest
 
 from streaming_pipeline.asset_metadata import checkpoint_pool
@@ -45,7 +42,7 @@ def test_a_live_setting_that_cannot_be_used_is_named(env: dict[str, str], messag
         LiveSettings.from_env(env)
 
 
-def test_the_continuous_job_streams_every_checkpoint_and_its_op_holds_the_first_pool() -> None:
+def test_the_continuous_job_streams_the_checkpoint_of_every_triggered_step() -> None:
     from streaming_pipeline.definitions import defs
 
     assert live_query_names() == [
@@ -59,7 +56,8 @@ def test_the_continuous_job_streams_every_checkpoint_and_its_op_holds_the_first_
     ]
     job = defs.resolve_job_def("continuous_streams_job")
     assert [node.name for node in job.nodes] == ["continuous_streams"]
-    assert job.graph.node_named("continuous_streams").definition.pool == checkpoint_pool("raw_pickup_locations")
+    # The op claims its pools itself, one claim per checkpoint (so that it can lend each alone).
+    assert job.graph.node_named("continuous_streams").definition.pool is None
     # Each name is the pool of the triggered step that runs the same query.
     steps = {
         node.name: node.definition.pool
@@ -69,17 +67,28 @@ def test_the_continuous_job_streams_every_checkpoint_and_its_op_holds_the_first_
     assert {checkpoint_pool(name) for name in live_query_names()} == {p for p in steps.values() if p}
 
 
-def test_in_continuous_mode_the_sensor_keeping_the_run_alive_starts_running(monkeypatch: pytest.MonkeyPatch) -> None:
-    import streaming_pipeline.defs.automation as automation
-    import streaming_pipeline.defs.continuous as continuous
+def test_in_continuous_mode_the_run_is_kept_alive_the_offset_sensors_rest_and_only_taxi_zones_is_automated() -> None:
+    """The definitions as `dagster dev` loads them with LIVE_MODE=continuous (in a process of their own: the mode is
+    read when they load)."""
+    import json
+    import os
+    import subprocess
+    import sys
 
-    monkeypatch.setenv("LIVE_MODE", "continuous")
-    try:
-        sensor = importlib.reload(continuous).defs().sensors[0]  # type: ignore[index]
-        assert (sensor.name, sensor.default_status) == ("continuous_streams_sensor", dg.DefaultSensorStatus.RUNNING)
-        target = importlib.reload(automation).default_automation_condition_sensor.asset_selection
-        assert target == dg.AssetSelection.assets("taxi_zones")
-    finally:
-        monkeypatch.delenv("LIVE_MODE")
-        importlib.reload(continuous)
-        importlib.reload(automation)
+    script = (
+        "import json; from streaming_pipeline.definitions import defs; "
+        "print(json.dumps({'sensors': {s.name: s.default_status.value for s in defs.sensors}, "
+        "'automated': sorted(a.key.to_user_string() for a in defs.resolve_asset_graph().asset_nodes "
+        "if a.automation_condition is not None)}))"
+    )
+    env = {**os.environ, "LIVE_MODE": "continuous"}
+    done = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    loaded = json.loads(done.stdout.strip().splitlines()[-1])
+    assert loaded["sensors"] == {
+        "continuous_streams_sensor": "RUNNING",
+        "default_automation_condition_sensor": "RUNNING",
+        "raw_rides_offset_sensor": "STOPPED",
+        "raw_pickup_locations_offset_sensor": "STOPPED",
+    }
+    assert loaded["automated"] == ["taxi_zones"]

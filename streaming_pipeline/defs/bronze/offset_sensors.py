@@ -136,8 +136,15 @@ def _run_request(topic: str, state: _TopicState, number: int) -> dg.RunRequest:
 
 
 def build_offset_sensor(
-    asset_key: dg.AssetKey, topic: str, job: dg.UnresolvedAssetJobDefinition, policy: SensorSettings
+    asset_key: dg.AssetKey,
+    topic: str,
+    job: dg.UnresolvedAssetJobDefinition,
+    policy: SensorSettings,
+    *,
+    running_by_default: bool = True,
 ) -> dg.SensorDefinition:
+    """The topic's offset sensor; `running_by_default` False in continuous mode (the continuous run streams the
+    topic; started by hand, the sensor still stands aside while a continuous run is in flight)."""
     asset_name = asset_key.to_user_string()
     sensor_name = f"{asset_name}_offset_sensor"
 
@@ -149,7 +156,7 @@ def build_offset_sensor(
         ),
         job=job,
         minimum_interval_seconds=policy.interval_seconds,
-        default_status=dg.DefaultSensorStatus.RUNNING,
+        default_status=dg.DefaultSensorStatus.RUNNING if running_by_default else dg.DefaultSensorStatus.STOPPED,
     )
     def offset_sensor(
         context: dg.SensorEvaluationContext, kafka: KafkaResource, lakehouse: LakehouseResource

@@ -11,7 +11,7 @@ from streaming_pipeline.bronze.offsets import consumed_offsets
 from streaming_pipeline.defs.bronze.offset_sensors import build_offset_sensor, live_job
 from streaming_pipeline.defs.bronze.source_checks import bronze_checks
 from streaming_pipeline.resources import KafkaResource, LakehouseResource, SchemaRegistryResource, SparkResource
-from streaming_pipeline.settings import SensorSettings
+from streaming_pipeline.settings import LiveSettings, SensorSettings
 from streaming_pipeline.sources import SourceTopic, all_sources
 from streaming_pipeline.tables import DEAD_LETTER_RECORDS
 
@@ -78,7 +78,7 @@ def _bronze_result(
     )
 
 
-def source_definitions(source: SourceTopic, policy: SensorSettings) -> dg.Definitions:
+def source_definitions(source: SourceTopic, policy: SensorSettings, live: LiveSettings) -> dg.Definitions:
     """Everything Dagster knows of one source topic: its bronze asset and checks, its live job and offset sensor."""
     key = dg.AssetKey(source.bronze_table)
     job = live_job(key)
@@ -86,12 +86,12 @@ def source_definitions(source: SourceTopic, policy: SensorSettings) -> dg.Defini
         assets=[bronze_asset(source)],
         asset_checks=bronze_checks(source),
         jobs=[job],
-        sensors=[build_offset_sensor(key, source.topic, job, policy)],
+        sensors=[build_offset_sensor(key, source.topic, job, policy, running_by_default=not live.continuous)],
     )
 
 
 @dg.definitions
 def defs() -> dg.Definitions:
     """Every declared source, read when the definitions load."""
-    policy = SensorSettings.from_env()
-    return dg.Definitions.merge(*(source_definitions(source, policy) for source in all_sources()))
+    policy, live = SensorSettings.from_env(), LiveSettings.from_env()
+    return dg.Definitions.merge(*(source_definitions(source, policy, live) for source in all_sources()))

@@ -39,10 +39,13 @@ concurrency:
   pools:
     granularity: op
     default_limit: 1
+    # A run whose first step waits for a pool is launched all the same (one per pool): its step then queues for the
+    # pool, which the continuous run lends to it.
+    op_granularity_run_buffer: 1
 # A run whose process died (killed, or its code server stopped) is marked failed; its pool slots are freed.
 run_monitoring:
   enabled: true
-  poll_interval_seconds: 5
+  poll_interval_seconds: 10
   free_slots_after_run_end_seconds: 5
 sensors:
   use_threads: true
