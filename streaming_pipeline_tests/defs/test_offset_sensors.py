@@ -202,6 +202,8 @@ def test_sensor_requests_a_run_when_the_oldest_waiting_record_is_older_than_max_
 class _Instance:
     """The two reads checkpoint_busy makes of a Dagster instance: the runs in flight, and a run's step stats."""
 
+    run_launcher = None  # not Dagster's default launcher: no run's process is looked for
+
     def __init__(self, runs: list[dg.DagsterRun], bronze_ended: dict[str, float | None]) -> None:
         self.runs, self.bronze_ended = runs, bronze_ended
 

@@ -23,7 +23,13 @@ import dagster as dg
 
 from streaming_pipeline.bronze.offsets import consumed_offsets, consumer_lag, topic_problems
 from streaming_pipeline.errors import BronzeStateError, StreamingPipelineError
-from streaming_pipeline.live_runs import CONTINUOUS_JOB, IN_FLIGHT, recent_failures, retry_backoff_seconds
+from streaming_pipeline.live_runs import (
+    CONTINUOUS_JOB,
+    IN_FLIGHT,
+    recent_failures,
+    retry_backoff_seconds,
+    runs_in_flight,
+)
 from streaming_pipeline.resources import KafkaResource, LakehouseResource
 from streaming_pipeline.settings import SensorSettings
 
@@ -79,7 +85,7 @@ def checkpoint_busy(instance: dg.DagsterInstance, asset_key: dg.AssetKey, job_na
     bronze step, or MAX_RUNS_IN_FLIGHT runs on it are in flight already."""
     step_key = asset_key.to_user_string()
     on_checkpoint = []
-    for run in instance.get_runs(filters=dg.RunsFilter(statuses=IN_FLIGHT), limit=100):
+    for run in runs_in_flight(instance, dg.RunsFilter(statuses=IN_FLIGHT), limit=100):
         if run.job_name == CONTINUOUS_JOB:
             return f"the continuous run {run.run_id} streams this topic"
         if run.job_name == job_name or (run.asset_selection and asset_key in run.asset_selection):
