@@ -53,6 +53,12 @@ def live_query_names() -> list[str]:
     ]
 
 
+def latency_critical_query_names() -> list[str]:
+    """The queries whose tables a user waits for (the bronze tables and vendor_counts): in continuous mode they
+    trigger most often; the others (branches, enrichment, join, windows) less often, to leave them the cores."""
+    return [*(source.bronze_table for source in all_sources()), VENDOR_COUNTS.name]
+
+
 def live_queries(
     spark: SparkSession,
     kafka: KafkaConnection,

@@ -42,7 +42,7 @@ def runs_in_flight(instance: dg.DagsterInstance, filters: dg.RunsFilter, limit: 
         return runs
     alive = []
     for run in runs:
-        pid = _run_pid(instance, run.run_id) if run.status == dg.DagsterRunStatus.STARTED else None
+        pid = run_pid(instance, run.run_id) if run.status == dg.DagsterRunStatus.STARTED else None
         if pid is not None and not _process_alive(pid):
             instance.report_run_failed(run, f"the run's process (pid {pid}) is gone: it was killed or its host stopped")
             continue
@@ -50,8 +50,8 @@ def runs_in_flight(instance: dg.DagsterInstance, filters: dg.RunsFilter, limit: 
     return alive
 
 
-def _run_pid(instance: dg.DagsterInstance, run_id: str) -> int | None:
-    """The pid the in-process executor recorded in the run's first engine events."""
+def run_pid(instance: dg.DagsterInstance, run_id: str) -> int | None:
+    """The pid of the run's process, as the in-process executor recorded it in the run's first engine events."""
     records = instance.get_records_for_run(run_id, of_type=dg.DagsterEventType.ENGINE_EVENT, limit=5).records
     for record in records:
         event = record.event_log_entry.dagster_event

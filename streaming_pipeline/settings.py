@@ -139,10 +139,13 @@ class LiveSettings:
     """How the live path streams (docs/live-mode.md): `LIVE_MODE` is `triggered` (offset sensors start a run when
     records wait) or `continuous` (one long-running run keeps every query streaming). In continuous mode the queries
     trigger every `CONTINUOUS_TRIGGER_INTERVAL`, the run reports each table at most every `CONTINUOUS_REPORT_SECONDS`,
-    and stops the window query for its reconcile at most every `CONTINUOUS_RECONCILE_SECONDS`."""
+    and stops the window query for its reconcile at most every `CONTINUOUS_RECONCILE_SECONDS`. The bronze queries and
+    vendor_counts trigger every `CONTINUOUS_TRIGGER_INTERVAL`, the others every
+    `CONTINUOUS_DOWNSTREAM_TRIGGER_INTERVAL`."""
 
     mode: str = "triggered"
     trigger_interval: str = "500 milliseconds"
+    downstream_trigger_interval: str = "5 seconds"
     report_seconds: float = 30.0
     reconcile_seconds: float = 60.0
 
@@ -158,9 +161,11 @@ class LiveSettings:
         if mode not in LIVE_MODES:
             raise ConfigurationError(f"LIVE_MODE={env.get('LIVE_MODE')!r} is not one of {', '.join(LIVE_MODES)}")
         interval = env.get("CONTINUOUS_TRIGGER_INTERVAL") or defaults.trigger_interval
+        downstream = env.get("CONTINUOUS_DOWNSTREAM_TRIGGER_INTERVAL") or defaults.downstream_trigger_interval
         return cls(
             mode=mode,
             trigger_interval=trigger_interval(interval, name="CONTINUOUS_TRIGGER_INTERVAL"),
+            downstream_trigger_interval=trigger_interval(downstream, name="CONTINUOUS_DOWNSTREAM_TRIGGER_INTERVAL"),
             report_seconds=_positive_float(env, "CONTINUOUS_REPORT_SECONDS", defaults.report_seconds),
             reconcile_seconds=_positive_float(env, "CONTINUOUS_RECONCILE_SECONDS", defaults.reconcile_seconds),
         )

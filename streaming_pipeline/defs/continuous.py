@@ -23,7 +23,12 @@ from streaming_pipeline.engine.delta_log import commits, latest_version
 from streaming_pipeline.engine.streams import StreamRunReport
 from streaming_pipeline.engine.table_snapshot import row_count
 from streaming_pipeline.errors import StreamingPipelineError
-from streaming_pipeline.live_queries import QueryParameters, live_queries, live_query_names
+from streaming_pipeline.live_queries import (
+    QueryParameters,
+    latency_critical_query_names,
+    live_queries,
+    live_query_names,
+)
 from streaming_pipeline.live_runs import (
     CONTINUOUS_JOB,
     continuous_run_in_flight,
@@ -50,8 +55,13 @@ class ContinuousStreamsConfig(IntervalsConfig):
 
     trigger_interval: str = Field(
         default=_LIVE.trigger_interval,
-        description="Each query starts a micro-batch this often, when data waits (default: "
+        description="The bronze queries and vendor_counts start a micro-batch this often, when data waits (default: "
         "CONTINUOUS_TRIGGER_INTERVAL, 500 milliseconds).",
+    )
+    downstream_trigger_interval: str = Field(
+        default=_LIVE.downstream_trigger_interval,
+        description="The branches, the enrichment, the join and the windows start a micro-batch this often, when data "
+        "waits (default: CONTINUOUS_DOWNSTREAM_TRIGGER_INTERVAL, 5 seconds).",
     )
     report_every_seconds: float = Field(
         default=_LIVE.report_seconds,
@@ -163,10 +173,13 @@ def continuous_streams(
     lakehouse: LakehouseResource,
 ) -> None:
     interval = trigger_interval(config.trigger_interval, name="trigger_interval")
+    downstream = trigger_interval(config.downstream_trigger_interval, name="downstream_trigger_interval")
+    fast = set(latency_critical_query_names())
+    intervals = {name: interval if name in fast else downstream for name in live_query_names()}
     pools = CheckpointPools(context, {name: checkpoint_pool(name) for name in live_query_names()})
     try:
         pools.claim_all()
-        _stream(context, config, interval, pools, spark, kafka, schema_registry, lakehouse)
+        _stream(context, config, intervals, pools, spark, kafka, schema_registry, lakehouse)
     finally:
         pools.free_all()
 
@@ -174,7 +187,7 @@ def continuous_streams(
 def _stream(
     context: dg.OpExecutionContext,
     config: ContinuousStreamsConfig,
-    interval: str,
+    intervals: dict[str, str],
     pools: CheckpointPools,
     spark: SparkResource,
     kafka: KafkaResource,
@@ -186,7 +199,11 @@ def _stream(
         session, kafka, schema_registry, lakehouse, config.parameters(), run_id=context.run_id, log=context.log
     )
     runner = ContinuousQueries(
-        queries, trigger_interval=interval, pause_every_seconds=config.reconcile_every_seconds, log=context.log
+        queries,
+        trigger_interval=intervals[queries[0].name],
+        intervals=intervals,
+        pause_every_seconds=config.reconcile_every_seconds,
+        log=context.log,
     )
     reporter = TableReporter(kafka, lakehouse, {q.name: q.tables for q in queries})
     lent: set[str] = set()
@@ -238,10 +255,12 @@ class TableReporter:
         self._versions = {t: latest_version(lakehouse.table_path(t)) for ts in tables.values() for t in ts}
         self._lags: dict[str, int] = {}
         self._rows: dict[str, int] = {}
+        self._reports: dict[str, StreamRunReport] = {}
 
     def events(self, reports: dict[str, StreamRunReport]) -> list[dg.AssetMaterialization | dg.AssetObservation]:
         events: list[dg.AssetMaterialization | dg.AssetObservation] = []
         self._rows = {}
+        self._reports = reports
         for query, tables in self._tables.items():
             report = reports.get(query)
             for table in tables:
@@ -255,8 +274,14 @@ class TableReporter:
         return events
 
     def summary(self) -> str:
-        written = ", ".join(f"{t} {n:,}" for t, n in self._rows.items() if n) or "nothing new"
-        return f"rows written since the previous report: {written}"
+        """One line: the rows each table got since the previous report, and each query's micro-batches."""
+        written = ", ".join(f"{t} {n:,}" for t, n in self._rows.items() if n) or "nothing"
+        batches = ", ".join(
+            f"{name} {r.batches} ({r.trigger_seconds() / r.batches:.1f} s each)"
+            for name, r in self._reports.items()
+            if r.batches
+        )
+        return f"since the previous report: rows written: {written}; micro-batches: {batches or 'none'}"
 
     def _materialization(self, table: str, report: StreamRunReport | None) -> dg.AssetMaterialization | None:
         path = self._lakehouse.table_path(table)

@@ -14,7 +14,7 @@ import statistics
 import sys
 import tempfile
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from contextlib import AbstractContextManager
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -304,172 +304,413 @@ def _print_throughput(result: ThroughputResult) -> None:
 
 # ----------------------------------------------------------------------------------------------- live
 
+#: Probe rides carry a vendor id of their own (the synthetic rides have vendors 1 and 2): PROBE_VENDOR + k for the
+#: k-th probe, so that its arrival in raw_rides and in vendor_counts can be told from the load's rides.
+PROBE_VENDOR = 1000
+LIVE_MODES = ("triggered", "continuous")
+
 
 @dataclass
-class LiveResult:
-    probes: int
-    machine: str
+class LiveModeFigures:
+    """One mode under steady load, with probe rides produced at their own moments (no waiting for the pipeline)."""
+
+    mode: str
+    rate: int
+    load_seconds: float
+    rides_produced: int = 0
+    probes: int = 0
     first_ride_to_raw_rides_seconds: float = 0.0
     first_ride_to_vendor_counts_seconds: float = 0.0
     raw_rides_p50_seconds: float = 0.0
     raw_rides_p95_seconds: float = 0.0
     vendor_counts_p50_seconds: float = 0.0
     vendor_counts_p95_seconds: float = 0.0
-    produce_to_run_requested_p50_seconds: float = 0.0
-    run_launch_to_start_p50_seconds: float = 0.0
-    run_duration_p50_seconds: float = 0.0
-    sensor_runs: int = 0
-    peak_engine_rss_mib: float = 0.0
+    catch_up_seconds: float = 0.0  # the load's end -> raw_rides and vendor_counts hold every produced ride
+    exactly_once: bool = False  # raw_rides holds each produced record once, vendor_counts counts each once
+    engine_peak_rss_mib: float = 0.0  # sampled every second during the load and the catch-up
+    engine_cpu_percent_under_load: float = 0.0  # of one core: the Connect server and its Python workers
+    dagster_cpu_percent_under_load: float = 0.0  # dagster dev: webserver, daemon, code server and the runs
+    idle_cpu_percent: float = 0.0  # the Connect server and the runs, 60 s after the catch-up, of one core
+    runs: int = 0  # runs launched in this mode
     raw_rides_seconds: list[float] = field(default_factory=list)
     vendor_counts_seconds: list[float] = field(default_factory=list)
 
 
-class _Tables:
-    """How many rides raw_rides holds and vendor_counts counts, 0 while a table does not exist.
+@dataclass
+class LiveResult:
+    machine: str
+    engine: str
+    modes: list[LiveModeFigures] = field(default_factory=list)
 
-    raw_rides is counted from its snapshot's file statistics (delta-rs), which costs the engine nothing, so
-    polling it does not slow down the run being measured; vendor_counts is a query.
-    """
 
-    def __init__(self, spark: Any, lakehouse: Path) -> None:
-        self.spark = spark
-        self.lakehouse = lakehouse
+class _ProbeWatcher:
+    """When each probe ride first shows in raw_rides and in vendor_counts, read from the tables' Delta logs and files
+    (Spark-free, in this process): only the files that raw_rides' new commits added are read, and vendor_counts is
+    a few rows."""
 
-    def raw_rides(self) -> int:
-        from streaming_pipeline.engine.delta_log import latest_version
-        from streaming_pipeline.engine.table_snapshot import row_count
+    def __init__(self, lakehouse: Path) -> None:
+        self.raw_path = lakehouse / RAW_RIDES.name
+        self.counts_path = lakehouse / VENDOR_COUNTS.name
+        self.raw_seen: dict[int, float] = {}
+        self.counted: dict[int, float] = {}
+        self._raw_version = -1
 
-        path = str(self.lakehouse / RAW_RIDES.name)
-        version = latest_version(path)
-        return 0 if version is None else row_count(path, version) or 0
+    def poll(self) -> None:
+        now = time.monotonic()
+        for probe in self._new_raw_probes():
+            self.raw_seen.setdefault(probe, now)
+        for probe in self._counted_probes():
+            self.counted.setdefault(probe, now)
 
-    def counted_rides(self) -> int:
-        from pyspark.errors import AnalysisException
+    def _new_raw_probes(self) -> set[int]:
+        import pyarrow.parquet as pq
+
+        found: set[int] = set()
+        while True:
+            commit = self.raw_path / "_delta_log" / f"{self._raw_version + 1:020d}.json"
+            try:
+                lines = commit.read_text().splitlines()
+            except FileNotFoundError:
+                return found
+            for line in lines:
+                action = json.loads(line)
+                if "add" in action:
+                    table = pq.read_table(
+                        self.raw_path / action["add"]["path"],
+                        columns=["vendor_id"],
+                        filters=[("vendor_id", ">=", PROBE_VENDOR)],
+                    )
+                    found.update(int(v) - PROBE_VENDOR for v in table.column("vendor_id").to_pylist())
+            self._raw_version += 1
+
+    def _counted_probes(self) -> set[int]:
+        from deltalake import DeltaTable
+        from deltalake.exceptions import TableNotFoundError
 
         try:
-            frame = self.spark.read.format("delta").load(str(self.lakehouse / VENDOR_COUNTS.name))
-            return int(frame.selectExpr("coalesce(sum(trip_count), 0)").collect()[0][0])
-        except AnalysisException:
-            return 0
+            table = DeltaTable(str(self.counts_path)).to_pyarrow_table(columns=["vendor_id"])
+        except (TableNotFoundError, OSError):
+            return set()
+        return {int(v) - PROBE_VENDOR for v in table.column("vendor_id").to_pylist() if v and v >= PROBE_VENDOR}
 
 
-def _probe(kafka: Any, registry: Any, tables: _Tables, seed: int, expected: int, timeout: float) -> tuple[float, float]:
-    """Produce one ride; seconds until raw_rides has `expected` rows and until vendor_counts counts them."""
+class _Sampler:
+    """CPU ticks of process trees, and the peak RSS of one process, sampled every second on a thread."""
+
+    def __init__(self, rss_pid: int | None) -> None:
+        import threading
+
+        self._rss_pid = rss_pid
+        self.peak_rss_mib = 0.0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def __enter__(self) -> _Sampler:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        self._stop.set()
+        self._thread.join()
+
+    def _run(self) -> None:
+        while not self._stop.wait(1.0):
+            self.peak_rss_mib = max(self.peak_rss_mib, process_memory_bytes(self._rss_pid, "VmRSS") / 2**20)
+
+
+def _process_tree(pid: int | None) -> list[int]:
+    """`pid` and its descendants (from /proc)."""
+    if not pid:
+        return []
+    children: dict[int, list[int]] = {}
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                parent = int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1])
+            except (OSError, IndexError, ValueError):
+                continue
+            children.setdefault(parent, []).append(int(entry.name))
+    tree, todo = [], [pid]
+    while todo:
+        current = todo.pop()
+        tree.append(current)
+        todo.extend(children.get(current, []))
+    return tree
+
+
+def _cpu_seconds(pids: list[int]) -> float:
+    """User + system CPU seconds of the processes (those gone count 0)."""
+    import os
+
+    total = 0
+    for pid in pids:
+        try:
+            fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        total += int(fields[11]) + int(fields[12])
+    return total / os.sysconf("SC_CLK_TCK")
+
+
+class _CpuMeter:
+    """CPU of process trees over an interval, as a percentage of one core; trees are looked up again at each read,
+    so that processes started meanwhile (runs, Python workers) count from when they are first seen."""
+
+    def __init__(self, roots: Callable[[], list[int | None]]) -> None:
+        self._roots = roots
+        self._seen: dict[int, float] = {}
+        self._started = time.monotonic()
+        self._used = 0.0
+        self.read()
+
+    def read(self) -> float:
+        pids = [pid for root in self._roots() for pid in _process_tree(root)]
+        for pid in pids:
+            now = _cpu_seconds([pid])
+            self._used += now - self._seen.get(pid, now)
+            self._seen[pid] = now
+        elapsed = time.monotonic() - self._started
+        return round(100 * self._used / elapsed, 1) if elapsed > 0 else 0.0
+
+
+def _probe_ride(probe: int, seed: int) -> dict[str, Any]:
     ride = next(synthetic_rides(1, SyntheticOptions(seed=seed)))
-    started = time.monotonic()
-    produce(kafka, registry, RIDES_TOPIC, rows_from_records([ride]), show_progress=False)
-    to_raw = to_gold = None
-    deadline = started + timeout
-    with bench_stage(f"probe {expected}: waiting for raw_rides and vendor_counts"):
-        while to_gold is None:
-            if time.monotonic() > deadline:
-                raise BenchError(f"ride {expected} did not reach raw_rides/vendor_counts within {timeout:.0f} s")
-            if to_raw is None and tables.raw_rides() >= expected:
-                to_raw = time.monotonic() - started
-            if to_raw is not None and tables.counted_rides() >= expected:
-                to_gold = time.monotonic() - started
-            time.sleep(0.1 if to_raw is None else 0.5)  # a vendor_counts query is a Spark job: ask twice a second
-    assert to_raw is not None
-    return to_raw, to_gold
+    return {**ride, "vendor_id": PROBE_VENDOR + probe}
 
 
-def _wait_until_no_run_in_flight(dagster_home: Path, timeout: float) -> None:
-    """Each probe goes onto a quiet pipeline: a ride produced while a run works waits for that run to end first."""
-    from streaming_pipeline.live_runs import IN_FLIGHT
-
-    instance = dg.DagsterInstance.from_config(str(dagster_home))
-    deadline = time.monotonic() + timeout
-    with bench_stage("waiting for the run in flight to end"):
-        while instance.get_runs(filters=dg.RunsFilter(statuses=IN_FLIGHT), limit=1):
-            if time.monotonic() > deadline:
-                raise BenchError(f"a run was still in flight after {timeout:.0f} s")
-            time.sleep(0.5)
-
-
-def _run_timings(dagster_home: Path, produced_at: list[float]) -> tuple[list[float], list[float], list[float]]:
-    """(produce -> the sensor's run request, launch -> RUN_START, RUN_START -> end) in seconds: the first for each
-    probe produced at the times `produced_at`, the others for every finished run the offset sensor launched."""
-    instance = dg.DagsterInstance.from_config(str(dagster_home))
-    records = instance.get_run_records(filters=dg.RunsFilter(tags={"dagster/sensor_name": "raw_rides_offset_sensor"}))
-    created = sorted(record.create_timestamp.timestamp() for record in records)
-    requested = [min(c for c in created if c >= t) - t for t in produced_at if any(c >= t for c in created)]
-    launch, duration = [], []
-    for record in records:
-        if record.start_time and record.end_time:
-            launch.append(record.start_time - record.create_timestamp.timestamp())
-            duration.append(record.end_time - record.start_time)
-    return requested, launch, duration
-
-
-def run_live_bench(probes: int, json_path: Path | None, gap_seconds: float = 3.0, timeout: float = 300.0) -> LiveResult:
-    """Freshness through the real `dagster dev` path: webserver + daemon, the offset sensor, the run it launches."""
-    from streaming_pipeline.devstack.embedded.dagster_dev import DagsterDev
+def run_live_bench(
+    modes: tuple[str, ...],
+    json_path: Path | None,
+    *,
+    rate: int = 1000,
+    seconds: float = 180.0,
+    probe_every: float = 6.0,
+    timeout: float = 300.0,
+) -> LiveResult:
+    """What a user sees through `dagster dev`, in each mode in turn on one stack and one lakehouse (the switch
+    between modes is part of the run): a steady load of `rate` rides/s for `seconds`, and single probe rides at
+    random moments about `probe_every` s apart, each timed from its produce call until it shows in raw_rides and in
+    vendor_counts. Then the catch-up, the exactness of both tables, and 60 s of the idle pipeline."""
     from streaming_pipeline.devstack.embedded.stack import running_stack
-    from streaming_pipeline.engine.spark import connect_session
     from streaming_pipeline.registry_client import RegistryClient
     from streaming_pipeline.resources import KafkaResource
 
-    if probes < 2:
-        raise BenchError("--probes must be at least 2 (the first probe is reported separately)")
-    result = LiveResult(probes=probes, machine=machine_description())
+    for mode in modes:
+        if mode not in LIVE_MODES:
+            raise BenchError(f"--mode {mode!r} is not one of {', '.join(LIVE_MODES)}")
+    if rate <= 0 or seconds <= 0 or probe_every <= 0:
+        raise BenchError("--rate, --seconds and --probe-every must be positive")
+    result = LiveResult(machine=machine_description(), engine="Spark Connect server, local[*]")
     with tempfile.TemporaryDirectory(prefix="bench-live-") as tmp, running_stack(Path(tmp) / "stack") as stack:
         assert stack.spark_remote and stack.dagster_home
         kafka = KafkaResource(bootstrap_servers=stack.bootstrap_servers)
         registry = RegistryClient(stack.schema_registry_url)
         kafka.ensure_topic(RIDES_TOPIC)
         lakehouse = Path(tmp) / "lakehouse"
-        spark = connect_session(stack.spark_remote)
-        tables = _Tables(spark, lakehouse)
-        say("starting dagster dev (webserver + daemon)")
-        with DagsterDev({**stack.env(), "LAKEHOUSE_DIR": str(lakehouse)}, Path(tmp) / "dagster-dev.log"):
-            say("probe 1 (right after dagster dev answers)")
-            raw, gold = _probe(kafka, registry, tables, seed=5000, expected=1, timeout=timeout)
-            result.first_ride_to_raw_rides_seconds, result.first_ride_to_vendor_counts_seconds = raw, gold
-            produced_at = []
-            for probe in range(2, probes + 1):
-                time.sleep(gap_seconds)
-                _wait_until_no_run_in_flight(stack.dagster_home, timeout)
-                produced_at.append(time.time())
-                raw, gold = _probe(kafka, registry, tables, seed=5000 + probe, expected=probe, timeout=timeout)
-                result.raw_rides_seconds.append(round(raw, 2))
-                result.vendor_counts_seconds.append(round(gold, 2))
-                say(f"probe {probe}/{probes}: raw_rides {raw:.1f} s, vendor_counts {gold:.1f} s")
-            requested, launch, duration = _run_timings(stack.dagster_home, produced_at)
-        spark.stop()
-        result.peak_engine_rss_mib = _peak_rss_mib(stack.spark_pid)
-    result.raw_rides_p50_seconds = round(statistics.median(result.raw_rides_seconds), 2)
-    result.raw_rides_p95_seconds = round(_percentile(result.raw_rides_seconds, 0.95), 2)
-    result.vendor_counts_p50_seconds = round(statistics.median(result.vendor_counts_seconds), 2)
-    result.vendor_counts_p95_seconds = round(_percentile(result.vendor_counts_seconds, 0.95), 2)
-    result.sensor_runs = len(launch)
-    result.produce_to_run_requested_p50_seconds = round(statistics.median(requested), 2) if requested else 0.0
-    result.run_launch_to_start_p50_seconds = round(statistics.median(launch), 2) if launch else 0.0
-    result.run_duration_p50_seconds = round(statistics.median(duration), 2) if duration else 0.0
-    print_rows(
-        [
-            ("probes", f"{probes} (1 first + {probes - 1} measured)"),
-            (
-                "first ride -> raw_rides / vendor_counts (s)",
-                f"{result.first_ride_to_raw_rides_seconds:.1f} / {result.first_ride_to_vendor_counts_seconds:.1f}",
-            ),
-            (
-                "produce -> raw_rides p50 / p95 (s)",
-                f"{result.raw_rides_p50_seconds:.1f} / {result.raw_rides_p95_seconds:.1f}",
-            ),
-            (
-                "produce -> vendor_counts p50 / p95 (s)",
-                f"{result.vendor_counts_p50_seconds:.1f} / {result.vendor_counts_p95_seconds:.1f}",
-            ),
-            ("produce -> the sensor's run request p50 (s)", f"{result.produce_to_run_requested_p50_seconds:.1f}"),
-            ("run launch -> RUN_START p50 (s)", f"{result.run_launch_to_start_p50_seconds:.1f}"),
-            ("sensor run duration p50 (s)", f"{result.run_duration_p50_seconds:.1f} over {result.sensor_runs} runs"),
-            ("peak Spark Connect server RSS (MiB)", f"{result.peak_engine_rss_mib:,.0f}"),
-            ("machine", result.machine),
-        ],
-        [],
-    )
+        watcher = _ProbeWatcher(lakehouse)
+        produced: dict[str, int] = {"rides": 0, "probes": 0}
+        for number, mode in enumerate(modes):
+            env = {**stack.env(), "LAKEHOUSE_DIR": str(lakehouse), "LIVE_MODE": mode}
+            figures = LiveModeFigures(mode=mode, rate=rate, load_seconds=seconds)
+            _live_mode(
+                stack,
+                env,
+                Path(tmp) / f"dagster-dev-{mode}.log",
+                kafka,
+                registry,
+                watcher,
+                produced,
+                figures,
+                seed=7000 + 1000 * number,
+                probe_every=probe_every,
+                timeout=timeout,
+            )
+            result.modes.append(figures)
+    _print_live(result)
     write_json(json_path, result)
     return result
+
+
+def _live_mode(
+    stack: Any,
+    env: dict[str, str],
+    log_file: Path,
+    kafka: Any,
+    registry: Any,
+    watcher: _ProbeWatcher,
+    produced: dict[str, int],
+    figures: LiveModeFigures,
+    *,
+    seed: int,
+    probe_every: float,
+    timeout: float,
+) -> None:
+    import random
+    import threading
+
+    from streaming_pipeline.devstack.embedded.dagster_dev import DagsterDev
+
+    rng = random.Random(seed)
+    instance = dg.DagsterInstance.from_config(str(stack.dagster_home))
+    runs_before = len(instance.get_run_records())
+    say(f"{figures.mode}: starting dagster dev (LIVE_MODE={figures.mode})")
+    with DagsterDev(env, log_file) as dagster_dev:
+        first = produced["probes"]
+        started = time.monotonic()
+        _send(kafka, registry, [_probe_ride(first, seed)])
+        produced["probes"] += 1
+        with bench_stage(f"{figures.mode}: the first ride after dagster dev answers"):
+            _wait_for(lambda: first in watcher.counted, watcher, timeout, "the first ride did not reach vendor_counts")
+        figures.first_ride_to_raw_rides_seconds = round(watcher.raw_seen[first] - started, 2)
+        figures.first_ride_to_vendor_counts_seconds = round(watcher.counted[first] - started, 2)
+
+        load = list(synthetic_rides(int(figures.rate * figures.load_seconds), SyntheticOptions(seed=seed + 1)))
+        loader = threading.Thread(
+            target=lambda: _send(kafka, registry, load, rate=figures.rate), name="bench-load", daemon=True
+        )
+        sent_at: dict[int, float] = {}
+        engine_cpu = _CpuMeter(lambda: [stack.spark_pid])
+        dagster_cpu = _CpuMeter(lambda: [dagster_dev.pid])
+        with _Sampler(stack.spark_pid) as sampler:
+            loader.start()
+            say(f"{figures.mode}: {len(load):,} rides at {figures.rate:,}/s, probes about {probe_every:g} s apart")
+            next_probe = time.monotonic() + rng.uniform(0.5, 1.5) * probe_every
+            while loader.is_alive():
+                watcher.poll()
+                if time.monotonic() >= next_probe:
+                    probe = produced["probes"]
+                    sent_at[probe] = time.monotonic()
+                    _send(kafka, registry, [_probe_ride(probe, seed + 2 + probe)])
+                    produced["probes"] += 1
+                    next_probe = time.monotonic() + rng.uniform(0.5, 1.5) * probe_every
+                time.sleep(0.25)
+            load_ended = time.monotonic()
+            figures.engine_cpu_percent_under_load = engine_cpu.read()
+            figures.dagster_cpu_percent_under_load = dagster_cpu.read()
+            produced["rides"] += len(load)
+            total = produced["rides"] + produced["probes"]
+            tables = _LiveTables(watcher.raw_path.parent)
+            with bench_stage(f"{figures.mode}: catching up ({total:,} rides in all)"):
+                _wait_for(
+                    lambda: tables.caught_up(total) and set(sent_at) <= set(watcher.counted),
+                    watcher,
+                    timeout,
+                    f"raw_rides and vendor_counts did not reach {total:,} rides",
+                )
+            figures.catch_up_seconds = round(time.monotonic() - load_ended, 2)
+            figures.engine_peak_rss_mib = round(sampler.peak_rss_mib, 1)
+        figures.exactly_once = tables.exactly_once(total)
+        figures.rides_produced, figures.probes = len(load), len(sent_at)
+        figures.raw_rides_seconds = [round(watcher.raw_seen[p] - t, 2) for p, t in sorted(sent_at.items())]
+        figures.vendor_counts_seconds = [round(watcher.counted[p] - t, 2) for p, t in sorted(sent_at.items())]
+        if sent_at:
+            figures.raw_rides_p50_seconds = round(statistics.median(figures.raw_rides_seconds), 2)
+            figures.raw_rides_p95_seconds = round(_percentile(figures.raw_rides_seconds, 0.95), 2)
+            figures.vendor_counts_p50_seconds = round(statistics.median(figures.vendor_counts_seconds), 2)
+            figures.vendor_counts_p95_seconds = round(_percentile(figures.vendor_counts_seconds, 0.95), 2)
+        with bench_stage(f"{figures.mode}: 60 s of the idle pipeline"):
+            time.sleep(10)
+            idle = _CpuMeter(lambda: [stack.spark_pid, *_run_pids(instance)])
+            time.sleep(60)
+            figures.idle_cpu_percent = idle.read()
+        figures.runs = len(instance.get_run_records()) - runs_before
+        say(
+            f"{figures.mode}: raw_rides p50 {figures.raw_rides_p50_seconds:.1f} s, vendor_counts p50 "
+            f"{figures.vendor_counts_p50_seconds:.1f} s over {figures.probes} probes; caught up in "
+            f"{figures.catch_up_seconds:.0f} s; exactly once: {figures.exactly_once}"
+        )
+
+
+def _send(kafka: Any, registry: Any, rides: list[dict[str, Any]], rate: float | None = None) -> None:
+    result = produce(kafka, registry, RIDES_TOPIC, rows_from_records(rides), rate=rate, show_progress=False)
+    if result.sent != len(rides):
+        raise BenchError(f"{len(rides) - result.sent} of {len(rides)} rides could not be produced")
+
+
+def _wait_for(condition: Callable[[], bool], watcher: _ProbeWatcher, timeout: float, failure: str) -> None:
+    deadline = time.monotonic() + timeout
+    while True:
+        watcher.poll()
+        if condition():
+            return
+        if time.monotonic() > deadline:
+            raise BenchError(f"{failure} within {timeout:.0f} s")
+        time.sleep(0.25)
+
+
+def _run_pids(instance: dg.DagsterInstance) -> list[int | None]:
+    """The processes of the runs in flight (the continuous run; a triggered run, while one works)."""
+    from streaming_pipeline.live_runs import IN_FLIGHT, run_pid
+
+    return [run_pid(instance, run.run_id) for run in instance.get_runs(dg.RunsFilter(statuses=IN_FLIGHT))]
+
+
+class _LiveTables:
+    """raw_rides and vendor_counts read with delta-rs (Spark-free)."""
+
+    def __init__(self, lakehouse: Path) -> None:
+        self.raw = str(lakehouse / RAW_RIDES.name)
+        self.counts = str(lakehouse / VENDOR_COUNTS.name)
+
+    def _rides(self) -> int:
+        from streaming_pipeline.engine.delta_log import latest_version
+        from streaming_pipeline.engine.table_snapshot import row_count
+
+        version = latest_version(self.raw)
+        return 0 if version is None else row_count(self.raw, version) or 0
+
+    def _counted(self) -> int:
+        from deltalake import DeltaTable
+
+        column = DeltaTable(self.counts).to_pyarrow_table(columns=["trip_count"]).column("trip_count")
+        return int(sum(v or 0 for v in column.to_pylist()))
+
+    def caught_up(self, total: int) -> bool:
+        try:
+            return self._rides() >= total and self._counted() >= total
+        except Exception:  # a table not written yet
+            return False
+
+    def exactly_once(self, total: int) -> bool:
+        from deltalake import DeltaTable
+
+        keys = DeltaTable(self.raw).to_pyarrow_table(columns=["kafka_partition", "kafka_offset"])
+        distinct = len(set(zip(keys.column(0).to_pylist(), keys.column(1).to_pylist(), strict=True)))
+        return keys.num_rows == distinct == total and self._counted() == total
+
+
+def _print_live(result: LiveResult) -> None:
+    rows: list[tuple[str, str]] = []
+    for m in result.modes:
+        rows += [
+            (
+                f"{m.mode}: load",
+                f"{m.rides_produced:,} rides at {m.rate:,}/s for {m.load_seconds:g} s, {m.probes} probes",
+            ),
+            (
+                f"{m.mode}: produce -> raw_rides p50 / p95 (s)",
+                f"{m.raw_rides_p50_seconds:.1f} / {m.raw_rides_p95_seconds:.1f}",
+            ),
+            (
+                f"{m.mode}: produce -> vendor_counts p50 / p95 (s)",
+                f"{m.vendor_counts_p50_seconds:.1f} / {m.vendor_counts_p95_seconds:.1f}",
+            ),
+            (
+                f"{m.mode}: first ride -> raw_rides / vendor_counts (s)",
+                f"{m.first_ride_to_raw_rides_seconds:.1f} / {m.first_ride_to_vendor_counts_seconds:.1f}",
+            ),
+            (f"{m.mode}: catch-up after the load (s)", f"{m.catch_up_seconds:.1f}"),
+            (f"{m.mode}: every ride once in raw_rides and vendor_counts", str(m.exactly_once)),
+            (f"{m.mode}: engine peak RSS (MiB)", f"{m.engine_peak_rss_mib:,.0f}"),
+            (
+                f"{m.mode}: CPU under load, engine / dagster dev (% of a core)",
+                f"{m.engine_cpu_percent_under_load:.0f} / {m.dagster_cpu_percent_under_load:.0f}",
+            ),
+            (f"{m.mode}: CPU idle, engine + runs (% of a core)", f"{m.idle_cpu_percent:.1f}"),
+            (f"{m.mode}: runs", str(m.runs)),
+        ]
+    rows.append(("machine", result.machine))
+    print_rows(rows, [])
 
 
 # ----------------------------------------------------------------------------------------------- windows

@@ -154,8 +154,20 @@ def _add_bench_parser(subparsers: argparse._SubParsersAction) -> None:
         help="throughput: the sizes to measure, in synthetic rides on one growing topic (default 300000 1000000)",
     )
     bench.add_argument("--rounds", type=int, default=2, help="throughput: timed rounds per job and size (default 2)")
-    bench.add_argument("--probes", type=int, default=12, help="--live: single-ride probes, the first reported apart")
-    bench.add_argument("--gap", type=float, default=3.0, help="--live: seconds between probes (default 3)")
+    bench.add_argument(
+        "--mode",
+        choices=["triggered", "continuous", "both"],
+        default="both",
+        help="--live: the LIVE_MODE to measure; both: triggered, then continuous on the same lakehouse (default)",
+    )
+    bench.add_argument("--rate", type=int, default=1000, help="--live: rides per second of the load (default 1000)")
+    bench.add_argument("--seconds", type=float, default=180.0, help="--live: seconds of load per mode (default 180)")
+    bench.add_argument(
+        "--probe-every",
+        type=float,
+        default=6.0,
+        help="--live: mean seconds between probe rides, each at a random moment (default 6)",
+    )
     bench.add_argument(
         "--windows",
         action="store_true",
@@ -212,7 +224,8 @@ def _run_bench(args: argparse.Namespace) -> int:
     elif args.windows:
         run_windows_bench(tuple(args.history), args.new_rides, args.runs, args.json)
     elif args.live:
-        run_live_bench(args.probes, args.json, gap_seconds=args.gap)
+        modes = ("triggered", "continuous") if args.mode == "both" else (args.mode,)
+        run_live_bench(modes, args.json, rate=args.rate, seconds=args.seconds, probe_every=args.probe_every)
     else:
         run_bench(args.rides, args.json, rounds=args.rounds)
     return 0

@@ -61,7 +61,8 @@ class _Running:
 
 
 class ContinuousQueries:
-    """Keeps `queries` running with `trigger(processingTime=trigger_interval)` until `stop()`.
+    """Keeps `queries` running with `trigger(processingTime=trigger_interval)` (or the query's own interval in
+    `intervals`) until `stop()`.
 
     A query with an `after_stop` is stopped for it at most every `pause_every_seconds`, and only when it has
     processed a micro-batch since. A query that failed `max_failures` times in a row raises StreamingRunError from
@@ -75,6 +76,7 @@ class ContinuousQueries:
         trigger_interval: str,
         pause_every_seconds: float,
         log: Log,
+        intervals: dict[str, str] | None = None,
         exists: Callable[[str], bool] = table_exists,
         clock: Callable[[], float] = time.monotonic,
         retry_backoff_seconds: float = RETRY_BACKOFF_SECONDS,
@@ -83,6 +85,7 @@ class ContinuousQueries:
     ) -> None:
         self._queries = [_Running(q) for q in queries]
         self._trigger_interval = trigger_interval
+        self._intervals = intervals or {}
         self._pause_every = pause_every_seconds
         self._log = log
         self._exists = exists
@@ -184,11 +187,15 @@ class ContinuousQueries:
         running.paused_at = now
         running.batches_since_pause = 0
         self._log.info(
-            f"{running.spec.name}: streaming (trigger every {self._trigger_interval}, query id {running.query.id})"
+            f"{running.spec.name}: streaming (trigger every {self._interval(running.spec)}, query id "
+            f"{running.query.id})"
         )
 
+    def _interval(self, spec: StreamQuery) -> str:
+        return self._intervals.get(spec.name, self._trigger_interval)
+
     def _start(self, spec: StreamQuery) -> StreamingQuery:
-        return spec.start_writer().queryName(spec.name).trigger(processingTime=self._trigger_interval).start()
+        return spec.start_writer().queryName(spec.name).trigger(processingTime=self._interval(spec)).start()
 
     def _collect(self, running: _Running) -> None:
         assert running.query is not None and running.report is not None

@@ -50,6 +50,11 @@ class DagsterDev:
         return f"http://{LOOPBACK}:{self.port}"
 
     @property
+    def pid(self) -> int | None:
+        """The `dagster dev` process (webserver, daemon, code server and runs are its descendants)."""
+        return self._proc.pid if self._proc is not None else None
+
+    @property
     def dagster_home(self) -> Path:
         return Path(self.env["DAGSTER_HOME"])
 
