@@ -330,7 +330,7 @@ class LiveModeFigures:
     engine_peak_rss_mib: float = 0.0  # sampled every second during the load and the catch-up
     engine_cpu_percent_under_load: float = 0.0  # of one core: the Connect server and its Python workers
     dagster_cpu_percent_under_load: float = 0.0  # dagster dev: webserver, daemon, code server and the runs
-    idle_cpu_percent: float = 0.0  # the Connect server and the runs, 60 s after the catch-up, of one core
+    idle_cpu_percent: float = 0.0  # the Connect server and the runs in flight, after the catch-up, of one core
     runs: int = 0  # runs launched in this mode
     raw_rides_seconds: list[float] = field(default_factory=list)
     vendor_counts_seconds: list[float] = field(default_factory=list)
@@ -485,12 +485,13 @@ def run_live_bench(
     rate: int = 1000,
     seconds: float = 180.0,
     probe_every: float = 6.0,
+    idle_seconds: float = 60.0,
     timeout: float = 300.0,
 ) -> LiveResult:
     """What a user sees through `dagster dev`, in each mode in turn on one stack and one lakehouse (the switch
     between modes is part of the run): a steady load of `rate` rides/s for `seconds`, and single probe rides at
     random moments about `probe_every` s apart, each timed from its produce call until it shows in raw_rides and in
-    vendor_counts. Then the catch-up, the exactness of both tables, and 60 s of the idle pipeline."""
+    vendor_counts. Then the catch-up, the exactness of both tables, and `idle_seconds` of the idle pipeline."""
     from streaming_pipeline.devstack.embedded.stack import running_stack
     from streaming_pipeline.registry_client import RegistryClient
     from streaming_pipeline.resources import KafkaResource
@@ -523,6 +524,7 @@ def run_live_bench(
                 figures,
                 seed=7000 + 1000 * number,
                 probe_every=probe_every,
+                idle_seconds=idle_seconds,
                 timeout=timeout,
             )
             result.modes.append(figures)
@@ -543,6 +545,7 @@ def _live_mode(
     *,
     seed: int,
     probe_every: float,
+    idle_seconds: float,
     timeout: float,
 ) -> None:
     import random
@@ -608,10 +611,10 @@ def _live_mode(
             figures.raw_rides_p95_seconds = round(_percentile(figures.raw_rides_seconds, 0.95), 2)
             figures.vendor_counts_p50_seconds = round(statistics.median(figures.vendor_counts_seconds), 2)
             figures.vendor_counts_p95_seconds = round(_percentile(figures.vendor_counts_seconds, 0.95), 2)
-        with bench_stage(f"{figures.mode}: 60 s of the idle pipeline"):
-            time.sleep(10)
+        with bench_stage(f"{figures.mode}: {idle_seconds:g} s of the idle pipeline"):
+            time.sleep(10)  # the last reports and the windows' reconcile
             idle = _CpuMeter(lambda: [stack.spark_pid, *_run_pids(instance)])
-            time.sleep(60)
+            time.sleep(idle_seconds)
             figures.idle_cpu_percent = idle.read()
         figures.runs = len(instance.get_run_records()) - runs_before
         say(

@@ -169,6 +169,9 @@ def _add_bench_parser(subparsers: argparse._SubParsersAction) -> None:
         help="--live: mean seconds between probe rides, each at a random moment (default 6)",
     )
     bench.add_argument(
+        "--idle-seconds", type=float, default=60.0, help="--live: seconds of idle CPU measured after the catch-up"
+    )
+    bench.add_argument(
         "--windows",
         action="store_true",
         help="measure a windows run (stream + reconcile) of --new-rides rides after each --history size",
@@ -225,7 +228,14 @@ def _run_bench(args: argparse.Namespace) -> int:
         run_windows_bench(tuple(args.history), args.new_rides, args.runs, args.json)
     elif args.live:
         modes = ("triggered", "continuous") if args.mode == "both" else (args.mode,)
-        run_live_bench(modes, args.json, rate=args.rate, seconds=args.seconds, probe_every=args.probe_every)
+        run_live_bench(
+            modes,
+            args.json,
+            rate=args.rate,
+            seconds=args.seconds,
+            probe_every=args.probe_every,
+            idle_seconds=args.idle_seconds,
+        )
     else:
         run_bench(args.rides, args.json, rounds=args.rounds)
     return 0

@@ -50,18 +50,36 @@ def test_throughput_bench_measures_both_sizes_in_one_run_and_writes_every_figure
     assert " - DEBUG - " not in stderr and "STEP_START" not in stderr
 
 
-def test_live_bench_measures_every_probe_through_dagster_dev(tmp_path) -> None:
+def test_live_bench_measures_probes_under_load_in_both_modes_through_dagster_dev(tmp_path) -> None:
     out = tmp_path / "live.json"
-    _bench("--live", "--probes", "3", "--gap", "1", "--json", str(out))
-    figures = json.loads(out.read_text())
-    assert len(figures["raw_rides_seconds"]) == len(figures["vendor_counts_seconds"]) == 2
-    assert all(
-        raw <= gold for raw, gold in zip(figures["raw_rides_seconds"], figures["vendor_counts_seconds"], strict=True)
+    _bench(
+        "--live",
+        "--mode",
+        "both",
+        "--rate",
+        "50",
+        "--seconds",
+        "8",
+        "--probe-every",
+        "2",
+        "--idle-seconds",
+        "3",
+        "--json",
+        str(out),
     )
-    assert figures["first_ride_to_raw_rides_seconds"] > 0 and figures["sensor_runs"] >= 1
-    # The sensor requests the run before the ride can be in raw_rides.
-    assert 0 < figures["produce_to_run_requested_p50_seconds"] < figures["raw_rides_p50_seconds"]
-    assert figures["peak_engine_rss_mib"] > 0
+    figures = json.loads(out.read_text())
+    assert [m["mode"] for m in figures["modes"]] == ["triggered", "continuous"]
+    for mode in figures["modes"]:
+        assert mode["rides_produced"] == 400 and mode["probes"] >= 1
+        assert len(mode["raw_rides_seconds"]) == len(mode["vendor_counts_seconds"]) == mode["probes"]
+        # A probe is in raw_rides before vendor_counts can count it.
+        assert all(
+            0 < raw <= gold for raw, gold in zip(mode["raw_rides_seconds"], mode["vendor_counts_seconds"], strict=True)
+        )
+        assert mode["exactly_once"] is True
+        assert mode["engine_peak_rss_mib"] > 0 and mode["runs"] >= 1
+    # The continuous mode streams in one run; the sensor relaunches none while it works.
+    assert figures["modes"][1]["runs"] == 1
 
 
 def test_soak_bench_samples_every_round_maintains_and_draws_its_chart(tmp_path) -> None:
