@@ -1,13 +1,13 @@
 """The continuous mode (`LIVE_MODE=continuous`, docs/live-mode.md): one long-running run keeps every streaming query
 of the pipeline running on the warm engine, and a sensor keeps that run alive.
 
-The run's one op holds the concurrency pool of every checkpoint it streams (its own `pool=` and the others,
-claimed when it starts), so no triggered, manual or second continuous run works on them meanwhile; the
-framework frees them all when the op ends, and run monitoring after a run whose process was killed. While it
-runs, the offset sensors stand aside. It reports each table as an asset materialization at most every
-`CONTINUOUS_REPORT_SECONDS` (rows since the previous report, the Delta version, the Kafka offsets) and the
-consumer lag as an observation when it changed, so that a day of streaming adds a bounded number of events.
-Terminating the run (UI) stops every query.
+The run's one op claims the concurrency pool of every checkpoint it streams when it starts (`CheckpointPools`), so
+no second continuous run works on them meanwhile, and lends one to a step of another run that waits for it (a
+manual run, table maintenance): it stops that query until the pool is back. It frees the pools when it ends, and
+run monitoring frees them after a run whose process was killed. While it runs, the offset sensors stand aside. It
+reports each table as an asset materialization at most every `CONTINUOUS_REPORT_SECONDS` (rows since the previous
+report, the Delta version, the Kafka offsets) and the consumer lag as an observation when it changed, so that a
+day of streaming adds a bounded number of events. Terminating the run (UI) stops every query.
 """
 
 import time
