@@ -12,7 +12,13 @@ from streaming_pipeline.settings import LiveSettings
 
 
 def test_live_settings_default_to_the_triggered_mode() -> None:
-    assert LiveSettings.from_env({}) == LiveSettings("triggered", "500 milliseconds", 30.0, 60.0)
+    assert LiveSettings.from_env({}) == LiveSettings(
+        mode="triggered",
+        trigger_interval="500 milliseconds",
+        downstream_trigger_interval="5 seconds",
+        report_seconds=30.0,
+        reconcile_seconds=60.0,
+    )
     assert not LiveSettings.from_env({}).continuous
 
 
@@ -21,11 +27,19 @@ def test_live_settings_read_the_continuous_mode_and_its_intervals() -> None:
         {
             "LIVE_MODE": " Continuous ",
             "CONTINUOUS_TRIGGER_INTERVAL": "2 Seconds",
+            "CONTINUOUS_DOWNSTREAM_TRIGGER_INTERVAL": "1 minute",
             "CONTINUOUS_REPORT_SECONDS": "10",
             "CONTINUOUS_RECONCILE_SECONDS": "120",
         }
     )
-    assert settings == LiveSettings("continuous", "2 seconds", 10.0, 120.0) and settings.continuous
+    assert settings == LiveSettings(
+        mode="continuous",
+        trigger_interval="2 seconds",
+        downstream_trigger_interval="1 minutes",
+        report_seconds=10.0,
+        reconcile_seconds=120.0,
+    )
+    assert settings.continuous
 
 
 @pytest.mark.parametrize(
