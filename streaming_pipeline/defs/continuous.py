@@ -104,8 +104,7 @@ class CheckpointPools:
         self._log = context.log
         config = self._storage.get_pool_config()
         granularity = config.pool_granularity.value if config.pool_granularity is not None else None
-        self.enabled = self._storage.supports_global_concurrency_limits and granularity == "op"
-        if not self.enabled:
+        if not (self._storage.supports_global_concurrency_limits and granularity == "op"):
             context.log.warning(
                 "the instance's concurrency pools are not op-granular (dagster.yaml `concurrency: pools: granularity:"
                 " op`, which `streaming-pipeline stack up` writes): this run holds no pool, and a triggered run could "

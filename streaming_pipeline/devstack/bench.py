@@ -395,7 +395,7 @@ class _ProbeWatcher:
 
 
 class _Sampler:
-    """CPU ticks of process trees, and the peak RSS of one process, sampled every second on a thread."""
+    """The peak RSS of one process, sampled every second on a thread."""
 
     def __init__(self, rss_pid: int | None) -> None:
         import threading
