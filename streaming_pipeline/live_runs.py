@@ -3,11 +3,11 @@ row, and the back-off before the next retry. Shared by the offset sensors and th
 
 from __future__ import annotations
 
-import os
 import time
 
 import dagster as dg
 
+from streaming_pipeline.process_state import process_alive
 from streaming_pipeline.settings import SensorSettings
 
 #: The continuous mode's job (`defs/continuous.py`): while a run of it is in flight, the offset sensors stand aside.
@@ -43,7 +43,7 @@ def runs_in_flight(instance: dg.DagsterInstance, filters: dg.RunsFilter, limit: 
     alive = []
     for run in runs:
         pid = run_pid(instance, run.run_id) if run.status == dg.DagsterRunStatus.STARTED else None
-        if pid is not None and not _process_alive(pid):
+        if pid is not None and not process_alive(pid):
             instance.report_run_failed(run, f"the run's process (pid {pid}) is gone: it was killed or its host stopped")
             continue
         alive.append(run)
@@ -60,16 +60,6 @@ def run_pid(instance: dg.DagsterInstance, run_id: str) -> int | None:
         if pid is not None and str(pid.value).isdigit():
             return int(str(pid.value))
     return None
-
-
-def _process_alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
 
 
 def recent_failures(instance: dg.DagsterInstance, sensor_name: str) -> tuple[int, float | None]:

@@ -26,19 +26,27 @@ DEFAULT_MAX_OFFSETS_PER_TRIGGER = 1_000_000
 DEFAULT_HIGH_AMOUNT_THRESHOLD = 40.0
 DEFAULT_SPARK_PROFILE = "local"
 
-_INTERVAL = re.compile(r"^\s*(\d+)\s+(second|minute|hour|day)s?\s*$", re.IGNORECASE)
+_INTERVAL = re.compile(r"^\s*(\d+)\s+([a-z]+?)s?\s*$", re.IGNORECASE)
 _UNIT_SECONDS = {"second": 1, "minute": 60, "hour": 3600, "day": 86400}
+
+
+def _interval(text: str, *, name: str, units: tuple[str, ...], example: str) -> tuple[int, str]:
+    """(count, unit) of a Spark-style interval such as '10 minutes' whose unit is one of `units`, naming the setting
+    on error."""
+    match = _INTERVAL.match(text)
+    unit = match.group(2).lower() if match else ""
+    if not match or unit not in units or int(match.group(1)) <= 0:
+        raise ConfigurationError(
+            f"{name}={text!r} is not a positive interval; use a number and one of "
+            f"{', '.join(f'{u}(s)' for u in units)}, e.g. '{example}'"
+        )
+    return int(match.group(1)), unit
 
 
 def interval_seconds(text: str, *, name: str) -> int:
     """Parse a Spark-style interval such as '10 minutes' into seconds, naming the setting on error."""
-    match = _INTERVAL.match(text)
-    if not match or int(match.group(1)) <= 0:
-        raise ConfigurationError(
-            f"{name}={text!r} is not a positive interval; use a number and one of "
-            "second(s), minute(s), hour(s), day(s), e.g. '10 minutes'"
-        )
-    return int(match.group(1)) * _UNIT_SECONDS[match.group(2).lower()]
+    count, unit = _interval(text, name=name, units=tuple(_UNIT_SECONDS), example="10 minutes")
+    return count * _UNIT_SECONDS[unit]
 
 
 def normalize_interval(text: str, *, name: str) -> str:
@@ -131,7 +139,6 @@ class SensorSettings:
 
 
 LIVE_MODES = ("triggered", "continuous")
-_TRIGGER_INTERVAL = re.compile(r"^\s*(\d+)\s+(millisecond|second|minute)s?\s*$", re.IGNORECASE)
 
 
 @dataclass(frozen=True)
@@ -173,13 +180,8 @@ class LiveSettings:
 
 def trigger_interval(text: str, *, name: str) -> str:
     """A processing-time trigger's interval as Spark takes it ('500 milliseconds'), naming the setting on error."""
-    match = _TRIGGER_INTERVAL.match(text)
-    if not match or int(match.group(1)) <= 0:
-        raise ConfigurationError(
-            f"{name}={text!r} is not a positive interval; use a number and one of millisecond(s), second(s), "
-            "minute(s), e.g. '500 milliseconds'"
-        )
-    return f"{int(match.group(1))} {match.group(2).lower()}s"
+    count, unit = _interval(text, name=name, units=("millisecond", "second", "minute"), example="500 milliseconds")
+    return f"{count} {unit}s"
 
 
 @dataclass(frozen=True)

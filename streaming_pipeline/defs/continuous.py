@@ -18,6 +18,7 @@ from pydantic import Field
 
 from streaming_pipeline.asset_metadata import IntervalsConfig, checkpoint_pool
 from streaming_pipeline.bronze.offsets import consumed_offsets, consumer_lag
+from streaming_pipeline.defs.bronze.offset_sensors import lag_observation
 from streaming_pipeline.engine.continuous import ContinuousQueries
 from streaming_pipeline.engine.delta_log import commits, latest_version
 from streaming_pipeline.engine.streams import StreamRunReport
@@ -251,6 +252,7 @@ class TableReporter:
         self._kafka = kafka
         self._lakehouse = lakehouse
         self._tables = tables
+        self._sources = {source.bronze_table: source for source in all_sources()}
         self._versions = {t: latest_version(lakehouse.table_path(t)) for ts in tables.values() for t in ts}
         self._lags: dict[str, int] = {}
         self._rows: dict[str, int] = {}
@@ -260,14 +262,15 @@ class TableReporter:
         events: list[dg.AssetMaterialization | dg.AssetObservation] = []
         self._rows = {}
         self._reports = reports
+        consumed = {table: self._consumed(table) for table in self._sources}
         for query, tables in self._tables.items():
             report = reports.get(query)
             for table in tables:
-                materialization = self._materialization(table, report)
+                materialization = self._materialization(table, report, consumed.get(table))
                 if materialization is not None:
                     events.append(materialization)
-        for source in all_sources():
-            observation = self._lag(source.bronze_table, source.topic)
+        for table, offsets in consumed.items():
+            observation = self._lag(table, offsets) if offsets is not None else None
             if observation is not None:
                 events.append(observation)
         return events
@@ -282,7 +285,22 @@ class TableReporter:
         )
         return f"since the previous report: rows written: {written}; micro-batches: {batches or 'none'}"
 
-    def _materialization(self, table: str, report: StreamRunReport | None) -> dg.AssetMaterialization | None:
+    def _consumed(self, table: str) -> dict[int, int] | None:
+        """The Kafka offsets the bronze table has consumed, read once per report (None when unreadable: the bronze
+        query says why itself)."""
+        try:
+            return consumed_offsets(
+                self._lakehouse.table_path(table),
+                self._lakehouse.checkpoint_path(table),
+                table,
+                self._sources[table].topic,
+            )
+        except StreamingPipelineError:
+            return None
+
+    def _materialization(
+        self, table: str, report: StreamRunReport | None, consumed: dict[int, int] | None
+    ) -> dg.AssetMaterialization | None:
         path = self._lakehouse.table_path(table)
         version, previous = latest_version(path), self._versions.get(table)
         if version is None or version == previous:
@@ -301,17 +319,13 @@ class TableReporter:
         rows = row_count(path, version)
         if rows is not None:
             metadata["dagster/row_count"] = dg.MetadataValue.int(rows)
-        source = next((s for s in all_sources() if s.bronze_table == table), None)
-        if source is not None:
-            consumed = consumed_offsets(path, self._lakehouse.checkpoint_path(table), table, source.topic)
+        if consumed is not None:
             metadata["consumed_offsets"] = dg.MetadataValue.json({str(p): o for p, o in consumed.items()})
         return dg.AssetMaterialization(asset_key=table, metadata=metadata)
 
-    def _lag(self, table: str, topic: str) -> dg.AssetObservation | None:
-        path = self._lakehouse.table_path(table)
+    def _lag(self, table: str, consumed: dict[int, int]) -> dg.AssetObservation | None:
         try:
-            consumed = consumed_offsets(path, self._lakehouse.checkpoint_path(table), table, topic)
-            end = {p: high for p, (_, high) in self._kafka.watermark_offsets(topic).items()}
+            end = {p: high for p, (_, high) in self._kafka.watermark_offsets(self._sources[table].topic).items()}
         except StreamingPipelineError:
             return None  # Kafka away: the queries say so themselves
         lag = consumer_lag(end, consumed)
@@ -319,14 +333,7 @@ class TableReporter:
         if self._lags.get(table) == total:
             return None
         self._lags[table] = total
-        return dg.AssetObservation(
-            asset_key=table,
-            metadata={
-                "consumer_lag": dg.MetadataValue.int(total),
-                "consumer_lag_by_partition": dg.MetadataValue.json({str(p): n for p, n in lag.items()}),
-                "end_offsets": dg.MetadataValue.json({str(p): o for p, o in end.items()}),
-            },
-        )
+        return lag_observation(dg.AssetKey(table), end, lag)
 
 
 @dg.job(

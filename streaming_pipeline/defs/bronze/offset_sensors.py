@@ -124,13 +124,15 @@ def _oldest_waiting_age(kafka: KafkaResource, topic: str, state: _TopicState) ->
     return time.time() - min(timestamps.values()) if timestamps else None
 
 
-def _lag_observation(asset_key: dg.AssetKey, state: _TopicState) -> dg.AssetObservation:
+def lag_observation(asset_key: dg.AssetKey, end_offsets: dict[int, int], lag: dict[int, int]) -> dg.AssetObservation:
+    """The consumer lag of a bronze table as an observation of its asset (the offset sensors' and the continuous
+    run's)."""
     return dg.AssetObservation(
         asset_key=asset_key,
         metadata={
-            "consumer_lag": dg.MetadataValue.int(sum(state.lag.values())),
-            "consumer_lag_by_partition": dg.MetadataValue.json({str(p): n for p, n in state.lag.items()}),
-            "end_offsets": dg.MetadataValue.json({str(p): o for p, o in state.end_offsets.items()}),
+            "consumer_lag": dg.MetadataValue.int(sum(lag.values())),
+            "consumer_lag_by_partition": dg.MetadataValue.json({str(p): n for p, n in lag.items()}),
+            "end_offsets": dg.MetadataValue.json({str(p): o for p, o in end_offsets.items()}),
         },
     )
 
@@ -193,7 +195,7 @@ def build_offset_sensor(
         previous, now = int(cursor.get("lag", 0)), time.time()
         observed_at = float(cursor.get("observed_at", 0.0))
         report = waiting != previous and (0 in (waiting, previous) or now - observed_at >= policy.lag_report_seconds)
-        events = [_lag_observation(asset_key, state)] if report else []
+        events = [lag_observation(asset_key, state.end_offsets, state.lag)] if report else []
         reported_lag, observed_at = (waiting, now) if report else (previous, observed_at)
         failures, since_failure = recent_failures(context.instance, sensor_name) if waiting else (0, None)
         decision = decide(

@@ -7,7 +7,6 @@ import contextlib
 import os
 import signal
 import subprocess
-import sys
 import time
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
@@ -16,6 +15,7 @@ from typing import Self
 
 from streaming_pipeline.devstack.embedded.ports import is_port_free
 from streaming_pipeline.errors import StackError
+from streaming_pipeline.process_state import process_alive
 
 # Processes this Python process started, so that stopping one also reaps it (no zombie).
 _CHILDREN: dict[int, subprocess.Popen[bytes]] = {}
@@ -60,15 +60,6 @@ def start_background(
     return proc
 
 
-def _proc_stat_state(pid: int) -> str | None:
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return None
-    # "pid (comm) S ..." - comm may contain spaces and parentheses
-    return stat[stat.rfind(")") + 2 :].split(" ", 1)[0]
-
-
 def pid_alive(pid: int | None) -> bool:
     """True when ``pid`` is a live (not zombie) process."""
     if not pid or pid <= 0:
@@ -77,21 +68,7 @@ def pid_alive(pid: int | None) -> bool:
     if child is not None and child.poll() is not None:
         _CHILDREN.pop(pid, None)
         return False
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    state = _proc_stat_state(pid)
-    if state is None and sys.platform != "linux":
-        try:
-            state = subprocess.run(
-                ["ps", "-o", "stat=", "-p", str(pid)], capture_output=True, text=True, check=False
-            ).stdout.strip()[:1]
-        except OSError:
-            state = None
-    return state != "Z"
+    return process_alive(pid)
 
 
 def process_command_line(pid: int) -> str | None:
