@@ -3,6 +3,7 @@ shown in the UI (from `tables`) and materialization metadata (Delta version, row
 
 from __future__ import annotations
 
+from datetime import timedelta
 from typing import TYPE_CHECKING, Any, ClassVar, TypedDict
 
 import dagster as dg
@@ -38,6 +39,7 @@ class TableArgs(TypedDict):
     tags: dict[str, str]
     metadata: dict[str, Any]
     automation_condition: dg.AutomationCondition[Any] | None
+    freshness_policy: dg.FreshnessPolicy | None
 
 
 def table_args(
@@ -47,10 +49,13 @@ def table_args(
     deps: list[str] | None = None,
     automation_condition: dg.AutomationCondition[Any] | None = None,
     metadata: dict[str, Any] | None = None,
+    streamed: bool = True,
 ) -> TableArgs:
     """Group, owners, layer tag and the UI's column schema of `table`; in triggered mode a table streamed from others
     (`deps`) follows them eagerly unless `automation_condition` says otherwise (in continuous mode the continuous
-    run streams it, and a run of the automation sensor would only wait for its checkpoint)."""
+    run streams it, and a run of the automation sensor would only wait for its checkpoint). In continuous mode a
+    `streamed` table has a freshness policy: the run reports it when it has new rows, and when it is caught up with
+    its sources, so the UI shows it late only when its query is behind, failing or stopped."""
     if automation_condition is None and deps and not _LIVE.continuous:
         automation_condition = dg.AutomationCondition.eager()
     return TableArgs(
@@ -61,6 +66,14 @@ def table_args(
         tags=layer_tags(table.layer),
         metadata={"dagster/column_schema": column_schema(table), **(metadata or {})},
         automation_condition=automation_condition,
+        freshness_policy=continuous_freshness_policy(_LIVE) if streamed and _LIVE.continuous else None,
+    )
+
+
+def continuous_freshness_policy(live: LiveSettings) -> dg.FreshnessPolicy:
+    """Late after `CONTINUOUS_FRESHNESS_SECONDS` without a report of the continuous run, a warning after half."""
+    return dg.FreshnessPolicy.time_window(
+        fail_window=timedelta(seconds=live.freshness_seconds), warn_window=timedelta(seconds=live.freshness_seconds / 2)
     )
 
 

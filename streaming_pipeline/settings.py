@@ -148,17 +148,25 @@ class LiveSettings:
     trigger every `CONTINUOUS_TRIGGER_INTERVAL`, the run reports each table at most every `CONTINUOUS_REPORT_SECONDS`,
     and stops the window query for its reconcile at most every `CONTINUOUS_RECONCILE_SECONDS`. The bronze queries and
     vendor_counts trigger every `CONTINUOUS_TRIGGER_INTERVAL`, the others every
-    `CONTINUOUS_DOWNSTREAM_TRIGGER_INTERVAL`."""
+    `CONTINUOUS_DOWNSTREAM_TRIGGER_INTERVAL`. A streamed table is late (its freshness policy fails) when it has not
+    been reported for `CONTINUOUS_FRESHNESS_SECONDS`, and warns after half of that."""
 
     mode: str = "triggered"
     trigger_interval: str = "500 milliseconds"
     downstream_trigger_interval: str = "5 seconds"
     report_seconds: float = 30.0
     reconcile_seconds: float = 60.0
+    freshness_seconds: float = 300.0
 
     @property
     def continuous(self) -> bool:
         return self.mode == "continuous"
+
+    @property
+    def caught_up_report_seconds(self) -> float:
+        """How often the run reports a table that is caught up with its sources but got no new rows: well inside the
+        freshness policy's warning window (half of `freshness_seconds`), so that an idle table is never late."""
+        return self.freshness_seconds / 5
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str] | None = None) -> LiveSettings:
@@ -175,7 +183,20 @@ class LiveSettings:
             downstream_trigger_interval=trigger_interval(downstream, name="CONTINUOUS_DOWNSTREAM_TRIGGER_INTERVAL"),
             report_seconds=_positive_float(env, "CONTINUOUS_REPORT_SECONDS", defaults.report_seconds),
             reconcile_seconds=_positive_float(env, "CONTINUOUS_RECONCILE_SECONDS", defaults.reconcile_seconds),
+            freshness_seconds=_freshness_seconds(env, defaults.freshness_seconds),
         )
+
+
+def _freshness_seconds(env: Mapping[str, str], default: float) -> float:
+    """CONTINUOUS_FRESHNESS_SECONDS: at least 2 minutes, since Dagster's freshness windows (the warning after half)
+    are at least a minute each."""
+    seconds = _positive_float(env, "CONTINUOUS_FRESHNESS_SECONDS", default)
+    if seconds < 120:
+        raise ConfigurationError(
+            f"CONTINUOUS_FRESHNESS_SECONDS={env.get('CONTINUOUS_FRESHNESS_SECONDS')!r} is shorter than 120: Dagster's "
+            "freshness policies warn and fail after at least a minute each (the warning comes after half)"
+        )
+    return seconds
 
 
 def trigger_interval(text: str, *, name: str) -> str:

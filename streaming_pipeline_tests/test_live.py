@@ -4,7 +4,8 @@
 The tests share one stack and one `dagster dev`, in file order: rides reach gold; a run that fails while
 the registry is down is retried once it is back; no two steps ever worked on a checkpoint at once; the README's
 replay, with the sensor paused, rebuilds raw_rides and gold over the engine; and, last, `dagster dev` restarted
-with LIVE_MODE=continuous streams what is produced next, exactly once, until its run is terminated.
+with LIVE_MODE=continuous streams what is produced next, exactly once, with its tables fresh, through a SIGKILL of
+its run, until its run is terminated.
 No test asserts a time: waits are bounded only so that a broken path fails instead of hanging.
 """
 
@@ -12,10 +13,14 @@ from __future__ import annotations
 
 import csv
 import itertools
+import os
+import random
+import signal
 import subprocess
 import sys
 import time
 from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -28,6 +33,7 @@ from streaming_pipeline.devstack.embedded.processes import stop_pid
 from streaming_pipeline.devstack.embedded.stack import EmbeddedStack, StackInfo, running_stack
 from streaming_pipeline.devstack.producer import produce, rows_from_records
 from streaming_pipeline.devstack.synthetic import SyntheticOptions, synthetic_rides
+from streaming_pipeline.live_runs import run_pid
 from streaming_pipeline.registry_client import RegistryClient
 from streaming_pipeline.resources import KafkaResource
 from streaming_pipeline.schemas import load_schema
@@ -267,7 +273,13 @@ def test_the_continuous_mode_streams_produced_rides_to_gold_and_terminating_it_s
 
     kafka, registry = _resources(live)
     live.dagster_dev.stop()  # one daemon per instance: the triggered code location's goes first
-    env = {**live.env, "LIVE_MODE": "continuous", "CONTINUOUS_REPORT_SECONDS": "5"}
+    # Reports every 5 s, and Dagster's freshness daemon every 5 s (30 s by default), to see a table fresh sooner.
+    env = {
+        **live.env,
+        "LIVE_MODE": "continuous",
+        "CONTINUOUS_REPORT_SECONDS": "5",
+        "FRESHNESS_DAEMON_INTERVAL_SECONDS": "5",
+    }
     with DagsterDev(env, tmp_path / "dagster-dev-continuous.log") as dagster_dev:
 
         def continuous_run() -> dg.DagsterRun | None:
@@ -310,6 +322,49 @@ def test_the_continuous_mode_streams_produced_rides_to_gold_and_terminating_it_s
         live_helpers.wait_until(
             "the continuous run reports vendor_counts", reported_by_the_continuous_run, log=dagster_dev.log_file
         )
+        # Dagster's freshness daemon evaluates the tables' freshness policies (continuous mode only).
+        live_helpers.wait_until(
+            "vendor_counts is fresh",
+            lambda: _freshness(live, "vendor_counts") == "PASS",
+            log=dagster_dev.log_file,
+        )
+
+        # The run's process SIGKILLed at a random moment while rides stream in: the sensor marks it failed and
+        # launches another, which takes over the checkpoints (Spark stops the killed run's queries, which were still
+        # running on the engine, when the new run starts them); every ride lands once.
+        killed = continuous_run()
+        assert killed is not None
+        pid = run_pid(live.instance(), killed.run_id)
+        assert pid is not None
+        more_rides = list(synthetic_rides(1_500, SyntheticOptions(seed=406)))
+        delay = random.Random().uniform(0.5, 3.0)
+        with ThreadPoolExecutor(1) as pool:
+            producing = pool.submit(
+                produce, kafka, registry, RIDES_TOPIC, rows_from_records(more_rides), rate=500, show_progress=False
+            )
+            time.sleep(delay)
+            os.kill(pid, signal.SIGKILL)
+            assert producing.result().sent == 1_500, f"killed {delay:.1f} s into the load"
+        PRODUCED.extend(more_rides)
+        expected = expected_vendor_counts(PRODUCED)
+        live_helpers.wait_until(
+            "another continuous run streams",
+            lambda: (run := continuous_run()) is not None and run.run_id != killed.run_id,
+            log=dagster_dev.log_file,
+        )
+        assert live.instance().get_run_by_id(killed.run_id).status == dg.DagsterRunStatus.FAILURE
+        live_helpers.wait_until(
+            f"{len(PRODUCED)} rides in raw_rides after the kill",
+            lambda: live.count("raw_rides") == len(PRODUCED),
+            log=dagster_dev.log_file,
+        )
+        live_helpers.wait_until(
+            f"vendor_counts == {expected} after the kill",
+            lambda: live.vendor_counts() == expected,
+            log=dagster_dev.log_file,
+        )
+        after_kill = live.spark.read.format("delta").load(str(live.lakehouse / "raw_rides"))
+        assert after_kill.select("kafka_partition", "kafka_offset").distinct().count() == len(PRODUCED)
 
         # Terminated from the UI's API with its sensor stopped (the offset sensors rest in this mode): no query goes on.
         stopped = subprocess.run(
@@ -337,3 +392,10 @@ def test_the_continuous_mode_streams_produced_rides_to_gold_and_terminating_it_s
         time.sleep(10)  # a query still running would have started a micro-batch (500 ms trigger) by now
         assert sorted(offsets.iterdir()) == batches
         assert live.count("raw_rides") == len(PRODUCED)
+
+
+def _freshness(live: Live, table: str) -> str | None:
+    """The freshness state Dagster's freshness daemon last recorded for `table` (PASS, WARN, FAIL, ...)."""
+    records = live.instance().get_freshness_state_records([dg.AssetKey(table)])
+    record = records.get(dg.AssetKey(table))
+    return record.freshness_state.value if record is not None else None

@@ -6,11 +6,13 @@ no second continuous run works on them meanwhile, and lends one to a step of ano
 manual run, table maintenance): it stops that query until the pool is back. It frees the pools when it ends, and
 run monitoring frees them after a run whose process was killed. While it runs, the offset sensors stand aside. It
 reports each table as an asset materialization at most every `CONTINUOUS_REPORT_SECONDS` (rows since the previous
-report, the Delta version, the Kafka offsets) and the consumer lag as an observation when it changed, so that a
-day of streaming adds a bounded number of events. Terminating the run (UI) stops every query.
+report, the Delta version, the Kafka offsets), a table caught up with its sources now and then (so that its
+freshness policy does not call an idle table late), and the consumer lag as an observation when it changed, so
+that a day of streaming adds a bounded number of events. Terminating the run (UI) stops every query.
 """
 
 import time
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import dagster as dg
@@ -21,7 +23,7 @@ from streaming_pipeline.bronze.offsets import consumed_offsets, consumer_lag
 from streaming_pipeline.defs.bronze.offset_sensors import lag_observation
 from streaming_pipeline.engine.continuous import ContinuousQueries
 from streaming_pipeline.engine.delta_log import commits, latest_version
-from streaming_pipeline.engine.streams import StreamRunReport
+from streaming_pipeline.engine.streams import StreamQuery, StreamRunReport
 from streaming_pipeline.engine.table_snapshot import row_count
 from streaming_pipeline.errors import StreamingPipelineError
 from streaming_pipeline.live_queries import (
@@ -68,6 +70,12 @@ class ContinuousStreamsConfig(IntervalsConfig):
         default=_LIVE.report_seconds,
         gt=0,
         description="At most one materialization per table this often (default: CONTINUOUS_REPORT_SECONDS, 30).",
+    )
+    caught_up_report_seconds: float = Field(
+        default=_LIVE.caught_up_report_seconds,
+        gt=0,
+        description="A table caught up with its sources but with no new rows is reported this often, so that its "
+        "freshness policy sees it current (default: a fifth of CONTINUOUS_FRESHNESS_SECONDS, 60).",
     )
     reconcile_every_seconds: float = Field(
         default=_LIVE.reconcile_seconds,
@@ -205,7 +213,7 @@ def _stream(
         pause_every_seconds=config.reconcile_every_seconds,
         log=context.log,
     )
-    reporter = TableReporter(kafka, lakehouse, {q.name: q.tables for q in queries})
+    reporter = TableReporter(kafka, lakehouse, queries, caught_up_every=config.caught_up_report_seconds)
     lent: set[str] = set()
     next_report = next_lending_check = time.monotonic()
     next_report += config.report_every_seconds
@@ -217,7 +225,7 @@ def _stream(
                 _lend_and_take_back(context, runner, pools, lent)
                 next_lending_check = now + LENDING_CHECK_SECONDS
             if now >= next_report:
-                for event in reporter.events(runner.take_reports()):
+                for event in reporter.events(runner.take_reports(), runner.caught_up()):
                     context.log_event(event)
                 context.log.info(reporter.summary())
                 next_report = now + config.report_every_seconds
@@ -245,35 +253,72 @@ def _lend_and_take_back(
 
 
 class TableReporter:
-    """What the run says of its tables: a materialization per table that has new commits since its last one,
-    with the rows those commits wrote, and the consumer lag of each bronze table when it changed."""
+    """What the run says of its tables: a materialization per table that has new commits since its last one, with
+    the rows those commits wrote; one with no rows every `caught_up_every` seconds for a table whose queries (and
+    those of its sources) are caught up, so that an idle table is not late by its freshness policy while a table
+    whose query is behind, failing or stopped is; and the consumer lag of each bronze table when it changed."""
 
-    def __init__(self, kafka: KafkaResource, lakehouse: LakehouseResource, tables: dict[str, tuple[str, ...]]) -> None:
+    def __init__(
+        self,
+        kafka: KafkaResource,
+        lakehouse: LakehouseResource,
+        queries: Sequence[StreamQuery],
+        *,
+        caught_up_every: float,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
         self._kafka = kafka
         self._lakehouse = lakehouse
-        self._tables = tables
+        self._tables = {q.name: q.tables for q in queries}
+        by_path = {lakehouse.table_path(t): t for q in queries for t in q.tables}
+        # The tables each query reads that another query writes (taxi_zones is loaded, not streamed).
+        self._inputs = {q.name: tuple(by_path[p] for p in q.source_paths if p in by_path) for q in queries}
+        self._caught_up_every = caught_up_every
+        self._clock = clock
         self._sources = {source.bronze_table: source for source in all_sources()}
-        self._versions = {t: latest_version(lakehouse.table_path(t)) for ts in tables.values() for t in ts}
+        self._versions = {t: latest_version(lakehouse.table_path(t)) for ts in self._tables.values() for t in ts}
+        self._reported_at: dict[str, float] = {}
         self._lags: dict[str, int] = {}
         self._rows: dict[str, int] = {}
         self._reports: dict[str, StreamRunReport] = {}
 
-    def events(self, reports: dict[str, StreamRunReport]) -> list[dg.AssetMaterialization | dg.AssetObservation]:
+    def events(
+        self, reports: dict[str, StreamRunReport], caught_up: set[str]
+    ) -> list[dg.AssetMaterialization | dg.AssetObservation]:
+        """The events of one report; `caught_up`: the queries waiting for data (`ContinuousQueries.caught_up`)."""
         events: list[dg.AssetMaterialization | dg.AssetObservation] = []
         self._rows = {}
         self._reports = reports
         consumed = {table: self._consumed(table) for table in self._sources}
+        current = self._current_tables(caught_up)
         for query, tables in self._tables.items():
             report = reports.get(query)
             for table in tables:
-                materialization = self._materialization(table, report, consumed.get(table))
+                materialization = self._materialization(table, report, consumed.get(table), table in current)
                 if materialization is not None:
+                    self._reported_at[table] = self._clock()
                     events.append(materialization)
         for table, offsets in consumed.items():
             observation = self._lag(table, offsets) if offsets is not None else None
             if observation is not None:
                 events.append(observation)
         return events
+
+    def _current_tables(self, caught_up: set[str]) -> set[str]:
+        """The tables every writer of which is caught up, and so are the writers of every table those read."""
+        writers: dict[str, set[str]] = {}
+        for query, tables in self._tables.items():
+            for table in tables:
+                writers.setdefault(table, set()).add(query)
+        current_queries: set[str] = set()
+        changed = True
+        while changed:  # bronze first, then what reads it, ...
+            changed = False
+            for query in caught_up - current_queries:
+                if all(writers[t] <= current_queries for t in self._inputs.get(query, ())):
+                    current_queries.add(query)
+                    changed = True
+        return {table for table, queries in writers.items() if queries <= current_queries}
 
     def summary(self) -> str:
         """One line: the rows each table got since the previous report, and each query's micro-batches."""
@@ -299,14 +344,20 @@ class TableReporter:
             return None
 
     def _materialization(
-        self, table: str, report: StreamRunReport | None, consumed: dict[int, int] | None
+        self, table: str, report: StreamRunReport | None, consumed: dict[int, int] | None, current: bool
     ) -> dg.AssetMaterialization | None:
         path = self._lakehouse.table_path(table)
         version, previous = latest_version(path), self._versions.get(table)
-        if version is None or version == previous:
+        if version is None:
             return None
+        description = None
+        if version == previous:
+            reported_at = self._reported_at.get(table)
+            if not current or (reported_at is not None and self._clock() - reported_at < self._caught_up_every):
+                return None
+            description = "No new rows: the table is caught up with its sources."
         self._versions[table] = version
-        written = sum(c.output_rows for c in commits(path, after=previous) or [])
+        written = sum(c.output_rows for c in commits(path, after=previous) or []) if version != previous else 0
         self._rows[table] = written
         metadata: dict[str, Any] = {
             "rows_written": dg.MetadataValue.int(written),
@@ -321,7 +372,7 @@ class TableReporter:
             metadata["dagster/row_count"] = dg.MetadataValue.int(rows)
         if consumed is not None:
             metadata["consumed_offsets"] = dg.MetadataValue.json({str(p): o for p, o in consumed.items()})
-        return dg.AssetMaterialization(asset_key=table, metadata=metadata)
+        return dg.AssetMaterialization(asset_key=table, description=description, metadata=metadata)
 
     def _lag(self, table: str, consumed: dict[int, int]) -> dg.AssetObservation | None:
         try:

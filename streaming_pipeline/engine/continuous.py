@@ -118,6 +118,21 @@ class ContinuousQueries:
                 elif self._pause_due(running):
                     self._pause(running)
 
+    def caught_up(self) -> set[str]:
+        """The queries running and waiting for data: none available at their last trigger, and none being processed.
+        (A query held, failed or waiting for its sources is not caught up.)"""
+        caught_up = set()
+        for running in self._queries:
+            if running.query is None:
+                continue
+            try:
+                status = running.query.status
+            except Exception:  # the engine is away: the next poll() restarts what failed
+                continue
+            if not status.get("isDataAvailable", True) and not status.get("isTriggerActive", True):
+                caught_up.add(running.spec.name)
+        return caught_up
+
     def take_reports(self) -> dict[str, StreamRunReport]:
         """Per query, what its micro-batches reported since the previous call; its `on_progress` is called first."""
         reports = {}

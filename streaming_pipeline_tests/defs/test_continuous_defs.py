@@ -3,6 +3,9 @@ checkpoint's pool, and which sensors run by default in each mode."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
+import dagster as dg
 import pytest
 
 from streaming_pipeline.asset_metadata import checkpoint_pool
@@ -18,8 +21,10 @@ def test_live_settings_default_to_the_triggered_mode() -> None:
         downstream_trigger_interval="5 seconds",
         report_seconds=30.0,
         reconcile_seconds=60.0,
+        freshness_seconds=300.0,
     )
     assert not LiveSettings.from_env({}).continuous
+    assert LiveSettings.from_env({}).caught_up_report_seconds == 60.0
 
 
 def test_live_settings_read_the_continuous_mode_and_its_intervals() -> None:
@@ -30,6 +35,7 @@ def test_live_settings_read_the_continuous_mode_and_its_intervals() -> None:
             "CONTINUOUS_DOWNSTREAM_TRIGGER_INTERVAL": "1 minute",
             "CONTINUOUS_REPORT_SECONDS": "10",
             "CONTINUOUS_RECONCILE_SECONDS": "120",
+            "CONTINUOUS_FRESHNESS_SECONDS": "600",
         }
     )
     assert settings == LiveSettings(
@@ -38,8 +44,9 @@ def test_live_settings_read_the_continuous_mode_and_its_intervals() -> None:
         downstream_trigger_interval="1 minutes",
         report_seconds=10.0,
         reconcile_seconds=120.0,
+        freshness_seconds=600.0,
     )
-    assert settings.continuous
+    assert settings.continuous and settings.caught_up_report_seconds == 120.0
 
 
 @pytest.mark.parametrize(
@@ -49,6 +56,8 @@ def test_live_settings_read_the_continuous_mode_and_its_intervals() -> None:
         ({"CONTINUOUS_TRIGGER_INTERVAL": "fast"}, "CONTINUOUS_TRIGGER_INTERVAL='fast' is not a positive interval"),
         ({"CONTINUOUS_TRIGGER_INTERVAL": "0 seconds"}, "CONTINUOUS_TRIGGER_INTERVAL='0 seconds' is not a positive"),
         ({"CONTINUOUS_REPORT_SECONDS": "-5"}, "CONTINUOUS_REPORT_SECONDS='-5' is not a positive number"),
+        ({"CONTINUOUS_FRESHNESS_SECONDS": "0"}, "CONTINUOUS_FRESHNESS_SECONDS='0' is not a positive number"),
+        ({"CONTINUOUS_FRESHNESS_SECONDS": "90"}, "CONTINUOUS_FRESHNESS_SECONDS='90' is shorter than 120"),
     ],
 )
 def test_a_live_setting_that_cannot_be_used_is_named(env: dict[str, str], message: str) -> None:
@@ -83,7 +92,8 @@ def test_the_continuous_job_streams_the_checkpoint_of_every_triggered_step() -> 
 
 def test_in_continuous_mode_the_run_is_kept_alive_the_offset_sensors_rest_and_only_taxi_zones_is_automated() -> None:
     """The definitions as `dagster dev` loads them with LIVE_MODE=continuous (in a process of their own: the mode is
-    read when they load)."""
+    read when they load): every table but the loaded taxi_zones has a freshness policy, from
+    CONTINUOUS_FRESHNESS_SECONDS; in triggered mode none has one."""
     import json
     import os
     import subprocess
@@ -93,9 +103,12 @@ def test_in_continuous_mode_the_run_is_kept_alive_the_offset_sensors_rest_and_on
         "import json; from streaming_pipeline.definitions import defs; "
         "print(json.dumps({'sensors': {s.name: s.default_status.value for s in defs.sensors}, "
         "'automated': sorted(a.key.to_user_string() for a in defs.resolve_asset_graph().asset_nodes "
-        "if a.automation_condition is not None)}))"
+        "if a.automation_condition is not None), "
+        "'freshness': {a.key.to_user_string(): [a.freshness_policy.fail_window.to_timedelta().total_seconds(), "
+        "a.freshness_policy.warn_window.to_timedelta().total_seconds()] "
+        "for a in defs.resolve_asset_graph().asset_nodes if a.freshness_policy is not None}}))"
     )
-    env = {**os.environ, "LIVE_MODE": "continuous"}
+    env = {**os.environ, "LIVE_MODE": "continuous", "CONTINUOUS_FRESHNESS_SECONDS": "120"}
     done = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr
     loaded = json.loads(done.stdout.strip().splitlines()[-1])
@@ -106,3 +119,94 @@ def test_in_continuous_mode_the_run_is_kept_alive_the_offset_sensors_rest_and_on
         "raw_pickup_locations_offset_sensor": "STOPPED",
     }
     assert loaded["automated"] == ["taxi_zones"]
+    streamed = [
+        "dead_letter_records",
+        "high_amount_rides",
+        "join_late_rows",
+        "low_amount_rides",
+        "raw_pickup_locations",
+        "raw_rides",
+        "ride_pickup_joins",
+        "ride_window_aggregates",
+        "rides_enriched",
+        "vendor_counts",
+    ]
+    assert loaded["freshness"] == dict.fromkeys(streamed, [120.0, 60.0])
+
+
+def test_in_triggered_mode_no_table_has_a_freshness_policy() -> None:
+    from streaming_pipeline.definitions import defs
+
+    assert not LiveSettings.from_env().continuous
+    assert [a.key for a in defs.resolve_asset_graph().asset_nodes if a.freshness_policy is not None] == []
+
+
+class _NoKafka:
+    """The reporter's Kafka for tables without consumed offsets: its topics have no records."""
+
+    def watermark_offsets(self, topic: str) -> dict[int, tuple[int, int]]:
+        return {}
+
+
+def test_the_run_reports_new_commits_and_a_caught_up_table_now_and_then_but_not_one_whose_sources_are_behind(
+    tmp_path: Path,
+) -> None:
+    """What keeps an idle table fresh and lets a lagging one go late: new commits are always reported; a table with
+    none is reported (with no rows) once its writers and the writers of its sources are caught up, and then again
+    only after `caught_up_every` seconds."""
+    import pyarrow as pa
+    from deltalake import write_deltalake
+
+    from streaming_pipeline.defs.continuous import TableReporter
+    from streaming_pipeline.engine.streams import StreamQuery
+    from streaming_pipeline.resources import LakehouseResource
+
+    lakehouse = LakehouseResource(root=str(tmp_path))
+    for table in ("raw_rides", "vendor_counts"):
+        write_deltalake(lakehouse.table_path(table), pa.table({"n": [1, 2]}))
+    queries = [
+        StreamQuery("raw_rides", lambda: None, tables=("raw_rides", "dead_letter_records")),  # type: ignore[arg-type, return-value]
+        StreamQuery(
+            "vendor_counts",
+            lambda: None,  # type: ignore[arg-type, return-value]
+            tables=("vendor_counts",),
+            source_paths=(lakehouse.table_path("raw_rides"), lakehouse.table_path("taxi_zones")),
+        ),
+    ]
+    now = [1000.0]
+    reporter = TableReporter(
+        _NoKafka(),  # type: ignore[arg-type]
+        lakehouse,
+        queries,
+        caught_up_every=60,
+        clock=lambda: now[0],
+    )
+
+    def reported(caught_up: set[str]) -> dict[str, tuple[int, str | None]]:
+        events = reporter.events({}, caught_up)
+        return {
+            e.asset_key.to_user_string(): (e.metadata["delta_version"].value, e.description)  # type: ignore[union-attr]
+            for e in events
+            if isinstance(e, dg.AssetMaterialization)
+        }
+
+    caught_up_note = "No new rows: the table is caught up with its sources."
+    assert reported(set()) == {}
+    # vendor_counts waits for data, but raw_rides' query does not: vendor_counts may be behind what Kafka holds.
+    assert reported({"vendor_counts"}) == {}
+    # Both caught up (taxi_zones is no query's): both existing tables are current; dead_letter_records has no table.
+    assert reported({"raw_rides", "vendor_counts"}) == {
+        "raw_rides": (0, caught_up_note),
+        "vendor_counts": (0, caught_up_note),
+    }
+    now[0] += 30
+    assert reported({"raw_rides", "vendor_counts"}) == {}  # reported 30 s ago
+    write_deltalake(lakehouse.table_path("raw_rides"), pa.table({"n": [3]}), mode="append")
+    assert reported(set()) == {"raw_rides": (1, None)}  # a new commit is reported, caught up or not
+    now[0] += 31
+    assert reported({"raw_rides", "vendor_counts"}) == {"vendor_counts": (0, caught_up_note)}
+    now[0] += 60
+    assert reported({"raw_rides", "vendor_counts"}) == {
+        "raw_rides": (1, caught_up_note),
+        "vendor_counts": (0, caught_up_note),
+    }

@@ -34,6 +34,9 @@ class FakeQuery:
     isActive: bool = True  # noqa: N815
     error: str | None = None
     stops: int = 0
+    status: dict[str, Any] = field(
+        default_factory=lambda: {"message": "Initializing sources", "isDataAvailable": False, "isTriggerActive": True}
+    )
 
     def exception(self) -> Any:
         return Exception(self.error) if self.error else None
@@ -115,6 +118,24 @@ def _runner(engine: FakeEngine, *queries: StreamQuery, log: Log | None = None) -
         max_backoff_seconds=20,
         max_failures=3,
     )
+
+
+def test_a_query_is_caught_up_while_it_waits_for_data_and_not_while_it_has_or_processes_any() -> None:
+    engine = FakeEngine(existing={"/lake/bronze"})
+    runner = _runner(engine, engine.query("bronze"), engine.query("gold", sources=("/lake/bronze",)))
+    assert runner.caught_up() == set()  # not started yet
+    runner.poll()
+    bronze, gold = engine.started
+    waiting = {"message": "Waiting for data to arrive", "isDataAvailable": False, "isTriggerActive": False}
+    assert runner.caught_up() == set()  # both still in their first trigger
+    bronze.status = dict(waiting)
+    gold.status = {**waiting, "isDataAvailable": True}  # data found at its last trigger, its batch not done
+    assert runner.caught_up() == {"bronze"}
+    gold.status = dict(waiting)
+    assert runner.caught_up() == {"bronze", "gold"}
+    gold.fail("boom")
+    runner.poll()  # failed: not running, so not caught up
+    assert runner.caught_up() == {"bronze"}
 
 
 def test_a_query_starts_once_its_sources_exist_and_each_micro_batch_is_reported_once() -> None:

@@ -38,6 +38,7 @@ class TaxiZonesConfig(dg.Config):
         automation_condition=dg.AutomationCondition.missing()
         & ~dg.AutomationCondition.in_progress()
         & ~dg.AutomationCondition.execution_failed(),
+        streamed=False,
     ),
 )
 def taxi_zones(
