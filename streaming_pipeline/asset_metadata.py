@@ -55,7 +55,8 @@ def table_args(
     (`deps`) follows them eagerly unless `automation_condition` says otherwise (in continuous mode the continuous
     run streams it, and a run of the automation sensor would only wait for its checkpoint). In continuous mode a
     `streamed` table has a freshness policy: the run reports it when it has new rows, and when it is caught up with
-    its sources, so the UI shows it late only when its query is behind, failing or stopped."""
+    its sources, so the UI shows it late only when data waits and no commit comes (its query, or one upstream,
+    failing, stuck or stopped)."""
     if automation_condition is None and deps and not _LIVE.continuous:
         automation_condition = dg.AutomationCondition.eager()
     return TableArgs(

@@ -256,7 +256,7 @@ class TableReporter:
     """What the run says of its tables: a materialization per table that has new commits since its last one, with
     the rows those commits wrote; one with no rows every `caught_up_every` seconds for a table whose queries (and
     those of its sources) are caught up, so that an idle table is not late by its freshness policy while a table
-    whose query is behind, failing or stopped is; and the consumer lag of each bronze table when it changed."""
+    for which data waits and no commit comes is; and the consumer lag of each bronze table when it changed."""
 
     def __init__(
         self,
