@@ -214,6 +214,11 @@ class ContinuousQueries:
 
     def _collect(self, running: _Running) -> None:
         assert running.query is not None and running.report is not None
+        # The last progress first (one small answer): only when it is new is the whole list read (up to 100
+        # progress objects, which an idle set polled every second would otherwise fetch and parse for nothing).
+        last = running.query.lastProgress
+        if last is None or f"{last.batchId}@{last.timestamp}" in running.seen:
+            return
         for progress in running.query.recentProgress:
             # An idle query reports every 10 s under the id of its next micro-batch: the timestamp tells them apart,
             # and only a progress that ran a micro-batch (it has addBatch) is one.

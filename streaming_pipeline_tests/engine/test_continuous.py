@@ -4,6 +4,7 @@ restarts with back-off, schema-change restarts, the pause for `after_stop`, and 
 from __future__ import annotations
 
 import json
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -37,6 +38,10 @@ class FakeQuery:
     status: dict[str, Any] = field(
         default_factory=lambda: {"message": "Initializing sources", "isDataAvailable": False, "isTriggerActive": True}
     )
+
+    @property
+    def lastProgress(self) -> FakeProgress | None:  # noqa: N802
+        return self.recentProgress[-1] if self.recentProgress else None
 
     def exception(self) -> Any:
         return Exception(self.error) if self.error else None
@@ -163,6 +168,35 @@ def test_a_query_starts_once_its_sources_exist_and_each_micro_batch_is_reported_
     assert [(r.query_name, r.input_rows) for r in engine.reports] == [("bronze", 17)]  # on_progress, with news only
     runner.poll()
     assert runner.take_reports()["bronze"].batches == 0  # nothing twice
+
+
+class CountedReads(list[FakeProgress]):
+    """A progress list that counts how often it was read whole."""
+
+    reads = 0
+
+    def __iter__(self) -> Iterator[FakeProgress]:
+        self.reads += 1
+        return super().__iter__()
+
+
+def test_the_whole_progress_list_is_read_only_when_the_last_progress_is_new() -> None:
+    engine = FakeEngine()
+    runner = _runner(engine, engine.query("bronze"))
+    runner.poll()
+    bronze = engine.started[0]
+    progress = CountedReads([FakeProgress(0, "t0", 10), FakeProgress(1, "t1", 4)])
+    bronze.recentProgress = progress
+    runner.poll()
+    assert progress.reads == 1
+    runner.poll()
+    runner.poll()
+    assert progress.reads == 1  # the last progress was seen: nothing new, the list is not fetched
+    progress.append(FakeProgress(2, "t2", 3))
+    runner.poll()
+    assert progress.reads == 2
+    report = runner.take_reports()["bronze"]
+    assert (report.batches, report.input_rows) == (3, 17)
 
 
 def test_a_failed_query_is_restarted_after_a_back_off_and_too_many_failures_in_a_row_fail_the_set() -> None:
