@@ -153,7 +153,7 @@ class LiveSettings:
 
     mode: str = "triggered"
     trigger_interval: str = "500 milliseconds"
-    downstream_trigger_interval: str = "5 seconds"
+    downstream_trigger_interval: str = "30 seconds"
     report_seconds: float = 30.0
     reconcile_seconds: float = 60.0
     freshness_seconds: float = 300.0

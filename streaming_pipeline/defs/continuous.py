@@ -64,7 +64,7 @@ class ContinuousStreamsConfig(IntervalsConfig):
     downstream_trigger_interval: str = Field(
         default=_LIVE.downstream_trigger_interval,
         description="The branches, the enrichment, the join and the windows start a micro-batch this often, when data "
-        "waits (default: CONTINUOUS_DOWNSTREAM_TRIGGER_INTERVAL, 5 seconds).",
+        "waits (default: CONTINUOUS_DOWNSTREAM_TRIGGER_INTERVAL, 30 seconds).",
     )
     report_every_seconds: float = Field(
         default=_LIVE.report_seconds,

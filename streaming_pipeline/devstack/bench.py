@@ -501,8 +501,15 @@ def run_live_bench(
             raise BenchError(f"--mode {mode!r} is not one of {', '.join(LIVE_MODES)}")
     if rate <= 0 or seconds <= 0 or probe_every <= 0:
         raise BenchError("--rate, --seconds and --probe-every must be positive")
-    result = LiveResult(machine=machine_description(), engine="Spark Connect server, local[*]")
-    with tempfile.TemporaryDirectory(prefix="bench-live-") as tmp, running_stack(Path(tmp) / "stack") as stack:
+    from streaming_pipeline.devstack.embedded.spark_connect import driver_memory_for
+
+    heap = driver_memory_for(modes[0])
+    result = LiveResult(machine=machine_description(), engine=f"Spark Connect server, local[*], {heap} heap")
+    # The stack starts in the first mode measured, as `stack up --live-mode` would: the engine's heap follows it.
+    with (
+        tempfile.TemporaryDirectory(prefix="bench-live-") as tmp,
+        running_stack(Path(tmp) / "stack", live_mode=modes[0]) as stack,
+    ):
         assert stack.spark_remote and stack.dagster_home
         kafka = KafkaResource(bootstrap_servers=stack.bootstrap_servers)
         registry = RegistryClient(stack.schema_registry_url)

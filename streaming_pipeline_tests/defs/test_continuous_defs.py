@@ -18,7 +18,7 @@ def test_live_settings_default_to_the_triggered_mode() -> None:
     assert LiveSettings.from_env({}) == LiveSettings(
         mode="triggered",
         trigger_interval="500 milliseconds",
-        downstream_trigger_interval="5 seconds",
+        downstream_trigger_interval="30 seconds",
         report_seconds=30.0,
         reconcile_seconds=60.0,
         freshness_seconds=300.0,

@@ -31,6 +31,15 @@ STANDARD_PORT = 15002
 # minute under steady load, so the last hour's queries take up to some 2 GB beside the engine's own 300 MB
 # (docs/performance.md). With 1280m the heap filled after about 40 minutes of steady load.
 DEFAULT_DRIVER_MEMORY = "3g"
+# The heap when the stack starts in the continuous mode (`stack up --live-mode continuous`): its queries run for
+# hours, so Spark Connect keeps only the few it restarts (the window query's reconcile, about one a minute), and a
+# smaller heap holds the engine's RSS near 2 GiB under load (docs/performance.md).
+CONTINUOUS_DRIVER_MEMORY = "1536m"
+
+
+def driver_memory_for(live_mode: str | None) -> str:
+    """The heap of an engine started for the stack's `LIVE_MODE`."""
+    return CONTINUOUS_DRIVER_MEMORY if live_mode == "continuous" else DEFAULT_DRIVER_MEMORY
 
 
 def spark_log4j2(header: str, info_logger: str) -> str:

@@ -52,7 +52,7 @@ from streaming_pipeline.devstack.embedded.registry_process import REGISTRY_MODUL
 from streaming_pipeline.devstack.embedded.spark_cluster import STANDARD_MASTER_PORT as STANDARD_SPARK_MASTER_PORT
 from streaming_pipeline.devstack.embedded.spark_cluster import SparkClusterStatus, SparkStandaloneCluster
 from streaming_pipeline.devstack.embedded.spark_connect import STANDARD_PORT as STANDARD_SPARK_CONNECT_PORT
-from streaming_pipeline.devstack.embedded.spark_connect import SparkConnectServer
+from streaming_pipeline.devstack.embedded.spark_connect import SparkConnectServer, driver_memory_for
 from streaming_pipeline.engine import jars
 from streaming_pipeline.engine.java import exclusive_lock, find_java
 from streaming_pipeline.errors import StackError
@@ -465,6 +465,7 @@ class EmbeddedStack:
                 self._save(state)
             wanted = self._wanted(state, say)
             missing = self._missing(state, wanted, say)
+            self._say_when_the_heap_differs(state, wanted, missing, say)
             if not missing:
                 return self._info(state, already_running=True)
             self.logs_dir.mkdir(parents=True, exist_ok=True)
@@ -484,6 +485,16 @@ class EmbeddedStack:
         if "spark" in wanted and self._spark_workers(state):
             wanted.insert(wanted.index("spark"), "spark_cluster")
         return wanted
+
+    @staticmethod
+    def _say_when_the_heap_differs(state: State, wanted: list[str], missing: list[str], say: Progress) -> None:
+        """A running engine keeps the heap it started with; say so when the stack's mode wants another one."""
+        heap, mode = state.get("spark", {}).get("driver_memory"), state.get("live_mode")
+        if "spark" in wanted and "spark" not in missing and heap and heap != driver_memory_for(mode):
+            say(
+                f"The Spark Connect server keeps its {heap} heap until it restarts; the {mode} mode's is "
+                f"{driver_memory_for(mode)} (`stack down`, then `stack up`)"
+            )
 
     def _missing(self, state: State, wanted: list[str], say: Progress) -> list[str]:
         """Those of ``wanted`` that do not run, in start order."""
@@ -565,14 +576,14 @@ class EmbeddedStack:
         port = self._take_client_port(state, "spark", "Spark Connect server", STANDARD_SPARK_CONNECT_PORT, taken, say)
         jars.spark_jars(progress=say)
         cluster = self._spark_cluster(state) if self._spark_workers(state) else None
-        driver: dict[str, Any] = {}
+        driver: dict[str, Any] = {"driver_memory": driver_memory_for(state.get("live_mode"))}
         if cluster is not None:  # the driver of the standalone cluster, with the `cluster` profile
-            driver = {"profile": "cluster", "master": cluster.master_url, "conf": cluster.driver_conf()}
+            driver.update(profile="cluster", master=cluster.master_url, conf=cluster.driver_conf())
             say(f"The Spark Connect server drives the standalone cluster {cluster.master_url}")
         server = SparkConnectServer(self.spark_dir, port, self.host, log_dir=self.logs_dir, **driver)
         say(f"Starting the Spark Connect server on {server.remote_url} (log: {server.log_file})")
         self._start_server(server, "Spark Connect server", server.remote_url, 30.0, deadline, say)
-        state["spark"] = _started(server.pid, server.port, enabled=True)
+        state["spark"] = _started(server.pid, server.port, enabled=True, driver_memory=server.driver_memory)
         return server
 
     def _start_postgres(self, state: State, taken: list[int], deadline: float, say: Progress) -> PostgresServer:

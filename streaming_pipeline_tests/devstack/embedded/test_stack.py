@@ -222,6 +222,7 @@ def test_cli_with_real_registry_and_spark_connect(tmp_path: Path) -> None:
         assert as_json["running"] and as_json["spark_remote"] == values["SPARK_REMOTE"]
         assert (as_json["spark_master_url"], as_json["spark_workers"]) == (None, 0)
         spark_pid = as_json["components"]["spark"]["pid"]
+        assert "spark.driver.memory=3g" in _command_line(spark_pid)  # the triggered mode's heap
 
         # the engine answers a client, and runs Delta (in a subprocess: pytest's own process stays a classic driver)
         client = subprocess.run(
@@ -245,6 +246,10 @@ def test_cli_with_real_registry_and_spark_connect(tmp_path: Path) -> None:
             schema_id = json.load(response)["id"]
         produce(values["KAFKA_BOOTSTRAP_SERVERS"], "pings", [("k", "v")])
 
+        # The continuous mode chosen while the engine runs: it keeps its heap until it restarts, and says so.
+        switched = _cli("up", "--dir", directory, "--live-mode", "continuous")
+        assert switched.returncode == 0 and "keeps its 3g heap" in switched.stdout, switched.stdout
+
         down = _cli("down", "--dir", directory)
         assert down.returncode == 0 and "stopped" in down.stdout, down.stderr
         status = _cli("status", "--dir", directory)
@@ -253,7 +258,11 @@ def test_cli_with_real_registry_and_spark_connect(tmp_path: Path) -> None:
 
         up = _cli("up", "--dir", directory)
         assert up.returncode == 0, up.stderr + up.stdout
-        assert _cli("env", "--dir", directory).stdout.splitlines() == lines  # same addresses
+        env_lines = _cli("env", "--dir", directory).stdout.splitlines()
+        # Same addresses; the continuous mode recorded, and the engine started again with its smaller heap.
+        assert env_lines == [*lines[:-1], "export LIVE_MODE=continuous"]
+        spark_pid = json.loads(_cli("status", "--dir", directory, "--json").stdout)["components"]["spark"]["pid"]
+        assert "spark.driver.memory=1536m" in _command_line(spark_pid)
         with urllib.request.urlopen(f"{url}/subjects", timeout=10) as response:
             assert json.load(response) == ["ping-value"]
         with urllib.request.urlopen(f"{url}/schemas/ids/{schema_id}", timeout=10) as response:
@@ -261,3 +270,8 @@ def test_cli_with_real_registry_and_spark_connect(tmp_path: Path) -> None:
         assert consume(values["KAFKA_BOOTSTRAP_SERVERS"], "pings", 1) == [("k", "v")]
     finally:
         _cli("down", "--dir", directory)
+
+
+def _command_line(pid: int) -> list[str]:
+    """The arguments of process `pid` (Linux)."""
+    return Path(f"/proc/{pid}/cmdline").read_bytes().decode().split("\0")
