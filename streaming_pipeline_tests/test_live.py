@@ -330,8 +330,8 @@ def test_the_continuous_mode_streams_produced_rides_to_gold_and_terminating_it_s
         )
 
         # The run's process SIGKILLed at a random moment while rides stream in: the sensor marks it failed and
-        # launches another, which takes over the checkpoints (Spark stops the killed run's queries, which were still
-        # running on the engine, when the new run starts them); every ride lands once.
+        # launches another, which first stops the killed run's queries (still running on the engine, in the killed
+        # run's Spark Connect session) and then takes over the checkpoints; every ride lands once.
         killed = continuous_run()
         assert killed is not None
         pid = run_pid(live.instance(), killed.run_id)
@@ -346,13 +346,31 @@ def test_the_continuous_mode_streams_produced_rides_to_gold_and_terminating_it_s
             os.kill(pid, signal.SIGKILL)
             assert producing.result().sent == 1_500, f"killed {delay:.1f} s into the load"
         PRODUCED.extend(more_rides)
-        expected = expected_vendor_counts(PRODUCED)
         live_helpers.wait_until(
-            "another continuous run streams",
+            "another continuous run",
             lambda: (run := continuous_run()) is not None and run.run_id != killed.run_id,
             log=dagster_dev.log_file,
         )
         assert live.instance().get_run_by_id(killed.run_id).status == dg.DagsterRunStatus.FAILURE
+        relaunched = continuous_run()
+        assert relaunched is not None
+
+        def logged(text: str) -> bool:
+            return any(text in entry.user_message for entry in live.instance().all_logs(relaunched.run_id))
+
+        live_helpers.wait_until(
+            "the new run stops the killed run's queries",
+            lambda: logged(f"run {killed.run_id} left running when its process died"),
+            log=dagster_dev.log_file,
+        )
+        # Once run monitoring has freed the killed run's pools, the new run streams: rides produced now are its own.
+        live_helpers.wait_until(
+            "the new run streams", lambda: logged("vendor_counts: streaming"), log=dagster_dev.log_file
+        )
+        after_restart = list(synthetic_rides(200, SyntheticOptions(seed=407)))
+        assert produce(kafka, registry, RIDES_TOPIC, rows_from_records(after_restart), show_progress=False).sent == 200
+        PRODUCED.extend(after_restart)
+        expected = expected_vendor_counts(PRODUCED)
         live_helpers.wait_until(
             f"{len(PRODUCED)} rides in raw_rides after the kill",
             lambda: live.count("raw_rides") == len(PRODUCED),

@@ -23,6 +23,7 @@ from streaming_pipeline.bronze.offsets import consumed_offsets, consumer_lag
 from streaming_pipeline.defs.bronze.offset_sensors import lag_observation
 from streaming_pipeline.engine.continuous import ContinuousQueries
 from streaming_pipeline.engine.delta_log import commits, latest_version
+from streaming_pipeline.engine.spark import stop_session_queries
 from streaming_pipeline.engine.streams import StreamQuery, StreamRunReport
 from streaming_pipeline.engine.table_snapshot import row_count
 from streaming_pipeline.errors import StreamingPipelineError
@@ -43,6 +44,10 @@ from streaming_pipeline.settings import LiveSettings, PipelineSettings, SensorSe
 from streaming_pipeline.sources import all_sources
 
 CONTINUOUS_SENSOR = "continuous_streams_sensor"
+#: The run tag naming the Spark Connect session a continuous run streams in.
+SESSION_TAG = "streaming_pipeline/spark_connect_session"
+#: How many of the latest failed continuous runs a new one looks at for queries they left running.
+ORPHAN_RUNS_CHECKED = 3
 POLL_SECONDS = 1.0
 #: How often the run looks for steps of other runs waiting for one of its checkpoints.
 LENDING_CHECK_SECONDS = 5.0
@@ -185,6 +190,7 @@ def continuous_streams(
     fast = set(latency_critical_query_names())
     intervals = {name: interval if name in fast else downstream for name in live_query_names()}
     pools = CheckpointPools(context, {name: checkpoint_pool(name) for name in live_query_names()})
+    _stop_orphaned_queries(context, spark)
     try:
         pools.claim_all()
         _stream(context, config, intervals, pools, spark, kafka, schema_registry, lakehouse)
@@ -203,6 +209,9 @@ def _stream(
     lakehouse: LakehouseResource,
 ) -> None:
     session = spark.get_session()
+    session_id = getattr(session, "session_id", None)
+    if spark.is_remote and session_id:
+        context.instance.add_run_tags(context.run_id, {SESSION_TAG: str(session_id)})
     queries = live_queries(
         session, kafka, schema_registry, lakehouse, config.parameters(), run_id=context.run_id, log=context.log
     )
@@ -233,6 +242,30 @@ def _stream(
     finally:
         # Terminated (Dagster raises DagsterExecutionInterruptedError here) or failed: no query outlives the run.
         runner.stop()
+
+
+def _stop_orphaned_queries(context: dg.OpExecutionContext, spark: SparkResource) -> None:
+    """Stop the queries that continuous runs whose process died left running in the Spark Connect server.
+
+    A killed run's queries go on writing until another query starts on their checkpoints, which this run does only
+    once it holds their pools (run monitoring frees a dead run's pools after a while): stopped now, they write
+    nothing meanwhile, and nothing is left running if this run ends before its queries start."""
+    if not spark.is_remote:
+        return  # an in-process driver's queries died with its process
+    failed = context.instance.get_runs(
+        filters=dg.RunsFilter(job_name=CONTINUOUS_JOB, statuses=[dg.DagsterRunStatus.FAILURE]),
+        limit=ORPHAN_RUNS_CHECKED,
+    )
+    for run in failed:
+        session_id = run.tags.get(SESSION_TAG)
+        if not session_id:
+            continue
+        stopped = stop_session_queries(str(spark.remote), session_id)
+        if stopped:
+            context.log.info(
+                f"stopped {len(stopped)} queries that run {run.run_id} left running when its process died: "
+                f"{', '.join(stopped)}"
+            )
 
 
 def _lend_and_take_back(

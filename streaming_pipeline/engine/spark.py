@@ -103,6 +103,32 @@ def _close_channel_at_exit(client_ref: weakref.ref[Any]) -> None:
         client.close()
 
 
+def session_url(url: str, session_id: str) -> str:
+    """The Spark Connect URL `url` (its parameters kept) naming session `session_id`."""
+    base = url.rstrip("/")
+    return f"{base};session_id={session_id}" if "/;" in base else f"{base}/;session_id={session_id}"
+
+
+def stop_session_queries(url: str, session_id: str) -> list[str]:
+    """Stop the streaming queries of Spark Connect session `session_id` and release the session; their names.
+
+    The queries a client started run on in the server when the client's process dies (until the session expires,
+    `spark.connect.session.manager.defaultSessionTimeout`): attached to that session, another client can stop them.
+    Nothing when the session is closed or expired, or the server does not answer."""
+    from pyspark.errors import PySparkException
+
+    stopped: list[str] = []
+    try:
+        session = connect_session(session_url(url, session_id))
+        for query in session.streams.active:
+            query.stop()
+            stopped.append(query.name or str(query.id))
+        session.stop()
+    except (PySparkException, OSError):
+        pass
+    return stopped
+
+
 def check_server_version(url: str, server_version: str) -> None:
     """Raise EngineVersionError unless the Connect server runs the Spark version of this client's pyspark.
 
