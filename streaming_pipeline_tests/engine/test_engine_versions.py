@@ -101,3 +101,13 @@ def test_a_connect_client_whose_server_is_gone_exits_at_once() -> None:
     )
     done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120, check=False)
     assert (done.returncode, done.stdout) == (0, "created\n"), done.stderr[-2000:]
+
+
+def test_a_session_is_named_in_the_connect_url_beside_its_other_parameters() -> None:
+    session = "8f14e45f-ceea-467f-a0e6-1d2b3c4d5e6f"
+    assert spark_module.session_url("sc://127.0.0.1:15002", session) == f"sc://127.0.0.1:15002/;session_id={session}"
+    assert spark_module.session_url("sc://127.0.0.1:15002/", session) == f"sc://127.0.0.1:15002/;session_id={session}"
+    assert (
+        spark_module.session_url("sc://spark.example:443/;use_ssl=true", session)
+        == f"sc://spark.example:443/;use_ssl=true;session_id={session}"
+    )
