@@ -490,10 +490,11 @@ class EmbeddedStack:
     def _say_when_the_heap_differs(state: State, wanted: list[str], missing: list[str], say: Progress) -> None:
         """A running engine keeps the heap it started with; say so when the stack's mode wants another one."""
         heap, mode = state.get("spark", {}).get("driver_memory"), state.get("live_mode")
-        if "spark" in wanted and "spark" not in missing and heap and heap != driver_memory_for(mode):
+        wanted_heap = driver_memory_for(mode)
+        if "spark" in wanted and "spark" not in missing and heap and heap != wanted_heap:
             say(
                 f"The Spark Connect server keeps its {heap} heap until it restarts; the {mode} mode's is "
-                f"{driver_memory_for(mode)} (`stack down`, then `stack up`)"
+                f"{wanted_heap} (`stack down`, then `stack up`)"
             )
 
     def _missing(self, state: State, wanted: list[str], say: Progress) -> list[str]:

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from streaming_pipeline.devstack.embedded import stack_cli
-from streaming_pipeline.devstack.embedded.processes import pid_alive
+from streaming_pipeline.devstack.embedded.processes import pid_alive, process_command_line
 from streaming_pipeline.devstack.embedded.stack import EmbeddedStack, running_stack
 from streaming_pipeline.errors import JavaNotFoundError, StackError
 from streaming_pipeline_tests.devstack.embedded.helpers import FAKE_REGISTRY_MODULE, consume, produce
@@ -222,7 +222,7 @@ def test_cli_with_real_registry_and_spark_connect(tmp_path: Path) -> None:
         assert as_json["running"] and as_json["spark_remote"] == values["SPARK_REMOTE"]
         assert (as_json["spark_master_url"], as_json["spark_workers"]) == (None, 0)
         spark_pid = as_json["components"]["spark"]["pid"]
-        assert "spark.driver.memory=3g" in _command_line(spark_pid)  # the triggered mode's heap
+        assert "spark.driver.memory=3g" in str(process_command_line(spark_pid)).split()  # the triggered mode's heap
 
         # the engine answers a client, and runs Delta (in a subprocess: pytest's own process stays a classic driver)
         client = subprocess.run(
@@ -262,7 +262,7 @@ def test_cli_with_real_registry_and_spark_connect(tmp_path: Path) -> None:
         # Same addresses; the continuous mode recorded, and the engine started again with its smaller heap.
         assert env_lines == [*lines[:-1], "export LIVE_MODE=continuous"]
         spark_pid = json.loads(_cli("status", "--dir", directory, "--json").stdout)["components"]["spark"]["pid"]
-        assert "spark.driver.memory=1536m" in _command_line(spark_pid)
+        assert "spark.driver.memory=1536m" in str(process_command_line(spark_pid)).split()
         with urllib.request.urlopen(f"{url}/subjects", timeout=10) as response:
             assert json.load(response) == ["ping-value"]
         with urllib.request.urlopen(f"{url}/schemas/ids/{schema_id}", timeout=10) as response:
@@ -270,8 +270,3 @@ def test_cli_with_real_registry_and_spark_connect(tmp_path: Path) -> None:
         assert consume(values["KAFKA_BOOTSTRAP_SERVERS"], "pings", 1) == [("k", "v")]
     finally:
         _cli("down", "--dir", directory)
-
-
-def _command_line(pid: int) -> list[str]:
-    """The arguments of process `pid` (Linux)."""
-    return Path(f"/proc/{pid}/cmdline").read_bytes().decode().split("\0")
