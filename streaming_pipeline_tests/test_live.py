@@ -3,9 +3,9 @@
 
 The tests share one stack and one `dagster dev`, in file order: rides reach gold; a run that fails while
 the registry is down is retried once it is back; no two steps ever worked on a checkpoint at once; the README's
-replay, with the sensor paused, rebuilds raw_rides and gold over the engine; and, last, `dagster dev` restarted
-with LIVE_MODE=continuous streams what is produced next, exactly once, with its tables fresh, through a SIGKILL of
-its run, until its run is terminated.
+replay, with the sensor paused, rebuilds raw_rides and gold over the engine; `dagster dev` restarted with
+LIVE_MODE=continuous streams what is produced next, exactly once, with its tables fresh, through a SIGKILL of its
+run, until its run is terminated; and, last, switching back to triggered and again to continuous is exact.
 No test asserts a time: waits are bounded only so that a broken path fails instead of hanging.
 """
 
@@ -269,24 +269,12 @@ def test_the_continuous_mode_streams_produced_rides_to_gold_and_terminating_it_s
     """Switching to `LIVE_MODE=continuous` (dagster dev restarted with it, same stack and lakehouse): the sensor
     launches the continuous run, which carries rides produced under load to raw_rides and vendor_counts exactly
     once, with no triggered run; terminating it from the UI's API stops every query."""
-    from dagster_graphql import DagsterGraphQLClient
-
     kafka, registry = _resources(live)
     live.dagster_dev.stop()  # one daemon per instance: the triggered code location's goes first
-    # Reports every 5 s, and Dagster's freshness daemon every 5 s (30 s by default), to see a table fresh sooner.
-    env = {
-        **live.env,
-        "LIVE_MODE": "continuous",
-        "CONTINUOUS_REPORT_SECONDS": "5",
-        "FRESHNESS_DAEMON_INTERVAL_SECONDS": "5",
-    }
-    with DagsterDev(env, tmp_path / "dagster-dev-continuous.log") as dagster_dev:
+    with DagsterDev(_continuous_env(live), tmp_path / "dagster-dev-continuous.log") as dagster_dev:
 
         def continuous_run() -> dg.DagsterRun | None:
-            runs = live.instance().get_runs(
-                filters=dg.RunsFilter(job_name="continuous_streams_job", statuses=[dg.DagsterRunStatus.STARTED])
-            )
-            return runs[0] if runs else None
+            return _continuous_run(live)
 
         live_helpers.wait_until(
             "the sensor launches the continuous run", lambda: continuous_run() is not None, log=dagster_dev.log_file
@@ -385,24 +373,7 @@ def test_the_continuous_mode_streams_produced_rides_to_gold_and_terminating_it_s
         assert after_kill.select("kafka_partition", "kafka_offset").distinct().count() == len(PRODUCED)
 
         # Terminated from the UI's API with its sensor stopped (the offset sensors rest in this mode): no query goes on.
-        stopped = subprocess.run(
-            [sys.executable, "-m", "dagster", "sensor", "stop", "continuous_streams_sensor", "-w", "workspace.yaml"],
-            cwd=REPO_ROOT,
-            env=dagster_dev.env,
-            capture_output=True,
-            text=True,
-            timeout=120,
-        )
-        assert stopped.returncode == 0, stopped.stdout + stopped.stderr
-        run = continuous_run()
-        assert run is not None
-        DagsterGraphQLClient("127.0.0.1", port_number=dagster_dev.port).terminate_run(run.run_id)
-        live_helpers.wait_until(
-            "the continuous run ends",
-            lambda: live.instance().get_run_by_id(run.run_id).is_finished,
-            log=dagster_dev.log_file,
-        )
-        assert live.instance().get_run_by_id(run.run_id).status == dg.DagsterRunStatus.CANCELED
+        _stop_the_continuous_run(live, dagster_dev)
         offsets = live.lakehouse / "_checkpoints" / "raw_rides" / "offsets"
         batches = sorted(offsets.iterdir())
         more = list(synthetic_rides(20, SyntheticOptions(seed=405)))
@@ -410,6 +381,91 @@ def test_the_continuous_mode_streams_produced_rides_to_gold_and_terminating_it_s
         time.sleep(10)  # a query still running would have started a micro-batch (500 ms trigger) by now
         assert sorted(offsets.iterdir()) == batches
         assert live.count("raw_rides") == len(PRODUCED)
+        PRODUCED.extend(more)  # in Kafka only: the next mode carries them
+
+
+def test_switching_to_triggered_and_back_to_continuous_loses_and_duplicates_nothing(live: Live, tmp_path: Path) -> None:
+    """continuous -> triggered -> continuous on the same checkpoints, with rides produced in each mode (and the 20
+    the terminated continuous run left in Kafka): the offset sensor's run takes over where the continuous queries
+    stopped, the continuous run where the triggered run stopped, and every table is exact after each switch."""
+    kafka, registry = _resources(live)
+
+    def produce_and_check(seed: int, log: Path) -> None:
+        rides = list(synthetic_rides(300, SyntheticOptions(seed=seed)))
+        assert produce(kafka, registry, RIDES_TOPIC, rows_from_records(rides), show_progress=False).sent == 300
+        PRODUCED.extend(rides)
+        expected = expected_vendor_counts(PRODUCED)
+        live_helpers.wait_until(
+            f"{len(PRODUCED)} rides in raw_rides", lambda: live.count("raw_rides") == len(PRODUCED), log=log
+        )
+        live_helpers.wait_until(f"vendor_counts == {expected}", lambda: live.vendor_counts() == expected, log=log)
+        raw = live.spark.read.format("delta").load(str(live.lakehouse / "raw_rides"))
+        assert raw.select("kafka_partition", "kafka_offset").distinct().count() == len(PRODUCED)
+
+    with DagsterDev(live.env, tmp_path / "dagster-dev-triggered.log") as dagster_dev:
+        sensor_runs_before = len(live.instance().get_runs(filters=dg.RunsFilter(job_name="raw_rides_to_gold_job")))
+        produce_and_check(408, dagster_dev.log_file)
+        # The offset sensor's runs carried them: triggered mode is back, with no continuous run.
+        assert len(live.instance().get_runs(filters=dg.RunsFilter(job_name="raw_rides_to_gold_job"))) > (
+            sensor_runs_before
+        )
+        assert _continuous_run(live) is None
+
+    with DagsterDev(_continuous_env(live), tmp_path / "dagster-dev-continuous-again.log") as dagster_dev:
+        _dagster_cli(dagster_dev, "sensor", "start", "continuous_streams_sensor")  # the previous test stopped it
+        live_helpers.wait_until(
+            "the sensor launches the continuous run again",
+            lambda: _continuous_run(live) is not None,
+            log=dagster_dev.log_file,
+        )
+        produce_and_check(409, dagster_dev.log_file)
+        _stop_the_continuous_run(live, dagster_dev)
+
+
+def _continuous_env(live: Live) -> dict[str, str]:
+    """`dagster dev`'s environment in the continuous mode. Reports every 5 s, and Dagster's freshness daemon every
+    5 s (30 s by default), to see a table fresh sooner."""
+    return {
+        **live.env,
+        "LIVE_MODE": "continuous",
+        "CONTINUOUS_REPORT_SECONDS": "5",
+        "FRESHNESS_DAEMON_INTERVAL_SECONDS": "5",
+    }
+
+
+def _continuous_run(live: Live) -> dg.DagsterRun | None:
+    runs = live.instance().get_runs(
+        filters=dg.RunsFilter(job_name="continuous_streams_job", statuses=[dg.DagsterRunStatus.STARTED])
+    )
+    return runs[0] if runs else None
+
+
+def _dagster_cli(dagster_dev: DagsterDev, *args: str) -> None:
+    done = subprocess.run(
+        [sys.executable, "-m", "dagster", *args, "-w", "workspace.yaml"],
+        cwd=REPO_ROOT,
+        env=dagster_dev.env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+
+
+def _stop_the_continuous_run(live: Live, dagster_dev: DagsterDev) -> None:
+    """Stop the sensor that keeps the continuous run alive, terminate the run from the UI's API, wait until it ends."""
+    from dagster_graphql import DagsterGraphQLClient
+
+    _dagster_cli(dagster_dev, "sensor", "stop", "continuous_streams_sensor")
+    run = _continuous_run(live)
+    assert run is not None
+    DagsterGraphQLClient("127.0.0.1", port_number=dagster_dev.port).terminate_run(run.run_id)
+    live_helpers.wait_until(
+        "the continuous run ends",
+        lambda: live.instance().get_run_by_id(run.run_id).is_finished,
+        log=dagster_dev.log_file,
+    )
+    assert live.instance().get_run_by_id(run.run_id).status == dg.DagsterRunStatus.CANCELED
 
 
 def _freshness(live: Live, table: str) -> str | None:
