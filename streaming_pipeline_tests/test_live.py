@@ -403,6 +403,7 @@ def test_switching_to_triggered_and_back_to_continuous_loses_and_duplicates_noth
         assert raw.select("kafka_partition", "kafka_offset").distinct().count() == len(PRODUCED)
 
     with DagsterDev(live.env, tmp_path / "dagster-dev-triggered.log") as dagster_dev:
+        _dagster_cli(dagster_dev, "sensor", "start", SENSOR_NAME)  # paused since the replay, as the README says
         sensor_runs_before = len(live.instance().get_runs(filters=dg.RunsFilter(job_name="raw_rides_to_gold_job")))
         produce_and_check(408, dagster_dev.log_file)
         # The offset sensor's runs carried them: triggered mode is back, with no continuous run.

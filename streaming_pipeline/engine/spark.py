@@ -114,18 +114,23 @@ def stop_session_queries(url: str, session_id: str) -> list[str]:
 
     The queries a client started run on in the server when the client's process dies (until the session expires,
     `spark.connect.session.manager.defaultSessionTimeout`): attached to that session, another client can stop them.
-    Nothing when the session is closed or expired, or the server does not answer."""
+    Nothing when the session is closed or expired, or the server does not answer. The attached session is always
+    stopped: pyspark makes a new session the process's active one when it has none yet, and a closed session left
+    active fails what uses the active session later (Python UDFs, local data) with INVALID_HANDLE.SESSION_CLOSED."""
     from pyspark.errors import PySparkException
 
     stopped: list[str] = []
+    session = None
     try:
         session = connect_session(session_url(url, session_id))
         for query in session.streams.active:
             query.stop()
             stopped.append(query.name or str(query.id))
-        session.stop()
     except (PySparkException, OSError):
         pass
+    finally:
+        if session is not None:
+            session.stop()  # best effort in pyspark: never raises; forgets the session as the active one
     return stopped
 
 

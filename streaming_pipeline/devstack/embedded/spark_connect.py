@@ -32,11 +32,9 @@ STANDARD_PORT = 15002
 # (docs/performance.md). With 1280m the heap filled after about 40 minutes of steady load.
 DEFAULT_DRIVER_MEMORY = "3g"
 # The heap when the stack starts in the continuous mode (`stack up --live-mode continuous`): its queries run for
-# hours, so Spark Connect keeps only the few it restarts (the window query's reconcile, about one a minute), and the
-# streaming state lives in RocksDB, off the heap (spark_conf/local.conf): about 260 MB of the heap stay in use after
-# 5 minutes of 1,000 rides/s. A smaller heap keeps the engine's RSS near 2 GiB: G1 commits all of it under load, and
-# the classes, the JIT's code and RocksDB take some 800 MB beside it (docs/performance.md).
-CONTINUOUS_DRIVER_MEMORY = "1g"
+# hours, so Spark Connect keeps only the few it restarts (the window query's reconcile, about one a minute), and a
+# smaller heap holds the engine's RSS near 2 GiB under load (docs/performance.md).
+CONTINUOUS_DRIVER_MEMORY = "1536m"
 
 
 def driver_memory_for(live_mode: str | None) -> str:
