@@ -7,8 +7,10 @@ query when asked. The queries are the same as those of an availableNow run, with
 handlers, so a table written by either mode is exactly once.
 
 It never sleeps and owns no thread: its owner calls `poll()` every second or two and `take_reports()` when it
-wants to say what happened. The progress is read from each query's `recentProgress` (Spark keeps the last 100
-micro-batches), so polls may be seconds apart. Nothing here imports Dagster.
+wants to say what happened. A poll asks each query only whether it is still active; the progress is read every
+`progress_every_seconds` (and before a query stops, fails or is reported) from its `recentProgress`, where Spark
+keeps the last 100 micro-batches. Each question is a call to the engine, and an idle pipeline should cost next to
+nothing. Nothing here imports Dagster.
 """
 
 from __future__ import annotations
@@ -38,6 +40,8 @@ MAX_BACKOFF_SECONDS = 60.0
 #: Consecutive failures of one query (schema restarts aside) after which the whole set fails: the run fails, and
 #: whoever keeps the run alive starts it again (a broker away for a minute costs a few failures, not ten).
 MAX_CONSECUTIVE_FAILURES = 10
+#: How often a poll reads the queries' progress: well within the 100 micro-batches Spark keeps (50 s at 500 ms).
+PROGRESS_EVERY_SECONDS = 10.0
 
 
 @dataclass
@@ -82,6 +86,7 @@ class ContinuousQueries:
         retry_backoff_seconds: float = RETRY_BACKOFF_SECONDS,
         max_backoff_seconds: float = MAX_BACKOFF_SECONDS,
         max_failures: int = MAX_CONSECUTIVE_FAILURES,
+        progress_every_seconds: float = PROGRESS_EVERY_SECONDS,
     ) -> None:
         self._queries = [_Running(q) for q in queries]
         self._trigger_interval = trigger_interval
@@ -92,6 +97,8 @@ class ContinuousQueries:
         self._clock = clock
         self._backoff = (retry_backoff_seconds, max_backoff_seconds)
         self._max_failures = max_failures
+        self._progress_every = progress_every_seconds
+        self._next_progress = 0.0
         self._stopped = False
 
     @property
@@ -106,16 +113,21 @@ class ContinuousQueries:
         """Start what can start, gather progress, restart what failed, pause what is due for its `after_stop`."""
         if self._stopped:
             raise StreamingRunError("the continuous queries were stopped")
+        progress_due = self._clock() >= self._next_progress
+        if progress_due:
+            self._next_progress = self._clock() + self._progress_every
         for running in self._queries:
             if running.held:
                 continue
             if running.query is None:
                 self._start_when_ready(running)
+            elif not running.query.isActive:
+                self._collect(running)  # what it did before it failed
+                self._failed(running)
             else:
-                self._collect(running)
-                if not running.query.isActive:
-                    self._failed(running)
-                elif self._pause_due(running):
+                if progress_due:
+                    self._collect(running)
+                if self._pause_due(running):
                     self._pause(running)
 
     def caught_up(self) -> set[str]:
@@ -137,6 +149,8 @@ class ContinuousQueries:
         """Per query, what its micro-batches reported since the previous call; its `on_progress` is called first."""
         reports = {}
         for running in self._queries:
+            if running.query is not None:
+                self._collect(running)
             report = running.report
             assert report is not None
             running.report = StreamRunReport(running.spec.name)

@@ -122,6 +122,7 @@ def _runner(engine: FakeEngine, *queries: StreamQuery, log: Log | None = None) -
         retry_backoff_seconds=5,
         max_backoff_seconds=20,
         max_failures=3,
+        progress_every_seconds=0,  # progress read at every poll (the interval has a test of its own)
     )
 
 
@@ -286,3 +287,33 @@ def test_stop_stops_every_started_query_and_ends_the_set() -> None:
     assert [q.stops for q in engine.started] == [1]
     with pytest.raises(StreamingRunError, match="stopped"):
         runner.poll()
+
+
+def test_a_poll_reads_progress_only_every_progress_interval_and_a_report_always_has_the_latest() -> None:
+    engine = FakeEngine()
+    runner = ContinuousQueries(
+        [engine.query("bronze"), engine.query("gold")],
+        trigger_interval="500 milliseconds",
+        pause_every_seconds=60,
+        log=Log(),
+        clock=lambda: engine.now,
+        progress_every_seconds=10,
+    )
+    runner.poll()
+    bronze, gold = engine.started
+    bronze.recentProgress = progress = CountedReads([FakeProgress(0, "t0", 10)])
+    engine.now = 5.0
+    runner.poll()
+    assert progress.reads == 0  # only isActive was asked
+    engine.now = 10.0
+    runner.poll()
+    assert progress.reads == 1
+    progress.append(FakeProgress(1, "t1", 4))
+    engine.now = 12.0
+    runner.poll()
+    assert progress.reads == 1
+    assert runner.take_reports()["bronze"].input_rows == 14  # read when reported, not 8 s later
+    gold.recentProgress = [FakeProgress(0, "t0", 3)]
+    gold.fail("boom")
+    runner.poll()  # failed between two reads of its progress: what it did is kept
+    assert runner.running() == ["bronze"] and runner.take_reports()["gold"].input_rows == 3
