@@ -17,6 +17,7 @@ import time
 from collections.abc import Callable, Mapping
 from contextlib import AbstractContextManager
 from dataclasses import asdict, dataclass, field
+from datetime import timedelta
 from pathlib import Path
 from typing import Any, cast
 
@@ -33,7 +34,7 @@ from streaming_pipeline.settings import (
     PipelineSettings,
     normalize_interval,
 )
-from streaming_pipeline.tables import RAW_RIDES, RIDES_TOPIC, VENDOR_COUNTS
+from streaming_pipeline.tables import PICKUPS_TOPIC, RAW_RIDES, RIDES_TOPIC, VENDOR_COUNTS
 
 
 def say(message: str) -> None:
@@ -317,7 +318,9 @@ class LiveModeFigures:
     mode: str
     rate: int
     load_seconds: float
+    pickup_every: int = 0  # one pickup event per this many rides of the load (0: none)
     rides_produced: int = 0
+    pickups_produced: int = 0
     probes: int = 0
     first_ride_to_raw_rides_seconds: float = 0.0
     first_ride_to_vendor_counts_seconds: float = 0.0
@@ -330,7 +333,8 @@ class LiveModeFigures:
     engine_peak_rss_mib: float = 0.0  # sampled every second during the load and the catch-up
     engine_cpu_percent_under_load: float = 0.0  # of one core: the Connect server and its Python workers
     dagster_cpu_percent_under_load: float = 0.0  # dagster dev: webserver, daemon, code server and the runs
-    idle_cpu_percent: float = 0.0  # the Connect server and the runs in flight, after the catch-up, of one core
+    quiet_after_seconds: float = 0.0  # the catch-up -> no table has had a commit for `quiet_seconds`
+    idle_cpu_percent: float = 0.0  # the Connect server and the runs in flight, once the pipeline is quiet, of one core
     runs: int = 0  # runs launched in this mode
     raw_rides_seconds: list[float] = field(default_factory=list)
     vendor_counts_seconds: list[float] = field(default_factory=list)
@@ -486,12 +490,19 @@ def run_live_bench(
     seconds: float = 180.0,
     probe_every: float = 6.0,
     idle_seconds: float = 60.0,
+    pickup_every: int = 10,
+    quiet_seconds: float = 40.0,
     timeout: float = 300.0,
 ) -> LiveResult:
     """What a user sees through `dagster dev`, in each mode in turn on one stack and one lakehouse (the switch
     between modes is part of the run): a steady load of `rate` rides/s for `seconds`, and single probe rides at
     random moments about `probe_every` s apart, each timed from its produce call until it shows in raw_rides and in
-    vendor_counts. Then the catch-up, the exactness of both tables, and `idle_seconds` of the idle pipeline."""
+    vendor_counts. Beside the rides, one pickup event per `pickup_every` rides (0: none) goes to the pickups topic
+    in step with them, as a deployment's pickups stream would: the ride-pickup join's watermark is the slower side's,
+    so without pickups the join would keep every ride in its state. Then the catch-up, the exactness of both tables,
+    and `idle_seconds` of the idle pipeline, from when no table has had a commit for `quiet_seconds` (longer than
+    the continuous mode's downstream trigger interval, 30 s by default, so that its branches, enrichment, join and
+    windows took the last rides too)."""
     from streaming_pipeline.devstack.embedded.stack import running_stack
     from streaming_pipeline.registry_client import RegistryClient
     from streaming_pipeline.resources import KafkaResource
@@ -501,6 +512,8 @@ def run_live_bench(
             raise BenchError(f"--mode {mode!r} is not one of {', '.join(LIVE_MODES)}")
     if rate <= 0 or seconds <= 0 or probe_every <= 0:
         raise BenchError("--rate, --seconds and --probe-every must be positive")
+    if pickup_every < 0:
+        raise BenchError("--pickup-every must be 0 (no pickups) or positive")
     from streaming_pipeline.devstack.embedded.spark_connect import driver_memory_for
 
     heap = driver_memory_for(modes[0])
@@ -519,7 +532,7 @@ def run_live_bench(
         produced: dict[str, int] = {"rides": 0, "probes": 0}
         for number, mode in enumerate(modes):
             env = {**stack.env(), "LAKEHOUSE_DIR": str(lakehouse), "LIVE_MODE": mode}
-            figures = LiveModeFigures(mode=mode, rate=rate, load_seconds=seconds)
+            figures = LiveModeFigures(mode=mode, rate=rate, load_seconds=seconds, pickup_every=pickup_every)
             _live_mode(
                 stack,
                 env,
@@ -532,6 +545,7 @@ def run_live_bench(
                 seed=7000 + 1000 * number,
                 probe_every=probe_every,
                 idle_seconds=idle_seconds,
+                quiet_seconds=quiet_seconds,
                 timeout=timeout,
             )
             result.modes.append(figures)
@@ -553,6 +567,7 @@ def _live_mode(
     seed: int,
     probe_every: float,
     idle_seconds: float,
+    quiet_seconds: float,
     timeout: float,
 ) -> None:
     import random
@@ -575,14 +590,24 @@ def _live_mode(
         figures.first_ride_to_vendor_counts_seconds = round(watcher.counted[first] - started, 2)
 
         load = list(synthetic_rides(int(figures.rate * figures.load_seconds), SyntheticOptions(seed=seed + 1)))
+        pickups = _pickups_for(load, figures.pickup_every, seed)
         loader = threading.Thread(
             target=lambda: _send(kafka, registry, load, rate=figures.rate), name="bench-load", daemon=True
+        )
+        pickup_loader = threading.Thread(
+            target=lambda: _send(
+                kafka, registry, pickups, rate=figures.rate / figures.pickup_every, topic=PICKUPS_TOPIC
+            ),
+            name="bench-pickups",
+            daemon=True,
         )
         sent_at: dict[int, float] = {}
         engine_cpu = _CpuMeter(lambda: [stack.spark_pid])
         dagster_cpu = _CpuMeter(lambda: [dagster_dev.pid])
         with _Sampler(stack.spark_pid) as sampler:
             loader.start()
+            if pickups:
+                pickup_loader.start()
             say(f"{figures.mode}: {len(load):,} rides at {figures.rate:,}/s, probes about {probe_every:g} s apart")
             next_probe = time.monotonic() + rng.uniform(0.5, 1.5) * probe_every
             while loader.is_alive():
@@ -594,6 +619,8 @@ def _live_mode(
                     produced["probes"] += 1
                     next_probe = time.monotonic() + rng.uniform(0.5, 1.5) * probe_every
                 time.sleep(0.25)
+            if pickups:
+                pickup_loader.join()
             load_ended = time.monotonic()
             figures.engine_cpu_percent_under_load = engine_cpu.read()
             figures.dagster_cpu_percent_under_load = dagster_cpu.read()
@@ -610,7 +637,7 @@ def _live_mode(
             figures.catch_up_seconds = round(time.monotonic() - load_ended, 2)
             figures.engine_peak_rss_mib = round(sampler.peak_rss_mib, 1)
         figures.exactly_once = tables.exactly_once(total)
-        figures.rides_produced, figures.probes = len(load), len(sent_at)
+        figures.rides_produced, figures.pickups_produced, figures.probes = len(load), len(pickups), len(sent_at)
         figures.raw_rides_seconds = [round(watcher.raw_seen[p] - t, 2) for p, t in sorted(sent_at.items())]
         figures.vendor_counts_seconds = [round(watcher.counted[p] - t, 2) for p, t in sorted(sent_at.items())]
         if sent_at:
@@ -618,8 +645,9 @@ def _live_mode(
             figures.raw_rides_p95_seconds = round(_percentile(figures.raw_rides_seconds, 0.95), 2)
             figures.vendor_counts_p50_seconds = round(statistics.median(figures.vendor_counts_seconds), 2)
             figures.vendor_counts_p95_seconds = round(_percentile(figures.vendor_counts_seconds, 0.95), 2)
+        with bench_stage(f"{figures.mode}: waiting until no table has had a commit for {quiet_seconds:g} s"):
+            figures.quiet_after_seconds = _wait_until_quiet(watcher.raw_path.parent, quiet_seconds, timeout)
         with bench_stage(f"{figures.mode}: {idle_seconds:g} s of the idle pipeline"):
-            time.sleep(10)  # the last reports and the windows' reconcile
             idle = _CpuMeter(lambda: [stack.spark_pid, *_run_pids(instance)])
             time.sleep(idle_seconds)
             figures.idle_cpu_percent = idle.read()
@@ -631,10 +659,44 @@ def _live_mode(
         )
 
 
-def _send(kafka: Any, registry: Any, rides: list[dict[str, Any]], rate: float | None = None) -> None:
-    result = produce(kafka, registry, RIDES_TOPIC, rows_from_records(rides), rate=rate, show_progress=False)
-    if result.sent != len(rides):
-        raise BenchError(f"{len(rides) - result.sent} of {len(rides)} rides could not be produced")
+def _wait_until_quiet(lakehouse: Path, quiet_seconds: float, timeout: float) -> float:
+    """Seconds until no table of `lakehouse` has had a commit for `quiet_seconds` (the queries that trigger less
+    often than the bronze ones have written the load's last rides too): only then is the pipeline idle."""
+    started = time.monotonic()
+    deadline = started + timeout
+    while True:
+        logs = [path for path in lakehouse.glob("*/_delta_log") if path.is_dir()]
+        newest = max((path.stat().st_mtime for path in logs), default=0.0)
+        if time.time() - newest >= quiet_seconds:
+            return round(time.monotonic() - started, 1)
+        if time.monotonic() > deadline:
+            raise BenchError(f"the tables of {lakehouse} still had commits {timeout:.0f} s after the catch-up")
+        time.sleep(1.0)
+
+
+def _pickups_for(load: list[dict[str, Any]], every: int, seed: int) -> list[dict[str, Any]]:
+    """A pickup event for every `every`-th ride of `load`, at its dropoff zone, 2 minutes before to 15 minutes after
+    its dropoff (as `produce --synthetic` makes them): in step with the rides' event times."""
+    if not every:
+        return []
+    import random
+
+    rng = random.Random(seed)
+    return [
+        {
+            "pu_location_id": ride["do_location_id"],
+            "pickup_datetime": ride["dropoff_datetime"] + timedelta(seconds=round(rng.uniform(-120, 900))),
+        }
+        for ride in load[::every]
+    ]
+
+
+def _send(
+    kafka: Any, registry: Any, records: list[dict[str, Any]], rate: float | None = None, topic: str = RIDES_TOPIC
+) -> None:
+    result = produce(kafka, registry, topic, rows_from_records(records), rate=rate, show_progress=False)
+    if result.sent != len(records):
+        raise BenchError(f"{len(records) - result.sent} of {len(records)} records could not be produced to {topic}")
 
 
 def _wait_for(condition: Callable[[], bool], watcher: _ProbeWatcher, timeout: float, failure: str) -> None:
@@ -695,7 +757,8 @@ def _print_live(result: LiveResult) -> None:
         rows += [
             (
                 f"{m.mode}: load",
-                f"{m.rides_produced:,} rides at {m.rate:,}/s for {m.load_seconds:g} s, {m.probes} probes",
+                f"{m.rides_produced:,} rides at {m.rate:,}/s for {m.load_seconds:g} s, {m.probes} probes, "
+                f"{m.pickups_produced:,} pickups",
             ),
             (
                 f"{m.mode}: produce -> raw_rides p50 / p95 (s)",
@@ -716,7 +779,10 @@ def _print_live(result: LiveResult) -> None:
                 f"{m.mode}: CPU under load, engine / dagster dev (% of a core)",
                 f"{m.engine_cpu_percent_under_load:.0f} / {m.dagster_cpu_percent_under_load:.0f}",
             ),
-            (f"{m.mode}: CPU idle, engine + runs (% of a core)", f"{m.idle_cpu_percent:.1f}"),
+            (
+                f"{m.mode}: CPU idle, engine + runs (% of a core)",
+                f"{m.idle_cpu_percent:.1f} (quiet {m.quiet_after_seconds:.0f} s after the catch-up)",
+            ),
             (f"{m.mode}: runs", str(m.runs)),
         ]
     rows.append(("machine", result.machine))

@@ -172,6 +172,20 @@ def _add_bench_parser(subparsers: argparse._SubParsersAction) -> None:
         "--idle-seconds", type=float, default=60.0, help="--live: seconds of idle CPU measured after the catch-up"
     )
     bench.add_argument(
+        "--quiet-seconds",
+        type=float,
+        default=40.0,
+        help="--live: the idle window starts once no table has had a commit for this long (default 40: longer than "
+        "the continuous mode's 30 s downstream trigger)",
+    )
+    bench.add_argument(
+        "--pickup-every",
+        type=int,
+        default=10,
+        help="--live: one pickup event per this many rides of the load, at its dropoff zone and time, on the pickups "
+        "topic (the ride-pickup join's other side); 0 for none (default 10)",
+    )
+    bench.add_argument(
         "--windows",
         action="store_true",
         help="measure a windows run (stream + reconcile) of --new-rides rides after each --history size",
@@ -235,6 +249,8 @@ def _run_bench(args: argparse.Namespace) -> int:
             seconds=args.seconds,
             probe_every=args.probe_every,
             idle_seconds=args.idle_seconds,
+            pickup_every=args.pickup_every,
+            quiet_seconds=args.quiet_seconds,
         )
     else:
         run_bench(args.rides, args.json, rounds=args.rounds)

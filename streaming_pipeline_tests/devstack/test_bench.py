@@ -64,13 +64,15 @@ def test_live_bench_measures_probes_under_load_in_both_modes_through_dagster_dev
         "2",
         "--idle-seconds",
         "3",
+        "--quiet-seconds",
+        "2",
         "--json",
         str(out),
     )
     figures = json.loads(out.read_text())
     assert [m["mode"] for m in figures["modes"]] == ["triggered", "continuous"]
     for mode in figures["modes"]:
-        assert mode["rides_produced"] == 400 and mode["probes"] >= 1
+        assert mode["rides_produced"] == 400 and mode["pickups_produced"] == 40 and mode["probes"] >= 1
         assert len(mode["raw_rides_seconds"]) == len(mode["vendor_counts_seconds"]) == mode["probes"]
         # A probe is in raw_rides before vendor_counts can count it.
         assert all(
