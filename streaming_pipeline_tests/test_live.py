@@ -5,7 +5,8 @@ The tests share one stack and one `dagster dev`, in file order: rides reach gold
 the registry is down is retried once it is back; no two steps ever worked on a checkpoint at once; the README's
 replay, with the sensor paused, rebuilds raw_rides and gold over the engine; `dagster dev` restarted with
 LIVE_MODE=continuous streams what is produced next, exactly once, with its tables fresh, through a SIGKILL of its
-run, until its run is terminated; and, last, switching back to triggered and again to continuous is exact.
+run, until its run is terminated; switching back to triggered and again to continuous is exact; and, last, the
+continuous mode goes on exactly once after the engine dies and is started again, and after the broker was away.
 No test asserts a time: waits are bounded only so that a broken path fails instead of hanging.
 """
 
@@ -423,6 +424,71 @@ def test_switching_to_triggered_and_back_to_continuous_loses_and_duplicates_noth
         _stop_the_continuous_run(live, dagster_dev)
 
 
+def test_the_continuous_mode_goes_on_exactly_once_after_the_engine_dies_and_the_broker_is_away(
+    live: Live, tmp_path: Path
+) -> None:
+    """The Spark Connect server SIGKILLed while rides stream in, and started again as `stack up` does: the run
+    fails, the sensor relaunches it, and the new run goes on from the checkpoints. Then the broker stopped for
+    20 s and started again. Every ride lands once."""
+    kafka, registry = _resources(live)
+    stack_dir = live.stack.directory
+
+    def produce_and_check(rides: list[dict[str, Any]], what: str, log: Path) -> None:
+        PRODUCED.extend(rides)
+        expected = expected_vendor_counts(PRODUCED)
+        live_helpers.wait_until(
+            f"{len(PRODUCED)} rides in raw_rides {what}", lambda: live.count("raw_rides") == len(PRODUCED), log=log
+        )
+        live_helpers.wait_until(
+            f"vendor_counts == {expected} {what}", lambda: live.vendor_counts() == expected, log=log
+        )
+        raw = live.spark.read.format("delta").load(str(live.lakehouse / "raw_rides"))
+        assert raw.select("kafka_partition", "kafka_offset").distinct().count() == len(PRODUCED)
+
+    with DagsterDev(_continuous_env(live), tmp_path / "dagster-dev-faults.log") as dagster_dev:
+        log = dagster_dev.log_file
+        _dagster_cli(dagster_dev, "sensor", "start", "continuous_streams_sensor")  # the previous test stopped it
+        live_helpers.wait_until("the continuous run", lambda: _continuous_run(live) is not None, log=log)
+        first = _continuous_run(live)
+        assert first is not None
+
+        # The engine dies a random moment into a load; `stack up` starts it again on its port.
+        engine = EmbeddedStack(stack_dir, prefer_standard_ports=False).up(timeout=60)  # all running: where they are
+        assert engine.spark_pid is not None
+        rides = list(synthetic_rides(600, SyntheticOptions(seed=410)))
+        delay = random.Random().uniform(0.5, 1.5)
+        with ThreadPoolExecutor(1) as pool:
+            producing = pool.submit(
+                produce, kafka, registry, RIDES_TOPIC, rows_from_records(rides), rate=300, show_progress=False
+            )
+            time.sleep(delay)
+            os.kill(engine.spark_pid, signal.SIGKILL)
+            assert producing.result().sent == 600, f"the engine killed {delay:.1f} s into the load"
+        restarted = EmbeddedStack(stack_dir, prefer_standard_ports=False).up(timeout=120)
+        assert restarted.spark_remote == engine.spark_remote and restarted.spark_pid != engine.spark_pid
+        live_helpers.wait_until(
+            "the run that lost its engine fails",
+            lambda: _status(live, first.run_id) == dg.DagsterRunStatus.FAILURE,
+            log=log,
+        )
+        live_helpers.wait_until(
+            "the sensor relaunches the continuous run",
+            lambda: (run := _continuous_run(live)) is not None and run.run_id != first.run_id,
+            log=log,
+        )
+        produce_and_check(rides, "after the engine restarted", log)
+
+        # The broker away for 20 s: what is produced once it is back lands once too.
+        stop_pid(restarted.kafka_pid, timeout=30)
+        time.sleep(20)
+        back = EmbeddedStack(stack_dir, prefer_standard_ports=False).up(timeout=120)
+        assert back.bootstrap_servers == restarted.bootstrap_servers
+        more = list(synthetic_rides(300, SyntheticOptions(seed=411)))
+        assert produce(kafka, registry, RIDES_TOPIC, rows_from_records(more), show_progress=False).sent == 300
+        produce_and_check(more, "after the broker came back", log)
+        _stop_the_continuous_run(live, dagster_dev)
+
+
 def _continuous_env(live: Live) -> dict[str, str]:
     """`dagster dev`'s environment in the continuous mode. Reports every 5 s, and Dagster's freshness daemon every
     5 s (30 s by default), to see a table fresh sooner."""
@@ -467,6 +533,11 @@ def _stop_the_continuous_run(live: Live, dagster_dev: DagsterDev) -> None:
         log=dagster_dev.log_file,
     )
     assert live.instance().get_run_by_id(run.run_id).status == dg.DagsterRunStatus.CANCELED
+
+
+def _status(live: Live, run_id: str) -> dg.DagsterRunStatus | None:
+    run = live.instance().get_run_by_id(run_id)
+    return run.status if run is not None else None
 
 
 def _freshness(live: Live, table: str) -> str | None:

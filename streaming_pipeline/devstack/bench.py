@@ -608,7 +608,10 @@ def _live_mode(
             loader.start()
             if pickups:
                 pickup_loader.start()
-            say(f"{figures.mode}: {len(load):,} rides at {figures.rate:,}/s, probes about {probe_every:g} s apart")
+            say(
+                f"{figures.mode}: {len(load):,} rides at {figures.rate:,}/s and {len(pickups):,} pickups, probes about "
+                f"{probe_every:g} s apart"
+            )
             next_probe = time.monotonic() + rng.uniform(0.5, 1.5) * probe_every
             while loader.is_alive():
                 watcher.poll()

@@ -2,9 +2,9 @@
 
 `ContinuousQueries` starts each query once the Delta tables it reads exist, gathers its progress, restarts it
 after a failure (at once when a source table's schema changed, else after a back-off that doubles up to a
-minute), stops it now and then for the work that needs it at rest (`StreamQuery.after_stop`), and stops every
-query when asked. The queries are the same as those of an availableNow run, with the same checkpoints and
-handlers, so a table written by either mode is exactly once.
+minute; the whole set fails at once when the session is gone), stops it now and then for the work that needs it
+at rest (`StreamQuery.after_stop`), and stops every query when asked. The queries are the same as those of an
+availableNow run, with the same checkpoints and handlers, so a table written by either mode is exactly once.
 
 It never sleeps and owns no thread: its owner calls `poll()` every second or two and `take_reports()` when it
 wants to say what happened. A poll asks each query only whether it is still active; the progress is read every
@@ -40,6 +40,11 @@ MAX_BACKOFF_SECONDS = 60.0
 #: Consecutive failures of one query (schema restarts aside) after which the whole set fails: the run fails, and
 #: whoever keeps the run alive starts it again (a broker away for a minute costs a few failures, not ten).
 MAX_CONSECUTIVE_FAILURES = 10
+#: What Spark Connect says when the session the queries run in is gone (the server died or restarted, or expired
+#: the session): no query can start in it again, so the whole set fails at once, and whoever keeps the run alive
+#: starts it again with a new session. Retried instead, each query would fail MAX_CONSECUTIVE_FAILURES times, with
+#: back-off, minutes of a run that can do nothing.
+SESSION_GONE_MARKERS = ("NO_ACTIVE_SESSION", "INVALID_HANDLE.SESSION_CLOSED", "INVALID_HANDLE.SESSION_CHANGED")
 #: How often a poll reads the queries' progress: well within the 100 micro-batches Spark keeps (50 s at 500 ms).
 PROGRESS_EVERY_SECONDS = 10.0
 
@@ -269,6 +274,12 @@ class ContinuousQueries:
         self._count_failure(running, root_cause(message))
 
     def _count_failure(self, running: _Running, cause: str) -> None:
+        if any(marker in cause for marker in SESSION_GONE_MARKERS):
+            self.stop()
+            raise StreamingRunError(
+                f"streaming query {running.spec.name!r} cannot start again: its Spark Connect session is gone (the "
+                f"engine restarted?); the last error: {cause}"
+            )
         running.failures += 1
         if running.failures >= self._max_failures:
             self.stop()

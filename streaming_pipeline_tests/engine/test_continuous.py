@@ -317,3 +317,16 @@ def test_a_poll_reads_progress_only_every_progress_interval_and_a_report_always_
     gold.fail("boom")
     runner.poll()  # failed between two reads of its progress: what it did is kept
     assert runner.running() == ["bronze"] and runner.take_reports()["gold"].input_rows == 3
+
+
+def test_a_session_that_is_gone_fails_the_set_at_once_instead_of_retrying() -> None:
+    engine, log = FakeEngine(), Log()
+    runner = _runner(engine, engine.query("bronze"), engine.query("gold"), log=log)
+    runner.poll()
+    engine.started[0].fail("stopped")  # the engine died: the query is no longer active
+    runner.poll()
+    engine.now = 5.0
+    engine.start_error = "[NO_ACTIVE_SESSION] No active Spark session found."
+    with pytest.raises(StreamingRunError, match=r"'bronze' cannot start again: its Spark Connect session is gone"):
+        runner.poll()  # its restart finds no session: no back-off, no ten tries
+    assert engine.started[1].stops == 1 and runner.running() == []
