@@ -326,14 +326,7 @@ def test_the_continuous_mode_streams_produced_rides_to_gold_and_terminating_it_s
         pid = run_pid(live.instance(), killed.run_id)
         assert pid is not None
         more_rides = list(synthetic_rides(1_500, SyntheticOptions(seed=406)))
-        delay = random.Random().uniform(0.5, 3.0)
-        with ThreadPoolExecutor(1) as pool:
-            producing = pool.submit(
-                produce, kafka, registry, RIDES_TOPIC, rows_from_records(more_rides), rate=500, show_progress=False
-            )
-            time.sleep(delay)
-            os.kill(pid, signal.SIGKILL)
-            assert producing.result().sent == 1_500, f"killed {delay:.1f} s into the load"
+        _kill_under_load(live, more_rides, rate=500, pid=pid, latest=3.0)
         PRODUCED.extend(more_rides)
         live_helpers.wait_until(
             "another continuous run",
@@ -359,19 +352,7 @@ def test_the_continuous_mode_streams_produced_rides_to_gold_and_terminating_it_s
         after_restart = list(synthetic_rides(200, SyntheticOptions(seed=407)))
         assert produce(kafka, registry, RIDES_TOPIC, rows_from_records(after_restart), show_progress=False).sent == 200
         PRODUCED.extend(after_restart)
-        expected = expected_vendor_counts(PRODUCED)
-        live_helpers.wait_until(
-            f"{len(PRODUCED)} rides in raw_rides after the kill",
-            lambda: live.count("raw_rides") == len(PRODUCED),
-            log=dagster_dev.log_file,
-        )
-        live_helpers.wait_until(
-            f"vendor_counts == {expected} after the kill",
-            lambda: live.vendor_counts() == expected,
-            log=dagster_dev.log_file,
-        )
-        after_kill = live.spark.read.format("delta").load(str(live.lakehouse / "raw_rides"))
-        assert after_kill.select("kafka_partition", "kafka_offset").distinct().count() == len(PRODUCED)
+        _wait_until_exact(live, dagster_dev.log_file, "after the kill")
 
         # Terminated from the UI's API with its sensor stopped (the offset sensors rest in this mode): no query goes on.
         _stop_the_continuous_run(live, dagster_dev)
@@ -395,13 +376,7 @@ def test_switching_to_triggered_and_back_to_continuous_loses_and_duplicates_noth
         rides = list(synthetic_rides(300, SyntheticOptions(seed=seed)))
         assert produce(kafka, registry, RIDES_TOPIC, rows_from_records(rides), show_progress=False).sent == 300
         PRODUCED.extend(rides)
-        expected = expected_vendor_counts(PRODUCED)
-        live_helpers.wait_until(
-            f"{len(PRODUCED)} rides in raw_rides", lambda: live.count("raw_rides") == len(PRODUCED), log=log
-        )
-        live_helpers.wait_until(f"vendor_counts == {expected}", lambda: live.vendor_counts() == expected, log=log)
-        raw = live.spark.read.format("delta").load(str(live.lakehouse / "raw_rides"))
-        assert raw.select("kafka_partition", "kafka_offset").distinct().count() == len(PRODUCED)
+        _wait_until_exact(live, log)
 
     with DagsterDev(live.env, tmp_path / "dagster-dev-triggered.log") as dagster_dev:
         _dagster_cli(dagster_dev, "sensor", "start", SENSOR_NAME)  # paused since the replay, as the README says
@@ -433,18 +408,6 @@ def test_the_continuous_mode_goes_on_exactly_once_after_the_engine_dies_and_the_
     kafka, registry = _resources(live)
     stack_dir = live.stack.directory
 
-    def produce_and_check(rides: list[dict[str, Any]], what: str, log: Path) -> None:
-        PRODUCED.extend(rides)
-        expected = expected_vendor_counts(PRODUCED)
-        live_helpers.wait_until(
-            f"{len(PRODUCED)} rides in raw_rides {what}", lambda: live.count("raw_rides") == len(PRODUCED), log=log
-        )
-        live_helpers.wait_until(
-            f"vendor_counts == {expected} {what}", lambda: live.vendor_counts() == expected, log=log
-        )
-        raw = live.spark.read.format("delta").load(str(live.lakehouse / "raw_rides"))
-        assert raw.select("kafka_partition", "kafka_offset").distinct().count() == len(PRODUCED)
-
     with DagsterDev(_continuous_env(live), tmp_path / "dagster-dev-faults.log") as dagster_dev:
         log = dagster_dev.log_file
         _dagster_cli(dagster_dev, "sensor", "start", "continuous_streams_sensor")  # the previous test stopped it
@@ -456,14 +419,8 @@ def test_the_continuous_mode_goes_on_exactly_once_after_the_engine_dies_and_the_
         engine = EmbeddedStack(stack_dir, prefer_standard_ports=False).up(timeout=60)  # all running: where they are
         assert engine.spark_pid is not None
         rides = list(synthetic_rides(600, SyntheticOptions(seed=410)))
-        delay = random.Random().uniform(0.5, 1.5)
-        with ThreadPoolExecutor(1) as pool:
-            producing = pool.submit(
-                produce, kafka, registry, RIDES_TOPIC, rows_from_records(rides), rate=300, show_progress=False
-            )
-            time.sleep(delay)
-            os.kill(engine.spark_pid, signal.SIGKILL)
-            assert producing.result().sent == 600, f"the engine killed {delay:.1f} s into the load"
+        _kill_under_load(live, rides, rate=300, pid=engine.spark_pid, latest=1.5)
+        PRODUCED.extend(rides)
         restarted = EmbeddedStack(stack_dir, prefer_standard_ports=False).up(timeout=120)
         assert restarted.spark_remote == engine.spark_remote and restarted.spark_pid != engine.spark_pid
         live_helpers.wait_until(
@@ -476,7 +433,7 @@ def test_the_continuous_mode_goes_on_exactly_once_after_the_engine_dies_and_the_
             lambda: (run := _continuous_run(live)) is not None and run.run_id != first.run_id,
             log=log,
         )
-        produce_and_check(rides, "after the engine restarted", log)
+        _wait_until_exact(live, log, "after the engine restarted")
 
         # The broker away for 20 s: what is produced once it is back lands once too.
         stop_pid(restarted.kafka_pid, timeout=30)
@@ -485,8 +442,37 @@ def test_the_continuous_mode_goes_on_exactly_once_after_the_engine_dies_and_the_
         assert back.bootstrap_servers == restarted.bootstrap_servers
         more = list(synthetic_rides(300, SyntheticOptions(seed=411)))
         assert produce(kafka, registry, RIDES_TOPIC, rows_from_records(more), show_progress=False).sent == 300
-        produce_and_check(more, "after the broker came back", log)
+        PRODUCED.extend(more)
+        _wait_until_exact(live, log, "after the broker came back")
         _stop_the_continuous_run(live, dagster_dev)
+
+
+def _kill_under_load(live: Live, rides: list[dict[str, Any]], *, rate: int, pid: int, latest: float) -> None:
+    """Produce `rides` at `rate` a second and SIGKILL process `pid` 0.5 to `latest` s into that load; every ride is
+    sent all the same."""
+    kafka, registry = _resources(live)
+    delay = random.Random().uniform(0.5, latest)
+    with ThreadPoolExecutor(1) as pool:
+        producing = pool.submit(
+            produce, kafka, registry, RIDES_TOPIC, rows_from_records(rides), rate=rate, show_progress=False
+        )
+        time.sleep(delay)
+        os.kill(pid, signal.SIGKILL)
+        assert producing.result().sent == len(rides), f"killed {delay:.1f} s into the load"
+
+
+def _wait_until_exact(live: Live, log: Path, when: str = "") -> None:
+    """Wait until raw_rides holds every ride of PRODUCED and vendor_counts counts each once (counted here from the
+    produced records), then check that no Kafka record is in raw_rides twice."""
+    expected = expected_vendor_counts(PRODUCED)
+    live_helpers.wait_until(
+        f"{len(PRODUCED)} rides in raw_rides {when}".strip(), lambda: live.count("raw_rides") == len(PRODUCED), log=log
+    )
+    live_helpers.wait_until(
+        f"vendor_counts == {expected} {when}".strip(), lambda: live.vendor_counts() == expected, log=log
+    )
+    raw = live.spark.read.format("delta").load(str(live.lakehouse / "raw_rides"))
+    assert raw.select("kafka_partition", "kafka_offset").distinct().count() == len(PRODUCED)
 
 
 def _continuous_env(live: Live) -> dict[str, str]:
