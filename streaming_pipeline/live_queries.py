@@ -69,7 +69,7 @@ def live_queries(
     run_id: str | None = None,
     log: Log | None = None,
 ) -> list[StreamQuery]:
-    """The queries, bronze first. Building a bronze query checks its table, checkpoint and topic (and raises
+    """The queries, bronze first. Starting a bronze query checks its table, checkpoint and topic (and raises
     BronzeStateError, naming `streaming-pipeline replay`, when they disagree)."""
     bronze = [bronze_query(spark, kafka, registry, lakehouse, source=source) for source in all_sources()]
     queries = [

@@ -371,6 +371,7 @@ def test_switching_to_triggered_and_back_to_continuous_loses_and_duplicates_noth
     the terminated continuous run left in Kafka): the offset sensor's run takes over where the continuous queries
     stopped, the continuous run where the triggered run stopped, and every table is exact after each switch."""
     kafka, registry = _resources(live)
+    live.dagster_dev.stop()  # one daemon per instance (stopped already when the module runs in order)
 
     def produce_and_check(seed: int, log: Path) -> None:
         rides = list(synthetic_rides(300, SyntheticOptions(seed=seed)))
@@ -404,13 +405,16 @@ def test_the_continuous_mode_goes_on_exactly_once_after_the_engine_dies_and_the_
 ) -> None:
     """The Spark Connect server SIGKILLed while rides stream in, and started again as `stack up` does: the run
     fails, the sensor relaunches it, and the new run goes on from the checkpoints. Then the broker stopped for
-    20 s and started again. Every ride lands once."""
+    20 s and started again: the same run goes on. Every ride lands once, carried by the continuous runs alone."""
     kafka, registry = _resources(live)
     stack_dir = live.stack.directory
+    live.dagster_dev.stop()  # one daemon per instance (stopped already when the module runs in order)
 
     with DagsterDev(_continuous_env(live), tmp_path / "dagster-dev-faults.log") as dagster_dev:
         log = dagster_dev.log_file
         _dagster_cli(dagster_dev, "sensor", "start", "continuous_streams_sensor")  # the previous test stopped it
+        # The offset sensor the previous test started would carry rides while the continuous run is in back-off.
+        _dagster_cli(dagster_dev, "sensor", "stop", SENSOR_NAME)
         live_helpers.wait_until("the continuous run", lambda: _continuous_run(live) is not None, log=log)
         first = _continuous_run(live)
         assert first is not None
@@ -434,8 +438,10 @@ def test_the_continuous_mode_goes_on_exactly_once_after_the_engine_dies_and_the_
             log=log,
         )
         _wait_until_exact(live, log, "after the engine restarted")
+        relaunched = _continuous_run(live)
+        assert relaunched is not None
 
-        # The broker away for 20 s: what is produced once it is back lands once too.
+        # The broker away for 20 s: the run waits for it, and what is produced once it is back lands once too.
         stop_pid(restarted.kafka_pid, timeout=30)
         time.sleep(20)
         back = EmbeddedStack(stack_dir, prefer_standard_ports=False).up(timeout=120)
@@ -444,6 +450,8 @@ def test_the_continuous_mode_goes_on_exactly_once_after_the_engine_dies_and_the_
         assert produce(kafka, registry, RIDES_TOPIC, rows_from_records(more), show_progress=False).sent == 300
         PRODUCED.extend(more)
         _wait_until_exact(live, log, "after the broker came back")
+        after = _continuous_run(live)
+        assert after is not None and after.run_id == relaunched.run_id  # the broker away failed no run
         _stop_the_continuous_run(live, dagster_dev)
 
 

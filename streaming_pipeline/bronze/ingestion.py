@@ -68,13 +68,15 @@ def bronze_query(
     *,
     source: SourceTopic,
 ) -> StreamQuery:
-    """The streaming query of the source's bronze table, after checking that table, checkpoint and topic agree:
-    Kafka -> the foreachBatch handler -> the bronze table and the dead-letter table."""
+    """The streaming query of the source's bronze table: Kafka -> the foreachBatch handler -> the bronze table and
+    the dead-letter table.
+
+    Each start of the query first creates the topic when absent and checks that table, checkpoint and topic agree
+    (BronzeStateError when not). Building the query asks nothing of Kafka, so that a continuous run that starts
+    while the broker is away waits for it like a query that failed (with back-off), instead of failing."""
     topic, asset_name = source.topic, source.bronze_table
-    kafka.ensure_topic(topic)
     table_path = lakehouse.table_path(asset_name)
     checkpoint_dir = lakehouse.checkpoint_path(asset_name)
-    starting_offsets = _starting_offsets(kafka, table_path, checkpoint_dir, asset_name, topic)
     handler = BronzeBatchWriter(
         registry_url=registry.url,
         registry_auth=registry.basic_auth_user_info,
@@ -87,6 +89,8 @@ def bronze_query(
     )
 
     def start_writer() -> DataStreamWriter:
+        kafka.ensure_topic(topic)
+        starting_offsets = _starting_offsets(kafka, table_path, checkpoint_dir, asset_name, topic)
         records = (
             spark.readStream.format("kafka")
             .options(**kafka.spark_options())

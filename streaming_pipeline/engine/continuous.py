@@ -2,7 +2,8 @@
 
 `ContinuousQueries` starts each query once the Delta tables it reads exist, gathers its progress, restarts it
 after a failure (at once when a source table's schema changed, else after a back-off that doubles up to a
-minute; the whole set fails at once when the session is gone), stops it now and then for the work that needs it
+minute; a start that fails, the broker away say, is a failure too; the whole set fails at once when the session
+is gone or a bronze table disagrees with its checkpoint), stops it now and then for the work that needs it
 at rest (`StreamQuery.after_stop`), and stops every query when asked. The queries are the same as those of an
 availableNow run, with the same checkpoints and handlers, so a table written by either mode is exactly once.
 
@@ -30,7 +31,7 @@ from streaming_pipeline.engine.streams import (
     StreamRunReport,
     root_cause,
 )
-from streaming_pipeline.errors import StreamingRunError
+from streaming_pipeline.errors import BronzeStateError, StreamingRunError
 
 if TYPE_CHECKING:
     from pyspark.sql.streaming import StreamingQuery
@@ -214,6 +215,11 @@ class ContinuousQueries:
             return
         try:
             running.query = self._start(running.spec)
+        except BronzeStateError:
+            # A bronze table, its checkpoint and its topic disagree: waiting does not make them agree (a replay
+            # does), so the set fails at once with the error that says so.
+            self.stop()
+            raise
         except Exception as exc:
             self._count_failure(running, root_cause(str(exc)))
             return

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import time
 from typing import Any
 
@@ -13,6 +14,14 @@ from pydantic import Field
 from streaming_pipeline.errors import BrokerUnavailableError, ConfigurationError
 
 _SECURITY_PROTOCOLS = ("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL")
+
+# The admin and consumer clients' own log lines. They only ask (metadata, offsets), and every failure reaches the
+# caller as a KafkaException, which the methods below turn into BrokerUnavailableError; on stderr, librdkafka
+# would add a line for every try to reach a broker that is away, every 50 to 100 ms: 400 lines in a 20 s outage
+# for the two reports of a continuous run, in its compute log and in `dagster dev`'s output.
+_LIBRDKAFKA_LOG = logging.getLogger("streaming_pipeline.resources.kafka.librdkafka")
+_LIBRDKAFKA_LOG.addHandler(logging.NullHandler())
+_LIBRDKAFKA_LOG.propagate = False
 
 
 class KafkaResource(dg.ConfigurableResource):
@@ -78,12 +87,14 @@ class KafkaResource(dg.ConfigurableResource):
             "group.id": group_id,
             "auto.offset.reset": "earliest",
             "enable.auto.commit": False,
+            "logger": _LIBRDKAFKA_LOG,
             **overrides,
         }
         return Consumer(config)
 
     def admin(self) -> AdminClient:
-        return AdminClient(self.client_config())
+        # confluent-kafka's stubs type config values as str | int | float, but "logger" takes a logging.Logger
+        return AdminClient({**self.client_config(), "logger": _LIBRDKAFKA_LOG})  # type: ignore[dict-item]
 
     def topic_partitions(self, topic: str) -> list[int]:
         """Partition ids of `topic`; empty when the topic does not exist. Bounded by timeout_seconds.

@@ -11,6 +11,7 @@ from streaming_pipeline.bronze.offsets import consumer_lag
 from streaming_pipeline.defs.bronze.offset_sensors import Decision, build_offset_sensor, decide, live_job
 from streaming_pipeline.devstack.producer import produce, rows_from_records
 from streaming_pipeline.devstack.synthetic import SyntheticOptions, synthetic_rides
+from streaming_pipeline.errors import BrokerUnavailableError
 from streaming_pipeline.resources import KafkaResource, LakehouseResource
 from streaming_pipeline.settings import SensorSettings
 from streaming_pipeline.tables import RIDES_TOPIC
@@ -128,6 +129,21 @@ def test_sensor_skips_with_reason_when_kafka_is_down(tmp_path) -> None:
     result = sensor(dg.build_sensor_context(resources=resources, instance=dg.DagsterInstance.ephemeral()))
     assert isinstance(result, dg.SkipReason)
     assert "Kafka is not reachable" in (result.skip_message or "")
+
+
+def test_asking_a_broker_that_is_away_raises_and_writes_nothing_to_stderr(capfd: pytest.CaptureFixture[str]) -> None:
+    """librdkafka would write a line to stderr for every try to connect, every 50 to 100 ms: a sensor tick or a
+    continuous run's report while the broker is away would add hundreds. The reason is in the exception."""
+    from confluent_kafka import KafkaException, TopicPartition
+
+    kafka = KafkaResource(bootstrap_servers="127.0.0.1:1", timeout_seconds=1)
+    with pytest.raises(BrokerUnavailableError, match="Kafka at 127.0.0.1:1 did not answer within 1 s"):
+        kafka.topic_partitions(RIDES_TOPIC)
+    consumer = kafka.consumer(group_id="probe")
+    with pytest.raises(KafkaException, match="All broker connections are down"):
+        consumer.get_watermark_offsets(TopicPartition(RIDES_TOPIC, 0), timeout=1, cached=False)
+    consumer.close()
+    assert "rdkafka" not in capfd.readouterr().err
 
 
 @pytest.mark.integration

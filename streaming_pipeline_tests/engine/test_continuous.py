@@ -12,7 +12,7 @@ import pytest
 
 from streaming_pipeline.engine.continuous import ContinuousQueries
 from streaming_pipeline.engine.streams import StreamQuery, StreamRunReport
-from streaming_pipeline.errors import StreamingRunError
+from streaming_pipeline.errors import BrokerUnavailableError, BronzeStateError, StreamingRunError
 
 
 @dataclass
@@ -69,6 +69,8 @@ class FakeWriter:
         return self
 
     def start(self) -> FakeQuery:
+        if isinstance(self.engine.start_error, Exception):
+            raise self.engine.start_error
         if self.engine.start_error:
             raise RuntimeError(self.engine.start_error)
         query = FakeQuery(f"{self.name}-{len(self.engine.started)}")
@@ -80,7 +82,7 @@ class FakeWriter:
 class FakeEngine:
     started: list[FakeQuery] = field(default_factory=list)
     triggers: list[str] = field(default_factory=list)
-    start_error: str | None = None
+    start_error: str | Exception | None = None
     existing: set[str] = field(default_factory=set)
     now: float = 0.0
     after_stops: int = 0
@@ -256,6 +258,43 @@ def test_a_failed_start_counts_as_a_failure() -> None:
     runner.poll()
     assert runner.running() == []
     assert any("bronze: failed (1 in a row)" in line and "path does not exist" in line for line in log.lines)
+
+
+def test_a_start_that_finds_the_broker_away_is_retried_after_a_back_off_until_the_broker_is_back() -> None:
+    engine, log = FakeEngine(), Log()
+    engine.start_error = BrokerUnavailableError("Kafka at 127.0.0.1:9092 did not answer within 10 s")
+    runner = _runner(engine, engine.query("bronze"), log=log)
+    runner.poll()  # the start fails (the set does not): tried again 5 s from now
+    engine.now = 4.0
+    runner.poll()
+    assert runner.running() == [] and engine.started == []
+    engine.now = 5.0
+    runner.poll()  # still away: 10 s from now
+    engine.start_error = None
+    engine.now = 14.0
+    runner.poll()
+    assert runner.running() == []
+    engine.now = 15.0
+    runner.poll()
+    assert runner.running() == ["bronze"] and len(engine.started) == 1
+    assert [line for line in log.lines if line.startswith("WARNING")] == [
+        "WARNING bronze: failed (1 in a row), restarting in 5 s: Kafka at 127.0.0.1:9092 did not answer within 10 s",
+        "WARNING bronze: failed (2 in a row), restarting in 10 s: Kafka at 127.0.0.1:9092 did not answer within 10 s",
+    ]
+
+
+def test_a_bronze_table_that_disagrees_with_its_checkpoint_fails_the_set_at_once() -> None:
+    engine = FakeEngine()
+    runner = _runner(engine, engine.query("gold"), engine.query("bronze"))
+    runner.poll()
+    assert runner.running() == ["gold", "bronze"]
+    engine.started[1].fail("stopped")
+    runner.poll()  # a failure like any other: restarted 5 s from now
+    engine.start_error = BronzeStateError("raw_rides: the checkpoint was reset; run `streaming-pipeline replay`")
+    engine.now = 5.0
+    with pytest.raises(BronzeStateError, match="streaming-pipeline replay"):
+        runner.poll()  # no more back-off and no ten tries: a replay, not time, makes them agree
+    assert engine.started[0].stops == 1 and runner.running() == []
 
 
 def test_a_query_with_after_stop_is_paused_for_it_only_when_due_and_after_progress() -> None:
