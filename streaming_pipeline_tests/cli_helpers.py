@@ -25,11 +25,30 @@ MATERIALIZE_EVERY_ASSET = [
 ]
 
 
+#: The continuous mode's run from the command line: every streaming query, until it is stopped.
+EXECUTE_THE_CONTINUOUS_JOB = [
+    sys.executable,
+    "-m",
+    "dagster",
+    "job",
+    "execute",
+    "-m",
+    "streaming_pipeline.definitions",
+    "-j",
+    "continuous_streams_job",
+]
+
+
 def start_materializing_every_asset(env: Mapping[str, str], out: IO[bytes]) -> subprocess.Popen[bytes]:
-    """MATERIALIZE_EVERY_ASSET from the repository, with `env`, its output in `out`, in a process group of its
-    own (so that the whole run, Spark's JVM included, can be killed)."""
+    """MATERIALIZE_EVERY_ASSET: see `start_in_a_group_of_its_own`."""
+    return start_in_a_group_of_its_own(MATERIALIZE_EVERY_ASSET, env, out)
+
+
+def start_in_a_group_of_its_own(command: list[str], env: Mapping[str, str], out: IO[bytes]) -> subprocess.Popen[bytes]:
+    """`command` from the repository, with `env`, its output in `out`, in a process group of its own (so that the
+    whole run, Spark's JVM included, can be killed)."""
     return subprocess.Popen(
-        MATERIALIZE_EVERY_ASSET,
+        command,
         cwd=REPO_ROOT,
         env=env,
         stdout=out,

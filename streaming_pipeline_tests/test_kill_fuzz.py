@@ -1,15 +1,17 @@
-"""Kill fuzz: the whole pipeline (`dagster asset materialize --select '*'`, one process with Spark's JVM) is
-killed with SIGKILL at random moments, and re-run each time with more records waiting. Afterwards the raw tables
-hold every Kafka record exactly once, and the silver and gold tables equal what the test computes from the
-records it produced.
+"""Kill fuzz: the whole pipeline, one process with Spark's JVM, is killed with SIGKILL at random moments, in both
+live modes, and run again each time with more records waiting. Afterwards the raw tables hold every Kafka record
+exactly once, and the silver and gold tables equal what the test computes from the records it produced.
 
-Each round produces new rides and pickups, starts a run, waits until the run's first step has started, sleeps
-a random time and SIGKILLs the run's whole process group (the Dagster CLI and the JVM: a machine that dies,
-not a polite stop). The moment is uniform over STREAMING_PIPELINE_KILL_FUZZ_WINDOW seconds after the first step
-started (default 150: about what a whole run takes here, so that kills fall anywhere from the first bronze
-batch to the last check). A run that ends before its kill moment counts as finished, not as a kill. The
-moments come from a seeded generator: the seed is printed and can be set with STREAMING_PIPELINE_KILL_FUZZ_SEED.
-The suite kills twice (a few minutes); the fuzz of the issue is STREAMING_PIPELINE_KILL_FUZZ_KILLS=20.
+Each round produces new rides and pickups and starts a run of the mode that has been killed less often so far
+(triggered first): a triggered run, `dagster asset materialize --select '*'`, or a continuous run, `dagster job
+execute -j continuous_streams_job` with `LIVE_MODE=continuous`, which streams every query until it is killed. It
+waits until the run's first step has started (for a continuous run, until its first query streams), sleeps a
+random time and SIGKILLs the run's whole process group (the Dagster CLI and the JVM: a machine that dies, not a
+polite stop). The moment is uniform over STREAMING_PIPELINE_KILL_FUZZ_WINDOW seconds (default 75). A triggered
+run that ends before its kill moment counts as finished, not as a kill. The moments come from a seeded generator:
+the seed is printed and can be set with STREAMING_PIPELINE_KILL_FUZZ_SEED. After the last kill a triggered run
+goes to the end (both modes use the same checkpoints). The suite kills twice, once in each mode (a few
+minutes); the fuzz of the issue is STREAMING_PIPELINE_KILL_FUZZ_KILLS=20.
 """
 
 from __future__ import annotations
@@ -31,9 +33,11 @@ from streaming_pipeline.devstack.embedded.processes import group_members
 from streaming_pipeline.devstack.synthetic import SyntheticOptions, synthetic_pickups, synthetic_rides
 from streaming_pipeline.settings import DEFAULT_HIGH_AMOUNT_THRESHOLD
 from streaming_pipeline_tests.cli_helpers import (
+    EXECUTE_THE_CONTINUOUS_JOB,
     MATERIALIZE_EVERY_ASSET,
     environment_without_pipeline_settings,
     produce_with_cli,
+    start_in_a_group_of_its_own,
     start_materializing_every_asset,
 )
 from streaming_pipeline_tests.kafka_helpers import REPO_ROOT, all_coordinates, end_offsets
@@ -50,11 +54,16 @@ KILL_WINDOW_S = float(os.environ.get("STREAMING_PIPELINE_KILL_FUZZ_WINDOW", "75"
 MAX_ROUNDS = 3 * KILLS  # rounds whose run ends before its kill moment do not count as kills
 WINDOW_SECONDS = 600  # RIDE_WINDOW_DURATION's default, 10 minutes
 RUN_TIMEOUT_S = 600
+#: What a continuous run's log says once a query streams (engine.continuous), and what names the query.
+STREAMING = re.compile(r"(\w+): streaming \(trigger every")
 
 
 def _running_step(log: Path) -> str:
-    """The step the run was in when it was killed: the last one started and not finished, from the event log."""
+    """The step the run was in when it was killed: the last one started and not finished, from the event log (for
+    a continuous run, its step and how many of its queries streamed)."""
     text = log.read_text(errors="replace")
+    if "continuous_streams_job" in text:
+        return f"continuous_streams ({len(set(STREAMING.findall(text)))} queries streaming)"
     started = re.findall(r'STEP_START - Started execution of step "([^"]+)"', text)
     finished = set(re.findall(r'STEP_(?:SUCCESS|FAILURE) - .*?step "([^"]+)"', text))
     running = [step for step in started if step not in finished]
@@ -96,22 +105,28 @@ def test_sigkill_at_random_moments_then_rerun_gives_every_record_exactly_once(st
     )
 
     rides, pickups, killed_in, finished_rounds = [], [], Counter(), 0
+    kills_by_mode = {"triggered": 0, "continuous": 0}
     for round_number in range(MAX_ROUNDS):
         if sum(killed_in.values()) == KILLS:
             break
+        mode = min(kills_by_mode, key=kills_by_mode.__getitem__)  # the mode killed less often; triggered first
         produce_with_cli(stack, "rides", "--synthetic", str(RIDES_PER_ROUND), "--seed", str(SEED + round_number))
         rides += synthetic_rides(RIDES_PER_ROUND, SyntheticOptions(seed=SEED + round_number))
         produce_with_cli(stack, "pickups", "--synthetic", str(PICKUPS_PER_ROUND), "--seed", str(SEED + round_number))
         pickups += synthetic_pickups(PICKUPS_PER_ROUND, SyntheticOptions(seed=SEED + round_number))
         log = tmp_path / f"round-{round_number}.log"
         delay = rng.uniform(0.0, KILL_WINDOW_S)
+        started = "STEP_START" if mode == "triggered" else STREAMING
         with log.open("wb") as out:
-            proc = start_materializing_every_asset(env, out)
+            if mode == "triggered":
+                proc = start_materializing_every_asset(env, out)
+            else:
+                proc = start_in_a_group_of_its_own(EXECUTE_THE_CONTINUOUS_JOB, {**env, "LIVE_MODE": "continuous"}, out)
             try:
                 deadline = time.monotonic() + RUN_TIMEOUT_S
-                while "STEP_START" not in log.read_text(errors="replace") and proc.poll() is None:
+                while not re.search(started, log.read_text(errors="replace")) and proc.poll() is None:
                     assert time.monotonic() < deadline, (
-                        f"round {round_number}: no step started:\n{log.read_text()[-4000:]}"
+                        f"round {round_number} ({mode}): nothing started:\n{log.read_text()[-4000:]}"
                     )
                     time.sleep(0.1)
                 kill_at = time.monotonic() + delay
@@ -124,10 +139,14 @@ def test_sigkill_at_random_moments_then_rerun_gives_every_record_exactly_once(st
                     step = _running_step(log)
                     _kill_group(proc)
                     killed_in[step] += 1
-                    print(f"kill fuzz: round {round_number} killed {delay:.1f} s after its first step, in {step}")
-                else:
-                    assert proc.returncode == 0, (
-                        f"round {round_number} (seed {SEED}) failed on its own ({proc.returncode}):\n"
+                    kills_by_mode[mode] += 1
+                    print(
+                        f"kill fuzz: round {round_number} ({mode}) killed {delay:.1f} s after its first "
+                        f"{'step' if mode == 'triggered' else 'query'} started, in {step}"
+                    )
+                else:  # a triggered run that finished; a continuous run never ends on its own
+                    assert mode == "triggered" and proc.returncode == 0, (
+                        f"round {round_number} ({mode}, seed {SEED}) ended on its own ({proc.returncode}):\n"
                         f"{log.read_text()[-6000:]}"
                     )
                     finished_rounds += 1
@@ -136,6 +155,7 @@ def test_sigkill_at_random_moments_then_rerun_gives_every_record_exactly_once(st
                     _kill_group(proc)
     print(f"kill fuzz: {sum(killed_in.values())} kills, by step: {dict(killed_in)}; {finished_rounds} runs finished")
     assert sum(killed_in.values()) == KILLS, f"only {sum(killed_in.values())} of {KILLS} rounds were killed"
+    assert KILLS < 2 or min(kills_by_mode.values()) >= 1, f"kills by mode: {kills_by_mode}"
 
     # The last run, to the end.
     final_log = tmp_path / "final.log"

@@ -8,7 +8,8 @@ run monitoring frees them after a run whose process was killed. While it runs, t
 reports each table as an asset materialization at most every `CONTINUOUS_REPORT_SECONDS` (rows since the previous
 report, the Delta version, the Kafka offsets), a table caught up with its sources now and then (so that its
 freshness policy does not call an idle table late), and the consumer lag as an observation when it changed, so
-that a day of streaming adds a bounded number of events. Terminating the run (UI) stops every query.
+that a day of streaming adds a bounded number of events. Terminating the run (UI) stops every query: the
+termination is taken between two rounds of calls to the engine, never inside one (`engine.interrupts`).
 """
 
 import time
@@ -23,6 +24,7 @@ from streaming_pipeline.bronze.offsets import consumed_offsets, consumer_lag
 from streaming_pipeline.defs.bronze.offset_sensors import lag_observation
 from streaming_pipeline.engine.continuous import ContinuousQueries
 from streaming_pipeline.engine.delta_log import commits, latest_version
+from streaming_pipeline.engine.interrupts import interrupts_held
 from streaming_pipeline.engine.spark import stop_session_queries
 from streaming_pipeline.engine.streams import StreamQuery, StreamRunReport
 from streaming_pipeline.engine.table_snapshot import row_count
@@ -230,20 +232,22 @@ def _stream(
     next_report += config.report_every_seconds
     try:
         while True:
-            runner.poll()
-            now = time.monotonic()
-            if now >= next_lending_check:
-                _lend_and_take_back(context, runner, pools, lent)
-                next_lending_check = now + LENDING_CHECK_SECONDS
-            if now >= next_report:
-                for event in reporter.events(runner.take_reports(), runner.caught_up()):
-                    context.log_event(event)
-                context.log.info(reporter.summary())
-                next_report = now + config.report_every_seconds
+            with interrupts_held():  # a termination is raised at the end of the round, else in the sleep
+                runner.poll()
+                now = time.monotonic()
+                if now >= next_lending_check:
+                    _lend_and_take_back(context, runner, pools, lent)
+                    next_lending_check = now + LENDING_CHECK_SECONDS
+                if now >= next_report:
+                    for event in reporter.events(runner.take_reports(), runner.caught_up()):
+                        context.log_event(event)
+                    context.log.info(reporter.summary())
+                    next_report = now + config.report_every_seconds
             time.sleep(POLL_SECONDS)
     finally:
-        # Terminated (Dagster raises DagsterExecutionInterruptedError here) or failed: no query outlives the run.
-        runner.stop()
+        # Terminated (Dagster raises DagsterExecutionInterruptedError) or failed: no query outlives the run.
+        with interrupts_held():
+            runner.stop()
 
 
 def _stop_orphaned_queries(context: dg.OpExecutionContext, spark: SparkResource) -> None:

@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 from pyspark.errors import StreamingQueryException
 from pyspark.sql.streaming import DataStreamWriter
 
+from streaming_pipeline.engine.interrupts import interrupts_held
 from streaming_pipeline.errors import StreamingRunError
 
 if TYPE_CHECKING:
@@ -151,13 +152,16 @@ def run_available_now(
         query = start_writer().queryName(query_name).trigger(availableNow=True).start()
         seen: set[int] = set()
         try:
-            # pyspark annotates timeout as int, but takes seconds as int or float (int(timeout * 1000))
-            while not query.awaitTermination(poll_seconds):  # type: ignore[arg-type]
-                _collect(query, report, seen, log)
-            _collect(query, report, seen, log)
-            return report
+            while True:
+                with interrupts_held():  # a termination lands between two calls to the engine, never inside one
+                    # pyspark annotates timeout as int, but takes seconds as int or float (int(timeout * 1000))
+                    finished = query.awaitTermination(poll_seconds)  # type: ignore[arg-type]
+                    _collect(query, report, seen, log)
+                if finished:
+                    return report
         except StreamingQueryException as exc:
-            _collect(query, report, seen, log)
+            with interrupts_held():
+                _collect(query, report, seen, log)
             message = str(exc)
             if any(marker in message for marker in RESTART_MARKERS) and report.restarts < MAX_SCHEMA_RESTARTS:
                 report.restarts += 1
@@ -165,8 +169,9 @@ def run_available_now(
                 continue
             raise StreamingRunError(f"streaming query {query_name!r} failed: {root_cause(message)}") from exc
         finally:
-            if query.isActive:
-                query.stop()
+            with interrupts_held():
+                if query.isActive:
+                    query.stop()
 
 
 def _named_metrics(row: Any) -> dict[str, Any]:
