@@ -81,7 +81,14 @@ def live(tmp_path_factory: pytest.TempPathFactory, spark: Any) -> Iterator[Live]
     root = tmp_path_factory.mktemp("live")
     with running_stack(root / "stack", spark=True) as stack:
         assert stack.spark_remote and stack.dagster_home
-        env = {**stack.env(), "LAKEHOUSE_DIR": str(root / "lakehouse"), "OFFSET_SENSOR_RETRY_BACKOFF_SECONDS": "2"}
+        # Relaunches after a failure within seconds: the tests' runs fail on purpose (registry down, SIGKILL, the
+        # engine restarted) and are terminated, and each counts in the sensors' back-off (a minute at most by default).
+        env = {
+            **stack.env(),
+            "LAKEHOUSE_DIR": str(root / "lakehouse"),
+            "OFFSET_SENSOR_RETRY_BACKOFF_SECONDS": "2",
+            "OFFSET_SENSOR_MAX_BACKOFF_SECONDS": "4",
+        }
         with DagsterDev(env, root / "dagster-dev.log") as dagster_dev:  # the README's `dagster dev -w workspace.yaml`
             yield Live(
                 stack,
