@@ -143,18 +143,9 @@ def test_produced_rides_reach_raw_rides_and_vendor_counts_with_no_manual_step(li
 
 def test_a_run_that_failed_while_the_registry_was_down_is_retried_once_it_is_back(live: Live) -> None:
     kafka, registry = _resources(live)
-    schema = load_schema("ride_value.avsc")
-    key_schema = load_schema("ride_key.avsc")
-    registry.register("rides-value", schema)
+    registry.register("rides-value", load_schema("ride_value.avsc"))
     rides = list(synthetic_rides(5, SyntheticOptions(seed=202)))
-    # Encoded while the registry is up; sent while it is down (the producer itself needs no registry then).
-    messages = [
-        (
-            avro_frame(registry, key_schema, ride["vendor_id"], RIDES_TOPIC, field=_key_field()),
-            avro_frame(registry, schema, ride, RIDES_TOPIC),
-        )
-        for ride in rides
-    ]
+    messages = _frames_while_the_registry_is_up(registry, rides)
     before = live.count("raw_rides")
     stop_pid(live.stack.registry_pid, timeout=15)
     produce_raw(live.stack.bootstrap_servers, RIDES_TOPIC, messages)
@@ -175,6 +166,21 @@ def test_a_run_that_failed_while_the_registry_was_down_is_retried_once_it_is_bac
     wait_until(live, "the retried run brings the 5 rides", lambda: live.count("raw_rides") == before + 5)
     expected = expected_vendor_counts(PRODUCED)
     wait_until(live, f"vendor_counts == {expected}", lambda: live.vendor_counts() == expected)
+
+
+def _frames_while_the_registry_is_up(
+    registry: RegistryClient, rides: list[dict[str, Any]]
+) -> list[tuple[bytes, bytes]]:
+    """(key, value) Confluent frames of `rides`, encoded while the registry is up, to be sent while it is down (the
+    producer itself needs no registry then)."""
+    schema, key_schema = load_schema("ride_value.avsc"), load_schema("ride_key.avsc")
+    return [
+        (
+            avro_frame(registry, key_schema, ride["vendor_id"], RIDES_TOPIC, field=_key_field()),
+            avro_frame(registry, schema, ride, RIDES_TOPIC),
+        )
+        for ride in rides
+    ]
 
 
 def _key_field():  # type: ignore[no-untyped-def]
@@ -463,15 +469,8 @@ def test_the_continuous_mode_goes_on_exactly_once_after_the_engine_dies_and_the_
         # The registry away: rides encoded before, sent while it is down, wait in Kafka; raw_rides' micro-batch
         # fails for want of their schemas and is retried with back-off, and once the registry is back they land once
         # (none as a dead letter).
-        schema, key_schema = load_schema("ride_value.avsc"), load_schema("ride_key.avsc")
         offline = list(synthetic_rides(50, SyntheticOptions(seed=412)))
-        messages = [
-            (
-                avro_frame(registry, key_schema, ride["vendor_id"], RIDES_TOPIC, field=_key_field()),
-                avro_frame(registry, schema, ride, RIDES_TOPIC),
-            )
-            for ride in offline
-        ]
+        messages = _frames_while_the_registry_is_up(registry, offline)
         failures_before = log.read_text(errors="replace").count("raw_rides: failed (")
         stop_pid(back.registry_pid, timeout=15)
         produce_raw(back.bootstrap_servers, RIDES_TOPIC, messages)
