@@ -1,5 +1,6 @@
 """Dagster asset helpers shared by the layers: owners, concurrency pools, step priorities, the column schema
-shown in the UI (from `tables`) and materialization metadata (Delta version, row count, preview)."""
+shown in the UI (from `tables`), materialization metadata (Delta version, row count, preview) and the check result
+of a table that cannot be pinned to its source."""
 
 from __future__ import annotations
 
@@ -177,3 +178,18 @@ def stream_metadata(report: StreamRunReport) -> dict[str, Any]:
         "rows_read": dg.MetadataValue.int(report.input_rows),
         "micro_batches": dg.MetadataValue.int(report.batches),
     }
+
+
+def unpinned_check_result(table: str) -> dg.AssetCheckResult:
+    """The result of a check comparing `table` with raw_rides when no version of `table` names the raw_rides version
+    it was computed from (`engine.sink_position`): a warning, since comparing the tables as they stand would race
+    the stream that writes them."""
+    return dg.AssetCheckResult(
+        passed=False,
+        severity=dg.AssetCheckSeverity.WARN,
+        metadata={
+            "error": f"none of the newest commits of {table} names the raw_rides version it was computed from (its "
+            "checkpoint was reset or deleted, or the table has another writer), so it cannot be compared with "
+            "raw_rides while the stream writes"
+        },
+    )

@@ -149,7 +149,8 @@ class LiveSettings:
     and stops the window query for its reconcile at most every `CONTINUOUS_RECONCILE_SECONDS`. The bronze queries and
     vendor_counts trigger every `CONTINUOUS_TRIGGER_INTERVAL`, the others every
     `CONTINUOUS_DOWNSTREAM_TRIGGER_INTERVAL`. A streamed table is late (its freshness policy fails) when it has not
-    been reported for `CONTINUOUS_FRESHNESS_SECONDS`, and warns after half of that."""
+    been reported for `CONTINUOUS_FRESHNESS_SECONDS`, and warns after half of that. The streaming tables' asset
+    checks run while they stream on `CONTINUOUS_CHECKS_CRON` (UTC; in triggered mode each run has them)."""
 
     mode: str = "triggered"
     trigger_interval: str = "500 milliseconds"
@@ -157,6 +158,7 @@ class LiveSettings:
     report_seconds: float = 30.0
     reconcile_seconds: float = 60.0
     freshness_seconds: float = 300.0
+    checks_cron: str = "0 * * * *"
 
     @property
     def continuous(self) -> bool:
@@ -184,6 +186,7 @@ class LiveSettings:
             report_seconds=_positive_float(env, "CONTINUOUS_REPORT_SECONDS", defaults.report_seconds),
             reconcile_seconds=_positive_float(env, "CONTINUOUS_RECONCILE_SECONDS", defaults.reconcile_seconds),
             freshness_seconds=_freshness_seconds(env, defaults.freshness_seconds),
+            checks_cron=_cron(env, "CONTINUOUS_CHECKS_CRON", defaults.checks_cron),
         )
 
 
@@ -324,16 +327,21 @@ class MaintenanceSettings:
     @classmethod
     def from_env(cls, environ: Mapping[str, str] | None = None) -> MaintenanceSettings:
         env = _environ(environ)
-        cron = (env.get("TABLE_MAINTENANCE_CRON") or DEFAULT_MAINTENANCE_CRON).strip()
-        if len(cron.split()) != 5 and cron not in _CRON_ALIASES:
-            raise ConfigurationError(
-                f"TABLE_MAINTENANCE_CRON={cron!r} is not a cron schedule: five fields (minute hour day month "
-                f"weekday, e.g. '0 3 * * *') or one of {', '.join(_CRON_ALIASES)}"
-            )
         return cls(
             vacuum_retention_hours=_positive_float(env, "DELTA_VACUUM_RETENTION_HOURS", DEFAULT_VACUUM_RETENTION_HOURS),
-            cron_schedule=cron,
+            cron_schedule=_cron(env, "TABLE_MAINTENANCE_CRON", DEFAULT_MAINTENANCE_CRON),
         )
+
+
+def _cron(env: Mapping[str, str], name: str, default: str) -> str:
+    """A cron schedule from the environment variable `name` (`default` when unset)."""
+    cron = (env.get(name) or default).strip()
+    if len(cron.split()) != 5 and cron not in _CRON_ALIASES:
+        raise ConfigurationError(
+            f"{name}={cron!r} is not a cron schedule: five fields (minute hour day month weekday, e.g. "
+            f"'{default}') or one of {', '.join(_CRON_ALIASES)}"
+        )
+    return cron
 
 
 #: Secrets, passed to the resources by name (`dagster.EnvVar`), never read into a value.

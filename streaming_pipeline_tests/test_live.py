@@ -47,6 +47,19 @@ from streaming_pipeline_tests.live_helpers import WAIT_SECONDS, delta_count, del
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
 SENSOR_NAME = "raw_rides_offset_sensor"
+#: The names of the streaming tables' asset checks, which live_checks_job runs: the first three for each of the two
+#: bronze tables, 12 checks in all.
+LIVE_CHECKS = [
+    "reconciles_with_kafka_offsets",
+    "unique_kafka_coordinates",
+    "consumer_lag_below_bound",
+    "branches_add_up_to_rides_with_an_amount",
+    "enriched_rows_equal_raw_rows",
+    "unique_join_pairs",
+    "vendor_counts_match_raw_rides",
+    "unique_window_per_vendor",
+    "windows_count_each_ride_once",
+]
 
 
 @dataclass
@@ -283,10 +296,12 @@ def test_the_continuous_mode_streams_produced_rides_to_gold_and_terminating_it_s
 ) -> None:
     """Switching to `LIVE_MODE=continuous` (dagster dev restarted with it, same stack and lakehouse): the sensor
     launches the continuous run, which carries rides produced under load to raw_rides and vendor_counts exactly
-    once, with no triggered run; terminating it from the UI's API stops every query."""
+    once, with no triggered run; the schedule runs the asset checks beside it (every minute here), and they pass
+    while the tables stream; terminating the run from the UI's API stops every query."""
     kafka, registry = _resources(live)
     live.dagster_dev.stop()  # one daemon per instance: the triggered code location's goes first
-    with DagsterDev(_continuous_env(live), tmp_path / "dagster-dev-continuous.log") as dagster_dev:
+    env = {**_continuous_env(live), "CONTINUOUS_CHECKS_CRON": "* * * * *"}
+    with DagsterDev(env, tmp_path / "dagster-dev-continuous.log") as dagster_dev:
 
         def continuous_run() -> dg.DagsterRun | None:
             return _continuous_run(live)
@@ -367,6 +382,25 @@ def test_the_continuous_mode_streams_produced_rides_to_gold_and_terminating_it_s
         assert produce(kafka, registry, RIDES_TOPIC, rows_from_records(after_restart), show_progress=False).sent == 200
         PRODUCED.extend(after_restart)
         _wait_until_exact(live, dagster_dev.log_file, "after the kill")
+
+        # The schedule's check runs read the tables while the queries write them (the first minute's tick came
+        # during the load or the kill above): every check of the streaming tables passed.
+        def checked() -> list[dg.DagsterRun]:
+            runs = live.instance().get_runs(filters=dg.RunsFilter(job_name="live_checks_job"))
+            return [run for run in runs if run.is_finished]
+
+        live_helpers.wait_until("a scheduled check run", lambda: bool(checked()), log=dagster_dev.log_file)
+        check_run = checked()[-1]  # the first one
+        assert check_run.status == dg.DagsterRunStatus.SUCCESS
+        assert check_run.tags.get("dagster/schedule_name") == "live_checks_schedule"
+        records = (
+            live.instance()
+            .get_records_for_run(check_run.run_id, of_type=dg.DagsterEventType.ASSET_CHECK_EVALUATION)
+            .records
+        )
+        evaluations = [record.event_log_entry.dagster_event.event_specific_data for record in records]
+        assert len(evaluations) == 12 and {e.check_name for e in evaluations} == set(LIVE_CHECKS)
+        assert [(e.asset_key.to_user_string(), e.check_name) for e in evaluations if not e.passed] == []
 
         # Terminated from the UI's API with its sensor stopped (the offset sensors rest in this mode): no query goes on.
         _stop_the_continuous_run(live, dagster_dev)

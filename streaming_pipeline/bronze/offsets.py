@@ -20,9 +20,10 @@ The two are compared at the start of every run (`check_bronze_state`).
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from streaming_pipeline.engine.delta_log import DeltaLog, commits, filesystem, numbered_files, read_text
+from streaming_pipeline.engine.sink_position import checkpoint_query_id
 from streaming_pipeline.errors import BronzeStateError
 
 Offsets = dict[int, int]
@@ -37,10 +38,7 @@ def replay_hint(asset_name: str, start: str = "earliest") -> str:
 
 def checkpoint_id(checkpoint_dir: str) -> str | None:
     """The id Spark gave the checkpoint when it created it (its `metadata` file); None before the first run."""
-    text = read_text(checkpoint_dir.rstrip("/") + "/metadata")
-    if not text:
-        return None
-    return str(json.loads(text.splitlines()[0])["id"])
+    return checkpoint_query_id(checkpoint_dir)
 
 
 def checkpoint_batch_offsets(checkpoint_dir: str, batch_id: int) -> dict[str, Offsets]:
@@ -190,6 +188,21 @@ def position_offsets(
 def consumed_offsets(table_uri: str, checkpoint_dir: str, asset_name: str, topic: str) -> Offsets:
     """{partition: next offset} that the bronze table holds everything below; {} before its first batch."""
     return position_offsets(bronze_position(table_uri, asset_name), table_uri, checkpoint_dir, asset_name, topic)
+
+
+def settled_offsets(table_uri: str, checkpoint_dir: str, asset_name: str, topic: str) -> Offsets:
+    """{partition: next offset} below which the bronze table and the dead-letter table are both final, also while
+    a query writes them: a micro-batch appends its rows, then its dead letters, then Spark commits it in the
+    checkpoint. So it is the newest batch of the table once the checkpoint has committed it, else the batch
+    before (the newest is in flight: its dead letters may still come), else where the table starts."""
+    position = bronze_position(table_uri, asset_name)
+    if position.batch_id is not None and not position.replayed:
+        last_commit = checkpoint_last_commit(checkpoint_dir)
+        if last_commit is None or last_commit < position.batch_id:
+            if position.batch_id == 0:
+                return table_start_offsets(table_uri, checkpoint_dir, asset_name, topic)
+            position = replace(position, batch_id=position.batch_id - 1)
+    return position_offsets(position, table_uri, checkpoint_dir, asset_name, topic)
 
 
 def table_start_offsets(table_uri: str, checkpoint_dir: str, asset_name: str, topic: str) -> Offsets:

@@ -136,7 +136,7 @@ class DeltaLog:
         versions = numbered_files(self.fs, self.log_dir, ".json")
         return versions[-1] if versions else hinted
 
-    def _actions(self, version: int) -> list[dict[str, Any]] | None:
+    def actions(self, version: int) -> list[dict[str, Any]] | None:
         """The actions of commit `version`; None when its file is gone (cleanup) or not yet written."""
         try:
             with self.fs.open(self._commit_path(version), "r") as handle:
@@ -146,7 +146,7 @@ class DeltaLog:
 
     def commit(self, version: int) -> Commit | None:
         """Commit `version`, from its JSON file; None when the file is gone (log cleanup)."""
-        actions = self._actions(version)
+        actions = self.actions(version)
         if actions is None:
             return None
         info: dict[str, Any] = next((a["commitInfo"] for a in actions if "commitInfo" in a), {})
@@ -178,7 +178,7 @@ class DeltaLog:
             for txn in self._checkpoint_transactions(hint):
                 found[txn.app_id] = txn
         for commit_version in range(start, newest + 1):
-            actions = self._actions(commit_version)
+            actions = self.actions(commit_version)
             if actions is None:
                 raise StorageError(
                     f"the Delta log of {self.table_uri} has no commit {commit_version} after its checkpoint "

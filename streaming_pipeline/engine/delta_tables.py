@@ -61,8 +61,10 @@ def append_once(
     return any(commit.user_metadata == stored for commit in commits(path, after=before) or [])
 
 
-def read_table(spark: SparkSession, path: str) -> DataFrame:
-    return spark.read.format("delta").load(path)
+def read_table(spark: SparkSession, path: str, version: int | None = None) -> DataFrame:
+    """The Delta table at `path`, as it is now or at `version`."""
+    reader = spark.read.format("delta")
+    return (reader.option("versionAsOf", version) if version is not None else reader).load(path)
 
 
 def markdown_table(sample: pd.DataFrame) -> str:
@@ -75,11 +77,12 @@ def markdown_table(sample: pd.DataFrame) -> str:
     return str(sample.to_markdown(index=False))
 
 
-def count_rows(spark: SparkSession, path: str, condition: Column | None = None) -> int:
-    """Rows of the table at `path` (those matching `condition`); 0 when there is no table."""
-    if not table_exists(path):
+def count_rows(spark: SparkSession, path: str, condition: Column | None = None, *, version: int | None = None) -> int:
+    """Rows of the table at `path` (those matching `condition`), as it is now or at `version`; 0 when there is no
+    table, or at version -1 (before its first commit)."""
+    if not table_exists(path) or (version is not None and version < 0):
         return 0
-    frame = read_table(spark, path)
+    frame = read_table(spark, path, version)
     return (frame.where(condition) if condition is not None else frame).count()
 
 

@@ -14,6 +14,7 @@ from pyspark.sql.types import StructType
 
 from streaming_pipeline.engine.delta_log import DeltaLog
 from streaming_pipeline.engine.delta_tables import delta_path_sql, read_table, table_exists
+from streaming_pipeline.engine.sink_position import delta_source_version
 from streaming_pipeline.engine.streams import (
     Log,
     StreamQuery,
@@ -174,7 +175,6 @@ def stream_ride_windows(
 RECONCILE_WRITER = f"reconcile:{WINDOWS}"
 # Operations after which raw_rides holds every row it held before, unchanged (OPTIMIZE rewrites files, not rows).
 _APPEND_ONLY = {"OPTIMIZE", "ADD COLUMNS", "UPGRADE PROTOCOL", "VACUUM START", "VACUUM END"}
-_DELTA_END_INDEX = 2**63 - 1
 _MAX_RANGES = 64  # pickup-time ranges in the filter that lets Delta skip files of raw_rides
 _MAX_KEYS_IN_MERGE = 1000  # window starts listed in the MERGE condition so that Delta skips files of the table
 
@@ -220,12 +220,7 @@ def stream_position(spark: SparkSession, checkpoint_dir: str) -> StreamPosition 
     if len(offsets) != 1 or not query:
         return None
     offset = offsets[0]
-    reservoir_version, index = int(offset["reservoirVersion"]), int(offset.get("index", -1))
-    version: int | None = None
-    if index == -1 and not offset.get("isStartingVersion"):
-        version = reservoir_version - 1  # points before the first file of that version: all before it is read
-    elif index == _DELTA_END_INDEX:
-        version = reservoir_version
+    version = delta_source_version(offset)
     return StreamPosition(str(query[0]["id"]), str(offset["reservoirId"]), version, watermark_ms * 1000)
 
 
@@ -248,13 +243,63 @@ def _last_reconcile(table_path: str, position: StreamPosition) -> tuple[bool, in
     return True, None if newest is None else newest.version
 
 
-def windows_positions(spark: SparkSession, lakehouse: Lakehouse) -> tuple[int | None, int | None]:
-    """(the raw_rides version the window stream has read, the version the windows were last reconciled at);
-    None for what has not happened yet."""
-    position = stream_position(spark, lakehouse.checkpoint_path(WINDOWS))
-    if position is None:
-        return None, None
-    return position.version, _last_reconcile(lakehouse.table_path(WINDOWS), position)[1]
+@dataclass(frozen=True)
+class WindowsCount:
+    """What the windows table counts, read at one version of it: every ride of raw_rides at `raw_rides_version`,
+    each once (on time in trip_count, or late in late_trip_count), when the table is right."""
+
+    windows_version: int
+    raw_rides_version: int
+    counted: int  # sum(trip_count + late_trip_count) at windows_version
+    reconciled: bool  # pinned at a reconcile's commit (else: the table and the stream as they stood, unreconciled)
+
+
+def windows_count(spark: SparkSession, lakehouse: Lakehouse, *, commits_back: int = 200) -> WindowsCount | None:
+    """The windows' count at a version of the table that pairs with a version of raw_rides, also while the window
+    stream writes: the newest reconcile commit of the current stream (among the last `commits_back` commits) was
+    made with the stream stopped at the raw_rides version it records. Before any, the table and the stream's
+    position as they stand, read again afterwards to make sure no micro-batch came in between (three attempts).
+    None before the stream has read a whole version of raw_rides, or when it kept writing through each attempt."""
+    path = lakehouse.table_path(WINDOWS)
+    for _ in range(3):
+        position = stream_position(spark, lakehouse.checkpoint_path(WINDOWS))
+        log = DeltaLog(path)
+        latest = log.latest_version()
+        if position is None or position.version is None or latest is None:
+            return None
+        pinned = _newest_reconcile_commit(log, position, latest, commits_back)
+        version, rides_version = pinned if pinned is not None else (latest, position.version)
+        counted = int(
+            spark.read.format("delta")
+            .option("versionAsOf", version)
+            .load(path)
+            .agg(F.sum(F.col("trip_count") + F.col("late_trip_count")))
+            .collect()[0][0]
+            or 0
+        )
+        if pinned is not None:
+            return WindowsCount(version, rides_version, counted, reconciled=True)
+        if stream_position(spark, lakehouse.checkpoint_path(WINDOWS)) == position and log.latest_version() == latest:
+            return WindowsCount(version, rides_version, counted, reconciled=False)
+    return None
+
+
+def _newest_reconcile_commit(
+    log: DeltaLog, position: StreamPosition, latest: int, commits_back: int
+) -> tuple[int, int] | None:
+    """(the table version, the raw_rides version it reconciled) of the newest reconcile of this window stream over
+    this raw_rides table among the `commits_back` newest commits; None when there is none."""
+    for index, commit in enumerate(log.commits(latest=latest)):
+        if index >= commits_back:
+            return None
+        marker = commit.user_metadata or {}
+        if (
+            marker.get("writer") == RECONCILE_WRITER
+            and marker.get("query_id") == position.query_id
+            and marker.get("raw_rides_id") == position.table_id
+        ):
+            return commit.version, int(marker["raw_rides_version"])
+    return None
 
 
 def _appended_files(spark: SparkSession, path: str, after: int, until: int) -> list[str] | None:

@@ -57,7 +57,7 @@ class AmountBranchWriter:
             wrote_high = append_once(
                 high_amount_rides(observed, self.threshold),
                 self.high_path,
-                f"branch:{HIGH_AMOUNT}:{query}",
+                branch_app_id(HIGH_AMOUNT, query),
                 batch_id,
                 attempt,
             )
@@ -65,7 +65,7 @@ class AmountBranchWriter:
             append_once(
                 low_amount_rides(cached, self.threshold),
                 self.low_path,
-                f"branch:{LOW_AMOUNT}:{query}",
+                branch_app_id(LOW_AMOUNT, query),
                 batch_id,
                 attempt,
                 extra={"null_amount_rides": null_amount},
@@ -106,6 +106,39 @@ def _checkpoint(lakehouse: Lakehouse) -> str:
     return lakehouse.checkpoint_path(f"{HIGH_AMOUNT}+{LOW_AMOUNT}")
 
 
+def branch_app_id(table: str, checkpoint: str | None) -> str:
+    """The Delta txnAppId of the branch stream's appends to `table`: one per checkpoint, since a new checkpoint
+    (after a replay) starts again at batch 0."""
+    return f"branch:{table}:{checkpoint}"
+
+
+@dataclass(frozen=True)
+class BranchesPosition:
+    """Versions of the two branch tables that hold the same micro-batches, and the raw_rides version those had read."""
+
+    high_version: int | None  # None: none of the high table's newest commits is of those batches
+    low_version: int
+    raw_rides_version: int
+
+
+def branches_position(lakehouse: Lakehouse) -> BranchesPosition | None:
+    """Where the branch stream stands, pinned to versions that belong together while it writes: the low-amount
+    table's newest batch that ended on a whole raw_rides version (a batch appends to high first, then low), and
+    the high-amount table at that batch. None when there is no such batch among the newest commits."""
+    from streaming_pipeline.bronze.offsets import checkpoint_id
+    from streaming_pipeline.engine.sink_position import delta_sink_position, version_after_batch
+
+    checkpoint = _checkpoint(lakehouse)
+    query = checkpoint_id(checkpoint)
+    if query is None:
+        return None
+    low = delta_sink_position(lakehouse.table_path(LOW_AMOUNT), checkpoint, app_id=branch_app_id(LOW_AMOUNT, query))
+    if low is None:
+        return None
+    high = version_after_batch(lakehouse.table_path(HIGH_AMOUNT), branch_app_id(HIGH_AMOUNT, query), low.batch_id)
+    return BranchesPosition(high, low.table_version, low.source_version)
+
+
 def update_amount_branches(
     spark: SparkSession, lakehouse: Lakehouse, *, high_amount_threshold: float, log: Log | None = None
 ) -> BranchRunResult:
@@ -118,8 +151,8 @@ def update_amount_branches(
     query = amount_branches_query(spark, lakehouse, high_amount_threshold=high_amount_threshold)
     report = run_available_now(query.name, query.start_writer, log=log)
     checkpoint = checkpoint_id(_checkpoint(lakehouse))
-    high = commits_since(high_path, before[0], f"branch:{HIGH_AMOUNT}:{checkpoint}")
-    low = commits_since(low_path, before[1], f"branch:{LOW_AMOUNT}:{checkpoint}")
+    high = commits_since(high_path, before[0], branch_app_id(HIGH_AMOUNT, checkpoint))
+    low = commits_since(low_path, before[1], branch_app_id(LOW_AMOUNT, checkpoint))
     return BranchRunResult(
         report,
         high_rows=sum(c.rows for c in high),

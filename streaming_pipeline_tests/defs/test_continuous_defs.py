@@ -22,6 +22,7 @@ def test_live_settings_default_to_the_triggered_mode() -> None:
         report_seconds=30.0,
         reconcile_seconds=60.0,
         freshness_seconds=300.0,
+        checks_cron="0 * * * *",
     )
     assert not LiveSettings.from_env({}).continuous
     assert LiveSettings.from_env({}).caught_up_report_seconds == 60.0
@@ -36,6 +37,7 @@ def test_live_settings_read_the_continuous_mode_and_its_intervals() -> None:
             "CONTINUOUS_REPORT_SECONDS": "10",
             "CONTINUOUS_RECONCILE_SECONDS": "120",
             "CONTINUOUS_FRESHNESS_SECONDS": "600",
+            "CONTINUOUS_CHECKS_CRON": " @hourly ",
         }
     )
     assert settings == LiveSettings(
@@ -45,6 +47,7 @@ def test_live_settings_read_the_continuous_mode_and_its_intervals() -> None:
         report_seconds=10.0,
         reconcile_seconds=120.0,
         freshness_seconds=600.0,
+        checks_cron="@hourly",
     )
     assert settings.continuous and settings.caught_up_report_seconds == 120.0
 
@@ -58,6 +61,7 @@ def test_live_settings_read_the_continuous_mode_and_its_intervals() -> None:
         ({"CONTINUOUS_REPORT_SECONDS": "-5"}, "CONTINUOUS_REPORT_SECONDS='-5' is not a positive number"),
         ({"CONTINUOUS_FRESHNESS_SECONDS": "0"}, "CONTINUOUS_FRESHNESS_SECONDS='0' is not a positive number"),
         ({"CONTINUOUS_FRESHNESS_SECONDS": "90"}, "CONTINUOUS_FRESHNESS_SECONDS='90' is shorter than 120"),
+        ({"CONTINUOUS_CHECKS_CRON": "every 5 minutes"}, "CONTINUOUS_CHECKS_CRON='every 5 minutes' is not a cron"),
     ],
 )
 def test_a_live_setting_that_cannot_be_used_is_named(env: dict[str, str], message: str) -> None:
@@ -102,6 +106,8 @@ def test_in_continuous_mode_the_run_is_kept_alive_the_offset_sensors_rest_and_on
     script = (
         "import json; from streaming_pipeline.definitions import defs; "
         "print(json.dumps({'sensors': {s.name: s.default_status.value for s in defs.sensors}, "
+        "'schedules': {s.name: [s.default_status.value, s.cron_schedule] for s in defs.schedules}, "
+        "'checks_job': sorted(n.name for n in defs.get_job_def('live_checks_job').nodes), "
         "'automated': sorted(a.key.to_user_string() for a in defs.resolve_asset_graph().asset_nodes "
         "if a.automation_condition is not None), "
         "'freshness': {a.key.to_user_string(): [a.freshness_policy.fail_window.to_timedelta().total_seconds(), "
@@ -118,6 +124,26 @@ def test_in_continuous_mode_the_run_is_kept_alive_the_offset_sensors_rest_and_on
         "raw_rides_offset_sensor": "STOPPED",
         "raw_pickup_locations_offset_sensor": "STOPPED",
     }
+    # The streaming tables' checks run on a schedule, in a job of their own that materializes nothing.
+    assert loaded["schedules"] == {
+        "live_checks_schedule": ["RUNNING", "0 * * * *"],
+        "table_maintenance_schedule": ["RUNNING", "0 3 * * *"],
+        "dagster_run_retention_schedule": ["RUNNING", "17 3 * * *"],
+    }
+    assert loaded["checks_job"] == [
+        "high_amount_rides_branches_add_up_to_rides_with_an_amount",
+        "raw_pickup_locations_consumer_lag_below_bound",
+        "raw_pickup_locations_reconciles_with_kafka_offsets",
+        "raw_pickup_locations_unique_kafka_coordinates",
+        "raw_rides_consumer_lag_below_bound",
+        "raw_rides_reconciles_with_kafka_offsets",
+        "raw_rides_unique_kafka_coordinates",
+        "ride_pickup_joins_unique_join_pairs",
+        "ride_window_aggregates_unique_window_per_vendor",
+        "ride_window_aggregates_windows_count_each_ride_once",
+        "rides_enriched_enriched_rows_equal_raw_rows",
+        "vendor_counts_vendor_counts_match_raw_rides",
+    ]
     assert loaded["automated"] == ["taxi_zones"]
     streamed = [
         "dead_letter_records",
@@ -134,11 +160,12 @@ def test_in_continuous_mode_the_run_is_kept_alive_the_offset_sensors_rest_and_on
     assert loaded["freshness"] == dict.fromkeys(streamed, [120.0, 60.0])
 
 
-def test_in_triggered_mode_no_table_has_a_freshness_policy() -> None:
+def test_in_triggered_mode_no_table_has_a_freshness_policy_and_the_checks_run_with_each_run() -> None:
     from streaming_pipeline.definitions import defs
 
     assert not LiveSettings.from_env().continuous
     assert [a.key for a in defs.resolve_asset_graph().asset_nodes if a.freshness_policy is not None] == []
+    assert defs.get_schedule_def("live_checks_schedule").default_status == dg.DefaultScheduleStatus.STOPPED
 
 
 class _NoKafka:

@@ -1,14 +1,26 @@
 """The checks of every bronze table (built per source by `sources.py`): reconciliation with the Kafka offsets
-consumed, exactly once (unique Kafka coordinates), consumer lag."""
+consumed, exactly once (unique Kafka coordinates), consumer lag. Each holds while a query writes the table (the
+continuous mode's scheduled checks): the reconciliation counts the records below the settled offsets only."""
+
+from typing import TYPE_CHECKING
 
 import dagster as dg
 
-from streaming_pipeline.bronze.offsets import consumed_offsets, consumer_lag, table_start_offsets
+from streaming_pipeline.bronze.offsets import (
+    Offsets,
+    consumed_offsets,
+    consumer_lag,
+    settled_offsets,
+    table_start_offsets,
+)
 from streaming_pipeline.engine.delta_tables import count_duplicate_keys, count_rows
 from streaming_pipeline.errors import BronzeStateError, StreamingPipelineError
 from streaming_pipeline.resources import KafkaResource, LakehouseResource, SparkResource
 from streaming_pipeline.sources import SourceTopic
 from streaming_pipeline.tables import DEAD_LETTER_RECORDS, KAFKA_KEY
+
+if TYPE_CHECKING:
+    from pyspark.sql import Column
 
 DEFAULT_MAX_LAG = 100_000
 
@@ -20,7 +32,8 @@ def bronze_checks(source: SourceTopic) -> list[dg.AssetChecksDefinition]:
     @dg.asset_check(
         asset=asset_name,
         name="reconciles_with_kafka_offsets",
-        description=f"Rows of {asset_name} plus its dead letters equal the {topic} offsets its commits have consumed.",
+        description=f"Rows of {asset_name} plus its dead letters equal the {topic} records its committed "
+        "micro-batches consumed (up to the newest one whose dead letters are written too).",
     )
     def reconciles(spark: SparkResource, lakehouse: LakehouseResource) -> dg.AssetCheckResult:
         from pyspark.sql import functions as F
@@ -28,16 +41,22 @@ def bronze_checks(source: SourceTopic) -> list[dg.AssetChecksDefinition]:
         session = spark.get_session()
         table, checkpoint = lakehouse.table_path(asset_name), lakehouse.checkpoint_path(asset_name)
         try:
-            consumed = consumed_offsets(table, checkpoint, asset_name, topic)
+            settled = settled_offsets(table, checkpoint, asset_name, topic)
             start = table_start_offsets(table, checkpoint, asset_name, topic)
         except BronzeStateError as exc:
             return dg.AssetCheckResult(passed=False, metadata={"error": str(exc)})
-        expected = sum(consumed.values()) - sum(start.values())
-        rows = count_rows(session, lakehouse.table_path(asset_name))
-        dead = count_rows(session, lakehouse.table_path(DEAD_LETTER_RECORDS.name), F.col("kafka_topic") == topic)
+        expected = sum(settled.values()) - sum(start.get(p, 0) for p in settled)
+        rows = count_rows(session, table, _below(settled))
+        dead_letters = lakehouse.table_path(DEAD_LETTER_RECORDS.name)
+        dead = count_rows(session, dead_letters, (F.col("kafka_topic") == topic) & _below(settled))
         return dg.AssetCheckResult(
             passed=rows + dead == expected,
-            metadata={"rows": rows, "dead_letters": dead, "consumed_records": expected},
+            metadata={
+                "rows": rows,
+                "dead_letters": dead,
+                "consumed_records": expected,
+                "settled_offsets": {str(p): o for p, o in sorted(settled.items())},
+            },
         )
 
     @dg.asset_check(
@@ -75,3 +94,13 @@ def bronze_checks(source: SourceTopic) -> list[dg.AssetChecksDefinition]:
         )
 
     return [reconciles, unique, lag]
+
+
+def _below(offsets: Offsets) -> "Column":
+    """The records of the partitions in `offsets` below their offset there (no record when `offsets` is empty)."""
+    from pyspark.sql import functions as F
+
+    condition = F.lit(False)
+    for partition, offset in sorted(offsets.items()):
+        condition = condition | ((F.col("kafka_partition") == partition) & (F.col("kafka_offset") < offset))
+    return condition

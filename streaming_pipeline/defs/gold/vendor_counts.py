@@ -9,8 +9,10 @@ from streaming_pipeline.asset_metadata import (
     stream_metadata,
     stream_step_args,
     table_args,
+    unpinned_check_result,
 )
 from streaming_pipeline.engine.delta_tables import count_rows, read_table, table_exists
+from streaming_pipeline.engine.sink_position import delta_sink_position
 from streaming_pipeline.gold.vendor_counts import update_vendor_counts
 from streaming_pipeline.resources import LakehouseResource, SparkResource
 from streaming_pipeline.tables import RAW_RIDES, VENDOR_COUNTS
@@ -37,14 +39,32 @@ def vendor_counts(
     )
 
 
-@dg.asset_check(asset=VENDOR_COUNTS.name, description="The vendors' trip counts add up to the rows of raw_rides.")
+@dg.asset_check(
+    asset=VENDOR_COUNTS.name,
+    additional_deps=[RAW_RIDES.name],
+    description="The vendors' trip counts add up to the rows of raw_rides they were counted from (the raw_rides "
+    "version the vendor_counts query had read when it wrote them).",
+)
 def vendor_counts_match_raw_rides(spark: SparkResource, lakehouse: LakehouseResource) -> dg.AssetCheckResult:
     from pyspark.sql import functions as F
 
     session = spark.get_session()
-    rides = count_rows(session, lakehouse.table_path(RAW_RIDES.name))
-    path = lakehouse.table_path(VENDOR_COUNTS.name)
-    counted = 0
-    if table_exists(path):
-        counted = int(read_table(session, path).agg(F.sum("trip_count")).collect()[0][0] or 0)
-    return dg.AssetCheckResult(passed=counted == rides, metadata={"sum_trip_count": counted, "raw_rides_rows": rides})
+    path, rides_path = lakehouse.table_path(VENDOR_COUNTS.name), lakehouse.table_path(RAW_RIDES.name)
+    if not table_exists(path):
+        rides = count_rows(session, rides_path)
+        return dg.AssetCheckResult(passed=rides == 0, metadata={"sum_trip_count": 0, "raw_rides_rows": rides})
+    position = delta_sink_position(path, lakehouse.checkpoint_path(VENDOR_COUNTS.name))
+    if position is None:
+        return unpinned_check_result(VENDOR_COUNTS.name)
+    counts = read_table(session, path, position.table_version)
+    counted = int(counts.agg(F.sum("trip_count")).collect()[0][0] or 0)
+    rides = count_rows(session, rides_path, version=position.source_version)
+    return dg.AssetCheckResult(
+        passed=counted == rides,
+        metadata={
+            "sum_trip_count": counted,
+            "raw_rides_rows": rides,
+            "vendor_counts_version": position.table_version,
+            "raw_rides_version": position.source_version,
+        },
+    )

@@ -4,11 +4,17 @@ low_amount_rides, and the check that they add up."""
 import dagster as dg
 from pydantic import Field
 
-from streaming_pipeline.asset_metadata import SPARK_KINDS, delta_table_metadata, stream_step_args, table_args
+from streaming_pipeline.asset_metadata import (
+    SPARK_KINDS,
+    delta_table_metadata,
+    stream_step_args,
+    table_args,
+    unpinned_check_result,
+)
 from streaming_pipeline.engine.delta_tables import count_duplicate_keys, count_rows, table_exists
 from streaming_pipeline.resources import LakehouseResource, SparkResource
 from streaming_pipeline.settings import PipelineSettings
-from streaming_pipeline.silver.branches import update_amount_branches
+from streaming_pipeline.silver.branches import branches_position, update_amount_branches
 from streaming_pipeline.tables import AMOUNT_BRANCHES, HIGH_AMOUNT_RIDES, KAFKA_KEY, LOW_AMOUNT_RIDES, RAW_RIDES
 
 
@@ -75,19 +81,37 @@ def amount_branches(
 @dg.asset_check(
     asset=HIGH_AMOUNT_RIDES.name,
     additional_deps=[LOW_AMOUNT_RIDES.name, RAW_RIDES.name],
-    description="high_amount_rides + low_amount_rides hold each ride of raw_rides with a total_amount exactly once.",
+    description="high_amount_rides + low_amount_rides hold each ride of raw_rides with a total_amount exactly once "
+    "(of the raw_rides version the branch query had read when it wrote them).",
 )
 def branches_add_up_to_rides_with_an_amount(spark: SparkResource, lakehouse: LakehouseResource) -> dg.AssetCheckResult:
     from pyspark.sql import functions as F
 
     session = spark.get_session()
-    with_amount = count_rows(session, lakehouse.table_path(RAW_RIDES.name), F.col("total_amount").isNotNull())
-    high = count_rows(session, lakehouse.table_path(HIGH_AMOUNT_RIDES.name))
-    low = count_rows(session, lakehouse.table_path(LOW_AMOUNT_RIDES.name))
-    duplicates = count_duplicate_keys(
-        session, lakehouse.table_path(HIGH_AMOUNT_RIDES.name), KAFKA_KEY
-    ) + count_duplicate_keys(session, lakehouse.table_path(LOW_AMOUNT_RIDES.name), KAFKA_KEY)
+    high_path, low_path = lakehouse.table_path(HIGH_AMOUNT_RIDES.name), lakehouse.table_path(LOW_AMOUNT_RIDES.name)
+    rides_path = lakehouse.table_path(RAW_RIDES.name)
+    with_amount = F.col("total_amount").isNotNull()
+    duplicates = count_duplicate_keys(session, high_path, KAFKA_KEY) + count_duplicate_keys(
+        session, low_path, KAFKA_KEY
+    )
+    if not (table_exists(high_path) or table_exists(low_path)):
+        rides = count_rows(session, rides_path, with_amount)
+        return dg.AssetCheckResult(
+            passed=rides == 0, metadata={"high": 0, "low": 0, "raw_rides_with_amount": rides, "duplicated_keys": 0}
+        )
+    position = branches_position(lakehouse)
+    if position is None or position.high_version is None:
+        return unpinned_check_result(LOW_AMOUNT_RIDES.name if position is None else HIGH_AMOUNT_RIDES.name)
+    high = count_rows(session, high_path, version=position.high_version)
+    low = count_rows(session, low_path, version=position.low_version)
+    rides = count_rows(session, rides_path, with_amount, version=position.raw_rides_version)
     return dg.AssetCheckResult(
-        passed=high + low == with_amount and duplicates == 0,
-        metadata={"high": high, "low": low, "raw_rides_with_amount": with_amount, "duplicated_keys": duplicates},
+        passed=high + low == rides and duplicates == 0,
+        metadata={
+            "high": high,
+            "low": low,
+            "raw_rides_with_amount": rides,
+            "duplicated_keys": duplicates,
+            "raw_rides_version": position.raw_rides_version,
+        },
     )

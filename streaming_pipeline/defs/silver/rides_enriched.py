@@ -3,8 +3,15 @@ once."""
 
 import dagster as dg
 
-from streaming_pipeline.asset_metadata import SPARK_KINDS, delta_table_metadata, stream_step_args, table_args
+from streaming_pipeline.asset_metadata import (
+    SPARK_KINDS,
+    delta_table_metadata,
+    stream_step_args,
+    table_args,
+    unpinned_check_result,
+)
 from streaming_pipeline.engine.delta_tables import count_duplicate_keys, count_rows, table_exists
+from streaming_pipeline.engine.sink_position import delta_sink_position
 from streaming_pipeline.resources import LakehouseResource, SparkResource
 from streaming_pipeline.silver.enrichment import update_rides_enriched
 from streaming_pipeline.tables import KAFKA_KEY, RAW_RIDES, RIDES_ENRICHED, TAXI_ZONES
@@ -44,14 +51,28 @@ def rides_enriched(context: dg.AssetExecutionContext, spark: SparkResource, lake
 @dg.asset_check(
     asset=RIDES_ENRICHED.name,
     additional_deps=[RAW_RIDES.name],
-    description="rides_enriched has one row per ride of raw_rides, no more, no fewer.",
+    description="rides_enriched has one row per ride of raw_rides, no more, no fewer (of the raw_rides version the "
+    "enrichment query had read when it wrote them).",
 )
 def enriched_rows_equal_raw_rows(spark: SparkResource, lakehouse: LakehouseResource) -> dg.AssetCheckResult:
     session = spark.get_session()
-    rides = count_rows(session, lakehouse.table_path(RAW_RIDES.name))
-    enriched = count_rows(session, lakehouse.table_path(RIDES_ENRICHED.name))
-    duplicates = count_duplicate_keys(session, lakehouse.table_path(RIDES_ENRICHED.name), KAFKA_KEY)
+    path, rides_path = lakehouse.table_path(RIDES_ENRICHED.name), lakehouse.table_path(RAW_RIDES.name)
+    if not table_exists(path):
+        rides = count_rows(session, rides_path)
+        return dg.AssetCheckResult(passed=rides == 0, metadata={"rides_enriched_rows": 0, "raw_rides_rows": rides})
+    position = delta_sink_position(path, lakehouse.checkpoint_path(RIDES_ENRICHED.name))
+    if position is None:
+        return unpinned_check_result(RIDES_ENRICHED.name)
+    enriched = count_rows(session, path, version=position.table_version)
+    rides = count_rows(session, rides_path, version=position.source_version)
+    duplicates = count_duplicate_keys(session, path, KAFKA_KEY)
     return dg.AssetCheckResult(
         passed=enriched == rides and duplicates == 0,
-        metadata={"rides_enriched_rows": enriched, "raw_rides_rows": rides, "duplicated_keys": duplicates},
+        metadata={
+            "rides_enriched_rows": enriched,
+            "raw_rides_rows": rides,
+            "duplicated_keys": duplicates,
+            "rides_enriched_version": position.table_version,
+            "raw_rides_version": position.source_version,
+        },
     )

@@ -1,0 +1,34 @@
+"""The asset checks of the streaming tables on a schedule, for the continuous mode (docs/live-mode.md).
+
+In triggered mode every run that materializes a table runs its checks after it. A continuous run materializes
+nothing itself: its queries write all the time, so this schedule runs the checks in a run of their own, beside
+it, every `CONTINUOUS_CHECKS_CRON` (running by default with LIVE_MODE=continuous). Each check reads versions of
+its tables that belong together (the settled offsets of a bronze table, the raw_rides version vendor_counts and
+the windows were computed from), so a check never fails because a micro-batch committed while it read. The run
+holds no checkpoint pool: it only reads, and never waits for the continuous run.
+"""
+
+import dagster as dg
+
+from streaming_pipeline.settings import LiveSettings
+
+LIVE_CHECKS_JOB = "live_checks_job"
+LIVE_CHECKS_SCHEDULE = "live_checks_schedule"
+_LIVE = LiveSettings.from_env()
+
+live_checks_job = dg.define_asset_job(
+    name=LIVE_CHECKS_JOB,
+    selection=dg.AssetSelection.all_asset_checks(),
+    description="Every asset check of the streaming tables, without materializing them (for the continuous mode).",
+    tags={"live_mode": "continuous"},
+)
+
+live_checks_schedule = dg.ScheduleDefinition(
+    name=LIVE_CHECKS_SCHEDULE,
+    job=live_checks_job,
+    cron_schedule=_LIVE.checks_cron,
+    execution_timezone="UTC",
+    default_status=dg.DefaultScheduleStatus.RUNNING if _LIVE.continuous else dg.DefaultScheduleStatus.STOPPED,
+    description=f"Runs {LIVE_CHECKS_JOB} (CONTINUOUS_CHECKS_CRON, default hourly). Running by default "
+    "with LIVE_MODE=continuous.",
+)

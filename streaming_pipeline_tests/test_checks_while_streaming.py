@@ -1,0 +1,169 @@
+"""The asset checks while the streams write (the continuous mode's scheduled checks, `live_checks_job`): each check
+reads versions of its tables that belong together, so a table that its downstream streams have not read yet, or a
+window stream ahead of its reconcile, never fails a check that holds, and a wrong table still fails it.
+
+In-process Spark and Delta, no Kafka: rides are appended to raw_rides as Delta commits, as bronze does. Every
+expected number is worked out by hand from the rides of the test.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+from pathlib import Path
+
+import dagster as dg
+
+from streaming_pipeline.bronze.offsets import settled_offsets
+from streaming_pipeline.defs.gold.ride_window_aggregates import ride_window_aggregates, windows_count_each_ride_once
+from streaming_pipeline.defs.gold.vendor_counts import vendor_counts, vendor_counts_match_raw_rides
+from streaming_pipeline.defs.silver.amount_branches import amount_branches, branches_add_up_to_rides_with_an_amount
+from streaming_pipeline.defs.silver.rides_enriched import enriched_rows_equal_raw_rows, rides_enriched
+from streaming_pipeline.defs.silver.taxi_zones import taxi_zones
+from streaming_pipeline.engine.delta_log import latest_version
+from streaming_pipeline.engine.delta_tables import append_once
+from streaming_pipeline.engine.sink_position import DELTA_END_INDEX, delta_source_version
+from streaming_pipeline.gold.windows import stream_ride_windows
+from streaming_pipeline.resources import LakehouseResource, SparkResource
+from streaming_pipeline_tests.conftest import SPARK_TEST_CONF
+
+RIDES_DDL = (
+    "vendor_id int, pickup_datetime timestamp, dropoff_datetime timestamp, pu_location_id int, do_location_id int, "
+    "total_amount double, kafka_topic string, kafka_partition int, kafka_offset long"
+)
+WINDOWS = {"window_duration": "600 seconds", "watermark_delay": "900 seconds"}
+ASSETS = [taxi_zones, rides_enriched, amount_branches, vendor_counts, ride_window_aggregates]
+CHECKS = [
+    enriched_rows_equal_raw_rows,
+    branches_add_up_to_rides_with_an_amount,
+    vendor_counts_match_raw_rides,
+    windows_count_each_ride_once,
+]
+
+
+def at(hour: int, minute: int) -> dt.datetime:
+    return dt.datetime(2024, 3, 10, hour, minute, tzinfo=dt.UTC)
+
+
+def test_a_delta_source_offset_names_a_whole_version_only_at_a_version_boundary() -> None:
+    assert delta_source_version({"reservoirVersion": 7, "index": -1, "isStartingVersion": False}) == 6
+    assert delta_source_version({"reservoirVersion": 7, "index": DELTA_END_INDEX, "isStartingVersion": False}) == 7
+    assert delta_source_version({"reservoirVersion": 7, "index": 3, "isStartingVersion": False}) is None
+    assert delta_source_version({"reservoirVersion": 7, "index": -1, "isStartingVersion": True}) is None
+
+
+def test_the_checks_compare_each_table_with_the_raw_rides_version_it_was_computed_from(spark, tmp_path: Path) -> None:
+    lakehouse = LakehouseResource(root=str(tmp_path / "lakehouse"))
+    resources = {"spark": SparkResource(stop_on_teardown=False, conf=SPARK_TEST_CONF), "lakehouse": lakehouse}
+    raw = lakehouse.table_path("raw_rides")
+    offsets = iter(range(100))
+
+    def append(*rides: tuple[int, dt.datetime, float | None]) -> int:
+        rows = [
+            (vendor, pickup, pickup + dt.timedelta(minutes=5), 132, 10, amount, "rides", 0, next(offsets))
+            for vendor, pickup, amount in rides
+        ]
+        spark.createDataFrame(rows, RIDES_DDL).coalesce(1).write.format("delta").mode("append").save(raw)
+        version = latest_version(raw)
+        assert version is not None
+        return version
+
+    def checks() -> dict[str, tuple[bool, dict]]:
+        """Every check of the four tables, run as the schedule runs them: the checks alone."""
+        result = dg.materialize([*ASSETS, *CHECKS], selection=dg.AssetSelection.all_asset_checks(), resources=resources)
+        assert result.success
+        return {
+            e.check_name: (e.passed, {k: v.value for k, v in e.metadata.items()})
+            for e in result.get_asset_check_evaluations()
+        }
+
+    # Vendor 1 three times, vendor 2 once; amounts 50 (high), 10 and 20 (low), one without an amount.
+    first = append((1, at(9, 0), 50.0), (1, at(9, 5), 10.0), (2, at(9, 31), None), (1, at(9, 31), 20.0))
+    assert first == 0
+    # Latest pickup 09:31, watermark 09:16: the window [09:00, 09:10) is final, so the reconcile commits.
+    materialized = dg.materialize([*ASSETS, *CHECKS], resources=resources)
+    assert materialized.success
+    assert {e.check_name: e.passed for e in materialized.get_asset_check_evaluations()} == {
+        c.check_key.name: True for c in CHECKS
+    }
+
+    # raw_rides moves on (a bronze micro-batch the downstream queries have not read yet): two rides, one of them
+    # late for the final window. Compared as the tables stand, every check would fail: 6 rides, 4 counted.
+    append((2, at(9, 2), 30.0), (2, at(9, 40), 45.0))
+    found = checks()
+    assert {name: passed for name, (passed, _) in found.items()} == {c.check_key.name: True for c in CHECKS}
+    assert found["vendor_counts_match_raw_rides"][1] == {
+        "sum_trip_count": 4,
+        "raw_rides_rows": 4,
+        "vendor_counts_version": 0,
+        "raw_rides_version": 0,
+    }
+    enriched = found["enriched_rows_equal_raw_rows"][1]
+    assert (enriched["rides_enriched_rows"], enriched["raw_rides_rows"], enriched["raw_rides_version"]) == (4, 4, 0)
+    branches = found["branches_add_up_to_rides_with_an_amount"][1]
+    assert (branches["high"], branches["low"], branches["raw_rides_with_amount"], branches["raw_rides_version"]) == (
+        1,
+        2,
+        3,
+        0,
+    )
+    windows = found["windows_count_each_ride_once"][1]
+    assert (windows["raw_rides_version"], windows["on_time_plus_late"], windows["at_a_reconcile"]) == (0, 4, True)
+
+    # The window stream reads the new version but its reconcile has not run yet (the continuous run reconciles
+    # about once a minute): the late ride (09:02) is in no count yet, so the table as it stands holds 5 of 6 rides.
+    stream_ride_windows(spark, lakehouse, **WINDOWS)
+    found = checks()
+    windows = found["windows_count_each_ride_once"]
+    assert windows[0] is True
+    assert (windows[1]["raw_rides_version"], windows[1]["on_time_plus_late"], windows[1]["at_a_reconcile"]) == (
+        0,
+        4,
+        True,
+    )
+
+    # A wrong table still fails: a row of rides_enriched deleted behind the query's back is missing from the
+    # query's next commit, which the check pins.
+    enriched = lakehouse.table_path("rides_enriched")
+    spark.sql(f"DELETE FROM delta.`{enriched}` WHERE kafka_offset = 0")
+    append((1, at(9, 45), 5.0))
+    materialized = dg.materialize(
+        [*ASSETS, *CHECKS], selection=dg.AssetSelection.assets("rides_enriched"), resources=resources
+    )
+    [check] = materialized.get_asset_check_evaluations()
+    assert (check.check_name, check.passed) == ("enriched_rows_equal_raw_rows", False)
+    assert (check.metadata["rides_enriched_rows"].value, check.metadata["raw_rides_rows"].value) == (6, 7)
+
+
+def test_a_bronze_table_settles_at_the_newest_batch_its_checkpoint_committed(spark, tmp_path: Path) -> None:
+    """A bronze micro-batch appends its rows, then its dead letters, then Spark commits it: the reconciliation
+    counts the records below the offsets of the newest batch committed, so a batch in flight is left out."""
+    table, checkpoint = str(tmp_path / "raw_rides"), tmp_path / "checkpoint"
+    (checkpoint / "offsets").mkdir(parents=True)
+    (checkpoint / "commits").mkdir()
+    (checkpoint / "sources" / "0").mkdir(parents=True)
+    (checkpoint / "metadata").write_text(json.dumps({"id": "cp-1"}) + "\n")
+    (checkpoint / "sources" / "0" / "0").write_text('v1\n{"rides":{"0":3,"1":0}}\n')
+    ends = {0: {"0": 5, "1": 2}, 1: {"0": 9, "1": 4}}
+    for batch, end in ends.items():
+        (checkpoint / "offsets" / str(batch)).write_text(
+            f'v1\n{{"batchWatermarkMs":0}}\n{json.dumps({"rides": end})}\n'
+        )
+        frame = spark.createDataFrame([(batch,)], "batch int")
+        append_once(frame, table, "bronze:raw_rides:cp-1", batch, "attempt")
+
+    def settled() -> dict[int, int]:
+        return settled_offsets(table, str(checkpoint), "raw_rides", "rides")
+
+    # Batch 1 is in the table but not committed: it may still write dead letters. Batch 0 is settled.
+    (checkpoint / "commits" / "0").write_text('v1\n{"nextBatchWatermarkMs":0}\n')
+    assert settled() == {0: 5, 1: 2}
+    (checkpoint / "commits" / "1").write_text('v1\n{"nextBatchWatermarkMs":0}\n')
+    assert settled() == {0: 9, 1: 4}
+    # Only batch 0, in flight: nothing of the table is settled yet, so the reconciliation starts and ends at the
+    # offsets the checkpoint started from.
+    (checkpoint / "commits" / "0").unlink()
+    (checkpoint / "commits" / "1").unlink()
+    first_only = str(tmp_path / "first_only")
+    append_once(spark.createDataFrame([(0,)], "batch int"), first_only, "bronze:raw_rides:cp-1", 0, "attempt")
+    assert settled_offsets(first_only, str(checkpoint), "raw_rides", "rides") == {0: 3, 1: 0}
