@@ -17,6 +17,7 @@ from streaming_pipeline.silver.joins import ride_pickup_joins_query
 from streaming_pipeline.sources import all_sources
 from streaming_pipeline.tables import (
     AMOUNT_BRANCHES,
+    RAW_RIDES,
     RIDE_PICKUP_JOINS,
     RIDE_WINDOW_AGGREGATES,
     RIDES_ENRICHED,
@@ -57,6 +58,12 @@ def latency_critical_query_names() -> list[str]:
     """The queries whose tables a user waits for (the bronze tables and vendor_counts): in continuous mode they
     trigger most often; the others (branches, enrichment, join, windows) less often, to leave them the cores."""
     return [*(source.bronze_table for source in all_sources()), VENDOR_COUNTS.name]
+
+
+def fast_run_tables(bronze_table: str) -> list[str]:
+    """What a triggered run writes while another run of the same topic works on the tables downstream: the bronze
+    table and the latency-critical tables that read only it (vendor_counts reads raw_rides)."""
+    return [bronze_table, *([VENDOR_COUNTS.name] if bronze_table == RAW_RIDES.name else [])]
 
 
 def live_queries(

@@ -216,7 +216,7 @@ def test_sensor_requests_a_run_when_the_oldest_waiting_record_is_older_than_max_
 
 
 class _Instance:
-    """The two reads checkpoint_busy makes of a Dagster instance: the runs in flight, and a run's step stats."""
+    """The two reads checkpoint_runs makes of a Dagster instance: the runs in flight, and a run's step stats."""
 
     run_launcher = None  # not Dagster's default launcher: no run's process is looked for
 
@@ -235,29 +235,46 @@ class _Instance:
         return [SimpleNamespace(step_key="raw_rides", end_time=self.bronze_ended[run_id])]
 
 
-def _run(run_id: str, status: dg.DagsterRunStatus, job_name: str = "raw_rides_to_gold_job") -> dg.DagsterRun:
-    return dg.DagsterRun(job_name=job_name, run_id=run_id, status=status)
+def _run(
+    run_id: str,
+    status: dg.DagsterRunStatus,
+    job_name: str = "raw_rides_to_gold_job",
+    assets: set[str] | None = None,
+) -> dg.DagsterRun:
+    selection = frozenset(dg.AssetKey(name) for name in assets) if assets is not None else None
+    return dg.DagsterRun(job_name=job_name, run_id=run_id, status=status, asset_selection=selection)
 
 
 def test_the_checkpoint_is_busy_until_the_bronze_step_of_the_run_in_flight_is_done() -> None:
-    from streaming_pipeline.defs.bronze.offset_sensors import checkpoint_busy
+    from streaming_pipeline.defs.bronze.offset_sensors import CheckpointRuns, checkpoint_runs
 
     key, job = dg.AssetKey("raw_rides"), "raw_rides_to_gold_job"
+    fast = frozenset({key, dg.AssetKey("vendor_counts")})
 
-    def busy(runs: list[dg.DagsterRun], ended: dict[str, float | None]) -> str | None:
-        return checkpoint_busy(_Instance(runs, ended), key, job)  # type: ignore[arg-type]
+    def runs(runs: list[dg.DagsterRun], ended: dict[str, float | None]) -> CheckpointRuns:
+        return checkpoint_runs(_Instance(runs, ended), key, job, fast)  # type: ignore[arg-type]
 
     started, starting = dg.DagsterRunStatus.STARTED, dg.DagsterRunStatus.STARTING
-    assert busy([], {}) is None
-    assert busy([_run("r1", starting)], {}) == "run r1 on this checkpoint is starting"
-    assert busy([_run("r1", started)], {}) == "the raw_rides step of run r1 is in flight"
-    assert busy([_run("r1", started)], {"r1": None}) == "the raw_rides step of run r1 is in flight"
-    # Bronze done, silver and gold going on: the next run may start its bronze step.
-    assert busy([_run("r1", started)], {"r1": 100.0}) is None
-    # Two runs already (the second waits behind the first, step by step): a third would only queue up.
-    assert busy([_run("r1", started), _run("r2", started)], {"r1": 100.0, "r2": 110.0}) == (
-        "2 runs on this checkpoint are in flight"
+    assert runs([], {}) == CheckpointRuns(None, False)
+    assert runs([_run("r1", starting)], {}) == CheckpointRuns("run r1 on this checkpoint is starting", False)
+    assert runs([_run("r1", started)], {}).busy == "the raw_rides step of run r1 is in flight"
+    assert runs([_run("r1", started)], {"r1": None}).busy == "the raw_rides step of run r1 is in flight"
+    # Bronze done, silver and gold going on: the next run may start its bronze step, as a fast run.
+    assert runs([_run("r1", started)], {"r1": 100.0}) == CheckpointRuns(None, True)
+    everything = {"raw_rides", "vendor_counts", "rides_enriched"}
+    assert runs([_run("r1", started, "__ASSET_JOB", everything)], {"r1": 100.0}) == CheckpointRuns(None, True)
+    # Only fast runs past their bronze step (vendor_counts going on): the next run is a whole one.
+    assert runs([_run("f1", started, assets={"raw_rides", "vendor_counts"})], {"f1": 100.0}) == CheckpointRuns(
+        None, False
     )
-    # Finished runs do not count; a continuous run streams every checkpoint.
-    assert busy([_run("r0", dg.DagsterRunStatus.SUCCESS)], {}) is None
-    assert busy([_run("c1", started, "continuous_streams_job")], {}) == "the continuous run c1 streams this topic"
+    assert runs(
+        [_run("r1", started), _run("f1", started, assets={"raw_rides", "vendor_counts"})], {"r1": 90.0, "f1": 100.0}
+    ) == CheckpointRuns(None, True)
+    # A fast run in its bronze step holds the checkpoint like any other.
+    assert runs([_run("f1", started, assets={"raw_rides", "vendor_counts"})], {}).busy == (
+        "the raw_rides step of run f1 is in flight"
+    )
+    # Finished runs do not count, nor runs of other assets; a continuous run streams every checkpoint.
+    assert runs([_run("r0", dg.DagsterRunStatus.SUCCESS)], {}) == CheckpointRuns(None, False)
+    assert runs([_run("t1", started, "__ASSET_JOB", {"taxi_zones"})], {}) == CheckpointRuns(None, False)
+    assert runs([_run("c1", started, "continuous_streams_job")], {}).busy == "the continuous run c1 streams this topic"

@@ -7,7 +7,11 @@ from the newest Delta checkpoint on: the cost does not grow with the table's his
 targets a job that selects the bronze asset and everything downstream of it, so gold follows in the same run.
 While a run that touches the bronze asset (a sensor run, a manual or a UI run) is queued or in its bronze step,
 nothing is requested: new records batch up by themselves. Once its bronze step is done, the next run may start
-while it finishes its silver and gold steps (each step holds its checkpoint's pool), at most two runs at once.
+while it finishes its silver and gold steps (each step holds its checkpoint's pool). That next run is a *fast*
+run, of the bronze asset and the latency-critical tables that read only it (`live_queries.fast_run_tables`), as
+long as a whole run is in flight: so the bronze table is as fresh as its own step allows however long the
+tables downstream take under load, and the next whole run (or, after the last records, the automation sensor:
+the tables downstream are eager on their sources) carries what the fast runs ingested downstream.
 A failed run is retried after a back-off that doubles with each consecutive failure.
 
 `decide` is the whole policy as a pure function; the sensor only gathers its inputs.
@@ -23,6 +27,7 @@ import dagster as dg
 
 from streaming_pipeline.bronze.offsets import consumed_offsets, consumer_lag, topic_problems
 from streaming_pipeline.errors import BronzeStateError, StreamingPipelineError
+from streaming_pipeline.live_queries import fast_run_tables
 from streaming_pipeline.live_runs import (
     CONTINUOUS_JOB,
     IN_FLIGHT,
@@ -32,6 +37,9 @@ from streaming_pipeline.live_runs import (
 )
 from streaming_pipeline.resources import KafkaResource, LakehouseResource
 from streaming_pipeline.settings import SensorSettings
+
+#: The tag of a fast run (the bronze asset and the latency-critical tables that read only it).
+FAST_RUN_TAG = "streaming_pipeline/fast_run"
 
 
 @dataclass(frozen=True)
@@ -74,31 +82,37 @@ def decide(
     )
 
 
-#: Runs of a live job in flight at once: one in its bronze step, the other in its silver and gold steps (which
-#: wait, step by step, for the previous run's to finish). More would only queue up behind them.
-MAX_RUNS_IN_FLIGHT = 2
+@dataclass(frozen=True)
+class CheckpointRuns:
+    """The runs in flight on a bronze checkpoint, as the sensor sees them."""
+
+    busy: str | None  # why a new run would have to wait (None: it would start at once)
+    whole_run_in_flight: bool  # a run of more than the fast-run tables is past its bronze step
 
 
-def checkpoint_busy(instance: dg.DagsterInstance, asset_key: dg.AssetKey, job_name: str) -> str | None:
-    """Why a new run would have to wait for the bronze checkpoint (None: it would start at once): a continuous run
-    streams it, a run that materializes the bronze asset (whoever started it) is queued or has not finished its
-    bronze step, or MAX_RUNS_IN_FLIGHT runs on it are in flight already."""
+def checkpoint_runs(
+    instance: dg.DagsterInstance, asset_key: dg.AssetKey, job_name: str, fast_run_keys: frozenset[dg.AssetKey]
+) -> CheckpointRuns:
+    """Whether a new run would have to wait for the bronze checkpoint: a continuous run streams it, or a run that
+    materializes the bronze asset (whoever started it) is queued or has not finished its bronze step; and whether a
+    whole run (more than `fast_run_keys`) is in flight, past its bronze step."""
     step_key = asset_key.to_user_string()
     on_checkpoint = []
     for run in runs_in_flight(instance, dg.RunsFilter(statuses=IN_FLIGHT), limit=100):
         if run.job_name == CONTINUOUS_JOB:
-            return f"the continuous run {run.run_id} streams this topic"
-        if run.job_name == job_name or (run.asset_selection and asset_key in run.asset_selection):
+            return CheckpointRuns(f"the continuous run {run.run_id} streams this topic", False)
+        if (run.job_name == job_name and not run.asset_selection) or (
+            run.asset_selection and asset_key in run.asset_selection
+        ):
             on_checkpoint.append(run)
     for run in on_checkpoint:
         if run.status not in (dg.DagsterRunStatus.STARTED, dg.DagsterRunStatus.CANCELING):
-            return f"run {run.run_id} on this checkpoint is {run.status.value.lower()}"
+            return CheckpointRuns(f"run {run.run_id} on this checkpoint is {run.status.value.lower()}", False)
         stats = instance.get_run_step_stats(run.run_id, step_keys=[step_key])
         if not stats or stats[0].end_time is None:
-            return f"the {step_key} step of run {run.run_id} is in flight"
-    if len(on_checkpoint) >= MAX_RUNS_IN_FLIGHT:
-        return f"{len(on_checkpoint)} runs on this checkpoint are in flight"
-    return None
+            return CheckpointRuns(f"the {step_key} step of run {run.run_id} is in flight", False)
+    whole = any(not run.asset_selection or not run.asset_selection <= fast_run_keys for run in on_checkpoint)
+    return CheckpointRuns(None, whole)
 
 
 @dataclass(frozen=True)
@@ -137,10 +151,20 @@ def lag_observation(asset_key: dg.AssetKey, end_offsets: dict[int, int], lag: di
     )
 
 
-def _run_request(topic: str, state: _TopicState, number: int) -> dg.RunRequest:
+def _run_request(
+    topic: str, state: _TopicState, number: int, fast_run: list[dg.AssetKey] | None = None
+) -> dg.RunRequest:
+    """A whole run of the live job, or a fast run of `fast_run`'s assets only (tagged `fast_run`); neither runs the
+    assets' checks (an asset selection would bring them along: they scan whole tables)."""
     snapshot = ",".join(f"{p}:{o}" for p, o in sorted(state.end_offsets.items()))
+    tags = {"source_topic": topic, **({FAST_RUN_TAG: "true"} if fast_run else {})}
     # The request number makes every key unique: a key never stands in the way of retrying a failed run.
-    return dg.RunRequest(run_key=f"{topic}@{snapshot}#{number}", tags={"source_topic": topic})
+    return dg.RunRequest(
+        run_key=f"{topic}@{snapshot}#{number}",
+        tags=tags,
+        asset_selection=fast_run,
+        asset_check_keys=[] if fast_run else None,
+    )
 
 
 def build_offset_sensor(
@@ -154,6 +178,7 @@ def build_offset_sensor(
     """The topic's offset sensor; `running_by_default` False in continuous mode (the continuous run streams the
     topic; started by hand, the sensor still stands aside while a continuous run is in flight)."""
     asset_name = asset_key.to_user_string()
+    fast_keys = frozenset(dg.AssetKey(name) for name in fast_run_tables(asset_name))
     sensor_name = f"{asset_name}_offset_sensor"
 
     @dg.sensor(
@@ -198,17 +223,21 @@ def build_offset_sensor(
         events = [lag_observation(asset_key, state.end_offsets, state.lag)] if report else []
         reported_lag, observed_at = (waiting, now) if report else (previous, observed_at)
         failures, since_failure = recent_failures(context.instance, sensor_name) if waiting else (0, None)
+        runs = CheckpointRuns(None, False)
+        if waiting:
+            runs = checkpoint_runs(context.instance, asset_key, job.name, fast_keys)
         decision = decide(
             waiting=waiting,
             oldest_age_seconds=oldest_age,
-            busy=checkpoint_busy(context.instance, asset_key, job.name) if waiting else None,
+            busy=runs.busy,
             consecutive_failures=failures,
             seconds_since_failure=since_failure,
             policy=policy,
         )
         requests = int(cursor.get("requests", 0)) + int(decision.request)
+        fast = sorted(fast_keys, key=lambda k: k.to_user_string()) if runs.whole_run_in_flight else None
         return dg.SensorResult(
-            run_requests=[_run_request(topic, state, requests)] if decision.request else None,
+            run_requests=[_run_request(topic, state, requests, fast)] if decision.request else None,
             skip_reason=None if decision.request else dg.SkipReason(f"{topic}: {decision.reason}"),
             cursor=json.dumps({"lag": reported_lag, "observed_at": observed_at, "requests": requests}),
             asset_events=events,
