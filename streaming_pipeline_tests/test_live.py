@@ -428,7 +428,7 @@ def test_switching_to_triggered_and_back_to_continuous_loses_and_duplicates_noth
         _wait_until_exact(live, log)
 
     with DagsterDev(live.env, tmp_path / "dagster-dev-triggered.log") as dagster_dev:
-        _dagster_cli(dagster_dev, "sensor", "start", SENSOR_NAME)  # paused since the replay, as the README says
+        _set_sensor(dagster_dev, SENSOR_NAME, running=True)  # paused since the replay
         sensor_runs_before = len(live.instance().get_runs(filters=dg.RunsFilter(job_name="raw_rides_to_gold_job")))
         produce_and_check(408, dagster_dev.log_file)
         # The offset sensor's runs carried them: triggered mode is back, with no continuous run.
@@ -438,7 +438,7 @@ def test_switching_to_triggered_and_back_to_continuous_loses_and_duplicates_noth
         assert _continuous_run(live) is None
 
     with DagsterDev(_continuous_env(live), tmp_path / "dagster-dev-continuous-again.log") as dagster_dev:
-        _dagster_cli(dagster_dev, "sensor", "start", "continuous_streams_sensor")  # the previous test stopped it
+        _set_sensor(dagster_dev, "continuous_streams_sensor", running=True)  # the previous test stopped it
         live_helpers.wait_until(
             "the sensor launches the continuous run again",
             lambda: _continuous_run(live) is not None,
@@ -461,9 +461,9 @@ def test_the_continuous_mode_goes_on_exactly_once_after_the_engine_dies_and_the_
 
     with DagsterDev(_continuous_env(live), tmp_path / "dagster-dev-faults.log") as dagster_dev:
         log = dagster_dev.log_file
-        _dagster_cli(dagster_dev, "sensor", "start", "continuous_streams_sensor")  # the previous test stopped it
+        _set_sensor(dagster_dev, "continuous_streams_sensor", running=True)  # the previous test stopped it
         # The offset sensor the previous test started would carry rides while the continuous run is in back-off.
-        _dagster_cli(dagster_dev, "sensor", "stop", SENSOR_NAME)
+        _set_sensor(dagster_dev, SENSOR_NAME, running=False)
         live_helpers.wait_until("the continuous run", lambda: _continuous_run(live) is not None, log=log)
         first = _continuous_run(live)
         assert first is not None
@@ -569,23 +569,51 @@ def _continuous_run(live: Live) -> dg.DagsterRun | None:
     return runs[0] if runs else None
 
 
-def _dagster_cli(dagster_dev: DagsterDev, *args: str) -> None:
-    done = subprocess.run(
-        [sys.executable, "-m", "dagster", *args, "-w", "workspace.yaml"],
-        cwd=REPO_ROOT,
-        env=dagster_dev.env,
-        capture_output=True,
-        text=True,
-        timeout=120,
+def _set_sensor(dagster_dev: DagsterDev, name: str, *, running: bool) -> None:
+    """Start or stop a sensor as the UI's toggle does, with Dagster's GraphQL mutations through the running webserver
+    (`dagster sensor start/stop`, which the replay test runs as the docs say, loads the code location anew: 4 to
+    6 s a call)."""
+    import json
+    import urllib.request
+
+    def graphql(query: str, variables: dict[str, Any]) -> dict[str, Any]:
+        request = urllib.request.Request(
+            f"http://127.0.0.1:{dagster_dev.port}/graphql",
+            data=json.dumps({"query": query, "variables": variables}).encode(),
+            headers={"Content-Type": "application/json"},
+        )
+        with urllib.request.urlopen(request, timeout=60) as response:
+            answer = json.loads(response.read())
+        assert "errors" not in answer, answer
+        return dict(answer["data"])
+
+    selector = {"repositoryLocationName": "streaming_pipeline", "repositoryName": "__repository__", "sensorName": name}
+    if running:
+        started = graphql(
+            "mutation($s: SensorSelector!) { startSensor(sensorSelector: $s) "
+            "{ ... on Sensor { sensorState { status } } ... on PythonError { message } } }",
+            {"s": selector},
+        )
+        assert started["startSensor"].get("sensorState") == {"status": "RUNNING"}, started
+        return
+    found = graphql(
+        "query($s: SensorSelector!) { sensorOrError(sensorSelector: $s) "
+        "{ ... on Sensor { sensorState { id } } ... on PythonError { message } } }",
+        {"s": selector},
     )
-    assert done.returncode == 0, done.stdout + done.stderr
+    stopped = graphql(
+        "mutation($id: String) { stopSensor(id: $id) "
+        "{ ... on StopSensorMutationResult { instigationState { status } } ... on PythonError { message } } }",
+        {"id": found["sensorOrError"]["sensorState"]["id"]},
+    )
+    assert stopped["stopSensor"].get("instigationState") == {"status": "STOPPED"}, stopped
 
 
 def _stop_the_continuous_run(live: Live, dagster_dev: DagsterDev) -> None:
     """Stop the sensor that keeps the continuous run alive, terminate the run from the UI's API, wait until it ends."""
     from dagster_graphql import DagsterGraphQLClient
 
-    _dagster_cli(dagster_dev, "sensor", "stop", "continuous_streams_sensor")
+    _set_sensor(dagster_dev, "continuous_streams_sensor", running=False)
     run = _continuous_run(live)
     assert run is not None
     DagsterGraphQLClient("127.0.0.1", port_number=dagster_dev.port).terminate_run(run.run_id)
