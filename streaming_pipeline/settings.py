@@ -150,7 +150,8 @@ class LiveSettings:
     vendor_counts trigger every `CONTINUOUS_TRIGGER_INTERVAL`, the others every
     `CONTINUOUS_DOWNSTREAM_TRIGGER_INTERVAL`. A streamed table is late (its freshness policy fails) when it has not
     been reported for `CONTINUOUS_FRESHNESS_SECONDS`, and warns after half of that. The streaming tables' asset
-    checks run while they stream on `CONTINUOUS_CHECKS_CRON` (UTC; in triggered mode each run has them)."""
+    checks run while they stream on `CONTINUOUS_CHECKS_CRON` (UTC; the schedule runs by default in the continuous
+    mode)."""
 
     mode: str = "triggered"
     trigger_interval: str = "500 milliseconds"

@@ -269,14 +269,8 @@ def windows_count(spark: SparkSession, lakehouse: Lakehouse, *, commits_back: in
             return None
         pinned = _newest_reconcile_commit(log, position, latest, commits_back)
         version, rides_version = pinned if pinned is not None else (latest, position.version)
-        counted = int(
-            spark.read.format("delta")
-            .option("versionAsOf", version)
-            .load(path)
-            .agg(F.sum(F.col("trip_count") + F.col("late_trip_count")))
-            .collect()[0][0]
-            or 0
-        )
+        counts = read_table(spark, path, version).agg(F.sum(F.col("trip_count") + F.col("late_trip_count")))
+        counted = int(counts.collect()[0][0] or 0)
         if pinned is not None:
             return WindowsCount(version, rides_version, counted, reconciled=True)
         if stream_position(spark, lakehouse.checkpoint_path(WINDOWS)) == position and log.latest_version() == latest:

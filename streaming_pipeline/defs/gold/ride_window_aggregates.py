@@ -14,7 +14,7 @@ from streaming_pipeline.asset_metadata import (
     stream_step_args,
     table_args,
 )
-from streaming_pipeline.engine.delta_tables import count_duplicate_keys, read_table, table_exists
+from streaming_pipeline.engine.delta_tables import count_duplicate_keys, count_rows, read_table, table_exists
 from streaming_pipeline.gold.windows import update_ride_window_aggregates
 from streaming_pipeline.resources import LakehouseResource, SparkResource
 from streaming_pipeline.settings import PipelineSettings
@@ -125,12 +125,7 @@ def windows_count_each_ride_once(spark: SparkResource, lakehouse: LakehouseResou
             passed=True,
             metadata={"note": "the window stream has read no whole version of raw_rides yet, or wrote all along"},
         )
-    rides = (
-        session.read.format("delta")
-        .option("versionAsOf", count.raw_rides_version)
-        .load(lakehouse.table_path(RAW_RIDES.name))
-        .count()
-    )
+    rides = count_rows(session, lakehouse.table_path(RAW_RIDES.name), version=count.raw_rides_version)
     return dg.AssetCheckResult(
         passed=count.counted == rides,
         metadata={
