@@ -366,17 +366,16 @@ def test_the_continuous_mode_streams_produced_rides_to_gold_and_terminating_it_s
         relaunched = continuous_run()
         assert relaunched is not None
 
-        def logged(text: str) -> bool:
-            return any(text in entry.user_message for entry in live.instance().all_logs(relaunched.run_id))
-
         live_helpers.wait_until(
             "the new run stops the killed run's queries",
-            lambda: logged(f"run {killed.run_id} left running when its process died"),
+            lambda: _logged(live, relaunched.run_id, f"run {killed.run_id} left running when its process died"),
             log=dagster_dev.log_file,
         )
         # Once run monitoring has freed the killed run's pools, the new run streams: rides produced now are its own.
         live_helpers.wait_until(
-            "the new run streams", lambda: logged("vendor_counts: streaming"), log=dagster_dev.log_file
+            "the new run streams",
+            lambda: _logged(live, relaunched.run_id, "vendor_counts: streaming"),
+            log=dagster_dev.log_file,
         )
         after_restart = list(synthetic_rides(200, SyntheticOptions(seed=407)))
         assert produce(kafka, registry, RIDES_TOPIC, rows_from_records(after_restart), show_progress=False).sent == 200
@@ -467,6 +466,13 @@ def test_the_continuous_mode_goes_on_exactly_once_after_the_engine_dies_and_the_
         live_helpers.wait_until("the continuous run", lambda: _continuous_run(live) is not None, log=log)
         first = _continuous_run(live)
         assert first is not None
+        # Its queries run in its Spark Connect session (the windows start last): an engine killed before, while the
+        # run was starting, would leave the run nothing to lose.
+        live_helpers.wait_until(
+            "the continuous run streams",
+            lambda: _logged(live, first.run_id, "ride_window_aggregates: streaming"),
+            log=log,
+        )
 
         # The engine dies a random moment into a load; `stack up` starts it again on its port.
         engine = EmbeddedStack(stack_dir, prefer_standard_ports=False).up(timeout=60)  # all running: where they are
@@ -623,6 +629,11 @@ def _stop_the_continuous_run(live: Live, dagster_dev: DagsterDev) -> None:
         log=dagster_dev.log_file,
     )
     assert live.instance().get_run_by_id(run.run_id).status == dg.DagsterRunStatus.CANCELED
+
+
+def _logged(live: Live, run_id: str, text: str) -> bool:
+    """Whether the run's log has a message containing `text`."""
+    return any(text in entry.user_message for entry in live.instance().all_logs(run_id))
 
 
 def _status(live: Live, run_id: str) -> dg.DagsterRunStatus | None:
