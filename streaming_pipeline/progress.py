@@ -1,16 +1,18 @@
-"""Progress that suits where it goes: a bar on a terminal, a plain line every few seconds into a pipe or a log.
+"""Progress that suits where it goes: a bar on a terminal, nothing but the outcome into a pipe or a log.
 
-`streaming-pipeline produce ... | tee log` must not write every bar redraw into the log. So:
+`streaming-pipeline produce ... | tee log` and a CI log must not fill with progress. So:
 
 * the stream is a terminal (``stream.isatty()``): a tqdm bar (tqdm comes with the ``stack`` extra; it is imported
-  only here, when a bar is drawn, and without it the plain lines below are used instead);
-* anything else: one line such as ``producing rides: 1,234/3,000 rec (41%), 512 rec/s`` at most every
-  `interval_seconds`, and a final line on close;
+  only here, when a bar is drawn), or, without tqdm or with ``bar=False``, one plain line such as
+  ``producing rides: 1,234/3,000 rec (41%), 512 rec/s`` at most every `interval_seconds`;
+* anything else: no progress at all, only a final line on close (what was done, in how long);
 * disabled: nothing at all.
 
 For a long wait with nothing to count (``unit=None``), ``heartbeat=True`` keeps the bar's clock running on a
-terminal and writes ``<desc>: still running after 15 s`` every `interval_seconds` elsewhere, so a wait shorter than
-the interval adds no line at all. The clock is injectable (`clock`), so that tests need not sleep.
+terminal (or writes ``<desc>: still running after 15 s`` there every `interval_seconds` without a bar), and writes
+nothing elsewhere. Lines go to `say` when given (a caller's own printer); whether they are written at all still
+depends on `stream` being a terminal, so a caller whose printer writes elsewhere passes that stream too. The clock
+is injectable (`clock`), so that tests need not sleep.
 
 Part of the pipeline library: no Dagster here, and tqdm is an optional dependency.
 """
@@ -44,7 +46,8 @@ class Progress:
     `update(n)` adds to the count, `set_status(text)` shows a note after it, `tick()` lets a polling loop report
     without counting, `close()` ends it (also as a context manager). Plain lines go to `say` when given (a caller's
     own printer, e.g. one that prefixes its lines), else to `stream`; a bar is drawn on `stream` only when `bar` is
-    true and `stream` is a terminal. With `leave` false a terminal bar is erased on close and no final line is
+    true and `stream` is a terminal, and plain lines are written while it runs only when `stream` is a terminal (into
+    a pipe or a log, only the final line). With `leave` false a terminal bar is erased on close and no final line is
     written (for a wait whose caller reports the outcome itself); `rate` false leaves the per-second rate out.
     """
 
@@ -81,10 +84,12 @@ class Progress:
         self._lock = threading.RLock()
         self._closed = not enabled
         self._started = self._last_line = self._clock()
-        self._bar: Any = self._open_bar() if enabled and bar and _is_terminal(self.stream) else None
+        terminal = _is_terminal(self.stream)
+        self._bar: Any = self._open_bar() if enabled and bar and terminal else None
+        self._periodic_lines = terminal  # plain lines while it runs: on a terminal only
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
-        if enabled and heartbeat:
+        if enabled and heartbeat and terminal:
             self._thread = threading.Thread(target=self._beat, name=f"progress: {desc}", daemon=True)
             self._thread.start()
 
@@ -141,6 +146,8 @@ class Progress:
     # ------------------------------------------------------------------ plain lines
 
     def _line_if_due(self) -> None:
+        if not self._periodic_lines:
+            return
         now = self._clock()
         if now - self._last_line >= self.interval_seconds:
             self._last_line = now
@@ -214,8 +221,8 @@ def waiting(
     interval_seconds: float = DEFAULT_INTERVAL_SECONDS,
     clock: Callable[[], float] | None = None,
 ) -> Progress:
-    """A long wait with nothing to count: a running clock on a terminal, a line every `interval_seconds` elsewhere;
-    nothing at all when it ends sooner, and no final line (the caller reports the outcome). A context manager."""
+    """A long wait with nothing to count: a running clock on a terminal, nothing elsewhere, and no final line (the
+    caller reports the outcome). A context manager."""
     return Progress(
         None,
         desc,

@@ -1,5 +1,6 @@
-"""Progress output that suits where it goes (streaming_pipeline.progress): a bar on a terminal, a line every few
-seconds into a pipe or a log, nothing when disabled; and `produce` into a pipe writes a few lines, not one per record.
+"""Progress output that suits where it goes (streaming_pipeline.progress): a bar on a terminal (plain lines every few
+seconds there without one), only the final line into a pipe or a log, nothing when disabled; and `produce` into a
+pipe writes one line, not one per record.
 
 The plain-line tests drive a fake clock, so their line counts are exact and nothing sleeps. The steps of the fake
 clock are multiples of 1/64 s, which floats add exactly."""
@@ -48,10 +49,20 @@ def _run_updates(reporter: Progress, clock: FakeClock, updates: int = UPDATES) -
         reporter.update(1)
 
 
-@pytest.mark.parametrize("interval", [2.0, 2.5, 3.0, 5.0, 7.0])
-def test_a_pipe_gets_a_line_per_interval_not_a_line_per_update(interval: float) -> None:
+def test_a_pipe_gets_only_the_final_line() -> None:
     stream, clock = io.StringIO(), FakeClock()
-    with Progress(UPDATES, "producing rides", "rec", stream=stream, interval_seconds=interval, clock=clock) as bar:
+    with Progress(UPDATES, "producing rides", "rec", stream=stream, interval_seconds=2.0, clock=clock) as bar:
+        _run_updates(bar, clock)
+        bar.tick()
+    assert stream.getvalue() == f"producing rides: 1,280/1,280 rec (100%) in {SIMULATED_SECONDS:.1f} s, 64 rec/s\n"
+
+
+@pytest.mark.parametrize("interval", [2.0, 2.5, 3.0, 5.0, 7.0])
+def test_plain_lines_on_a_terminal_come_once_per_interval_not_once_per_update(interval: float) -> None:
+    stream, clock = TerminalStringIO(), FakeClock()
+    with Progress(
+        UPDATES, "producing rides", "rec", stream=stream, bar=False, interval_seconds=interval, clock=clock
+    ) as bar:
         _run_updates(bar, clock)
     lines = _lines(stream.getvalue())
     periodic = int(SIMULATED_SECONDS // interval)  # one line each time `interval` seconds have passed
@@ -61,8 +72,8 @@ def test_a_pipe_gets_a_line_per_interval_not_a_line_per_update(interval: float) 
 
 
 def test_plain_lines_say_count_total_share_and_rate() -> None:
-    stream, clock = io.StringIO(), FakeClock()
-    with Progress(3000, "producing rides", "rec", stream=stream, interval_seconds=5.0, clock=clock) as bar:
+    stream, clock = TerminalStringIO(), FakeClock()
+    with Progress(3000, "producing rides", "rec", stream=stream, bar=False, interval_seconds=5.0, clock=clock) as bar:
         _run_updates(bar, clock)
     assert _lines(stream.getvalue()) == [
         "producing rides: 320/3,000 rec (10%), 64 rec/s",
@@ -74,8 +85,8 @@ def test_plain_lines_say_count_total_share_and_rate() -> None:
 
 
 def test_without_a_total_lines_count_and_a_status_follows_the_count() -> None:
-    stream, clock = io.StringIO(), FakeClock()
-    with Progress(None, "  kafka", "modules", stream=stream, rate=False, clock=clock) as bar:
+    stream, clock = TerminalStringIO(), FakeClock()
+    with Progress(None, "  kafka", "modules", stream=stream, bar=False, rate=False, clock=clock) as bar:
         bar.set_status("3 files downloaded")
         _run_updates(bar, clock, 320)
     assert _lines(stream.getvalue()) == [
@@ -133,9 +144,9 @@ def test_lines_go_to_say_and_bar_false_keeps_them_plain_on_a_terminal() -> None:
     assert len(said) == SIMULATED_SECONDS // 5 + 1
 
 
-def test_a_wait_ticks_a_line_per_interval_and_writes_no_final_line() -> None:
-    stream, clock = io.StringIO(), FakeClock()
-    with Progress(None, "[bench] plain Spark", None, stream=stream, leave=False, clock=clock) as wait:
+def test_a_wait_on_a_terminal_without_a_bar_ticks_a_line_per_interval_and_writes_no_final_line() -> None:
+    stream, clock = TerminalStringIO(), FakeClock()
+    with Progress(None, "[bench] plain Spark", None, stream=stream, bar=False, leave=False, clock=clock) as wait:
         for _ in range(SIMULATED_SECONDS * 4):
             clock.now += 0.25
             wait.tick()
@@ -149,9 +160,19 @@ def test_a_wait_shorter_than_the_interval_writes_nothing() -> None:
     assert stream.getvalue() == ""
 
 
-def test_the_heartbeat_writes_lines_while_the_caller_blocks() -> None:
+def test_a_wait_into_a_pipe_writes_nothing_however_long() -> None:
+    stream, said = io.StringIO(), []
+    with waiting("materializing", stream=stream, say=said.append, interval_seconds=0.05):
+        time.sleep(0.3)
+    assert stream.getvalue() == "" and said == []
+
+
+def test_the_heartbeat_writes_lines_on_a_terminal_without_tqdm_while_the_caller_blocks(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setitem(sys.modules, "tqdm", None)  # importing tqdm now raises ImportError
     said: list[str] = []
-    with waiting("materializing", say=said.append, interval_seconds=0.05):
+    with waiting("materializing", stream=TerminalStringIO(), say=said.append, interval_seconds=0.05):
         time.sleep(0.5)  # a blocking call that reports nothing itself
     assert 3 <= len(said) <= 11
     assert all(line.startswith("materializing: still running after ") for line in said)
@@ -233,19 +254,11 @@ def _produce_rides(monkeypatch: pytest.MonkeyPatch, rides: int, *, show_progress
     return kafka
 
 
-def test_produce_into_a_pipe_writes_a_line_every_few_seconds(
+def test_produce_into_a_pipe_writes_only_its_final_line(
     monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
     _produce_rides(monkeypatch, UPDATES)  # 20 s of the fake clock; stderr is a capture, not a terminal
-    err = capsys.readouterr().err
-    # Record i is counted before it is sent, at (i - 1)/64 s: lines at 5, 10 and 15 s (records 321, 641 and 961),
-    # then the final one after the flush, at 20 s.
-    assert _lines(err) == [
-        "producing rides: 321/1,280 rec (25%), 64 rec/s",
-        "producing rides: 641/1,280 rec (50%), 64 rec/s",
-        "producing rides: 961/1,280 rec (75%), 64 rec/s",
-        "producing rides: 1,280/1,280 rec (100%) in 20.0 s, 64 rec/s",
-    ]
+    assert _lines(capsys.readouterr().err) == ["producing rides: 1,280/1,280 rec (100%) in 20.0 s, 64 rec/s"]
 
 
 def test_produce_without_progress_writes_nothing(

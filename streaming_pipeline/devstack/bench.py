@@ -42,8 +42,7 @@ def say(message: str) -> None:
 
 
 def bench_stage(what: str) -> AbstractContextManager[Progress]:
-    """A stage that can take minutes: a running clock on a terminal, a line every few seconds in a log (none when
-    it ends sooner)."""
+    """A stage that can take minutes: a running clock on a terminal, nothing in a log (the bench says the outcome)."""
     return waiting(f"[bench] {what}")
 
 

@@ -138,7 +138,7 @@ def _materialize(resources: Mapping[str, Any], stages: _Stages) -> dg.ExecuteInP
         f"materializing {len(graph.get_all_asset_keys())} assets and {len(graph.asset_check_keys)} checks through "
         "the Dagster definitions on the Spark Connect engine..."
     )
-    # The run takes a minute or more: a running clock on a terminal, a line every few seconds in a log.
+    # The run takes a minute or more: a running clock on a terminal, nothing in a log.
     with waiting("materializing", say=stages.say):
         result = dg.materialize(
             [

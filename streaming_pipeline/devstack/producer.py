@@ -132,7 +132,7 @@ def produce(
     # what matters reaches the user through the delivery reports and the summary.
     producer = kafka.producer(**config, logger=_LIBRDKAFKA_LOG)
     result = ProduceResult(topic=topic)
-    # A bar on a terminal, a line every few seconds into a pipe or a log (streaming_pipeline.progress).
+    # A bar on a terminal, only the final line into a pipe or a log (streaming_pipeline.progress).
     progress = Progress(total, f"producing {topic}", "rec", enabled=show_progress)
     try:
         with _ctrl_c_requests_stop(stop_on_interrupt) as stop:

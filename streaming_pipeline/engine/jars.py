@@ -263,9 +263,9 @@ _FAILURE_LINE = re.compile(r"(download failed: \S+|:: \S+#\S+;\S+: .+|module not
 def _run_ivy(command: list[str], log_file: Path, artifacts: ArtifactSet, say: Progress) -> None:
     """Run Ivy, reporting as it goes; raise naming the artifacts that failed.
 
-    On a terminal (when `say` is the default, stderr) a bar with the modules found so far and a running clock;
-    otherwise a line through `say` every few seconds, also while Ivy is silent (a large download), none when it
-    is done sooner. The outcome is reported by the caller.
+    On a terminal a bar with the modules found so far and a running clock (when `say` is the default, stderr), or
+    a line through `say` every few seconds, also while Ivy is silent (a large download); into a pipe or a log
+    nothing. The outcome is reported by the caller.
     """
     downloaded = 0
     lines: list[str] = []
