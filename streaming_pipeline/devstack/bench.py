@@ -346,6 +346,75 @@ class LiveResult:
     modes: list[LiveModeFigures] = field(default_factory=list)
 
 
+#: The figures of a mode that `--repeat` sums up over its runs.
+SPREAD_FIGURES = (
+    "raw_rides_p50_seconds",
+    "raw_rides_p95_seconds",
+    "vendor_counts_p50_seconds",
+    "vendor_counts_p95_seconds",
+    "catch_up_seconds",
+    "engine_peak_rss_mib",
+    "idle_cpu_percent",
+)
+
+
+@dataclass
+class Spread:
+    """One figure over repeated runs: their median, lowest and highest."""
+
+    median: float
+    low: float
+    high: float
+    values: list[float]
+
+
+@dataclass
+class LiveRepeats:
+    """`bench --live --repeat N`: every run, and per mode the spread of each figure of SPREAD_FIGURES over them."""
+
+    runs: list[LiveResult]
+    spreads: dict[str, dict[str, Spread]]  # per mode, per figure
+    exactly_once: dict[str, bool]  # per mode: in every run
+
+
+def live_repeats(results: list[LiveResult]) -> LiveRepeats:
+    """The runs, and per mode the median, lowest and highest of each figure of SPREAD_FIGURES over them."""
+    spreads: dict[str, dict[str, Spread]] = {}
+    exactly_once: dict[str, bool] = {}
+    for mode in dict.fromkeys(m.mode for result in results for m in result.modes):
+        measured = [m for result in results for m in result.modes if m.mode == mode]
+        spreads[mode] = {}
+        for name in SPREAD_FIGURES:
+            values = [float(getattr(m, name)) for m in measured]
+            spreads[mode][name] = Spread(statistics.median(values), min(values), max(values), values)
+        exactly_once[mode] = all(m.exactly_once for m in measured)
+    return LiveRepeats(results, spreads, exactly_once)
+
+
+def _print_spreads(repeats: LiveRepeats) -> None:
+    labels = {
+        "raw_rides_p50_seconds": "produce -> raw_rides p50 (s)",
+        "raw_rides_p95_seconds": "produce -> raw_rides p95 (s)",
+        "vendor_counts_p50_seconds": "produce -> vendor_counts p50 (s)",
+        "vendor_counts_p95_seconds": "produce -> vendor_counts p95 (s)",
+        "catch_up_seconds": "catch-up after the load (s)",
+        "engine_peak_rss_mib": "engine peak RSS (MiB)",
+        "idle_cpu_percent": "CPU idle, engine + runs (% of a core)",
+    }
+    rows: list[tuple[str, str]] = []
+    for mode, figures in repeats.spreads.items():
+        for name, spread in figures.items():
+            values = ", ".join(f"{value:,.1f}" for value in spread.values)
+            rows.append(
+                (
+                    f"{mode}: {labels[name]}",
+                    f"median {spread.median:,.1f}, {spread.low:,.1f} to {spread.high:,.1f} ({values})",
+                )
+            )
+        rows.append((f"{mode}: every ride once, in every run", str(repeats.exactly_once[mode])))
+    print_rows(rows, [f"over {len(repeats.runs)} runs, each on a fresh stack with the same load and probe moments"])
+
+
 class _ProbeWatcher:
     """When each probe ride first shows in raw_rides and in vendor_counts, read from the tables' Delta logs and files
     (Spark-free, in this process): only the files that raw_rides' new commits added are read, and vendor_counts is
@@ -485,6 +554,7 @@ def run_live_bench(
     modes: tuple[str, ...],
     json_path: Path | None,
     *,
+    repeat: int = 1,
     rate: int = 1000,
     seconds: float = 180.0,
     probe_every: float = 6.0,
@@ -492,7 +562,7 @@ def run_live_bench(
     pickup_every: int = 10,
     quiet_seconds: float = 40.0,
     timeout: float = 300.0,
-) -> LiveResult:
+) -> LiveResult | LiveRepeats:
     """What a user sees through `dagster dev`, in each mode in turn on one stack and one lakehouse (the switch
     between modes is part of the run): a steady load of `rate` rides/s for `seconds`, and single probe rides at
     random moments about `probe_every` s apart, each timed from its produce call until it shows in raw_rides and in
@@ -501,11 +571,13 @@ def run_live_bench(
     so without pickups the join would keep every ride in its state. Then the catch-up, the exactness of both tables,
     and `idle_seconds` of the idle pipeline, from when no table has had a commit for `quiet_seconds` (longer than
     the continuous mode's downstream trigger interval, 30 s by default, so that its branches, enrichment, join and
-    windows took the last rides too)."""
-    from streaming_pipeline.devstack.embedded.stack import running_stack
-    from streaming_pipeline.registry_client import RegistryClient
-    from streaming_pipeline.resources import KafkaResource
+    windows took the last rides too).
 
+    With `repeat` > 1 the whole measurement runs that many times, each on a fresh stack and lakehouse with the same
+    load and probe moments, and the figures are summed up as the median and the range of the runs: two runs of the
+    same code on this kind of machine differ by 1 to 3 s at the median (docs/performance.md)."""
+    if repeat < 1:
+        raise BenchError("--repeat must be 1 or more")
     for mode in modes:
         if mode not in LIVE_MODES:
             raise BenchError(f"--mode {mode!r} is not one of {', '.join(LIVE_MODES)}")
@@ -513,7 +585,48 @@ def run_live_bench(
         raise BenchError("--rate, --seconds and --probe-every must be positive")
     if pickup_every < 0:
         raise BenchError("--pickup-every must be 0 (no pickups) or positive")
+    results: list[LiveResult] = []
+    for number in range(repeat):
+        if repeat > 1:
+            say(f"run {number + 1} of {repeat}, on a fresh stack")
+        results.append(
+            _live_run(
+                modes,
+                rate=rate,
+                seconds=seconds,
+                probe_every=probe_every,
+                idle_seconds=idle_seconds,
+                pickup_every=pickup_every,
+                quiet_seconds=quiet_seconds,
+                timeout=timeout,
+            )
+        )
+        _print_live(results[-1])
+    if repeat == 1:
+        write_json(json_path, results[0])
+        return results[0]
+    repeats = live_repeats(results)
+    _print_spreads(repeats)
+    write_json(json_path, repeats)
+    return repeats
+
+
+def _live_run(
+    modes: tuple[str, ...],
+    *,
+    rate: int,
+    seconds: float,
+    probe_every: float,
+    idle_seconds: float,
+    pickup_every: int,
+    quiet_seconds: float,
+    timeout: float,
+) -> LiveResult:
+    """One measurement of `run_live_bench`, on a stack and lakehouse of its own."""
     from streaming_pipeline.devstack.embedded.spark_connect import driver_memory_for
+    from streaming_pipeline.devstack.embedded.stack import running_stack
+    from streaming_pipeline.registry_client import RegistryClient
+    from streaming_pipeline.resources import KafkaResource
 
     heap = driver_memory_for(modes[0])
     result = LiveResult(machine=machine_description(), engine=f"Spark Connect server, local[*], {heap} heap")
@@ -548,8 +661,6 @@ def run_live_bench(
                 timeout=timeout,
             )
             result.modes.append(figures)
-    _print_live(result)
-    write_json(json_path, result)
     return result
 
 

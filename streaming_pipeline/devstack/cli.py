@@ -161,6 +161,13 @@ def _add_bench_parser(subparsers: argparse._SubParsersAction) -> None:
         help="--live: the LIVE_MODE to measure; both: triggered, then continuous on the same lakehouse (default)",
     )
     bench.add_argument("--rate", type=int, default=1000, help="--live: rides per second of the load (default 1000)")
+    bench.add_argument(
+        "--repeat",
+        type=int,
+        default=1,
+        help="--live: measure this many times, each on a fresh stack, and print the median and range of the figures "
+        "(default 1)",
+    )
     bench.add_argument("--seconds", type=float, default=180.0, help="--live: seconds of load per mode (default 180)")
     bench.add_argument(
         "--probe-every",
@@ -245,6 +252,7 @@ def _run_bench(args: argparse.Namespace) -> int:
         run_live_bench(
             modes,
             args.json,
+            repeat=args.repeat,
             rate=args.rate,
             seconds=args.seconds,
             probe_every=args.probe_every,

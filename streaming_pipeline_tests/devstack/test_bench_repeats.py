@@ -1,0 +1,57 @@
+"""`bench --live --repeat N` sums up its runs: the median and range of each figure, per mode (no stack needed)."""
+
+import argparse
+
+import pytest
+
+from streaming_pipeline.devstack.bench import LiveModeFigures, LiveResult, _print_spreads, live_repeats
+from streaming_pipeline.devstack.cli import build_parser
+
+
+def _run(*modes: tuple[str, float, float, bool]) -> LiveResult:
+    result = LiveResult(machine="m", engine="e")
+    for mode, raw_p50, rss, once in modes:
+        figures = LiveModeFigures(mode=mode, rate=1000, load_seconds=120)
+        figures.raw_rides_p50_seconds, figures.engine_peak_rss_mib, figures.exactly_once = raw_p50, rss, once
+        result.modes.append(figures)
+    return result
+
+
+def test_repeats_give_each_modes_median_and_range_over_the_runs() -> None:
+    runs = [
+        _run(("triggered", 14.9, 2400.0, True), ("continuous", 6.2, 2000.0, True)),
+        _run(("triggered", 17.5, 2500.0, True), ("continuous", 4.3, 2100.0, True)),
+        _run(("triggered", 20.0, 2450.0, True), ("continuous", 5.3, 1900.0, False)),
+    ]
+    repeats = live_repeats(runs)
+    assert repeats.runs == runs
+    raw = repeats.spreads["continuous"]["raw_rides_p50_seconds"]
+    assert (raw.median, raw.low, raw.high, raw.values) == (5.3, 4.3, 6.2, [6.2, 4.3, 5.3])
+    rss = repeats.spreads["triggered"]["engine_peak_rss_mib"]
+    assert (rss.median, rss.low, rss.high) == (2450.0, 2400.0, 2500.0)
+    # Exactly once only if every run was.
+    assert repeats.exactly_once == {"triggered": True, "continuous": False}
+
+
+def test_an_even_number_of_runs_takes_the_mean_of_the_middle_two(capsys: pytest.CaptureFixture[str]) -> None:
+    repeats = live_repeats([_run(("continuous", p50, 2000.0, True)) for p50 in (4.0, 7.0, 5.0, 6.0)])
+    assert repeats.spreads["continuous"]["raw_rides_p50_seconds"].median == 5.5
+    _print_spreads(repeats)
+    out = capsys.readouterr().out
+    assert "continuous: produce -> raw_rides p50 (s)" in out
+    assert "median 5.5, 4.0 to 7.0 (4.0, 7.0, 5.0, 6.0)" in out
+    assert "over 4 runs, each on a fresh stack" in out
+
+
+def test_repeat_is_an_option_of_the_live_bench() -> None:
+    args = build_parser().parse_args(["bench", "--live", "--mode", "continuous", "--repeat", "3"])
+    assert isinstance(args, argparse.Namespace) and args.repeat == 3
+    assert build_parser().parse_args(["bench", "--live"]).repeat == 1
+
+
+def test_no_run_is_refused_before_any_stack_starts() -> None:
+    from streaming_pipeline.devstack.bench import run_live_bench
+    from streaming_pipeline.errors import BenchError
+
+    with pytest.raises(BenchError, match="--repeat must be 1 or more"):
+        run_live_bench(("continuous",), None, repeat=0)
