@@ -157,7 +157,7 @@ class LiveSettings:
     trigger_interval: str = "500 milliseconds"
     downstream_trigger_interval: str = "30 seconds"
     report_seconds: float = 30.0
-    reconcile_seconds: float = 60.0
+    reconcile_seconds: float = 300.0
     freshness_seconds: float = 300.0
     checks_cron: str = "0 * * * *"
 

@@ -90,7 +90,7 @@ class ContinuousStreamsConfig(IntervalsConfig):
         default=_LIVE.reconcile_seconds,
         gt=0,
         description="The window query is stopped for its reconcile at most this often, after new rides (default: "
-        "CONTINUOUS_RECONCILE_SECONDS, 60).",
+        "CONTINUOUS_RECONCILE_SECONDS, 300).",
     )
     high_amount_threshold: float = Field(default=_PIPELINE.high_amount_threshold)
     join_max_gap: str = Field(default=_PIPELINE.join_max_gap)

@@ -20,7 +20,7 @@ def test_live_settings_default_to_the_triggered_mode() -> None:
         trigger_interval="500 milliseconds",
         downstream_trigger_interval="30 seconds",
         report_seconds=30.0,
-        reconcile_seconds=60.0,
+        reconcile_seconds=300.0,
         freshness_seconds=300.0,
         checks_cron="0 * * * *",
     )

@@ -32,9 +32,11 @@ STANDARD_PORT = 15002
 # (docs/performance.md). With 1280m the heap filled after about 40 minutes of steady load.
 DEFAULT_DRIVER_MEMORY = "3g"
 # The heap when the stack starts in the continuous mode (`stack up --live-mode continuous`): its queries run for
-# hours, so Spark Connect keeps only the few it restarts (the window query's reconcile, about one a minute), and a
-# smaller heap holds the engine's RSS near 2 GiB under load (docs/performance.md).
-CONTINUOUS_DRIVER_MEMORY = "1536m"
+# hours, so Spark Connect keeps only the few it restarts (the window query, for its reconcile every 5 minutes).
+# With 1 GB the engine's RSS stayed under 2 GiB over half an hour of 1,000 rides/s (1,976 to 2,006 MiB in three
+# runs; 2,569 MiB with 1.5 GB): by then the JVM holds nearly 1 GB outside the heap, mostly the classes Spark
+# generates for query plans and the code the JIT compiled (docs/performance.md).
+CONTINUOUS_DRIVER_MEMORY = "1g"
 
 
 def driver_memory_for(live_mode: str | None) -> str:

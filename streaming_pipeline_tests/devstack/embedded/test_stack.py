@@ -262,7 +262,7 @@ def test_cli_with_real_registry_and_spark_connect(tmp_path: Path) -> None:
         # Same addresses; the continuous mode recorded, and the engine started again with its smaller heap.
         assert env_lines == [*lines[:-1], "export LIVE_MODE=continuous"]
         spark_pid = json.loads(_cli("status", "--dir", directory, "--json").stdout)["components"]["spark"]["pid"]
-        assert "spark.driver.memory=1536m" in str(process_command_line(spark_pid)).split()
+        assert "spark.driver.memory=1g" in str(process_command_line(spark_pid)).split()
         with urllib.request.urlopen(f"{url}/subjects", timeout=10) as response:
             assert json.load(response) == ["ping-value"]
         with urllib.request.urlopen(f"{url}/schemas/ids/{schema_id}", timeout=10) as response:
