@@ -346,16 +346,16 @@ class LiveResult:
     modes: list[LiveModeFigures] = field(default_factory=list)
 
 
-#: The figures of a mode that `--repeat` sums up over its runs.
-SPREAD_FIGURES = (
-    "raw_rides_p50_seconds",
-    "raw_rides_p95_seconds",
-    "vendor_counts_p50_seconds",
-    "vendor_counts_p95_seconds",
-    "catch_up_seconds",
-    "engine_peak_rss_mib",
-    "idle_cpu_percent",
-)
+#: The figures of a mode that `--repeat` sums up over its runs, with the label it prints for each.
+SPREAD_FIGURES = {
+    "raw_rides_p50_seconds": "produce -> raw_rides p50 (s)",
+    "raw_rides_p95_seconds": "produce -> raw_rides p95 (s)",
+    "vendor_counts_p50_seconds": "produce -> vendor_counts p50 (s)",
+    "vendor_counts_p95_seconds": "produce -> vendor_counts p95 (s)",
+    "catch_up_seconds": "catch-up after the load (s)",
+    "engine_peak_rss_mib": "engine peak RSS (MiB)",
+    "idle_cpu_percent": "CPU idle, engine + runs (% of a core)",
+}
 
 
 @dataclass
@@ -392,22 +392,13 @@ def live_repeats(results: list[LiveResult]) -> LiveRepeats:
 
 
 def _print_spreads(repeats: LiveRepeats) -> None:
-    labels = {
-        "raw_rides_p50_seconds": "produce -> raw_rides p50 (s)",
-        "raw_rides_p95_seconds": "produce -> raw_rides p95 (s)",
-        "vendor_counts_p50_seconds": "produce -> vendor_counts p50 (s)",
-        "vendor_counts_p95_seconds": "produce -> vendor_counts p95 (s)",
-        "catch_up_seconds": "catch-up after the load (s)",
-        "engine_peak_rss_mib": "engine peak RSS (MiB)",
-        "idle_cpu_percent": "CPU idle, engine + runs (% of a core)",
-    }
     rows: list[tuple[str, str]] = []
     for mode, figures in repeats.spreads.items():
         for name, spread in figures.items():
             values = ", ".join(f"{value:,.1f}" for value in spread.values)
             rows.append(
                 (
-                    f"{mode}: {labels[name]}",
+                    f"{mode}: {SPREAD_FIGURES[name]}",
                     f"median {spread.median:,.1f}, {spread.low:,.1f} to {spread.high:,.1f} ({values})",
                 )
             )
