@@ -25,13 +25,18 @@ import dagster as dg
 
 from streaming_pipeline.devstack.producer import produce, rows_from_records
 from streaming_pipeline.devstack.synthetic import SyntheticOptions, synthetic_rides
-from streaming_pipeline.errors import BenchError
+from streaming_pipeline.errors import BenchError, ConfigurationError
 from streaming_pipeline.progress import Progress, waiting
 from streaming_pipeline.schemas import load_schema
 from streaming_pipeline.settings import (
     DEFAULT_RIDE_WATERMARK_DELAY,
     DEFAULT_RIDE_WINDOW_DURATION,
+    KAFKA_SASL_PASSWORD,
+    KAFKA_SASL_USERNAME,
+    SCHEMA_REGISTRY_BASIC_AUTH_USER_INFO,
+    LiveSettings,
     PipelineSettings,
+    SensorSettings,
     normalize_interval,
 )
 from streaming_pipeline.tables import PICKUPS_TOPIC, RAW_RIDES, RIDES_TOPIC, VENDOR_COUNTS
@@ -344,6 +349,50 @@ class LiveResult:
     machine: str
     engine: str
     modes: list[LiveModeFigures] = field(default_factory=list)
+    settings: dict[str, str] = field(default_factory=dict)  # --env: what dagster dev ran with beyond the defaults
+
+
+#: What `--env` cannot set: the stack's addresses and what the bench sets itself, and credentials (the embedded
+#: stack has none, and what the bench is given it prints and writes to its JSON).
+_BENCH_OWN_SETTINGS = frozenset(
+    {
+        "DAGSTER_HOME",
+        "KAFKA_BOOTSTRAP_SERVERS",
+        "LAKEHOUSE_DIR",
+        "LIVE_MODE",
+        "SCHEMA_REGISTRY_URL",
+        "SPARK_REMOTE",
+        KAFKA_SASL_USERNAME,
+        KAFKA_SASL_PASSWORD,
+        SCHEMA_REGISTRY_BASIC_AUTH_USER_INFO,
+    }
+)
+
+
+def live_settings(assignments: list[str]) -> dict[str, str]:
+    """`--env KEY=VALUE` items as the settings `dagster dev` gets on top of the stack's, checked as the definitions
+    will read them, so that a wrong one fails before any stack starts. The bench otherwise leaves the caller's
+    pipeline settings (SPARK_*, CONTINUOUS_*, ...) out of `dagster dev`, so that a shell's exports never change a
+    measurement unseen."""
+    settings: dict[str, str] = {}
+    for item in assignments:
+        key, equals, value = item.partition("=")
+        key = key.strip()
+        if not equals or not key:
+            raise BenchError(f"--env {item!r} is not KEY=VALUE")
+        if key in _BENCH_OWN_SETTINGS:
+            raise BenchError(
+                f"--env {key} cannot be set: the bench sets the stack's addresses, the lakehouse, DAGSTER_HOME and "
+                "LIVE_MODE itself (--mode), and the embedded stack takes no credentials"
+            )
+        settings[key] = value
+    try:
+        LiveSettings.from_env(settings)
+        SensorSettings.from_env(settings)
+        PipelineSettings.from_env(settings)
+    except ConfigurationError as error:
+        raise BenchError(f"--env: {error}") from None
+    return settings
 
 
 #: The figures of a mode that `--repeat` sums up over its runs, with the label it prints for each.
@@ -553,6 +602,7 @@ def run_live_bench(
     pickup_every: int = 10,
     quiet_seconds: float = 40.0,
     timeout: float = 300.0,
+    env: list[str] | None = None,
 ) -> LiveResult | LiveRepeats:
     """What a user sees through `dagster dev`, in each mode in turn on one stack and one lakehouse (the switch
     between modes is part of the run): a steady load of `rate` rides/s for `seconds`, and single probe rides at
@@ -566,7 +616,11 @@ def run_live_bench(
 
     With `repeat` > 1 the whole measurement runs that many times, each on a fresh stack and lakehouse with the same
     load and probe moments, and the figures are summed up as the median and the range of the runs: two runs of the
-    same code on this kind of machine differ by 1 to 3 s at the median (docs/performance.md)."""
+    same code on this kind of machine differ by 1 to 3 s at the median (docs/performance.md).
+
+    `env` (`--env KEY=VALUE`): pipeline settings for `dagster dev` (`CONTINUOUS_RECONCILE_SECONDS=60`), recorded
+    with the figures."""
+    settings = live_settings(env or [])
     if repeat < 1:
         raise BenchError("--repeat must be 1 or more")
     for mode in modes:
@@ -590,6 +644,7 @@ def run_live_bench(
                 pickup_every=pickup_every,
                 quiet_seconds=quiet_seconds,
                 timeout=timeout,
+                settings=settings,
             )
         )
         _print_live(results[-1])
@@ -612,6 +667,7 @@ def _live_run(
     pickup_every: int,
     quiet_seconds: float,
     timeout: float,
+    settings: dict[str, str],
 ) -> LiveResult:
     """One measurement of `run_live_bench`, on a stack and lakehouse of its own."""
     from streaming_pipeline.devstack.embedded.spark_connect import driver_memory_for
@@ -620,7 +676,9 @@ def _live_run(
     from streaming_pipeline.resources import KafkaResource
 
     heap = driver_memory_for(modes[0])
-    result = LiveResult(machine=machine_description(), engine=f"Spark Connect server, local[*], {heap} heap")
+    result = LiveResult(
+        machine=machine_description(), engine=f"Spark Connect server, local[*], {heap} heap", settings=settings
+    )
     # The stack starts in the first mode measured, as `stack up --live-mode` would: the engine's heap follows it.
     with (
         tempfile.TemporaryDirectory(prefix="bench-live-") as tmp,
@@ -634,7 +692,7 @@ def _live_run(
         watcher = _ProbeWatcher(lakehouse)
         produced: dict[str, int] = {"rides": 0, "probes": 0}
         for number, mode in enumerate(modes):
-            env = {**stack.env(), "LAKEHOUSE_DIR": str(lakehouse), "LIVE_MODE": mode}
+            env = {**settings, **stack.env(), "LAKEHOUSE_DIR": str(lakehouse), "LIVE_MODE": mode}
             figures = LiveModeFigures(mode=mode, rate=rate, load_seconds=seconds, pickup_every=pickup_every)
             _live_mode(
                 stack,
@@ -889,6 +947,8 @@ def _print_live(result: LiveResult) -> None:
             ),
             (f"{m.mode}: runs", str(m.runs)),
         ]
+    if result.settings:
+        rows.append(("settings (--env)", ", ".join(f"{k}={v}" for k, v in sorted(result.settings.items()))))
     rows.append(("machine", result.machine))
     print_rows(rows, [])
 

@@ -193,6 +193,14 @@ def _add_bench_parser(subparsers: argparse._SubParsersAction) -> None:
         "topic (the ride-pickup join's other side); 0 for none (default 10)",
     )
     bench.add_argument(
+        "--env",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="--live: a pipeline setting for dagster dev, e.g. CONTINUOUS_RECONCILE_SECONDS=60 (repeatable; recorded "
+        "with the figures). Without it the bench runs the defaults, whatever the shell exports",
+    )
+    bench.add_argument(
         "--windows",
         action="store_true",
         help="measure a windows run (stream + reconcile) of --new-rides rides after each --history size",
@@ -259,6 +267,7 @@ def _run_bench(args: argparse.Namespace) -> int:
             idle_seconds=args.idle_seconds,
             pickup_every=args.pickup_every,
             quiet_seconds=args.quiet_seconds,
+            env=args.env,
         )
     else:
         run_bench(args.rides, args.json, rounds=args.rounds)

@@ -1,11 +1,20 @@
-"""`bench --live --repeat N` sums up its runs: the median and range of each figure, per mode (no stack needed)."""
+"""`bench --live` options that need no stack: `--repeat N` sums up its runs (the median and range of each figure,
+per mode), and `--env KEY=VALUE` gives dagster dev a setting, checked before anything starts and recorded."""
 
 import argparse
 
 import pytest
 
-from streaming_pipeline.devstack.bench import LiveModeFigures, LiveResult, _print_spreads, live_repeats
+from streaming_pipeline.devstack.bench import (
+    LiveModeFigures,
+    LiveResult,
+    _print_live,
+    _print_spreads,
+    live_repeats,
+    live_settings,
+)
 from streaming_pipeline.devstack.cli import build_parser
+from streaming_pipeline.errors import BenchError
 
 
 def _run(*modes: tuple[str, float, float, bool]) -> LiveResult:
@@ -51,7 +60,45 @@ def test_repeat_is_an_option_of_the_live_bench() -> None:
 
 def test_no_run_is_refused_before_any_stack_starts() -> None:
     from streaming_pipeline.devstack.bench import run_live_bench
-    from streaming_pipeline.errors import BenchError
 
     with pytest.raises(BenchError, match="--repeat must be 1 or more"):
         run_live_bench(("continuous",), None, repeat=0)
+
+
+def test_env_settings_are_parsed_and_checked_as_the_definitions_read_them() -> None:
+    assert live_settings(["CONTINUOUS_RECONCILE_SECONDS=60", "CONTINUOUS_TRIGGER_INTERVAL=1 second"]) == {
+        "CONTINUOUS_RECONCILE_SECONDS": "60",
+        "CONTINUOUS_TRIGGER_INTERVAL": "1 second",
+    }
+    assert live_settings([]) == {}
+    with pytest.raises(BenchError, match="'CONTINUOUS_RECONCILE_SECONDS' is not KEY=VALUE"):
+        live_settings(["CONTINUOUS_RECONCILE_SECONDS"])
+    with pytest.raises(BenchError, match="--env: .*CONTINUOUS_RECONCILE_SECONDS"):
+        live_settings(["CONTINUOUS_RECONCILE_SECONDS=-5"])
+    with pytest.raises(BenchError, match="--env: .*LIVE_MODE|--env LIVE_MODE cannot be set"):
+        live_settings(["LIVE_MODE=continuous"])
+
+
+@pytest.mark.parametrize("key", ["LAKEHOUSE_DIR", "SPARK_REMOTE", "DAGSTER_HOME", "KAFKA_SASL_PASSWORD"])
+def test_env_cannot_set_what_the_bench_sets_or_credentials(key: str) -> None:
+    with pytest.raises(BenchError, match=f"--env {key} cannot be set"):
+        live_settings([f"{key}=x"])
+
+
+def test_env_is_repeatable_refused_before_any_stack_starts_and_printed_with_the_figures(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    from streaming_pipeline.devstack.bench import run_live_bench
+
+    args = build_parser().parse_args(["bench", "--live", "--env", "A=1", "--env", "B=2 s"])
+    assert args.env == ["A=1", "B=2 s"]
+    assert build_parser().parse_args(["bench", "--live"]).env == []
+    with pytest.raises(BenchError, match="not KEY=VALUE"):
+        run_live_bench(("continuous",), None, env=["oops"])
+    result = _run(("continuous", 5.0, 2000.0, True))
+    result.settings = {"CONTINUOUS_RECONCILE_SECONDS": "60"}
+    _print_live(result)
+    lines = capsys.readouterr().out.splitlines()
+    assert [line.split() for line in lines if line.startswith("settings")] == [
+        ["settings", "(--env)", "CONTINUOUS_RECONCILE_SECONDS=60"]
+    ]
