@@ -75,7 +75,7 @@ def test_env_settings_are_parsed_and_checked_as_the_definitions_read_them() -> N
         live_settings(["CONTINUOUS_RECONCILE_SECONDS"])
     with pytest.raises(BenchError, match="--env: .*CONTINUOUS_RECONCILE_SECONDS"):
         live_settings(["CONTINUOUS_RECONCILE_SECONDS=-5"])
-    with pytest.raises(BenchError, match="--env: .*LIVE_MODE|--env LIVE_MODE cannot be set"):
+    with pytest.raises(BenchError, match="--env LIVE_MODE cannot be set"):
         live_settings(["LIVE_MODE=continuous"])
 
 
