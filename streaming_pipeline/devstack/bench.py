@@ -395,6 +395,14 @@ def live_settings(assignments: list[str]) -> dict[str, str]:
     return settings
 
 
+def dagster_dev_env(
+    settings: Mapping[str, str], stack_env: Mapping[str, str], lakehouse: Path, mode: str
+) -> dict[str, str]:
+    """What the bench's `dagster dev` runs with (on top of what `DagsterDev` keeps of the caller's environment): the
+    `--env` settings, then the stack's addresses, the bench's lakehouse and the mode measured."""
+    return {**settings, **stack_env, "LAKEHOUSE_DIR": str(lakehouse), "LIVE_MODE": mode}
+
+
 #: The figures of a mode that `--repeat` sums up over its runs, with the label it prints for each.
 SPREAD_FIGURES = {
     "raw_rides_p50_seconds": "produce -> raw_rides p50 (s)",
@@ -692,7 +700,7 @@ def _live_run(
         watcher = _ProbeWatcher(lakehouse)
         produced: dict[str, int] = {"rides": 0, "probes": 0}
         for number, mode in enumerate(modes):
-            env = {**settings, **stack.env(), "LAKEHOUSE_DIR": str(lakehouse), "LIVE_MODE": mode}
+            env = dagster_dev_env(settings, stack.env(), lakehouse, mode)
             figures = LiveModeFigures(mode=mode, rate=rate, load_seconds=seconds, pickup_every=pickup_every)
             _live_mode(
                 stack,

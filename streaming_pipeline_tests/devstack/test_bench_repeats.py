@@ -10,6 +10,7 @@ from streaming_pipeline.devstack.bench import (
     LiveResult,
     _print_live,
     _print_spreads,
+    dagster_dev_env,
     live_repeats,
     live_settings,
 )
@@ -77,6 +78,18 @@ def test_env_settings_are_parsed_and_checked_as_the_definitions_read_them() -> N
         live_settings(["CONTINUOUS_RECONCILE_SECONDS=-5"])
     with pytest.raises(BenchError, match="--env LIVE_MODE cannot be set"):
         live_settings(["LIVE_MODE=continuous"])
+
+
+def test_env_settings_reach_dagster_dev_beside_the_stacks_addresses(tmp_path) -> None:
+    stack_env = {"KAFKA_BOOTSTRAP_SERVERS": "127.0.0.1:1", "SPARK_REMOTE": "sc://127.0.0.1:2", "LIVE_MODE": "triggered"}
+    settings = live_settings(["CONTINUOUS_RECONCILE_SECONDS=60"])
+    assert dagster_dev_env(settings, stack_env, tmp_path / "lake", "continuous") == {
+        "CONTINUOUS_RECONCILE_SECONDS": "60",
+        "KAFKA_BOOTSTRAP_SERVERS": "127.0.0.1:1",
+        "SPARK_REMOTE": "sc://127.0.0.1:2",
+        "LAKEHOUSE_DIR": str(tmp_path / "lake"),
+        "LIVE_MODE": "continuous",
+    }
 
 
 @pytest.mark.parametrize("key", ["LAKEHOUSE_DIR", "SPARK_REMOTE", "DAGSTER_HOME", "KAFKA_SASL_PASSWORD"])
