@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import logging
 import re
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
@@ -69,6 +70,15 @@ class Log(Protocol):
 # Delta asks to restart a stream whose source table changed schema (e.g. a v2 column was added).
 RESTART_MARKERS = ("DELTA_SCHEMA_CHANGED", "Detected schema change", "DELTA_STREAMING_METADATA_EVOLUTION")
 MAX_SCHEMA_RESTARTS = 3
+# Spark gives the Python process of a foreachBatch handler a fixed 10 s to connect back to the engine when its query
+# starts (`PythonWorkerFactory`); on a busy machine it can miss that, and the query does not start. Nothing was
+# read or written, so the start is tried again, at most MAX_WORKER_START_RETRIES times, after a pause: the worker
+# that missed goes on importing and trying for up to 15 s more (pyspark's SPARK_AUTH_SOCKET_TIMEOUT), and a new one
+# started beside it at once would make the busy machine busier. Cheaper than failing the step: a new run's process
+# costs more than a new worker.
+WORKER_START_MARKERS = ("Python worker failed to connect back", "waiting for the Python worker to connect back")
+MAX_WORKER_START_RETRIES = 2
+WORKER_START_RETRY_SECONDS = 10.0
 
 
 @dataclass
@@ -140,16 +150,31 @@ def run_available_now(
     *,
     log: Log | None = None,
     poll_seconds: float = 2.0,
+    sleep: Callable[[float], object] = time.sleep,
 ) -> StreamRunReport:
     """Start the query built by `start_writer()` with availableNow, wait until it has drained, report.
 
     A Delta source whose schema changed makes Spark stop and ask for a restart: the query is started
-    again (the checkpoint resumes where it stopped), at most MAX_SCHEMA_RESTARTS times.
+    again (the checkpoint resumes where it stopped), at most MAX_SCHEMA_RESTARTS times. A start whose
+    foreachBatch worker did not connect back in time is tried again, at most MAX_WORKER_START_RETRIES times.
     """
     log = log or _LOG
     report = StreamRunReport(query_name=query_name)
+    worker_retries = 0
     while True:
-        query = start_writer().queryName(query_name).trigger(availableNow=True).start()
+        try:
+            query = start_writer().queryName(query_name).trigger(availableNow=True).start()
+        except Exception as exc:
+            if not is_worker_start_timeout(str(exc)) or worker_retries >= MAX_WORKER_START_RETRIES:
+                raise
+            worker_retries += 1
+            log.warning(
+                f"{query_name}: the query's Python worker did not connect back to the engine within Spark's 10 s "
+                f"(a busy machine); starting it again in {WORKER_START_RETRY_SECONDS:.0f} s "
+                f"({worker_retries} of {MAX_WORKER_START_RETRIES})"
+            )
+            sleep(WORKER_START_RETRY_SECONDS)
+            continue
         seen: set[int] = set()
         try:
             while True:
@@ -172,6 +197,11 @@ def run_available_now(
             with interrupts_held():
                 if query.isActive:
                     query.stop()
+
+
+def is_worker_start_timeout(message: str) -> bool:
+    """True for Spark's error when a new Python worker did not connect back to the engine in time."""
+    return any(marker in message for marker in WORKER_START_MARKERS)
 
 
 def _named_metrics(row: Any) -> dict[str, Any]:

@@ -1,8 +1,10 @@
 """`bench --live` options that need no stack: `--repeat N` sums up its runs (the median and range of each figure,
-per mode), and `--env KEY=VALUE` gives dagster dev a setting, checked before anything starts and recorded."""
+per mode), and `--env KEY=VALUE` gives dagster dev a setting, checked before anything starts and recorded; which
+runs a mode's `runs` counts."""
 
 import argparse
 
+import dagster as dg
 import pytest
 
 from streaming_pipeline.devstack.bench import (
@@ -10,6 +12,7 @@ from streaming_pipeline.devstack.bench import (
     LiveResult,
     _print_live,
     _print_spreads,
+    _sensor_runs,
     dagster_dev_env,
     live_repeats,
     live_settings,
@@ -115,3 +118,22 @@ def test_env_is_repeatable_refused_before_any_stack_starts_and_printed_with_the_
     assert [line.split() for line in lines if line.startswith("settings")] == [
         ["settings", "(--env)", "CONTINUOUS_RECONCILE_SECONDS=60"]
     ]
+
+
+def test_runs_count_what_the_pipelines_sensors_launched_not_automation_or_schedules() -> None:
+    from dagster._core.storage.dagster_run import DagsterRun
+
+    instance = dg.DagsterInstance.ephemeral()
+    tags_of_runs = {
+        "before": {"dagster/sensor_name": "raw_rides_offset_sensor"},
+        "triggered": {"dagster/sensor_name": "raw_rides_offset_sensor"},
+        "continuous": {"dagster/sensor_name": "continuous_streams_sensor"},
+        "taxi_zones": {
+            "dagster/sensor_name": "default_automation_condition_sensor",
+            "dagster/from_automation_condition": "true",
+        },
+        "checks": {"dagster/schedule_name": "live_checks_schedule"},
+    }
+    for run_id, tags in tags_of_runs.items():
+        instance.add_run(DagsterRun(job_name="__ASSET_JOB", run_id=run_id, tags=tags))
+    assert _sensor_runs(instance, before={"before"}) == 2
