@@ -880,13 +880,15 @@ def _wait_for(condition: Callable[[], bool], watcher: _ProbeWatcher, timeout: fl
         time.sleep(0.25)
 
 
-#: The tags Dagster gives a run a sensor launched, and one Declarative Automation launched (which is a sensor too).
-SENSOR_NAME_TAG, AUTOMATION_CONDITION_TAG = "dagster/sensor_name", "dagster/from_automation_condition"
+#: The tag Dagster gives a run Declarative Automation launched (its sensor also sets the sensor's name).
+AUTOMATION_CONDITION_TAG = "dagster/from_automation_condition"
 
 
 def _sensor_runs(instance: dg.DagsterInstance, before: set[str]) -> int:
     """Runs the pipeline's sensors launched since `before` (run ids): the offset sensors' triggered runs or the
     continuous run, not the run Declarative Automation gives a missing `taxi_zones`, nor a schedule's."""
+    from streaming_pipeline.defs.run_retention import SENSOR_NAME_TAG
+
     return sum(
         1
         for record in instance.get_run_records()
