@@ -58,6 +58,18 @@ def start_in_a_group_of_its_own(command: list[str], env: Mapping[str, str], out:
     )
 
 
+def stack_cli(*args: str) -> subprocess.CompletedProcess[str]:
+    """`streaming-pipeline stack <args>` in a process of its own, from the repository; its output captured."""
+    return subprocess.run(
+        [sys.executable, "-m", "streaming_pipeline.devstack.embedded.stack_cli", "stack", *args],
+        cwd=REPO_ROOT,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+
+
 _PIPELINE_PREFIXES = ("SPARK_", "RIDE_", "JOIN_", "OFFSET_SENSOR_", "KAFKA_", "SCHEMA_REGISTRY_", "DAGSTER_")
 _PIPELINE_VARIABLES = ("LAKEHOUSE_DIR", "HIGH_AMOUNT_THRESHOLD", "TAXI_ZONES_CSV", "MAX_OFFSETS_PER_TRIGGER")
 

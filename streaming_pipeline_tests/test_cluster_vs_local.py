@@ -10,14 +10,22 @@ materialize every asset at once, each into its own LAKEHOUSE_DIR, with Dagster's
 arrive and both run again, so that the second runs restore the streaming state (windows, join, counts) from
 their checkpoints, which on the cluster the executors read from the shared path. After each round every Delta
 table is compared as a multiset of rows.
+
+The same stack is where `stack up --spark-workers 2` is checked as a user sees it, before the runs: its status
+(human and JSON), a second `stack up` and a query whose rows say which executor JVM computed them; and after them,
+`stack down` leaving no process behind, executors included. Starting a 2-worker stack of their own took these
+checks about a minute.
 """
 
 from __future__ import annotations
 
 import csv
+import json
 import os
+import re
 import signal
 import subprocess
+import sys
 import time
 from collections import Counter
 from collections.abc import Iterator
@@ -27,13 +35,17 @@ from typing import Any
 
 import pytest
 
+from streaming_pipeline.devstack.embedded.processes import pid_alive
 from streaming_pipeline.devstack.embedded.spark_connect import SparkConnectServer
-from streaming_pipeline.devstack.embedded.stack import StackInfo, running_stack
+from streaming_pipeline.devstack.embedded.stack import EmbeddedStack, StackInfo, running_stack
+from streaming_pipeline.errors import StackError
 from streaming_pipeline_tests.cli_helpers import (
     environment_without_pipeline_settings,
     produce_with_cli,
+    stack_cli,
     start_materializing_every_asset,
 )
+from streaming_pipeline_tests.devstack.embedded.helpers import processes_mentioning
 from streaming_pipeline_tests.kafka_helpers import produce_raw
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
@@ -74,6 +86,146 @@ def engines(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[StackInf
         assert stack.spark_remote and stack.spark_master_url and stack.spark_workers == WORKERS
         with SparkConnectServer(root / "local-engine", log_dir=root / "local-engine") as local:
             yield stack, local.remote_url, root
+
+
+# A Connect client in its own process (pytest's process stays a classic driver for the other tests). Each row
+# says which JVM computed it (its command line, working directory and pid); the Avro round trip needs the
+# spark-avro jar where the row is computed, and the Delta write needs Delta's jars on the executors.
+CLUSTER_CLIENT = """
+import json, sys
+from pyspark.sql import functions as F
+from pyspark.sql.avro.functions import from_avro, to_avro
+from streaming_pipeline.engine.spark import connect_session
+
+spark = connect_session(sys.argv[1])
+schema = '{"type": "record", "name": "r", "fields": [{"name": "id", "type": "long"}]}'
+rows = spark.range(0, 400, 1, 8).select(
+    "id",
+    F.expr("java_method('java.lang.System', 'getProperty', 'sun.java.command')").alias("command"),
+    F.expr("java_method('java.lang.System', 'getProperty', 'user.dir')").alias("cwd"),
+    F.expr("reflect('java.lang.ProcessHandle', 'current')").alias("pid"),
+    from_avro(to_avro(F.struct("id")), schema).alias("decoded"),
+).collect()
+spark.range(0, 100, 1, 4).write.format("delta").save(sys.argv[2])
+print(json.dumps({
+    "jvms": sorted({(r.command.split(" --driver-url")[0] + " " + r.command.split("--executor-id ")[-1].split()[0]
+                     if "--executor-id" in r.command else r.command, r.cwd, int(r.pid)) for r in rows}),
+    "round_trip": sorted(r.decoded.id for r in rows) == sorted(r.id for r in rows) == list(range(400)),
+    "delta_sum": spark.read.format("delta").load(sys.argv[2]).agg(F.sum("id")).first()[0],
+}))
+spark.stop()
+"""
+
+
+def _check_status_and_executors(stack: StackInfo, root: Path) -> set[int]:
+    """The 2-worker stack as `stack status` shows it, a second `stack up`, and a query over SPARK_REMOTE that runs
+    on both executors, each in its own JVM and working directory. Returns the executors' pids."""
+    directory = str(stack.directory)
+    assert stack.spark_master_url and stack.spark_master_url.startswith("spark://127.0.0.1:")
+    state = json.loads((stack.directory / "stack.json").read_text())
+    assert state["spark_cluster"]["workers"] == WORKERS
+    assert (state["spark_cluster"]["worker_cores"], state["spark_cluster"]["worker_memory_mb"]) == (1, 1024)
+
+    # status --json, from another process, as a user runs it
+    done = stack_cli("status", "--json", "--dir", directory)
+    assert done.returncode == 0, done.stderr
+    status = json.loads(done.stdout)
+    assert status["running"] is True
+    assert status["spark_master_url"] == stack.spark_master_url
+    assert status["spark_workers"] == WORKERS
+    assert status["spark_cluster"]["cores"] == WORKERS
+    assert [w["cores"] for w in status["spark_cluster"]["workers"]] == [1, 1]
+    assert [w["memory_mb"] for w in status["spark_cluster"]["workers"]] == [1024, 1024]
+    assert {name for name, c in status["components"].items() if c["running"]} == {
+        "kafka",
+        "registry",
+        "spark",
+        "spark-master",
+        "spark-worker-1",
+        "spark-worker-2",
+    }
+    worker_addresses = {w["address"] for w in status["spark_cluster"]["workers"]}
+    assert {status["components"][f"spark-worker-{i}"]["address"] for i in (1, 2)} == worker_addresses
+    # Every endpoint on the loopback address: the master's RPC and web UI, each worker's, the driver.
+    assert status["spark_cluster"]["webui_url"].startswith("http://127.0.0.1:")
+    assert all(a.startswith("127.0.0.1:") for a in worker_addresses)
+    assert all(w["webui_url"].startswith("http://127.0.0.1:") for w in status["spark_cluster"]["workers"])
+
+    # the human status: master URL, alive workers and their cores
+    text = stack_cli("status", "--dir", directory)
+    assert text.returncode == 0, text.stderr
+    assert f"Spark master: {stack.spark_master_url} (web UI http://127.0.0.1:" in text.stdout
+    assert "Spark workers: 2 of 2 alive, 2 core(s) in all" in text.stdout
+    for address in worker_addresses:
+        assert re.search(
+            rf"^  {re.escape(address)}  1 core\(s\) \(\d in use\), 1024 MiB  http://127\.0\.0\.1:\d+$",
+            text.stdout,
+            re.MULTILINE,
+        ), text.stdout
+
+    # `stack up` again: nothing new; asking for another size while it runs is refused with the way out
+    again = EmbeddedStack(stack.directory, prefer_standard_ports=False).up()
+    assert again.already_running and again.spark_pid == stack.spark_pid and again.spark_workers == WORKERS
+    with pytest.raises(StackError, match=r"drives a standalone cluster of 2 worker\(s\).*stack down --dir"):
+        EmbeddedStack(stack.directory, spark_workers=3).up()
+
+    # A query over SPARK_REMOTE runs on the two executors, in their own JVMs and working directories.
+    assert stack.spark_remote
+    client = subprocess.run(
+        [sys.executable, "-c", CLUSTER_CLIENT, stack.spark_remote, str(root / "executors-delta")],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        check=False,
+        env={k: v for k, v in os.environ.items() if not k.startswith("SPARK_")},
+    )
+    assert client.returncode == 0, client.stdout + client.stderr[-4000:]
+    result = json.loads(client.stdout.strip().splitlines()[-1])
+    assert result["round_trip"] is True
+    assert result["delta_sum"] == sum(range(100))
+    jvms = result["jvms"]
+    assert {command for command, _cwd, _pid in jvms} == {
+        "org.apache.spark.executor.CoarseGrainedExecutorBackend 0",
+        "org.apache.spark.executor.CoarseGrainedExecutorBackend 1",
+    }, jvms
+    executor_pids = {pid for _command, _cwd, pid in jvms}
+    assert len(executor_pids) == 2 and stack.spark_pid not in executor_pids
+    cluster_dir = stack.directory / "spark-cluster"
+    assert sorted(Path(cwd).relative_to(cluster_dir).parts[0] for _command, cwd, _pid in jvms) == [
+        "worker-1",
+        "worker-2",
+    ]
+    assert all(Path(cwd).parent.name.startswith("app-") for _command, cwd, _pid in jvms)
+    return executor_pids
+
+
+def _check_down_leaves_no_process(stack: StackInfo, executor_pids: set[int]) -> None:
+    """`stack down` stops the Connect server, then the workers with their executors, then the master; nothing of
+    the stack is left."""
+    directory = str(stack.directory)
+    status = json.loads(stack_cli("status", "--json", "--dir", directory).stdout)
+    master_pid = status["components"]["spark-master"]["pid"]
+    worker_pids = [status["components"][f"spark-worker-{i}"]["pid"] for i in (1, 2)]
+    done = stack_cli("down", "--dir", directory)
+    assert done.returncode == 0, done.stderr
+    lines = done.stdout.splitlines()
+    order = [
+        next(i for i, line in enumerate(lines) if line.startswith(prefix))
+        for prefix in (
+            "Stopping Spark Connect server",
+            "Stopping Spark worker 1",
+            "Stopping Spark worker 2",
+            "Stopping the Spark master",
+        )
+    ]
+    assert order == sorted(order), done.stdout
+    for pid in [master_pid, *worker_pids, *executor_pids, stack.spark_pid]:
+        assert not pid_alive(pid), pid
+    assert processes_mentioning(directory) == []
+    assert stack.spark_master_url
+    assert processes_mentioning(stack.spark_master_url.removeprefix("spark://")) == []
+    after = json.loads(stack_cli("status", "--json", "--dir", directory).stdout)
+    assert (after["spark_master_url"], after["spark_workers"], after["running"]) == (None, 0, False)
 
 
 def _pickups_near_dropoffs(rides_csv: Path, path: Path) -> Path:
@@ -194,10 +346,11 @@ def _assert_identical(spark: Any, local: Path, cluster: Path, when: str) -> dict
 
 
 @pytest.mark.timeout(3000)  # four whole-pipeline runs (two at a time) on 2 shared cores
-def test_every_table_is_identical_on_a_two_worker_cluster_and_in_local_mode(
+def test_a_two_worker_cluster_shows_its_workers_gives_every_table_of_local_mode_and_stops_with_no_process_left(
     engines: tuple[StackInfo, str, Path], rides_csv: Path, spark: Any
 ) -> None:
     stack, local_remote, root = engines
+    executor_pids = _check_status_and_executors(stack, root)
     lakehouses = {"local": root / "lakehouse-local", "cluster": root / "lakehouse-cluster"}
     remotes = {"local": local_remote, "cluster": stack.spark_remote}
 
@@ -239,3 +392,5 @@ def test_every_table_is_identical_on_a_two_worker_cluster_and_in_local_mode(
     for worker in range(1, WORKERS + 1):
         executors = list((root / "stack" / "spark-cluster" / f"worker-{worker}").glob("app-*/*/stderr"))
         assert executors, f"no executor ran under worker {worker}"
+
+    _check_down_leaves_no_process(stack, executor_pids)

@@ -1,190 +1,20 @@
-"""The embedded Spark standalone cluster: `stack up --spark-workers N`, its status, queries on its executors, and
-`stack down` leaving no process behind (executors included)."""
+"""The embedded Spark standalone cluster: the errors of a worker or a master that cannot start, the sizes of its
+workers, and the options `stack up` refuses. A running 2-worker stack (its status, queries on its executors, and
+`stack down` leaving no process behind) is tested in test_cluster_vs_local.py, on the stack that test starts anyway."""
 
 from __future__ import annotations
 
-import json
-import os
 import re
 import socket
-import subprocess
 import sys
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
-from streaming_pipeline.devstack.embedded.processes import pid_alive
 from streaming_pipeline.devstack.embedded.spark_cluster import SparkStandaloneCluster, parse_memory_mb, worker_share
-from streaming_pipeline.devstack.embedded.stack import EmbeddedStack
 from streaming_pipeline.errors import ConfigurationError, StackError
-from streaming_pipeline_tests.devstack.embedded.helpers import FAKE_REGISTRY_MODULE, processes_mentioning
-
-PROJECT_ROOT = Path(__file__).resolve().parents[3]
-
-# A Connect client in its own process (pytest's process stays a classic driver for the other tests). Each row
-# says which JVM computed it (its command line, working directory and pid); the Avro round trip needs the
-# spark-avro jar where the row is computed, and the Delta write needs Delta's jars on the executors.
-CLUSTER_CLIENT = """
-import json, sys
-from pyspark.sql import functions as F
-from pyspark.sql.avro.functions import from_avro, to_avro
-from streaming_pipeline.engine.spark import connect_session
-
-spark = connect_session(sys.argv[1])
-schema = '{"type": "record", "name": "r", "fields": [{"name": "id", "type": "long"}]}'
-rows = spark.range(0, 400, 1, 8).select(
-    "id",
-    F.expr("java_method('java.lang.System', 'getProperty', 'sun.java.command')").alias("command"),
-    F.expr("java_method('java.lang.System', 'getProperty', 'user.dir')").alias("cwd"),
-    F.expr("reflect('java.lang.ProcessHandle', 'current')").alias("pid"),
-    from_avro(to_avro(F.struct("id")), schema).alias("decoded"),
-).collect()
-spark.range(0, 100, 1, 4).write.format("delta").save(sys.argv[2])
-print(json.dumps({
-    "jvms": sorted({(r.command.split(" --driver-url")[0] + " " + r.command.split("--executor-id ")[-1].split()[0]
-                     if "--executor-id" in r.command else r.command, r.cwd, int(r.pid)) for r in rows}),
-    "round_trip": sorted(r.decoded.id for r in rows) == sorted(r.id for r in rows) == list(range(400)),
-    "delta_sum": spark.read.format("delta").load(sys.argv[2]).agg(F.sum("id")).first()[0],
-}))
-spark.stop()
-"""
-
-
-def _cli(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "streaming_pipeline.devstack.embedded.stack_cli", "stack", *args],
-        cwd=PROJECT_ROOT,
-        capture_output=True,
-        text=True,
-        timeout=300,
-        check=False,
-    )
-
-
-@pytest.fixture
-def cluster_stack(tmp_path: Path) -> Iterator[EmbeddedStack]:
-    """A stack with 2 workers (1 core, 1 GiB each) on free ports; always brought down, also on failure."""
-    stack = EmbeddedStack(
-        tmp_path / "stack",
-        prefer_standard_ports=False,
-        registry_module=FAKE_REGISTRY_MODULE,
-        spark_workers=2,
-        spark_worker_cores=1,
-        spark_worker_memory="1g",
-    )
-    try:
-        yield stack
-    finally:
-        stack.down(timeout=20)
-
-
-@pytest.mark.integration
-@pytest.mark.slow
-def test_two_workers_status_queries_on_executors_and_down_leaves_no_process(
-    cluster_stack: EmbeddedStack, tmp_path: Path
-) -> None:
-    stack = cluster_stack
-    info = stack.up(timeout=300)
-    assert info.spark_remote and info.spark_master_url and info.spark_master_url.startswith("spark://127.0.0.1:")
-    assert info.spark_workers == 2
-    state = json.loads(stack.state_file.read_text())
-    assert state["spark_cluster"]["workers"] == 2
-    assert (state["spark_cluster"]["worker_cores"], state["spark_cluster"]["worker_memory_mb"]) == (1, 1024)
-
-    # status --json, from another process, as a user runs it
-    done = _cli("status", "--json", "--dir", str(stack.directory))
-    assert done.returncode == 0, done.stderr
-    status = json.loads(done.stdout)
-    assert status["running"] is True
-    assert status["spark_master_url"] == info.spark_master_url
-    assert status["spark_workers"] == 2
-    assert status["spark_cluster"]["cores"] == 2
-    assert [w["cores"] for w in status["spark_cluster"]["workers"]] == [1, 1]
-    assert [w["memory_mb"] for w in status["spark_cluster"]["workers"]] == [1024, 1024]
-    assert {name for name, c in status["components"].items() if c["running"]} == {
-        "kafka",
-        "registry",
-        "spark",
-        "spark-master",
-        "spark-worker-1",
-        "spark-worker-2",
-    }
-    master_pid = status["components"]["spark-master"]["pid"]
-    worker_pids = [status["components"][f"spark-worker-{i}"]["pid"] for i in (1, 2)]
-    worker_addresses = {w["address"] for w in status["spark_cluster"]["workers"]}
-    assert {status["components"][f"spark-worker-{i}"]["address"] for i in (1, 2)} == worker_addresses
-    # Every endpoint on the loopback address: the master's RPC and web UI, each worker's, the driver.
-    assert status["spark_cluster"]["webui_url"].startswith("http://127.0.0.1:")
-    assert all(a.startswith("127.0.0.1:") for a in worker_addresses)
-    assert all(w["webui_url"].startswith("http://127.0.0.1:") for w in status["spark_cluster"]["workers"])
-
-    # the human status: master URL, alive workers and their cores
-    text = _cli("status", "--dir", str(stack.directory))
-    assert text.returncode == 0, text.stderr
-    assert f"Spark master: {info.spark_master_url} (web UI http://127.0.0.1:" in text.stdout
-    assert "Spark workers: 2 of 2 alive, 2 core(s) in all" in text.stdout
-    for address in worker_addresses:
-        assert re.search(
-            rf"^  {re.escape(address)}  1 core\(s\) \(\d in use\), 1024 MiB  http://127\.0\.0\.1:\d+$",
-            text.stdout,
-            re.MULTILINE,
-        ), text.stdout
-
-    # `stack up` again: nothing new; asking for another size while it runs is refused with the way out
-    again = EmbeddedStack(stack.directory, prefer_standard_ports=False).up()
-    assert again.already_running and again.spark_pid == info.spark_pid and again.spark_workers == 2
-    with pytest.raises(StackError, match=r"drives a standalone cluster of 2 worker\(s\).*stack down --dir"):
-        EmbeddedStack(stack.directory, spark_workers=3).up()
-
-    # A query over SPARK_REMOTE runs on the two executors, in their own JVMs and working directories.
-    client = subprocess.run(
-        [sys.executable, "-c", CLUSTER_CLIENT, info.spark_remote, str(tmp_path / "delta")],
-        cwd=PROJECT_ROOT,
-        capture_output=True,
-        text=True,
-        timeout=600,
-        check=False,
-        env={k: v for k, v in os.environ.items() if not k.startswith("SPARK_")},
-    )
-    assert client.returncode == 0, client.stdout + client.stderr[-4000:]
-    result = json.loads(client.stdout.strip().splitlines()[-1])
-    assert result["round_trip"] is True
-    assert result["delta_sum"] == sum(range(100))
-    jvms = result["jvms"]
-    assert {command for command, _cwd, _pid in jvms} == {
-        "org.apache.spark.executor.CoarseGrainedExecutorBackend 0",
-        "org.apache.spark.executor.CoarseGrainedExecutorBackend 1",
-    }, jvms
-    executor_pids = {pid for _command, _cwd, pid in jvms}
-    assert len(executor_pids) == 2 and info.spark_pid not in executor_pids
-    cluster_dir = stack.spark_cluster_dir
-    assert sorted(Path(cwd).relative_to(cluster_dir).parts[0] for _command, cwd, _pid in jvms) == [
-        "worker-1",
-        "worker-2",
-    ]
-    assert all(Path(cwd).parent.name.startswith("app-") for _command, cwd, _pid in jvms)
-
-    # down: the Connect server, the workers with their executors, the master; nothing of this stack is left
-    done = _cli("down", "--dir", str(stack.directory))
-    assert done.returncode == 0, done.stderr
-    lines = done.stdout.splitlines()
-    order = [
-        next(i for i, line in enumerate(lines) if line.startswith(prefix))
-        for prefix in (
-            "Stopping Spark Connect server",
-            "Stopping Spark worker 1",
-            "Stopping Spark worker 2",
-            "Stopping the Spark master",
-        )
-    ]
-    assert order == sorted(order), done.stdout
-    for pid in [master_pid, *worker_pids, *executor_pids, info.spark_pid]:
-        assert not pid_alive(pid), pid
-    assert processes_mentioning(str(stack.directory)) == []
-    assert processes_mentioning(info.spark_master_url.removeprefix("spark://")) == []
-    after = json.loads(_cli("status", "--json", "--dir", str(stack.directory)).stdout)
-    assert (after["spark_master_url"], after["spark_workers"], after["running"]) == (None, 0, False)
+from streaming_pipeline_tests.cli_helpers import stack_cli
+from streaming_pipeline_tests.devstack.embedded.helpers import processes_mentioning
 
 
 class _BrokenWorkerCluster(SparkStandaloneCluster):
@@ -297,9 +127,9 @@ def test_the_driver_of_a_cluster_asks_for_executors_that_fit_its_workers(tmp_pat
 
 
 def test_cli_rejects_a_negative_worker_count_and_workers_without_spark(tmp_path: Path) -> None:
-    negative = _cli("up", "--dir", str(tmp_path / "s"), "--spark-workers", "-1")
+    negative = stack_cli("up", "--dir", str(tmp_path / "s"), "--spark-workers", "-1")
     assert negative.returncode == 2 and "expected 0 or more, got -1" in negative.stderr
-    no_spark = _cli("up", "--dir", str(tmp_path / "s"), "--no-spark", "--spark-workers", "2")
+    no_spark = stack_cli("up", "--dir", str(tmp_path / "s"), "--no-spark", "--spark-workers", "2")
     assert no_spark.returncode == 1
     assert "error: --spark-workers needs the Spark Connect server" in no_spark.stderr
     assert not (tmp_path / "s" / "stack.json").exists()
