@@ -514,6 +514,36 @@ class _ProbeWatcher:
         return {int(v) - PROBE_VENDOR for v in table.column("vendor_id").to_pylist() if v and v >= PROBE_VENDOR}
 
 
+class _LoadThread:
+    """One producer of the load (the rides', the pickups') on a daemon thread. `result()` waits for it and raises
+    what it raised, so that a load that could not be produced stops the bench with its own error instead of a
+    catch-up that waits for rides never sent."""
+
+    def __init__(self, name: str, target: Callable[[], None]) -> None:
+        import threading
+
+        self.error: Exception | None = None
+        self._target = target
+        self._thread = threading.Thread(target=self._run, name=name, daemon=True)
+
+    def _run(self) -> None:
+        try:
+            self._target()
+        except Exception as error:  # handed to the main thread by result()
+            self.error = error
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def is_alive(self) -> bool:
+        return self._thread.is_alive()
+
+    def result(self) -> None:
+        self._thread.join()
+        if self.error is not None:
+            raise BenchError(f"the load stopped: {self.error}") from self.error
+
+
 class _Sampler:
     """The peak RSS of one process, sampled every second on a thread."""
 
@@ -738,7 +768,6 @@ def _live_mode(
     timeout: float,
 ) -> None:
     import random
-    import threading
 
     from streaming_pipeline.devstack.embedded.dagster_dev import DagsterDev
 
@@ -758,15 +787,10 @@ def _live_mode(
 
         load = list(synthetic_rides(int(figures.rate * figures.load_seconds), SyntheticOptions(seed=seed + 1)))
         pickups = _pickups_for(load, figures.pickup_every, seed)
-        loader = threading.Thread(
-            target=lambda: _send(kafka, registry, load, rate=figures.rate), name="bench-load", daemon=True
-        )
-        pickup_loader = threading.Thread(
-            target=lambda: _send(
-                kafka, registry, pickups, rate=figures.rate / figures.pickup_every, topic=PICKUPS_TOPIC
-            ),
-            name="bench-pickups",
-            daemon=True,
+        loader = _LoadThread("bench-load", lambda: _send(kafka, registry, load, rate=figures.rate))
+        pickup_loader = _LoadThread(
+            "bench-pickups",
+            lambda: _send(kafka, registry, pickups, rate=figures.rate / figures.pickup_every, topic=PICKUPS_TOPIC),
         )
         sent_at: dict[int, float] = {}
         engine_cpu = _CpuMeter(lambda: [stack.spark_pid])
@@ -780,7 +804,7 @@ def _live_mode(
                 f"{probe_every:g} s apart"
             )
             next_probe = time.monotonic() + rng.uniform(0.5, 1.5) * probe_every
-            while loader.is_alive():
+            while loader.is_alive() and pickup_loader.error is None:
                 watcher.poll()
                 if time.monotonic() >= next_probe:
                     probe = produced["probes"]
@@ -789,8 +813,11 @@ def _live_mode(
                     produced["probes"] += 1
                     next_probe = time.monotonic() + rng.uniform(0.5, 1.5) * probe_every
                 time.sleep(0.25)
+            if pickup_loader.error is not None:
+                pickup_loader.result()  # raises now: the rides' load may still run for its whole length
+            loader.result()
             if pickups:
-                pickup_loader.join()
+                pickup_loader.result()
             load_ended = time.monotonic()
             figures.engine_cpu_percent_under_load = engine_cpu.read()
             figures.dagster_cpu_percent_under_load = dagster_cpu.read()

@@ -1,6 +1,6 @@
-"""`bench --live` options that need no stack: `--repeat N` sums up its runs (the median and range of each figure,
+"""`bench --live` pieces that need no stack: `--repeat N` sums up its runs (the median and range of each figure,
 per mode), and `--env KEY=VALUE` gives dagster dev a setting, checked before anything starts and recorded; which
-runs a mode's `runs` counts."""
+runs a mode's `runs` counts; and a load that cannot be produced stops the bench with its own error."""
 
 import argparse
 
@@ -10,6 +10,7 @@ import pytest
 from streaming_pipeline.devstack.bench import (
     LiveModeFigures,
     LiveResult,
+    _LoadThread,
     _print_live,
     _print_spreads,
     _sensor_runs,
@@ -137,3 +138,22 @@ def test_runs_count_what_the_pipelines_sensors_launched_not_automation_or_schedu
     for run_id, tags in tags_of_runs.items():
         instance.add_run(DagsterRun(job_name="__ASSET_JOB", run_id=run_id, tags=tags))
     assert _sensor_runs(instance, before={"before"}) == 2
+
+
+def test_a_load_that_could_not_be_produced_stops_the_bench_with_its_own_error() -> None:
+    sent: list[int] = []
+
+    def failing_load() -> None:
+        sent.append(1)
+        raise BenchError("3 of 10 records could not be produced to rides")
+
+    failed = _LoadThread("bench-load", failing_load)
+    failed.start()
+    with pytest.raises(BenchError, match=r"^the load stopped: 3 of 10 records could not be produced to rides$"):
+        failed.result()
+    assert sent == [1] and not failed.is_alive()
+
+    finished = _LoadThread("bench-pickups", lambda: sent.append(2))
+    finished.start()
+    finished.result()
+    assert sent == [1, 2] and finished.error is None
