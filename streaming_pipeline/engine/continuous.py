@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from streaming_pipeline.engine.delta_tables import table_exists
+from streaming_pipeline.engine.query_starts import one_query_start_at_a_time
 from streaming_pipeline.engine.streams import (
     MAX_SCHEMA_RESTARTS,
     RESTART_MARKERS,
@@ -235,7 +236,9 @@ class ContinuousQueries:
         return self._intervals.get(spec.name, self._trigger_interval)
 
     def _start(self, spec: StreamQuery) -> StreamingQuery:
-        return spec.start_writer().queryName(spec.name).trigger(processingTime=self._interval(spec)).start()
+        writer = spec.start_writer().queryName(spec.name).trigger(processingTime=self._interval(spec))
+        with one_query_start_at_a_time(spec.name, self._log):
+            return writer.start()
 
     def _collect(self, running: _Running) -> None:
         assert running.query is not None and running.report is not None

@@ -16,6 +16,7 @@ from pyspark.errors import StreamingQueryException
 from pyspark.sql.streaming import DataStreamWriter
 
 from streaming_pipeline.engine.interrupts import interrupts_held
+from streaming_pipeline.engine.query_starts import one_query_start_at_a_time
 from streaming_pipeline.errors import StreamingRunError
 
 if TYPE_CHECKING:
@@ -156,14 +157,17 @@ def run_available_now(
 
     A Delta source whose schema changed makes Spark stop and ask for a restart: the query is started
     again (the checkpoint resumes where it stopped), at most MAX_SCHEMA_RESTARTS times. A start whose
-    foreachBatch worker did not connect back in time is tried again, at most MAX_WORKER_START_RETRIES times.
+    foreachBatch worker did not connect back in time is tried again, at most MAX_WORKER_START_RETRIES times. Each
+    start holds the machine's query-start lock (`engine.query_starts`).
     """
     log = log or _LOG
     report = StreamRunReport(query_name=query_name)
     worker_retries = 0
     while True:
         try:
-            query = start_writer().queryName(query_name).trigger(availableNow=True).start()
+            writer = start_writer().queryName(query_name).trigger(availableNow=True)
+            with one_query_start_at_a_time(query_name, log):
+                query = writer.start()
         except Exception as exc:
             if not is_worker_start_timeout(str(exc)) or worker_retries >= MAX_WORKER_START_RETRIES:
                 raise
