@@ -48,7 +48,10 @@ def one_query_start_at_a_time(
     waiting_since = time.monotonic()
     try:
         lock.acquire(timeout=wait_seconds)
+        acquired = True
     except Timeout:
+        acquired = False
+    if not acquired:
         log.warning(
             f"{query_name}: another query's start held the lock {lock.lock_file} for {wait_seconds:g} s; "
             "starting without it"
