@@ -42,7 +42,7 @@ from streaming_pipeline.errors import StackError
 from streaming_pipeline_tests.cli_helpers import (
     environment_without_pipeline_settings,
     produce_with_cli,
-    stack_cli,
+    run_stack_cli,
     start_materializing_every_asset,
 )
 from streaming_pipeline_tests.devstack.embedded.helpers import processes_mentioning
@@ -127,7 +127,7 @@ def _check_status_and_executors(stack: StackInfo, root: Path) -> set[int]:
     assert (state["spark_cluster"]["worker_cores"], state["spark_cluster"]["worker_memory_mb"]) == (1, 1024)
 
     # status --json, from another process, as a user runs it
-    done = stack_cli("status", "--json", "--dir", directory)
+    done = run_stack_cli("status", "--json", "--dir", directory)
     assert done.returncode == 0, done.stderr
     status = json.loads(done.stdout)
     assert status["running"] is True
@@ -152,7 +152,7 @@ def _check_status_and_executors(stack: StackInfo, root: Path) -> set[int]:
     assert all(w["webui_url"].startswith("http://127.0.0.1:") for w in status["spark_cluster"]["workers"])
 
     # the human status: master URL, alive workers and their cores
-    text = stack_cli("status", "--dir", directory)
+    text = run_stack_cli("status", "--dir", directory)
     assert text.returncode == 0, text.stderr
     assert f"Spark master: {stack.spark_master_url} (web UI http://127.0.0.1:" in text.stdout
     assert "Spark workers: 2 of 2 alive, 2 core(s) in all" in text.stdout
@@ -203,10 +203,10 @@ def _check_down_leaves_no_process(stack: StackInfo, executor_pids: set[int]) -> 
     """`stack down` stops the Connect server, then the workers with their executors, then the master; nothing of
     the stack is left."""
     directory = str(stack.directory)
-    status = json.loads(stack_cli("status", "--json", "--dir", directory).stdout)
+    status = json.loads(run_stack_cli("status", "--json", "--dir", directory).stdout)
     master_pid = status["components"]["spark-master"]["pid"]
     worker_pids = [status["components"][f"spark-worker-{i}"]["pid"] for i in (1, 2)]
-    done = stack_cli("down", "--dir", directory)
+    done = run_stack_cli("down", "--dir", directory)
     assert done.returncode == 0, done.stderr
     lines = done.stdout.splitlines()
     order = [
@@ -224,7 +224,7 @@ def _check_down_leaves_no_process(stack: StackInfo, executor_pids: set[int]) -> 
     assert processes_mentioning(directory) == []
     assert stack.spark_master_url
     assert processes_mentioning(stack.spark_master_url.removeprefix("spark://")) == []
-    after = json.loads(stack_cli("status", "--json", "--dir", directory).stdout)
+    after = json.loads(run_stack_cli("status", "--json", "--dir", directory).stdout)
     assert (after["spark_master_url"], after["spark_workers"], after["running"]) == (None, 0, False)
 
 

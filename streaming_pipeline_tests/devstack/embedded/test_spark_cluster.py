@@ -13,7 +13,7 @@ import pytest
 
 from streaming_pipeline.devstack.embedded.spark_cluster import SparkStandaloneCluster, parse_memory_mb, worker_share
 from streaming_pipeline.errors import ConfigurationError, StackError
-from streaming_pipeline_tests.cli_helpers import stack_cli
+from streaming_pipeline_tests.cli_helpers import run_stack_cli
 from streaming_pipeline_tests.devstack.embedded.helpers import processes_mentioning
 
 
@@ -127,9 +127,9 @@ def test_the_driver_of_a_cluster_asks_for_executors_that_fit_its_workers(tmp_pat
 
 
 def test_cli_rejects_a_negative_worker_count_and_workers_without_spark(tmp_path: Path) -> None:
-    negative = stack_cli("up", "--dir", str(tmp_path / "s"), "--spark-workers", "-1")
+    negative = run_stack_cli("up", "--dir", str(tmp_path / "s"), "--spark-workers", "-1")
     assert negative.returncode == 2 and "expected 0 or more, got -1" in negative.stderr
-    no_spark = stack_cli("up", "--dir", str(tmp_path / "s"), "--no-spark", "--spark-workers", "2")
+    no_spark = run_stack_cli("up", "--dir", str(tmp_path / "s"), "--no-spark", "--spark-workers", "2")
     assert no_spark.returncode == 1
     assert "error: --spark-workers needs the Spark Connect server" in no_spark.stderr
     assert not (tmp_path / "s" / "stack.json").exists()

@@ -16,9 +16,9 @@ from streaming_pipeline.devstack.embedded import stack_cli
 from streaming_pipeline.devstack.embedded.processes import pid_alive, process_command_line
 from streaming_pipeline.devstack.embedded.stack import EmbeddedStack, running_stack
 from streaming_pipeline.errors import JavaNotFoundError, StackError
+from streaming_pipeline_tests.cli_helpers import run_stack_cli
 from streaming_pipeline_tests.devstack.embedded.helpers import FAKE_REGISTRY_MODULE, consume, produce
 
-PROJECT_ROOT = Path(__file__).resolve().parents[3]
 CONNECT_CLIENT = """
 import sys
 from streaming_pipeline.engine.spark import connect_session
@@ -177,30 +177,17 @@ def test_stack_dir_default(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> N
     assert default_stack_dir() == tmp_path / "elsewhere"
 
 
-def _cli(*args: str) -> subprocess.CompletedProcess[str]:
-    env = dict(os.environ)
-    env["PYTHONPATH"] = str(PROJECT_ROOT) + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
-    return subprocess.run(
-        [sys.executable, "-m", "streaming_pipeline.devstack.embedded.stack_cli", "stack", *args],
-        capture_output=True,
-        text=True,
-        timeout=300,
-        env=env,
-        check=False,
-    )
-
-
 @pytest.mark.integration
 def test_cli_with_real_registry_and_spark_connect(tmp_path: Path) -> None:
     """`stack up` in a separate process: the components (the Spark Connect engine too) outlive the command;
     a later command stops them."""
     directory = str(tmp_path / "stack")
     try:
-        up = _cli("up", "--dir", directory, "--free-ports")
+        up = run_stack_cli("up", "--dir", directory, "--free-ports")
         assert up.returncode == 0, up.stderr + up.stdout
         assert "Kafka broker ready" in up.stdout and "SCHEMA_REGISTRY_URL=" in up.stdout
 
-        env = _cli("env", "--dir", directory)
+        env = run_stack_cli("env", "--dir", directory)
         assert env.returncode == 0, env.stderr
         lines = env.stdout.splitlines()
         assert [line.split("=")[0] for line in lines] == [
@@ -216,9 +203,9 @@ def test_cli_with_real_registry_and_spark_connect(tmp_path: Path) -> None:
         assert values["DAGSTER_HOME"] == str(tmp_path / "stack" / "dagster")
         assert "granularity: op" in (tmp_path / "stack" / "dagster" / "dagster.yaml").read_text()
 
-        status = _cli("status", "--dir", directory)
+        status = run_stack_cli("status", "--dir", directory)
         assert status.returncode == 0 and status.stdout.count("running") == 3, status.stdout
-        as_json = json.loads(_cli("status", "--dir", directory, "--json").stdout)
+        as_json = json.loads(run_stack_cli("status", "--dir", directory, "--json").stdout)
         assert as_json["running"] and as_json["spark_remote"] == values["SPARK_REMOTE"]
         assert (as_json["spark_master_url"], as_json["spark_workers"]) == (None, 0)
         spark_pid = as_json["components"]["spark"]["pid"]
@@ -247,21 +234,22 @@ def test_cli_with_real_registry_and_spark_connect(tmp_path: Path) -> None:
         produce(values["KAFKA_BOOTSTRAP_SERVERS"], "pings", [("k", "v")])
 
         # The continuous mode chosen while the engine runs: it keeps its heap until it restarts, and says so.
-        switched = _cli("up", "--dir", directory, "--live-mode", "continuous")
+        switched = run_stack_cli("up", "--dir", directory, "--live-mode", "continuous")
         assert switched.returncode == 0 and "keeps its 3g heap" in switched.stdout, switched.stdout
 
-        down = _cli("down", "--dir", directory)
+        down = run_stack_cli("down", "--dir", directory)
         assert down.returncode == 0 and "stopped" in down.stdout, down.stderr
-        status = _cli("status", "--dir", directory)
+        status = run_stack_cli("status", "--dir", directory)
         assert status.stdout.count("stopped") == 3, status.stdout
         assert not pid_alive(spark_pid)
 
-        up = _cli("up", "--dir", directory)
+        up = run_stack_cli("up", "--dir", directory)
         assert up.returncode == 0, up.stderr + up.stdout
-        env_lines = _cli("env", "--dir", directory).stdout.splitlines()
+        env_lines = run_stack_cli("env", "--dir", directory).stdout.splitlines()
         # Same addresses; the continuous mode recorded, and the engine started again with its smaller heap.
         assert env_lines == [*lines[:-1], "export LIVE_MODE=continuous"]
-        spark_pid = json.loads(_cli("status", "--dir", directory, "--json").stdout)["components"]["spark"]["pid"]
+        status_json = json.loads(run_stack_cli("status", "--dir", directory, "--json").stdout)
+        spark_pid = status_json["components"]["spark"]["pid"]
         assert "spark.driver.memory=1g" in str(process_command_line(spark_pid)).split()
         with urllib.request.urlopen(f"{url}/subjects", timeout=10) as response:
             assert json.load(response) == ["ping-value"]
@@ -269,4 +257,4 @@ def test_cli_with_real_registry_and_spark_connect(tmp_path: Path) -> None:
             assert json.loads(json.load(response)["schema"]) == schema
         assert consume(values["KAFKA_BOOTSTRAP_SERVERS"], "pings", 1) == [("k", "v")]
     finally:
-        _cli("down", "--dir", directory)
+        run_stack_cli("down", "--dir", directory)
