@@ -16,7 +16,8 @@ import pytest
 
 from streaming_pipeline.engine.query_starts import one_query_start_at_a_time, query_start_lock_path
 
-# Holds the lock at argv[1], says so on stdout, then holds it for argv[2] seconds (or until killed).
+# Holds the lock at argv[1], says so on stdout, holds it for argv[2] seconds (or until killed), then prints the
+# wall-clock time just before it releases the lock.
 HOLDER = """
 import sys, time
 from filelock import FileLock
@@ -24,6 +25,7 @@ lock = FileLock(sys.argv[1])
 lock.acquire()
 print("held", flush=True)
 time.sleep(float(sys.argv[2]))
+print(time.time(), flush=True)
 lock.release()
 """
 
@@ -47,8 +49,8 @@ def lock_path(tmp_path: Path) -> Path:
 
 @pytest.fixture
 def holder(lock_path: Path) -> Iterator[subprocess.Popen[str]]:
-    """Another process that holds the lock for 2 s; killed after the test."""
-    process = subprocess.Popen([sys.executable, "-c", HOLDER, str(lock_path), "2"], stdout=subprocess.PIPE, text=True)
+    """Another process that holds the lock for 3 s; killed after the test."""
+    process = subprocess.Popen([sys.executable, "-c", HOLDER, str(lock_path), "3"], stdout=subprocess.PIPE, text=True)
     assert process.stdout is not None and process.stdout.readline().strip() == "held"
     yield process
     process.kill()
@@ -62,7 +64,10 @@ def test_a_start_waits_while_another_process_holds_the_lock_and_says_how_long(
     started = time.monotonic()
     with one_query_start_at_a_time("raw_rides", log, lock_path=lock_path, wait_seconds=30):
         waited = time.monotonic() - started
-        assert holder.poll() is not None  # the holder had released it and ended
+        acquired_at = time.time()
+    assert holder.stdout is not None
+    about_to_release_at = float(holder.stdout.readline())
+    assert acquired_at >= about_to_release_at  # the body ran only after the holder let go
     assert 1.0 <= waited < 30
     assert len(log.infos) == 1 and log.warnings == []
     assert log.infos[0].startswith("raw_rides: waited ") and log.infos[0].endswith(
@@ -74,10 +79,10 @@ def test_a_start_goes_ahead_without_the_lock_after_its_bound_with_a_warning(
     lock_path: Path, holder: subprocess.Popen[str]
 ) -> None:
     log = _Log()
-    ran = []
     with one_query_start_at_a_time("vendor_counts", log, lock_path=lock_path, wait_seconds=0.3):
-        ran.append(holder.poll())
-    assert ran == [None]  # the body ran while the other process still held the lock
+        ran_at = time.time()
+    assert holder.stdout is not None
+    assert ran_at < float(holder.stdout.readline())  # the body ran while the other process still held the lock
     assert log.warnings == [
         f"vendor_counts: another query's start held the lock {lock_path} for 0.3 s; starting without it"
     ]
