@@ -156,7 +156,6 @@ def test_produced_rides_reach_raw_rides_and_vendor_counts_with_no_manual_step(li
 
 def test_a_run_that_failed_while_the_registry_was_down_is_retried_once_it_is_back(live: Live) -> None:
     kafka, registry = _resources(live)
-    registry.register("rides-value", load_schema("ride_value.avsc"))
     rides = list(synthetic_rides(5, SyntheticOptions(seed=202)))
     messages = _frames_while_the_registry_is_up(registry, rides)
     before = live.count("raw_rides")
@@ -185,8 +184,10 @@ def _frames_while_the_registry_is_up(
     registry: RegistryClient, rides: list[dict[str, Any]]
 ) -> list[tuple[bytes, bytes]]:
     """(key, value) Confluent frames of `rides`, encoded while the registry is up, to be sent while it is down (the
-    producer itself needs no registry then)."""
+    producer itself needs no registry then). Registers both schemas first: the test may be the module's first."""
     schema, key_schema = load_schema("ride_value.avsc"), load_schema("ride_key.avsc")
+    registry.register(f"{RIDES_TOPIC}-value", schema)
+    registry.register(f"{RIDES_TOPIC}-key", key_schema)
     return [
         (
             avro_frame(registry, key_schema, ride["vendor_id"], RIDES_TOPIC, field=_key_field()),
