@@ -1,6 +1,6 @@
 """Dagster asset helpers shared by the layers: owners, concurrency pools, step priorities, the column schema
-shown in the UI (from `tables`), materialization metadata (Delta version, row count, preview) and the check result
-of a table that cannot be pinned to its source."""
+shown in the UI (from `tables`), materialization metadata (Delta version, row count, preview) and where a check
+compares a table with the raw_rides version it was computed from."""
 
 from __future__ import annotations
 
@@ -12,7 +12,8 @@ from pydantic import model_validator
 
 from streaming_pipeline import tables
 from streaming_pipeline.engine.delta_log import latest_version
-from streaming_pipeline.engine.delta_tables import markdown_table, read_table, table_exists
+from streaming_pipeline.engine.delta_tables import count_rows, markdown_table, read_table, table_exists
+from streaming_pipeline.engine.sink_position import SinkPosition, delta_sink_position
 from streaming_pipeline.engine.table_snapshot import first_rows, row_count
 from streaming_pipeline.settings import LiveSettings, normalize_interval
 
@@ -178,6 +179,21 @@ def stream_metadata(report: StreamRunReport) -> dict[str, Any]:
         "rows_read": dg.MetadataValue.int(report.input_rows),
         "micro_batches": dg.MetadataValue.int(report.batches),
     }
+
+
+def position_against_raw_rides(
+    session: SparkSession, lakehouse: LakehouseResource, table: str, *, empty_metadata: dict[str, int]
+) -> SinkPosition | dg.AssetCheckResult:
+    """The version of `table` that its check compares with raw_rides, and the raw_rides version it was computed
+    from (`engine.sink_position`). When there is nothing to compare, the check's result instead: passed while
+    `table` does not exist and raw_rides has no rows (`empty_metadata` and raw_rides_rows), a warning when none of
+    the newest commits of `table` names its raw_rides version."""
+    path = lakehouse.table_path(table)
+    if not table_exists(path):
+        rides = count_rows(session, lakehouse.table_path(tables.RAW_RIDES.name))
+        return dg.AssetCheckResult(passed=rides == 0, metadata={**empty_metadata, "raw_rides_rows": rides})
+    position = delta_sink_position(path, lakehouse.checkpoint_path(table))
+    return unpinned_check_result(table) if position is None else position
 
 
 def unpinned_check_result(table: str) -> dg.AssetCheckResult:

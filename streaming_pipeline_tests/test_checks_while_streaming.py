@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import datetime as dt
 import json
+import shutil
 from pathlib import Path
 
 import dagster as dg
@@ -133,6 +134,64 @@ def test_the_checks_compare_each_table_with_the_raw_rides_version_it_was_compute
     [check] = materialized.get_asset_check_evaluations()
     assert (check.check_name, check.passed) == ("enriched_rows_equal_raw_rows", False)
     assert (check.metadata["rides_enriched_rows"].value, check.metadata["raw_rides_rows"].value) == (6, 7)
+
+
+def test_a_check_passes_before_its_table_exists_only_while_raw_rides_is_empty_and_warns_once_its_query_is_gone(
+    spark, tmp_path: Path
+) -> None:
+    lakehouse = LakehouseResource(root=str(tmp_path / "lakehouse"))
+    resources = {"spark": SparkResource(stop_on_teardown=False, conf=SPARK_TEST_CONF), "lakehouse": lakehouse}
+    pinned_checks = [vendor_counts_match_raw_rides, enriched_rows_equal_raw_rows]
+
+    def checks() -> dict[str, tuple[bool, dg.AssetCheckSeverity, dict]]:
+        result = dg.materialize(
+            [*ASSETS, *CHECKS], selection=dg.AssetSelection.checks(*pinned_checks), resources=resources
+        )
+        assert result.success
+        return {
+            e.check_name: (e.passed, e.severity, {k: v.value for k, v in e.metadata.items()})
+            for e in result.get_asset_check_evaluations()
+        }
+
+    raw = lakehouse.table_path("raw_rides")
+    spark.createDataFrame([], RIDES_DDL).write.format("delta").save(raw)
+    error = dg.AssetCheckSeverity.ERROR
+    assert checks() == {
+        "vendor_counts_match_raw_rides": (True, error, {"sum_trip_count": 0, "raw_rides_rows": 0}),
+        "enriched_rows_equal_raw_rows": (True, error, {"rides_enriched_rows": 0, "raw_rides_rows": 0}),
+    }
+
+    # Two rides that neither query has read: without their tables the checks fail.
+    rides = [
+        (1, at(9, 0), at(9, 5), 132, 10, 12.0, "rides", 0, 0),
+        (2, at(9, 1), at(9, 6), 132, 10, 8.0, "rides", 0, 1),
+    ]
+    spark.createDataFrame(rides, RIDES_DDL).write.format("delta").mode("append").save(raw)
+    assert checks() == {
+        "vendor_counts_match_raw_rides": (False, error, {"sum_trip_count": 0, "raw_rides_rows": 2}),
+        "enriched_rows_equal_raw_rows": (False, error, {"rides_enriched_rows": 0, "raw_rides_rows": 2}),
+    }
+
+    # The queries write them; then their checkpoints are deleted, so no commit of either table names the raw_rides
+    # version it came from any more: a warning, not a comparison of the tables as they stand.
+    assert dg.materialize(
+        [*ASSETS, *CHECKS],
+        selection=dg.AssetSelection.assets("taxi_zones", "rides_enriched", "vendor_counts"),
+        resources=resources,
+    ).success
+    for table in ("vendor_counts", "rides_enriched"):
+        shutil.rmtree(lakehouse.checkpoint_path(table))
+    found = checks()
+    assert {name: (passed, severity) for name, (passed, severity, _) in found.items()} == {
+        "vendor_counts_match_raw_rides": (False, dg.AssetCheckSeverity.WARN),
+        "enriched_rows_equal_raw_rows": (False, dg.AssetCheckSeverity.WARN),
+    }
+    assert found["vendor_counts_match_raw_rides"][2]["error"].startswith(
+        "none of the newest commits of vendor_counts names the raw_rides version"
+    )
+    assert found["enriched_rows_equal_raw_rows"][2]["error"].startswith(
+        "none of the newest commits of rides_enriched names the raw_rides version"
+    )
 
 
 def test_a_bronze_table_settles_at_the_newest_batch_its_checkpoint_committed(spark, tmp_path: Path) -> None:

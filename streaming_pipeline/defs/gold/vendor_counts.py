@@ -6,13 +6,12 @@ from streaming_pipeline.asset_metadata import (
     SPARK_KINDS,
     delta_table_metadata,
     missing_sources,
+    position_against_raw_rides,
     stream_metadata,
     stream_step_args,
     table_args,
-    unpinned_check_result,
 )
-from streaming_pipeline.engine.delta_tables import count_rows, read_table, table_exists
-from streaming_pipeline.engine.sink_position import delta_sink_position
+from streaming_pipeline.engine.delta_tables import count_rows, read_table
 from streaming_pipeline.gold.vendor_counts import update_vendor_counts
 from streaming_pipeline.resources import LakehouseResource, SparkResource
 from streaming_pipeline.tables import RAW_RIDES, VENDOR_COUNTS
@@ -49,16 +48,12 @@ def vendor_counts_match_raw_rides(spark: SparkResource, lakehouse: LakehouseReso
     from pyspark.sql import functions as F
 
     session = spark.get_session()
-    path, rides_path = lakehouse.table_path(VENDOR_COUNTS.name), lakehouse.table_path(RAW_RIDES.name)
-    if not table_exists(path):
-        rides = count_rows(session, rides_path)
-        return dg.AssetCheckResult(passed=rides == 0, metadata={"sum_trip_count": 0, "raw_rides_rows": rides})
-    position = delta_sink_position(path, lakehouse.checkpoint_path(VENDOR_COUNTS.name))
-    if position is None:
-        return unpinned_check_result(VENDOR_COUNTS.name)
-    counts = read_table(session, path, position.table_version)
+    position = position_against_raw_rides(session, lakehouse, VENDOR_COUNTS.name, empty_metadata={"sum_trip_count": 0})
+    if isinstance(position, dg.AssetCheckResult):
+        return position
+    counts = read_table(session, lakehouse.table_path(VENDOR_COUNTS.name), position.table_version)
     counted = int(counts.agg(F.sum("trip_count")).collect()[0][0] or 0)
-    rides = count_rows(session, rides_path, version=position.source_version)
+    rides = count_rows(session, lakehouse.table_path(RAW_RIDES.name), version=position.source_version)
     return dg.AssetCheckResult(
         passed=counted == rides,
         metadata={

@@ -6,12 +6,11 @@ import dagster as dg
 from streaming_pipeline.asset_metadata import (
     SPARK_KINDS,
     delta_table_metadata,
+    position_against_raw_rides,
     stream_step_args,
     table_args,
-    unpinned_check_result,
 )
 from streaming_pipeline.engine.delta_tables import count_duplicate_keys, count_rows, table_exists
-from streaming_pipeline.engine.sink_position import delta_sink_position
 from streaming_pipeline.resources import LakehouseResource, SparkResource
 from streaming_pipeline.silver.enrichment import update_rides_enriched
 from streaming_pipeline.tables import KAFKA_KEY, RAW_RIDES, RIDES_ENRICHED, TAXI_ZONES
@@ -56,15 +55,14 @@ def rides_enriched(context: dg.AssetExecutionContext, spark: SparkResource, lake
 )
 def enriched_rows_equal_raw_rows(spark: SparkResource, lakehouse: LakehouseResource) -> dg.AssetCheckResult:
     session = spark.get_session()
-    path, rides_path = lakehouse.table_path(RIDES_ENRICHED.name), lakehouse.table_path(RAW_RIDES.name)
-    if not table_exists(path):
-        rides = count_rows(session, rides_path)
-        return dg.AssetCheckResult(passed=rides == 0, metadata={"rides_enriched_rows": 0, "raw_rides_rows": rides})
-    position = delta_sink_position(path, lakehouse.checkpoint_path(RIDES_ENRICHED.name))
-    if position is None:
-        return unpinned_check_result(RIDES_ENRICHED.name)
+    position = position_against_raw_rides(
+        session, lakehouse, RIDES_ENRICHED.name, empty_metadata={"rides_enriched_rows": 0}
+    )
+    if isinstance(position, dg.AssetCheckResult):
+        return position
+    path = lakehouse.table_path(RIDES_ENRICHED.name)
     enriched = count_rows(session, path, version=position.table_version)
-    rides = count_rows(session, rides_path, version=position.source_version)
+    rides = count_rows(session, lakehouse.table_path(RAW_RIDES.name), version=position.source_version)
     duplicates = count_duplicate_keys(session, path, KAFKA_KEY)
     return dg.AssetCheckResult(
         passed=enriched == rides and duplicates == 0,
