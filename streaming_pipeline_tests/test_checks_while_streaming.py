@@ -42,6 +42,16 @@ CHECKS = [
 ]
 
 
+def run_checks(resources: dict, checks: list) -> dict[str, tuple[bool, dg.AssetCheckSeverity, dict]]:
+    """`checks` alone, as the schedule runs them: each one's (passed, severity, metadata values) by name."""
+    result = dg.materialize([*ASSETS, *CHECKS], selection=dg.AssetSelection.checks(*checks), resources=resources)
+    assert result.success
+    return {
+        e.check_name: (e.passed, e.severity, {k: v.value for k, v in e.metadata.items()})
+        for e in result.get_asset_check_evaluations()
+    }
+
+
 def at(hour: int, minute: int) -> dt.datetime:
     return dt.datetime(2024, 3, 10, hour, minute, tzinfo=dt.UTC)
 
@@ -69,15 +79,6 @@ def test_the_checks_compare_each_table_with_the_raw_rides_version_it_was_compute
         assert version is not None
         return version
 
-    def checks() -> dict[str, tuple[bool, dict]]:
-        """Every check of the four tables, run as the schedule runs them: the checks alone."""
-        result = dg.materialize([*ASSETS, *CHECKS], selection=dg.AssetSelection.all_asset_checks(), resources=resources)
-        assert result.success
-        return {
-            e.check_name: (e.passed, {k: v.value for k, v in e.metadata.items()})
-            for e in result.get_asset_check_evaluations()
-        }
-
     # Vendor 1 three times, vendor 2 once; amounts 50 (high), 10 and 20 (low), one without an amount.
     first = append((1, at(9, 0), 50.0), (1, at(9, 5), 10.0), (2, at(9, 31), None), (1, at(9, 31), 20.0))
     assert first == 0
@@ -91,33 +92,33 @@ def test_the_checks_compare_each_table_with_the_raw_rides_version_it_was_compute
     # raw_rides moves on (a bronze micro-batch the downstream queries have not read yet): two rides, one of them
     # late for the final window. Compared as the tables stand, every check would fail: 6 rides, 4 counted.
     append((2, at(9, 2), 30.0), (2, at(9, 40), 45.0))
-    found = checks()
-    assert {name: passed for name, (passed, _) in found.items()} == {c.check_key.name: True for c in CHECKS}
-    assert found["vendor_counts_match_raw_rides"][1] == {
+    found = run_checks(resources, CHECKS)
+    assert {name: passed for name, (passed, _, _) in found.items()} == {c.check_key.name: True for c in CHECKS}
+    assert found["vendor_counts_match_raw_rides"][2] == {
         "sum_trip_count": 4,
         "raw_rides_rows": 4,
         "vendor_counts_version": 0,
         "raw_rides_version": 0,
     }
-    enriched = found["enriched_rows_equal_raw_rows"][1]
+    enriched = found["enriched_rows_equal_raw_rows"][2]
     assert (enriched["rides_enriched_rows"], enriched["raw_rides_rows"], enriched["raw_rides_version"]) == (4, 4, 0)
-    branches = found["branches_add_up_to_rides_with_an_amount"][1]
+    branches = found["branches_add_up_to_rides_with_an_amount"][2]
     assert (branches["high"], branches["low"], branches["raw_rides_with_amount"], branches["raw_rides_version"]) == (
         1,
         2,
         3,
         0,
     )
-    windows = found["windows_count_each_ride_once"][1]
+    windows = found["windows_count_each_ride_once"][2]
     assert (windows["raw_rides_version"], windows["on_time_plus_late"], windows["at_a_reconcile"]) == (0, 4, True)
 
     # The window stream reads the new version but its reconcile has not run yet (the continuous run reconciles
     # about once a minute): the late ride (09:02) is in no count yet, so the table as it stands holds 5 of 6 rides.
     stream_ride_windows(spark, lakehouse, **WINDOWS)
-    found = checks()
+    found = run_checks(resources, CHECKS)
     windows = found["windows_count_each_ride_once"]
     assert windows[0] is True
-    assert (windows[1]["raw_rides_version"], windows[1]["on_time_plus_late"], windows[1]["at_a_reconcile"]) == (
+    assert (windows[2]["raw_rides_version"], windows[2]["on_time_plus_late"], windows[2]["at_a_reconcile"]) == (
         0,
         4,
         True,
@@ -143,20 +144,10 @@ def test_a_check_passes_before_its_table_exists_only_while_raw_rides_is_empty_an
     resources = {"spark": SparkResource(stop_on_teardown=False, conf=SPARK_TEST_CONF), "lakehouse": lakehouse}
     pinned_checks = [vendor_counts_match_raw_rides, enriched_rows_equal_raw_rows]
 
-    def checks() -> dict[str, tuple[bool, dg.AssetCheckSeverity, dict]]:
-        result = dg.materialize(
-            [*ASSETS, *CHECKS], selection=dg.AssetSelection.checks(*pinned_checks), resources=resources
-        )
-        assert result.success
-        return {
-            e.check_name: (e.passed, e.severity, {k: v.value for k, v in e.metadata.items()})
-            for e in result.get_asset_check_evaluations()
-        }
-
     raw = lakehouse.table_path("raw_rides")
     spark.createDataFrame([], RIDES_DDL).write.format("delta").save(raw)
     error = dg.AssetCheckSeverity.ERROR
-    assert checks() == {
+    assert run_checks(resources, pinned_checks) == {
         "vendor_counts_match_raw_rides": (True, error, {"sum_trip_count": 0, "raw_rides_rows": 0}),
         "enriched_rows_equal_raw_rows": (True, error, {"rides_enriched_rows": 0, "raw_rides_rows": 0}),
     }
@@ -167,7 +158,7 @@ def test_a_check_passes_before_its_table_exists_only_while_raw_rides_is_empty_an
         (2, at(9, 1), at(9, 6), 132, 10, 8.0, "rides", 0, 1),
     ]
     spark.createDataFrame(rides, RIDES_DDL).write.format("delta").mode("append").save(raw)
-    assert checks() == {
+    assert run_checks(resources, pinned_checks) == {
         "vendor_counts_match_raw_rides": (False, error, {"sum_trip_count": 0, "raw_rides_rows": 2}),
         "enriched_rows_equal_raw_rows": (False, error, {"rides_enriched_rows": 0, "raw_rides_rows": 2}),
     }
@@ -181,7 +172,7 @@ def test_a_check_passes_before_its_table_exists_only_while_raw_rides_is_empty_an
     ).success
     for table in ("vendor_counts", "rides_enriched"):
         shutil.rmtree(lakehouse.checkpoint_path(table))
-    found = checks()
+    found = run_checks(resources, pinned_checks)
     assert {name: (passed, severity) for name, (passed, severity, _) in found.items()} == {
         "vendor_counts_match_raw_rides": (False, dg.AssetCheckSeverity.WARN),
         "enriched_rows_equal_raw_rows": (False, dg.AssetCheckSeverity.WARN),
