@@ -313,6 +313,8 @@ def _print_throughput(result: ThroughputResult) -> None:
 #: k-th probe, so that its arrival in raw_rides and in vendor_counts can be told from the load's rides.
 PROBE_VENDOR = 1000
 LIVE_MODES = ("triggered", "continuous")
+#: `--floor`: the latency floor's figures are reported as a mode of this name.
+FLOOR_MODE = "floor"
 
 
 @dataclass
@@ -641,6 +643,7 @@ def run_live_bench(
     quiet_seconds: float = 40.0,
     timeout: float = 300.0,
     env: list[str] | None = None,
+    floor: bool = False,
 ) -> LiveResult | LiveRepeats:
     """What a user sees through `dagster dev`, in each mode in turn on one stack and one lakehouse (the switch
     between modes is part of the run): a steady load of `rate` rides/s for `seconds`, and single probe rides at
@@ -657,7 +660,12 @@ def run_live_bench(
     same code on this kind of machine differ by 1 to 3 s at the median (docs/performance.md).
 
     `env` (`--env KEY=VALUE`): pipeline settings for `dagster dev` (`CONTINUOUS_RECONCILE_SECONDS=60`), recorded
-    with the figures."""
+    with the figures.
+
+    `floor` (`--floor`): after the modes, on the same stack, the same load (rides only) and probes through the
+    latency floor (`latency_floor`: a bare Kafka -> Delta query and a chained count, no Dagster), reported as the
+    mode `floor`: what the engine itself gives on this machine in the same run, for the pipeline's figures to be
+    read against."""
     settings = live_settings(env or [])
     if repeat < 1:
         raise BenchError("--repeat must be 1 or more")
@@ -683,6 +691,7 @@ def run_live_bench(
                 quiet_seconds=quiet_seconds,
                 timeout=timeout,
                 settings=settings,
+                floor=floor,
             )
         )
         _print_live(results[-1])
@@ -706,6 +715,7 @@ def _live_run(
     quiet_seconds: float,
     timeout: float,
     settings: dict[str, str],
+    floor: bool,
 ) -> LiveResult:
     """One measurement of `run_live_bench`, on a stack and lakehouse of its own."""
     from streaming_pipeline.devstack.embedded.spark_connect import driver_memory_for
@@ -726,6 +736,9 @@ def _live_run(
         kafka = KafkaResource(bootstrap_servers=stack.bootstrap_servers)
         registry = RegistryClient(stack.schema_registry_url)
         kafka.ensure_topic(RIDES_TOPIC)
+        timing = _Timing(
+            probe_every=probe_every, idle_seconds=idle_seconds, quiet_seconds=quiet_seconds, timeout=timeout
+        )
         lakehouse = Path(tmp) / "lakehouse"
         watcher = _ProbeWatcher(lakehouse)
         produced: dict[str, int] = {"rides": 0, "probes": 0}
@@ -733,28 +746,116 @@ def _live_run(
             env = dagster_dev_env(settings, stack.env(), lakehouse, mode)
             figures = LiveModeFigures(mode=mode, rate=rate, load_seconds=seconds, pickup_every=pickup_every)
             _live_mode(
-                stack,
-                env,
-                Path(tmp) / f"dagster-dev-{mode}.log",
+                _DagsterPipeline(stack, env, Path(tmp) / f"dagster-dev-{mode}.log", mode),
                 kafka,
                 registry,
                 watcher,
                 produced,
                 figures,
                 seed=7000 + 1000 * number,
-                probe_every=probe_every,
-                idle_seconds=idle_seconds,
-                quiet_seconds=quiet_seconds,
-                timeout=timeout,
+                timing=timing,
+            )
+            result.modes.append(figures)
+        if floor:
+            # The floor last, on the rides topic from its end offsets (it reads only its own load and probes) and in
+            # a lakehouse of its own; the pipeline's queries are stopped by then.
+            figures = LiveModeFigures(mode=FLOOR_MODE, rate=rate, load_seconds=seconds)
+            _live_mode(
+                _FloorPipeline(stack, Path(tmp) / "floor", kafka.end_offsets(RIDES_TOPIC)),
+                kafka,
+                registry,
+                _ProbeWatcher(Path(tmp) / "floor"),
+                {"rides": 0, "probes": 0},
+                figures,
+                seed=6000,
+                timing=timing,
             )
             result.modes.append(figures)
     return result
 
 
+@dataclass(frozen=True)
+class _Timing:
+    probe_every: float  # mean seconds between probes
+    idle_seconds: float  # of idle CPU measured
+    quiet_seconds: float  # no commit for this long before the idle window starts
+    timeout: float  # for the first ride, the catch-up and the quiet
+
+
+class _DagsterPipeline:
+    """The pipeline in one LIVE_MODE, through `dagster dev` with its daemon and the sensors as they ship."""
+
+    def __init__(self, stack: Any, env: dict[str, str], log_file: Path, mode: str) -> None:
+        self.stack, self.env, self.log_file, self.mode = stack, env, log_file, mode
+        self.instance = dg.DagsterInstance.from_config(str(stack.dagster_home))
+        self._runs_before: set[str] = set()
+        self._dagster_dev: Any = None
+
+    def __enter__(self) -> _DagsterPipeline:
+        from streaming_pipeline.devstack.embedded.dagster_dev import DagsterDev
+
+        self._runs_before = {record.dagster_run.run_id for record in self.instance.get_run_records()}
+        say(f"{self.mode}: starting dagster dev (LIVE_MODE={self.mode})")
+        self._dagster_dev = DagsterDev(self.env, self.log_file).__enter__()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._dagster_dev.__exit__(*exc)
+
+    def cpu_roots_beside_the_engine(self) -> list[int | None]:
+        """dagster dev: webserver, daemon, code server and the runs."""
+        return [self._dagster_dev.pid]
+
+    def idle_cpu_roots(self) -> list[int | None]:
+        """The engine and the runs in flight (the continuous run; a triggered run, while one works)."""
+        return [self.stack.spark_pid, *_run_pids(self.instance)]
+
+    def runs(self) -> int:
+        return _sensor_runs(self.instance, self._runs_before)
+
+
+class _FloorPipeline:
+    """The latency floor (`latency_floor`): two bare queries on the engine, started by this process over Spark
+    Connect, stopped when the mode's measurement ends."""
+
+    mode = FLOOR_MODE
+
+    def __init__(self, stack: Any, lakehouse: Path, starting_offsets: dict[int, int]) -> None:
+        self.stack, self.lakehouse, self.starting_offsets = stack, lakehouse, starting_offsets
+        self._spark: Any = None
+        self._queries: list[Any] = []
+
+    def __enter__(self) -> _FloorPipeline:
+        from streaming_pipeline.devstack.latency_floor import start_floor_queries
+        from streaming_pipeline.engine.spark import connect_session
+
+        say(f"{FLOOR_MODE}: starting its two queries on the engine")
+        self._spark = connect_session(self.stack.spark_remote)
+        self._queries = start_floor_queries(
+            self._spark, self.stack.bootstrap_servers, RIDES_TOPIC, self.starting_offsets, self.lakehouse
+        )
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        for query in self._queries:
+            query.stop()
+        failures = [f"{query.name}: {query.exception()}" for query in self._queries if query.exception()]
+        self._spark.stop()
+        if failures and exc[0] is None:
+            raise BenchError(f"the floor's queries failed: {'; '.join(failures)}")
+
+    def cpu_roots_beside_the_engine(self) -> list[int | None]:
+        return []  # the queries run in the engine; this process only asks after them
+
+    def idle_cpu_roots(self) -> list[int | None]:
+        return [self.stack.spark_pid]
+
+    def runs(self) -> int:
+        return 0
+
+
 def _live_mode(
-    stack: Any,
-    env: dict[str, str],
-    log_file: Path,
+    pipeline: _DagsterPipeline | _FloorPipeline,
     kafka: Any,
     registry: Any,
     watcher: _ProbeWatcher,
@@ -762,23 +863,23 @@ def _live_mode(
     figures: LiveModeFigures,
     *,
     seed: int,
-    probe_every: float,
-    idle_seconds: float,
-    quiet_seconds: float,
-    timeout: float,
+    timing: _Timing,
+    topic: str = RIDES_TOPIC,
 ) -> None:
     import random
 
-    from streaming_pipeline.devstack.embedded.dagster_dev import DagsterDev
-
     rng = random.Random(seed)
-    instance = dg.DagsterInstance.from_config(str(stack.dagster_home))
-    runs_before = {record.dagster_run.run_id for record in instance.get_run_records()}
-    say(f"{figures.mode}: starting dagster dev (LIVE_MODE={figures.mode})")
-    with DagsterDev(env, log_file) as dagster_dev:
+    stack = pipeline.stack
+    probe_every, idle_seconds, quiet_seconds, timeout = (
+        timing.probe_every,
+        timing.idle_seconds,
+        timing.quiet_seconds,
+        timing.timeout,
+    )
+    with pipeline:
         first = produced["probes"]
         started = time.monotonic()
-        _send(kafka, registry, [_probe_ride(first, seed)])
+        _send(kafka, registry, [_probe_ride(first, seed)], topic=topic)
         produced["probes"] += 1
         with bench_stage(f"{figures.mode}: the first ride after dagster dev answers"):
             _wait_for(lambda: first in watcher.counted, watcher, timeout, "the first ride did not reach vendor_counts")
@@ -787,14 +888,14 @@ def _live_mode(
 
         load = list(synthetic_rides(int(figures.rate * figures.load_seconds), SyntheticOptions(seed=seed + 1)))
         pickups = _pickups_for(load, figures.pickup_every, seed)
-        loader = _LoadThread("bench-load", lambda: _send(kafka, registry, load, rate=figures.rate))
+        loader = _LoadThread("bench-load", lambda: _send(kafka, registry, load, rate=figures.rate, topic=topic))
         pickup_loader = _LoadThread(
             "bench-pickups",
             lambda: _send(kafka, registry, pickups, rate=figures.rate / figures.pickup_every, topic=PICKUPS_TOPIC),
         )
         sent_at: dict[int, float] = {}
         engine_cpu = _CpuMeter(lambda: [stack.spark_pid])
-        dagster_cpu = _CpuMeter(lambda: [dagster_dev.pid])
+        dagster_cpu = _CpuMeter(pipeline.cpu_roots_beside_the_engine)
         with _Sampler(stack.spark_pid) as sampler:
             loader.start()
             if pickups:
@@ -809,7 +910,7 @@ def _live_mode(
                 if time.monotonic() >= next_probe:
                     probe = produced["probes"]
                     sent_at[probe] = time.monotonic()
-                    _send(kafka, registry, [_probe_ride(probe, seed + 2 + probe)])
+                    _send(kafka, registry, [_probe_ride(probe, seed + 2 + probe)], topic=topic)
                     produced["probes"] += 1
                     next_probe = time.monotonic() + rng.uniform(0.5, 1.5) * probe_every
                 time.sleep(0.25)
@@ -845,10 +946,10 @@ def _live_mode(
         with bench_stage(f"{figures.mode}: waiting until no table has had a commit for {quiet_seconds:g} s"):
             figures.quiet_after_seconds = _wait_until_quiet(watcher.raw_path.parent, quiet_seconds, timeout)
         with bench_stage(f"{figures.mode}: {idle_seconds:g} s of the idle pipeline"):
-            idle = _CpuMeter(lambda: [stack.spark_pid, *_run_pids(instance)])
+            idle = _CpuMeter(pipeline.idle_cpu_roots)
             time.sleep(idle_seconds)
             figures.idle_cpu_percent = idle.read()
-        figures.runs = _sensor_runs(instance, runs_before)
+        figures.runs = pipeline.runs()
         say(
             f"{figures.mode}: raw_rides p50 {figures.raw_rides_p50_seconds:.1f} s, vendor_counts p50 "
             f"{figures.vendor_counts_p50_seconds:.1f} s over {figures.probes} probes; caught up in "

@@ -160,6 +160,12 @@ def _add_bench_parser(subparsers: argparse._SubParsersAction) -> None:
         default="both",
         help="--live: the LIVE_MODE to measure; both: triggered, then continuous on the same lakehouse (default)",
     )
+    bench.add_argument(
+        "--floor",
+        action="store_true",
+        help="--live: first measure the latency floor on the same stack: a bare Kafka -> Delta query and a chained "
+        "count on the engine, with the same load (rides only) and probes, no Dagster",
+    )
     bench.add_argument("--rate", type=int, default=1000, help="--live: rides per second of the load (default 1000)")
     bench.add_argument(
         "--repeat",
@@ -268,6 +274,7 @@ def _run_bench(args: argparse.Namespace) -> int:
             pickup_every=args.pickup_every,
             quiet_seconds=args.quiet_seconds,
             env=args.env,
+            floor=args.floor,
         )
     else:
         run_bench(args.rides, args.json, rounds=args.rounds)

@@ -50,14 +50,16 @@ def test_throughput_bench_measures_both_sizes_in_one_run_and_writes_every_figure
     assert " - DEBUG - " not in stderr and "STEP_START" not in stderr
 
 
-def test_live_bench_measures_probes_under_load_through_dagster_dev(tmp_path) -> None:
+def test_live_bench_measures_probes_under_load_through_dagster_dev_and_then_the_floor(tmp_path) -> None:
     """The continuous mode only: the triggered mode's path through `dagster dev` is test_live's, and the bench does
-    the same for each mode but the LIVE_MODE it gives `dagster dev` (one mode fewer saves a stack and a minute)."""
+    the same for each mode but the LIVE_MODE it gives `dagster dev` (one mode fewer saves a stack and a minute).
+    Then the latency floor on the same stack, with the same load and probes."""
     out = tmp_path / "live.json"
     _bench(
         "--live",
         "--mode",
         "continuous",
+        "--floor",
         "--rate",
         "50",
         "--seconds",
@@ -72,18 +74,25 @@ def test_live_bench_measures_probes_under_load_through_dagster_dev(tmp_path) -> 
         str(out),
     )
     figures = json.loads(out.read_text())
-    assert [m["mode"] for m in figures["modes"]] == ["continuous"]
-    (mode,) = figures["modes"]
-    assert mode["rides_produced"] == 400 and mode["pickups_produced"] == 40 and mode["probes"] >= 1
-    assert len(mode["raw_rides_seconds"]) == len(mode["vendor_counts_seconds"]) == mode["probes"]
-    # A probe is in raw_rides before vendor_counts can count it.
-    assert all(
-        0 < raw <= gold for raw, gold in zip(mode["raw_rides_seconds"], mode["vendor_counts_seconds"], strict=True)
-    )
-    assert mode["exactly_once"] is True
-    assert mode["engine_peak_rss_mib"] > 0
-    # The continuous mode streams in one run; the sensor relaunches none while it works.
-    assert mode["runs"] == 1
+    assert [m["mode"] for m in figures["modes"]] == ["continuous", "floor"]
+    continuous, floor = figures["modes"]
+    # The floor's load is the same rides, without the pickups its bare pipeline does not read.
+    assert (continuous["rides_produced"], continuous["pickups_produced"]) == (400, 40)
+    assert (floor["rides_produced"], floor["pickups_produced"]) == (400, 0)
+    for mode in (continuous, floor):
+        assert mode["probes"] >= 1
+        assert len(mode["raw_rides_seconds"]) == len(mode["vendor_counts_seconds"]) == mode["probes"]
+        # A probe is in raw_rides before vendor_counts can count it.
+        assert all(
+            0 < raw <= gold for raw, gold in zip(mode["raw_rides_seconds"], mode["vendor_counts_seconds"], strict=True)
+        )
+        # Each table holds only its own mode's rides (the floor reads the topic from where the pipeline left it),
+        # each once.
+        assert mode["exactly_once"] is True
+        assert mode["engine_peak_rss_mib"] > 0
+    # The continuous mode streams in one run; the sensor relaunches none while it works. The floor has no Dagster.
+    assert (continuous["runs"], floor["runs"]) == (1, 0)
+    assert floor["dagster_cpu_percent_under_load"] == 0
 
 
 def test_soak_bench_samples_every_round_maintains_and_draws_its_chart(tmp_path) -> None:
