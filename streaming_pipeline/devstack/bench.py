@@ -864,7 +864,6 @@ def _live_mode(
     *,
     seed: int,
     timing: _Timing,
-    topic: str = RIDES_TOPIC,
 ) -> None:
     import random
 
@@ -879,16 +878,16 @@ def _live_mode(
     with pipeline:
         first = produced["probes"]
         started = time.monotonic()
-        _send(kafka, registry, [_probe_ride(first, seed)], topic=topic)
+        _send(kafka, registry, [_probe_ride(first, seed)])
         produced["probes"] += 1
-        with bench_stage(f"{figures.mode}: the first ride after dagster dev answers"):
+        with bench_stage(f"{figures.mode}: the first ride, on the idle pipeline"):
             _wait_for(lambda: first in watcher.counted, watcher, timeout, "the first ride did not reach vendor_counts")
         figures.first_ride_to_raw_rides_seconds = round(watcher.raw_seen[first] - started, 2)
         figures.first_ride_to_vendor_counts_seconds = round(watcher.counted[first] - started, 2)
 
         load = list(synthetic_rides(int(figures.rate * figures.load_seconds), SyntheticOptions(seed=seed + 1)))
         pickups = _pickups_for(load, figures.pickup_every, seed)
-        loader = _LoadThread("bench-load", lambda: _send(kafka, registry, load, rate=figures.rate, topic=topic))
+        loader = _LoadThread("bench-load", lambda: _send(kafka, registry, load, rate=figures.rate))
         pickup_loader = _LoadThread(
             "bench-pickups",
             lambda: _send(kafka, registry, pickups, rate=figures.rate / figures.pickup_every, topic=PICKUPS_TOPIC),
@@ -910,7 +909,7 @@ def _live_mode(
                 if time.monotonic() >= next_probe:
                     probe = produced["probes"]
                     sent_at[probe] = time.monotonic()
-                    _send(kafka, registry, [_probe_ride(probe, seed + 2 + probe)], topic=topic)
+                    _send(kafka, registry, [_probe_ride(probe, seed + 2 + probe)])
                     produced["probes"] += 1
                     next_probe = time.monotonic() + rng.uniform(0.5, 1.5) * probe_every
                 time.sleep(0.25)
