@@ -4,7 +4,7 @@ engine, measured beside the pipeline in the same run.
 Two streaming queries on the Spark Connect engine, with nothing of the pipeline (no dead letters, no batch markers,
 no registry look-ups, no Dagster):
 - Kafka -> strip the 5-byte Confluent header -> `from_avro` with the rides' schema -> a foreachBatch append to a
-  Delta table with Delta's idempotent-write options (`txnAppId`/`txnVersion`), every `trigger` (500 ms);
+  Delta table with Delta's idempotent-write options (`txnAppId`/`txnVersion`), every `FLOOR_TRIGGER` (500 ms);
 - that table's Delta stream -> count by vendor -> a Delta table in complete mode, at the same trigger.
 
 The tables are named as the pipeline's (`raw_rides`, `vendor_counts`, with the Kafka partition and offset of each
