@@ -839,7 +839,8 @@ class _FloorPipeline:
     def __exit__(self, *exc: object) -> None:
         for query in self._queries:
             query.stop()
-        failures = [f"{query.name}: {query.exception()}" for query in self._queries if query.exception()]
+        errors = {query.name: query.exception() for query in self._queries}  # one call to the engine each
+        failures = [f"{name}: {error}" for name, error in errors.items() if error]
         self._spark.stop()
         if failures and exc[0] is None:
             raise BenchError(f"the floor's queries failed: {'; '.join(failures)}")
@@ -869,19 +870,15 @@ def _live_mode(
 
     rng = random.Random(seed)
     stack = pipeline.stack
-    probe_every, idle_seconds, quiet_seconds, timeout = (
-        timing.probe_every,
-        timing.idle_seconds,
-        timing.quiet_seconds,
-        timing.timeout,
-    )
     with pipeline:
         first = produced["probes"]
         started = time.monotonic()
         _send(kafka, registry, [_probe_ride(first, seed)])
         produced["probes"] += 1
         with bench_stage(f"{figures.mode}: the first ride, on the idle pipeline"):
-            _wait_for(lambda: first in watcher.counted, watcher, timeout, "the first ride did not reach vendor_counts")
+            _wait_for(
+                lambda: first in watcher.counted, watcher, timing.timeout, "the first ride did not reach vendor_counts"
+            )
         figures.first_ride_to_raw_rides_seconds = round(watcher.raw_seen[first] - started, 2)
         figures.first_ride_to_vendor_counts_seconds = round(watcher.counted[first] - started, 2)
 
@@ -901,9 +898,9 @@ def _live_mode(
                 pickup_loader.start()
             say(
                 f"{figures.mode}: {len(load):,} rides at {figures.rate:,}/s and {len(pickups):,} pickups, probes about "
-                f"{probe_every:g} s apart"
+                f"{timing.probe_every:g} s apart"
             )
-            next_probe = time.monotonic() + rng.uniform(0.5, 1.5) * probe_every
+            next_probe = time.monotonic() + rng.uniform(0.5, 1.5) * timing.probe_every
             while loader.is_alive() and pickup_loader.error is None:
                 watcher.poll()
                 if time.monotonic() >= next_probe:
@@ -911,7 +908,7 @@ def _live_mode(
                     sent_at[probe] = time.monotonic()
                     _send(kafka, registry, [_probe_ride(probe, seed + 2 + probe)])
                     produced["probes"] += 1
-                    next_probe = time.monotonic() + rng.uniform(0.5, 1.5) * probe_every
+                    next_probe = time.monotonic() + rng.uniform(0.5, 1.5) * timing.probe_every
                 time.sleep(0.25)
             if pickup_loader.error is not None:
                 pickup_loader.result()  # raises now: the rides' load may still run for its whole length
@@ -928,7 +925,7 @@ def _live_mode(
                 _wait_for(
                     lambda: tables.caught_up(total) and set(sent_at) <= set(watcher.counted),
                     watcher,
-                    timeout,
+                    timing.timeout,
                     f"raw_rides and vendor_counts did not reach {total:,} rides",
                 )
             figures.catch_up_seconds = round(time.monotonic() - load_ended, 2)
@@ -942,11 +939,13 @@ def _live_mode(
             figures.raw_rides_p95_seconds = round(_percentile(figures.raw_rides_seconds, 0.95), 2)
             figures.vendor_counts_p50_seconds = round(statistics.median(figures.vendor_counts_seconds), 2)
             figures.vendor_counts_p95_seconds = round(_percentile(figures.vendor_counts_seconds, 0.95), 2)
-        with bench_stage(f"{figures.mode}: waiting until no table has had a commit for {quiet_seconds:g} s"):
-            figures.quiet_after_seconds = _wait_until_quiet(watcher.raw_path.parent, quiet_seconds, timeout)
-        with bench_stage(f"{figures.mode}: {idle_seconds:g} s of the idle pipeline"):
+        with bench_stage(f"{figures.mode}: waiting until no table has had a commit for {timing.quiet_seconds:g} s"):
+            figures.quiet_after_seconds = _wait_until_quiet(
+                watcher.raw_path.parent, timing.quiet_seconds, timing.timeout
+            )
+        with bench_stage(f"{figures.mode}: {timing.idle_seconds:g} s of the idle pipeline"):
             idle = _CpuMeter(pipeline.idle_cpu_roots)
-            time.sleep(idle_seconds)
+            time.sleep(timing.idle_seconds)
             figures.idle_cpu_percent = idle.read()
         figures.runs = pipeline.runs()
         say(
