@@ -40,6 +40,7 @@ def test_sql_command_prints_json_rows_and_fails_in_one_line(small_lakehouse: Pat
     )
     assert ok.returncode == 0, ok.stderr[-3000:]
     assert ok.stdout == '{"vendor_id": 1, "trip_count": 87}\n{"vendor_id": 2, "trip_count": 179}\n'
+    assert "BetaWarning" not in ok.stderr, ok.stderr[-3000:]
     bad = subprocess.run(
         [*command, "SELEC 1"], cwd=REPO_ROOT, env=env, capture_output=True, text=True, timeout=300, check=False
     )
