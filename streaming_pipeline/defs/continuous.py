@@ -225,6 +225,7 @@ def _stream(
         intervals=intervals,
         pause_every_seconds=config.reconcile_every_seconds,
         log=context.log,
+        active_ids=lambda: {str(query.id) for query in session.streams.active},
     )
     reporter = TableReporter(kafka, lakehouse, queries, caught_up_every=config.caught_up_report_seconds)
     lent: set[str] = set()

@@ -8,10 +8,11 @@ at rest (`StreamQuery.after_stop`), and stops every query when asked. The querie
 availableNow run, with the same checkpoints and handlers, so a table written by either mode is exactly once.
 
 It never sleeps and owns no thread: its owner calls `poll()` every second or two and `take_reports()` when it
-wants to say what happened. A poll asks each query only whether it is still active; the progress is read every
-`progress_every_seconds` (and before a query stops, fails or is reported) from its `recentProgress`, where Spark
-keeps the last 100 micro-batches. Each question is a call to the engine, and an idle pipeline should cost next to
-nothing. Nothing here imports Dagster.
+wants to say what happened. A poll asks the engine once which queries are active (`active_ids`, the session's
+`spark.streams.active`: one call for the set, where each query's `isActive` is a call of its own); the progress is
+read every `progress_every_seconds` (and before a query stops, fails or is reported) from its `recentProgress`,
+where Spark keeps the last 100 micro-batches. Each question is a call to the engine, and an idle pipeline should
+cost next to nothing. Nothing here imports Dagster.
 """
 
 from __future__ import annotations
@@ -73,7 +74,8 @@ class _Running:
 
 class ContinuousQueries:
     """Keeps `queries` running with `trigger(processingTime=trigger_interval)` (or the query's own interval in
-    `intervals`) until `stop()`.
+    `intervals`) until `stop()`. `active_ids` answers which queries of the session are active, by query id, in one
+    call to the engine.
 
     A query with an `after_stop` is stopped for it at most every `pause_every_seconds`, and only when it has
     processed a micro-batch since. A query that failed `max_failures` times in a row raises StreamingRunError from
@@ -87,6 +89,7 @@ class ContinuousQueries:
         trigger_interval: str,
         pause_every_seconds: float,
         log: Log,
+        active_ids: Callable[[], set[str]],
         intervals: dict[str, str] | None = None,
         exists: Callable[[str], bool] = table_exists,
         clock: Callable[[], float] = time.monotonic,
@@ -96,6 +99,7 @@ class ContinuousQueries:
         progress_every_seconds: float = PROGRESS_EVERY_SECONDS,
     ) -> None:
         self._queries = [_Running(q) for q in queries]
+        self._active_ids = active_ids
         self._trigger_interval = trigger_interval
         self._intervals = intervals or {}
         self._pause_every = pause_every_seconds
@@ -123,12 +127,13 @@ class ContinuousQueries:
         progress_due = self._clock() >= self._next_progress
         if progress_due:
             self._next_progress = self._clock() + self._progress_every
+        active = self._active_ids() if any(r.query is not None for r in self._queries) else set()
         for running in self._queries:
             if running.held:
                 continue
             if running.query is None:
                 self._start_when_ready(running)
-            elif not running.query.isActive:
+            elif str(running.query.id) not in active:
                 self._collect(running)  # what it did before it failed
                 self._failed(running)
             else:

@@ -32,7 +32,7 @@ class FakeProgress:
 class FakeQuery:
     id: str
     recentProgress: list[FakeProgress] = field(default_factory=list)  # noqa: N815
-    isActive: bool = True  # noqa: N815
+    active: bool = True
     error: str | None = None
     stops: int = 0
     status: dict[str, Any] = field(
@@ -43,15 +43,19 @@ class FakeQuery:
     def lastProgress(self) -> FakeProgress | None:  # noqa: N802
         return self.recentProgress[-1] if self.recentProgress else None
 
+    @property
+    def isActive(self) -> bool:  # noqa: N802
+        raise AssertionError("a poll asks the engine which queries are active, once for the set, not each query")
+
     def exception(self) -> Any:
         return Exception(self.error) if self.error else None
 
     def stop(self) -> None:
         self.stops += 1
-        self.isActive = False
+        self.active = False
 
     def fail(self, error: str) -> None:
-        self.isActive, self.error = False, error
+        self.active, self.error = False, error
 
 
 class FakeWriter:
@@ -87,6 +91,12 @@ class FakeEngine:
     now: float = 0.0
     after_stops: int = 0
     reports: list[StreamRunReport] = field(default_factory=list)
+    active_calls: int = 0
+
+    def active_ids(self) -> set[str]:
+        """What the session's `spark.streams.active` answers: the ids of its active queries."""
+        self.active_calls += 1
+        return {query.id for query in self.started if query.active}
 
     def query(self, name: str, *, sources: tuple[str, ...] = (), pauses: bool = False) -> StreamQuery:
         return StreamQuery(
@@ -119,6 +129,7 @@ def _runner(engine: FakeEngine, *queries: StreamQuery, log: Log | None = None) -
         trigger_interval="500 milliseconds",
         pause_every_seconds=60,
         log=log or Log(),
+        active_ids=engine.active_ids,
         exists=lambda path: path in engine.existing,
         clock=lambda: engine.now,
         retry_backoff_seconds=5,
@@ -181,6 +192,25 @@ class CountedReads(list[FakeProgress]):
     def __iter__(self) -> Iterator[FakeProgress]:
         self.reads += 1
         return super().__iter__()
+
+
+def test_a_poll_asks_the_engine_once_which_queries_are_active_and_restarts_the_one_that_is_not() -> None:
+    engine = FakeEngine(existing={"/lake/bronze"})
+    runner = _runner(
+        engine, engine.query("bronze"), engine.query("silver"), engine.query("gold", sources=("/lake/silver",))
+    )
+    runner.poll()  # nothing started yet: nothing to ask
+    assert engine.active_calls == 0 and runner.running() == ["bronze", "silver"]
+    runner.poll()
+    runner.poll()
+    assert engine.active_calls == 2  # one call per poll for the whole set
+    engine.started[1].fail("boom")
+    runner.poll()
+    assert engine.active_calls == 3 and runner.running() == ["bronze"]
+    engine.now = 5.0
+    runner.poll()  # after its back-off
+    assert runner.running() == ["bronze", "silver"] and engine.started[2].id == "silver-2"
+    assert engine.active_calls == 4
 
 
 def test_the_whole_progress_list_is_read_only_when_the_last_progress_is_new() -> None:
@@ -335,6 +365,7 @@ def test_a_poll_reads_progress_only_every_progress_interval_and_a_report_always_
         trigger_interval="500 milliseconds",
         pause_every_seconds=60,
         log=Log(),
+        active_ids=engine.active_ids,
         clock=lambda: engine.now,
         progress_every_seconds=10,
     )
@@ -343,7 +374,7 @@ def test_a_poll_reads_progress_only_every_progress_interval_and_a_report_always_
     bronze.recentProgress = progress = CountedReads([FakeProgress(0, "t0", 10)])
     engine.now = 5.0
     runner.poll()
-    assert progress.reads == 0  # only isActive was asked
+    assert progress.reads == 0  # only which queries are active was asked
     engine.now = 10.0
     runner.poll()
     assert progress.reads == 1
