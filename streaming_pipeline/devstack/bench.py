@@ -779,7 +779,7 @@ class _Timing:
     probe_every: float  # mean seconds between probes
     idle_seconds: float  # of idle CPU measured
     quiet_seconds: float  # no commit for this long before the idle window starts
-    timeout: float  # for the first ride, the catch-up and the quiet
+    timeout: float  # for the first ride, the catch-up, and the quiet beyond its own `quiet_seconds`
 
 
 class _DagsterPipeline:
@@ -957,16 +957,20 @@ def _live_mode(
 
 def _wait_until_quiet(lakehouse: Path, quiet_seconds: float, timeout: float) -> float:
     """Seconds until no table of `lakehouse` has had a commit for `quiet_seconds` (the queries that trigger less
-    often than the bronze ones have written the load's last rides too): only then is the pipeline idle."""
+    often than the bronze ones have written the load's last rides too): only then is the pipeline idle. It gives
+    up `timeout` seconds after the quiet could first have been reached."""
     started = time.monotonic()
-    deadline = started + timeout
+    deadline = started + quiet_seconds + timeout
     while True:
         logs = [path for path in lakehouse.glob("*/_delta_log") if path.is_dir()]
         newest = max((path.stat().st_mtime for path in logs), default=0.0)
         if time.time() - newest >= quiet_seconds:
             return round(time.monotonic() - started, 1)
         if time.monotonic() > deadline:
-            raise BenchError(f"the tables of {lakehouse} still had commits {timeout:.0f} s after the catch-up")
+            raise BenchError(
+                f"the tables of {lakehouse} never went {quiet_seconds:g} s without a commit in the "
+                f"{quiet_seconds + timeout:.0f} s after the catch-up"
+            )
         time.sleep(1.0)
 
 

@@ -1,8 +1,12 @@
 """`bench --live` pieces that need no stack: `--repeat N` sums up its runs (the median and range of each figure,
 per mode), and `--env KEY=VALUE` gives dagster dev a setting, checked before anything starts and recorded; which
-runs a mode's `runs` counts; and a load that cannot be produced stops the bench with its own error."""
+runs a mode's `runs` counts; a load that cannot be produced stops the bench with its own error; and the wait for
+a quiet lakehouse before the idle window."""
 
 import argparse
+import os
+import time
+from pathlib import Path
 
 import dagster as dg
 import pytest
@@ -14,6 +18,7 @@ from streaming_pipeline.devstack.bench import (
     _print_live,
     _print_spreads,
     _sensor_runs,
+    _wait_until_quiet,
     dagster_dev_env,
     live_repeats,
     live_settings,
@@ -157,3 +162,16 @@ def test_a_load_that_could_not_be_produced_stops_the_bench_with_its_own_error() 
     finished.start()
     finished.result()
     assert sent == [1, 2] and finished.error is None
+
+
+def test_the_wait_for_quiet_gives_the_quiet_itself_beyond_its_timeout_and_names_it_when_it_never_comes(
+    tmp_path: Path,
+) -> None:
+    log = tmp_path / "raw_rides" / "_delta_log"
+    log.mkdir(parents=True)  # a commit just now
+    # Quiet for 1 s, with 0.2 s to spare: it comes after about 1 s, past the spare time alone.
+    assert _wait_until_quiet(tmp_path, quiet_seconds=1.0, timeout=0.2) >= 0.5
+    later = time.time() + 3600  # a commit that is always newer than the quiet asked for
+    os.utime(log, (later, later))
+    with pytest.raises(BenchError, match=r"never went 1 s without a commit in the 1 s after the catch-up$"):
+        _wait_until_quiet(tmp_path, quiet_seconds=1.0, timeout=0.2)
