@@ -427,9 +427,11 @@ def test_switching_to_triggered_and_back_to_continuous_loses_and_duplicates_noth
         PRODUCED.extend(rides)
         _wait_until_exact(live, log)
 
+    # Counted before the sensor can launch anything: its first run may start at once, for the rides the terminated
+    # continuous run left, and take the new ones too.
+    sensor_runs_before = len(live.instance().get_runs(filters=dg.RunsFilter(job_name="raw_rides_to_gold_job")))
     with DagsterDev(live.env, tmp_path / "dagster-dev-triggered.log") as dagster_dev:
         _set_sensor(dagster_dev, SENSOR_NAME, running=True)  # paused since the replay
-        sensor_runs_before = len(live.instance().get_runs(filters=dg.RunsFilter(job_name="raw_rides_to_gold_job")))
         produce_and_check(408, dagster_dev.log_file)
         # The offset sensor's runs carried them: triggered mode is back, with no continuous run.
         assert len(live.instance().get_runs(filters=dg.RunsFilter(job_name="raw_rides_to_gold_job"))) > (
