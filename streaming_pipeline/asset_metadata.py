@@ -13,7 +13,12 @@ from pydantic import model_validator
 from streaming_pipeline import tables
 from streaming_pipeline.engine.delta_log import latest_version
 from streaming_pipeline.engine.delta_tables import count_rows, markdown_table, read_table, table_exists
-from streaming_pipeline.engine.sink_position import SinkPosition, delta_sink_position
+from streaming_pipeline.engine.sink_position import (
+    SinkPosition,
+    checkpoint_last_commit,
+    checkpoint_query_id,
+    delta_sink_position,
+)
 from streaming_pipeline.engine.table_snapshot import first_rows, row_count
 from streaming_pipeline.settings import LiveSettings, normalize_interval
 
@@ -185,15 +190,44 @@ def position_against_raw_rides(
     session: SparkSession, lakehouse: LakehouseResource, table: str, *, empty_metadata: dict[str, int]
 ) -> SinkPosition | dg.AssetCheckResult:
     """The version of `table` that its check compares with raw_rides, and the raw_rides version it was computed
-    from (`engine.sink_position`). When there is nothing to compare, the check's result instead: passed while
-    `table` does not exist and raw_rides has no rows (`empty_metadata` and raw_rides_rows), a warning when none of
-    the newest commits of `table` names its raw_rides version."""
-    path = lakehouse.table_path(table)
+    from (`engine.sink_position`). When there is nothing to compare, the check's result instead: while `table` does
+    not exist, `missing_table_result` (with `empty_metadata` and raw_rides_rows); a warning when none of the newest
+    commits of `table` names its raw_rides version."""
+    path, checkpoint = lakehouse.table_path(table), lakehouse.checkpoint_path(table)
     if not table_exists(path):
         rides = count_rows(session, lakehouse.table_path(tables.RAW_RIDES.name))
-        return dg.AssetCheckResult(passed=rides == 0, metadata={**empty_metadata, "raw_rides_rows": rides})
-    position = delta_sink_position(path, lakehouse.checkpoint_path(table))
+        return missing_table_result(table, checkpoint, rides, {**empty_metadata, "raw_rides_rows": rides})
+    position = delta_sink_position(path, checkpoint)
     return unpinned_check_result(table) if position is None else position
+
+
+def missing_table_result(table: str, checkpoint_dir: str, rides: int, metadata: dict[str, Any]) -> dg.AssetCheckResult:
+    """The result of a check comparing `table` with raw_rides while `table` does not exist and raw_rides has `rides`
+    rows it should hold: passed when there are none; a warning while the query that writes `table` has created its
+    checkpoint and committed no micro-batch (its first one is running, or its run ended before committing one), since
+    the table is behind, not wrong; else an error, since its query has never run, or its table is gone."""
+    if rides == 0:
+        return dg.AssetCheckResult(passed=True, metadata=metadata)
+    started = checkpoint_query_id(checkpoint_dir) is not None
+    if started and checkpoint_last_commit(checkpoint_dir) is None:
+        return dg.AssetCheckResult(
+            passed=False,
+            severity=dg.AssetCheckSeverity.WARN,
+            metadata={
+                **metadata,
+                "error": f"{table} does not exist yet: its query has started and committed no micro-batch so far "
+                f"(checkpoint {checkpoint_dir})",
+            },
+        )
+    why = "its query has committed micro-batches, yet the table is missing" if started else "its query has never run"
+    return dg.AssetCheckResult(
+        passed=False,
+        metadata={
+            **metadata,
+            "error": f"{table} does not exist while raw_rides has {rides} rows for it: {why} "
+            f"(checkpoint {checkpoint_dir})",
+        },
+    )
 
 
 def unpinned_check_result(table: str) -> dg.AssetCheckResult:

@@ -137,31 +137,104 @@ def test_the_checks_compare_each_table_with_the_raw_rides_version_it_was_compute
     assert (check.metadata["rides_enriched_rows"].value, check.metadata["raw_rides_rows"].value) == (6, 7)
 
 
-def test_a_check_passes_before_its_table_exists_only_while_raw_rides_is_empty_and_warns_once_its_query_is_gone(
+def test_a_check_without_its_table_passes_on_empty_raw_rides_warns_while_its_query_starts_else_fails(
     spark, tmp_path: Path
 ) -> None:
+    """Without its table, a check passes while raw_rides is empty, warns while the table's query has started and
+    committed nothing, and fails when it never ran or committed batches without the table. Once the queries have
+    written the tables and their checkpoints are gone, the checks warn that they cannot pin the versions."""
     lakehouse = LakehouseResource(root=str(tmp_path / "lakehouse"))
     resources = {"spark": SparkResource(stop_on_teardown=False, conf=SPARK_TEST_CONF), "lakehouse": lakehouse}
     pinned_checks = [vendor_counts_match_raw_rides, enriched_rows_equal_raw_rows]
+    before_the_tables = [*pinned_checks, branches_add_up_to_rides_with_an_amount]
+    checkpoints = {
+        "vendor_counts": lakehouse.checkpoint_path("vendor_counts"),
+        "rides_enriched": lakehouse.checkpoint_path("rides_enriched"),
+        "high_amount_rides and low_amount_rides": lakehouse.checkpoint_path("high_amount_rides+low_amount_rides"),
+    }
 
     raw = lakehouse.table_path("raw_rides")
     spark.createDataFrame([], RIDES_DDL).write.format("delta").save(raw)
-    error = dg.AssetCheckSeverity.ERROR
-    assert run_checks(resources, pinned_checks) == {
+    error, warn = dg.AssetCheckSeverity.ERROR, dg.AssetCheckSeverity.WARN
+    no_branches = {"high": 0, "low": 0, "duplicated_keys": 0}
+    assert run_checks(resources, before_the_tables) == {
         "vendor_counts_match_raw_rides": (True, error, {"sum_trip_count": 0, "raw_rides_rows": 0}),
         "enriched_rows_equal_raw_rows": (True, error, {"rides_enriched_rows": 0, "raw_rides_rows": 0}),
+        "branches_add_up_to_rides_with_an_amount": (True, error, {**no_branches, "raw_rides_with_amount": 0}),
     }
 
-    # Two rides that neither query has read: without their tables the checks fail.
+    # Two rides that no query has read, and no query has run: without their tables the checks fail.
     rides = [
         (1, at(9, 0), at(9, 5), 132, 10, 12.0, "rides", 0, 0),
         (2, at(9, 1), at(9, 6), 132, 10, 8.0, "rides", 0, 1),
     ]
     spark.createDataFrame(rides, RIDES_DDL).write.format("delta").mode("append").save(raw)
-    assert run_checks(resources, pinned_checks) == {
-        "vendor_counts_match_raw_rides": (False, error, {"sum_trip_count": 0, "raw_rides_rows": 2}),
-        "enriched_rows_equal_raw_rows": (False, error, {"rides_enriched_rows": 0, "raw_rides_rows": 2}),
+    never_run = {
+        table: f"{table} does not exist while raw_rides has 2 rows for it: its query has never run (checkpoint {path})"
+        for table, path in checkpoints.items()
     }
+    assert run_checks(resources, before_the_tables) == {
+        "vendor_counts_match_raw_rides": (
+            False,
+            error,
+            {"sum_trip_count": 0, "raw_rides_rows": 2, "error": never_run["vendor_counts"]},
+        ),
+        "enriched_rows_equal_raw_rows": (
+            False,
+            error,
+            {"rides_enriched_rows": 0, "raw_rides_rows": 2, "error": never_run["rides_enriched"]},
+        ),
+        "branches_add_up_to_rides_with_an_amount": (
+            False,
+            error,
+            {**no_branches, "raw_rides_with_amount": 2, "error": never_run["high_amount_rides and low_amount_rides"]},
+        ),
+    }
+
+    # Their queries have started (Spark wrote each checkpoint's `metadata`) and committed no micro-batch yet, as in
+    # the continuous mode's first minute: the tables are behind, not wrong, so the checks warn.
+    for path in checkpoints.values():
+        Path(path).mkdir(parents=True)
+        (Path(path) / "metadata").write_text(json.dumps({"id": f"query-of-{Path(path).name}"}) + "\n")
+    starting = {
+        table: f"{table} does not exist yet: its query has started and committed no micro-batch so far (checkpoint "
+        f"{path})"
+        for table, path in checkpoints.items()
+    }
+    assert run_checks(resources, before_the_tables) == {
+        "vendor_counts_match_raw_rides": (
+            False,
+            warn,
+            {"sum_trip_count": 0, "raw_rides_rows": 2, "error": starting["vendor_counts"]},
+        ),
+        "enriched_rows_equal_raw_rows": (
+            False,
+            warn,
+            {"rides_enriched_rows": 0, "raw_rides_rows": 2, "error": starting["rides_enriched"]},
+        ),
+        "branches_add_up_to_rides_with_an_amount": (
+            False,
+            warn,
+            {**no_branches, "raw_rides_with_amount": 2, "error": starting["high_amount_rides and low_amount_rides"]},
+        ),
+    }
+    # Once a query has committed a micro-batch, its missing table is an error again.
+    (Path(checkpoints["vendor_counts"]) / "commits").mkdir()
+    (Path(checkpoints["vendor_counts"]) / "commits" / "0").write_text('v1\n{"nextBatchWatermarkMs":0}\n')
+    assert run_checks(resources, [vendor_counts_match_raw_rides]) == {
+        "vendor_counts_match_raw_rides": (
+            False,
+            error,
+            {
+                "sum_trip_count": 0,
+                "raw_rides_rows": 2,
+                "error": "vendor_counts does not exist while raw_rides has 2 rows for it: its query has committed "
+                f"micro-batches, yet the table is missing (checkpoint {checkpoints['vendor_counts']})",
+            },
+        )
+    }
+    for path in checkpoints.values():
+        shutil.rmtree(path)
 
     # The queries write them; then their checkpoints are deleted, so no commit of either table names the raw_rides
     # version it came from any more: a warning, not a comparison of the tables as they stand.

@@ -23,7 +23,7 @@ import json
 from dataclasses import dataclass, field, replace
 
 from streaming_pipeline.engine.delta_log import DeltaLog, commits, filesystem, numbered_files, read_text
-from streaming_pipeline.engine.sink_position import checkpoint_query_id
+from streaming_pipeline.engine.sink_position import checkpoint_last_commit, checkpoint_query_id
 from streaming_pipeline.errors import BronzeStateError
 
 Offsets = dict[int, int]
@@ -56,13 +56,6 @@ def checkpoint_batch_offsets(checkpoint_dir: str, batch_id: int) -> dict[str, Of
 def checkpoint_last_batch(checkpoint_dir: str) -> int | None:
     """The newest batch id in the checkpoint's offset log (planned, maybe not committed); None when empty."""
     fs, path = filesystem(checkpoint_dir.rstrip("/") + "/offsets")
-    batches = numbered_files(fs, path)
-    return batches[-1] if batches else None
-
-
-def checkpoint_last_commit(checkpoint_dir: str) -> int | None:
-    """The newest batch id the query committed (its sink had it before the commit file); None when none."""
-    fs, path = filesystem(checkpoint_dir.rstrip("/") + "/commits")
     batches = numbered_files(fs, path)
     return batches[-1] if batches else None
 

@@ -15,7 +15,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
-from streaming_pipeline.engine.delta_log import DeltaLog, read_text
+from streaming_pipeline.engine.delta_log import DeltaLog, filesystem, numbered_files, read_text
 
 #: The `index` of a Delta source offset that points after the last file of its `reservoirVersion`.
 DELTA_END_INDEX = 2**63 - 1
@@ -53,6 +53,13 @@ def checkpoint_query_id(checkpoint_dir: str) -> str | None:
     """The query id Spark wrote into the checkpoint when it created it (`metadata`); None before that."""
     text = read_text(checkpoint_dir.rstrip("/") + "/metadata")
     return str(json.loads(text.splitlines()[0])["id"]) if text else None
+
+
+def checkpoint_last_commit(checkpoint_dir: str) -> int | None:
+    """The newest batch id the query committed (its sink had it before the commit file); None when none."""
+    fs, path = filesystem(checkpoint_dir.rstrip("/") + "/commits")
+    batches = numbered_files(fs, path)
+    return batches[-1] if batches else None
 
 
 def delta_sink_position(

@@ -85,7 +85,7 @@ class BranchRunResult:
 def amount_branches_query(spark: SparkSession, lakehouse: Lakehouse, *, high_amount_threshold: float) -> StreamQuery:
     """raw_rides branched by total_amount (>= high_amount_threshold goes high, below goes low, null to neither)."""
     high_path, low_path = lakehouse.table_path(HIGH_AMOUNT), lakehouse.table_path(LOW_AMOUNT)
-    handler = AmountBranchWriter(high_path, low_path, high_amount_threshold, _checkpoint(lakehouse))
+    handler = AmountBranchWriter(high_path, low_path, high_amount_threshold, branches_checkpoint(lakehouse))
 
     def start_writer() -> DataStreamWriter:
         return (
@@ -102,7 +102,8 @@ def amount_branches_query(spark: SparkSession, lakehouse: Lakehouse, *, high_amo
     )
 
 
-def _checkpoint(lakehouse: Lakehouse) -> str:
+def branches_checkpoint(lakehouse: Lakehouse) -> str:
+    """The checkpoint of the branch stream, which writes both tables."""
     return lakehouse.checkpoint_path(f"{HIGH_AMOUNT}+{LOW_AMOUNT}")
 
 
@@ -128,7 +129,7 @@ def branches_position(lakehouse: Lakehouse) -> BranchesPosition | None:
     from streaming_pipeline.bronze.offsets import checkpoint_id
     from streaming_pipeline.engine.sink_position import delta_sink_position, version_after_batch
 
-    checkpoint = _checkpoint(lakehouse)
+    checkpoint = branches_checkpoint(lakehouse)
     query = checkpoint_id(checkpoint)
     if query is None:
         return None
@@ -150,7 +151,7 @@ def update_amount_branches(
     before = latest_version(high_path), latest_version(low_path)
     query = amount_branches_query(spark, lakehouse, high_amount_threshold=high_amount_threshold)
     report = run_available_now(query.name, query.start_writer, log=log)
-    checkpoint = checkpoint_id(_checkpoint(lakehouse))
+    checkpoint = checkpoint_id(branches_checkpoint(lakehouse))
     high = commits_since(high_path, before[0], branch_app_id(HIGH_AMOUNT, checkpoint))
     low = commits_since(low_path, before[1], branch_app_id(LOW_AMOUNT, checkpoint))
     return BranchRunResult(

@@ -7,6 +7,7 @@ from pydantic import Field
 from streaming_pipeline.asset_metadata import (
     SPARK_KINDS,
     delta_table_metadata,
+    missing_table_result,
     stream_step_args,
     table_args,
     unpinned_check_result,
@@ -14,7 +15,7 @@ from streaming_pipeline.asset_metadata import (
 from streaming_pipeline.engine.delta_tables import count_duplicate_keys, count_rows, table_exists
 from streaming_pipeline.resources import LakehouseResource, SparkResource
 from streaming_pipeline.settings import PipelineSettings
-from streaming_pipeline.silver.branches import branches_position, update_amount_branches
+from streaming_pipeline.silver.branches import branches_checkpoint, branches_position, update_amount_branches
 from streaming_pipeline.tables import AMOUNT_BRANCHES, HIGH_AMOUNT_RIDES, KAFKA_KEY, LOW_AMOUNT_RIDES, RAW_RIDES
 
 
@@ -96,8 +97,11 @@ def branches_add_up_to_rides_with_an_amount(spark: SparkResource, lakehouse: Lak
     )
     if not (table_exists(high_path) or table_exists(low_path)):
         rides = count_rows(session, rides_path, with_amount)
-        return dg.AssetCheckResult(
-            passed=rides == 0, metadata={"high": 0, "low": 0, "raw_rides_with_amount": rides, "duplicated_keys": 0}
+        return missing_table_result(
+            f"{HIGH_AMOUNT_RIDES.name} and {LOW_AMOUNT_RIDES.name}",
+            branches_checkpoint(lakehouse),
+            rides,
+            {"high": 0, "low": 0, "raw_rides_with_amount": rides, "duplicated_keys": 0},
         )
     position = branches_position(lakehouse)
     if position is None or position.high_version is None:
