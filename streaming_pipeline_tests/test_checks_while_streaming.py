@@ -163,6 +163,26 @@ def test_a_check_without_its_table_passes_on_empty_raw_rides_warns_while_its_que
         "branches_add_up_to_rides_with_an_amount": (True, error, {**no_branches, "raw_rides_with_amount": 0}),
     }
 
+    def two_rides_without_tables(severity: dg.AssetCheckSeverity, errors: dict[str, str]) -> dict:
+        """What the three checks give while raw_rides has the two rides and none of their tables exists."""
+        return {
+            "vendor_counts_match_raw_rides": (
+                False,
+                severity,
+                {"sum_trip_count": 0, "raw_rides_rows": 2, "error": errors["vendor_counts"]},
+            ),
+            "enriched_rows_equal_raw_rows": (
+                False,
+                severity,
+                {"rides_enriched_rows": 0, "raw_rides_rows": 2, "error": errors["rides_enriched"]},
+            ),
+            "branches_add_up_to_rides_with_an_amount": (
+                False,
+                severity,
+                {**no_branches, "raw_rides_with_amount": 2, "error": errors["high_amount_rides and low_amount_rides"]},
+            ),
+        }
+
     # Two rides that no query has read, and no query has run: without their tables the checks fail.
     rides = [
         (1, at(9, 0), at(9, 5), 132, 10, 12.0, "rides", 0, 0),
@@ -173,23 +193,7 @@ def test_a_check_without_its_table_passes_on_empty_raw_rides_warns_while_its_que
         table: f"{table} does not exist while raw_rides has 2 rows for it: its query has never run (checkpoint {path})"
         for table, path in checkpoints.items()
     }
-    assert run_checks(resources, before_the_tables) == {
-        "vendor_counts_match_raw_rides": (
-            False,
-            error,
-            {"sum_trip_count": 0, "raw_rides_rows": 2, "error": never_run["vendor_counts"]},
-        ),
-        "enriched_rows_equal_raw_rows": (
-            False,
-            error,
-            {"rides_enriched_rows": 0, "raw_rides_rows": 2, "error": never_run["rides_enriched"]},
-        ),
-        "branches_add_up_to_rides_with_an_amount": (
-            False,
-            error,
-            {**no_branches, "raw_rides_with_amount": 2, "error": never_run["high_amount_rides and low_amount_rides"]},
-        ),
-    }
+    assert run_checks(resources, before_the_tables) == two_rides_without_tables(error, never_run)
 
     # Their queries have started (Spark wrote each checkpoint's `metadata`) and committed no micro-batch yet, as in
     # the continuous mode's first minute: the tables are behind, not wrong, so the checks warn.
@@ -201,23 +205,7 @@ def test_a_check_without_its_table_passes_on_empty_raw_rides_warns_while_its_que
         f"{path})"
         for table, path in checkpoints.items()
     }
-    assert run_checks(resources, before_the_tables) == {
-        "vendor_counts_match_raw_rides": (
-            False,
-            warn,
-            {"sum_trip_count": 0, "raw_rides_rows": 2, "error": starting["vendor_counts"]},
-        ),
-        "enriched_rows_equal_raw_rows": (
-            False,
-            warn,
-            {"rides_enriched_rows": 0, "raw_rides_rows": 2, "error": starting["rides_enriched"]},
-        ),
-        "branches_add_up_to_rides_with_an_amount": (
-            False,
-            warn,
-            {**no_branches, "raw_rides_with_amount": 2, "error": starting["high_amount_rides and low_amount_rides"]},
-        ),
-    }
+    assert run_checks(resources, before_the_tables) == two_rides_without_tables(warn, starting)
     # Once a query has committed a micro-batch, its missing table is an error again.
     (Path(checkpoints["vendor_counts"]) / "commits").mkdir()
     (Path(checkpoints["vendor_counts"]) / "commits" / "0").write_text('v1\n{"nextBatchWatermarkMs":0}\n')
