@@ -339,8 +339,9 @@ class LiveModeFigures:
     engine_peak_rss_mib: float = 0.0  # sampled every second during the load and the catch-up
     engine_cpu_percent_under_load: float = 0.0  # of one core: the Connect server and its Python workers
     dagster_cpu_percent_under_load: float = 0.0  # dagster dev: webserver, daemon, code server and the runs
-    quiet_after_seconds: float = 0.0  # the catch-up -> no table has had a commit for `quiet_seconds`
+    quiet_after_seconds: float = 0.0  # the catch-up -> the idle window measured (no commit for `quiet_seconds`)
     idle_cpu_percent: float = 0.0  # the Connect server and the runs in flight, once the pipeline is quiet, of one core
+    idle_windows_discarded: list[str] = field(default_factory=list)  # the tables that committed inside each
     runs: int = 0  # runs the pipeline's sensors launched in this mode (not automation's taxi_zones, not schedules)
     raw_rides_seconds: list[float] = field(default_factory=list)
     vendor_counts_seconds: list[float] = field(default_factory=list)
@@ -651,9 +652,10 @@ def run_live_bench(
     vendor_counts. Beside the rides, one pickup event per `pickup_every` rides (0: none) goes to the pickups topic
     in step with them, as a deployment's pickups stream would: the ride-pickup join's watermark is the slower side's,
     so without pickups the join would keep every ride in its state. Then the catch-up, the exactness of both tables,
-    and `idle_seconds` of the idle pipeline, from when no table has had a commit for `quiet_seconds` (longer than
-    the continuous mode's downstream trigger interval, 30 s by default, so that its branches, enrichment, join and
-    windows took the last rides too).
+    and `idle_seconds` of the idle pipeline with no commit in them, from when no table has had a commit for
+    `quiet_seconds` (longer than the continuous mode's downstream trigger interval, 30 s by default, so that its
+    branches, enrichment, join and windows took the last rides too); a window a commit interrupts (the window
+    reconcile after the load) is discarded for a new one.
 
     With `repeat` > 1 the whole measurement runs that many times, each on a fresh stack and lakehouse with the same
     load and probe moments, and the figures are summed up as the median and the range of the runs: two runs of the
@@ -939,20 +941,70 @@ def _live_mode(
             figures.raw_rides_p95_seconds = round(_percentile(figures.raw_rides_seconds, 0.95), 2)
             figures.vendor_counts_p50_seconds = round(statistics.median(figures.vendor_counts_seconds), 2)
             figures.vendor_counts_p95_seconds = round(_percentile(figures.vendor_counts_seconds, 0.95), 2)
-        with bench_stage(f"{figures.mode}: waiting until no table has had a commit for {timing.quiet_seconds:g} s"):
-            figures.quiet_after_seconds = _wait_until_quiet(
-                watcher.raw_path.parent, timing.quiet_seconds, timing.timeout
-            )
-        with bench_stage(f"{figures.mode}: {timing.idle_seconds:g} s of the idle pipeline"):
-            idle = _CpuMeter(pipeline.idle_cpu_roots)
-            time.sleep(timing.idle_seconds)
-            figures.idle_cpu_percent = idle.read()
+        with bench_stage(
+            f"{figures.mode}: {timing.idle_seconds:g} s of the idle pipeline, once no table has had a commit for "
+            f"{timing.quiet_seconds:g} s"
+        ):
+            idle = _measure_idle(watcher.raw_path.parent, pipeline.idle_cpu_roots, timing, mode=figures.mode)
+        figures.idle_cpu_percent = idle.cpu_percent
+        figures.quiet_after_seconds = idle.quiet_after_seconds
+        figures.idle_windows_discarded = idle.discarded
         figures.runs = pipeline.runs()
         say(
             f"{figures.mode}: raw_rides p50 {figures.raw_rides_p50_seconds:.1f} s, vendor_counts p50 "
             f"{figures.vendor_counts_p50_seconds:.1f} s over {figures.probes} probes; caught up in "
             f"{figures.catch_up_seconds:.0f} s; exactly once: {figures.exactly_once}"
         )
+
+
+@dataclass(frozen=True)
+class _IdleWindow:
+    cpu_percent: float  # of one core, over the window that no commit interrupted
+    quiet_after_seconds: float  # from the catch-up to the start of that window
+    discarded: list[str]  # per window a commit interrupted, the tables that committed
+
+
+def _measure_idle(
+    lakehouse: Path,
+    roots: Callable[[], list[int | None]],
+    timing: _Timing,
+    *,
+    mode: str,
+    sleep: Callable[[float], object] = time.sleep,
+) -> _IdleWindow:
+    """The CPU of the process trees of `roots` over `timing.idle_seconds` in which no table of `lakehouse` has a
+    commit, starting once none has had one for `timing.quiet_seconds`. A commit inside the window (a downstream
+    trigger taking the load's last rides, the window reconcile that follows them) means the pipeline was still at
+    work: that window is discarded and a new one starts after the next quiet. It gives up `timing.timeout` seconds
+    after the quiet could first have come."""
+    started = time.monotonic()
+    deadline = started + timing.quiet_seconds + timing.timeout
+    discarded: list[str] = []
+    while True:
+        _wait_until_quiet(lakehouse, timing.quiet_seconds, max(0.0, deadline - time.monotonic() - timing.quiet_seconds))
+        window_started, quiet_after = time.time(), round(time.monotonic() - started, 1)
+        meter = _CpuMeter(roots)
+        window_ends = time.monotonic() + timing.idle_seconds
+        committed: list[str] = []
+        while not committed and (left := window_ends - time.monotonic()) > 0:
+            sleep(min(1.0, left))
+            committed = _tables_committed_since(lakehouse, window_started)
+        if not committed:
+            return _IdleWindow(meter.read(), quiet_after, discarded)
+        discarded.append(", ".join(committed))
+        if time.monotonic() > deadline:
+            raise BenchError(
+                f"no idle window of {timing.idle_seconds:g} s in the {timing.quiet_seconds + timing.timeout:.0f} s "
+                f"after the catch-up: {'; then '.join(discarded)} committed during each"
+            )
+        say(f"{mode}: {discarded[-1]} committed during the idle window; measuring a new one after the next quiet")
+
+
+def _tables_committed_since(lakehouse: Path, since: float) -> list[str]:
+    """The tables of `lakehouse` whose Delta log changed after `since` (epoch seconds)."""
+    return sorted(
+        log.parent.name for log in lakehouse.glob("*/_delta_log") if log.is_dir() and log.stat().st_mtime > since
+    )
 
 
 def _wait_until_quiet(lakehouse: Path, quiet_seconds: float, timeout: float) -> float:
@@ -1099,7 +1151,13 @@ def _print_live(result: LiveResult) -> None:
             ),
             (
                 f"{m.mode}: CPU idle, engine + runs (% of a core)",
-                f"{m.idle_cpu_percent:.1f} (quiet {m.quiet_after_seconds:.0f} s after the catch-up)",
+                f"{m.idle_cpu_percent:.1f} (from {m.quiet_after_seconds:.0f} s after the catch-up"
+                + (
+                    f"; {len(m.idle_windows_discarded)} earlier window(s) discarded for commits"
+                    if m.idle_windows_discarded
+                    else ""
+                )
+                + ")",
             ),
             (f"{m.mode}: runs", str(m.runs)),
         ]

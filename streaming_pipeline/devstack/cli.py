@@ -183,7 +183,11 @@ def _add_bench_parser(subparsers: argparse._SubParsersAction) -> None:
         help="--live: mean seconds between probe rides, each at a random moment (default 6)",
     )
     bench.add_argument(
-        "--idle-seconds", type=float, default=60.0, help="--live: seconds of idle CPU measured after the catch-up"
+        "--idle-seconds",
+        type=float,
+        default=60.0,
+        help="--live: seconds of idle CPU measured after the catch-up, with no commit in them (a window a commit "
+        "interrupts is measured again)",
     )
     bench.add_argument(
         "--quiet-seconds",

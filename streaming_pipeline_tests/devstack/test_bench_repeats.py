@@ -1,7 +1,7 @@
 """`bench --live` pieces that need no stack: `--repeat N` sums up its runs (the median and range of each figure,
 per mode), and `--env KEY=VALUE` gives dagster dev a setting, checked before anything starts and recorded; which
 runs a mode's `runs` counts; a load that cannot be produced stops the bench with its own error; and the wait for
-a quiet lakehouse before the idle window."""
+a quiet lakehouse before the idle window, and an idle window that a commit interrupts."""
 
 import argparse
 import os
@@ -15,9 +15,11 @@ from streaming_pipeline.devstack.bench import (
     LiveModeFigures,
     LiveResult,
     _LoadThread,
+    _measure_idle,
     _print_live,
     _print_spreads,
     _sensor_runs,
+    _Timing,
     _wait_until_quiet,
     dagster_dev_env,
     live_repeats,
@@ -175,3 +177,46 @@ def test_the_wait_for_quiet_gives_the_quiet_itself_beyond_its_timeout_and_names_
     os.utime(log, (later, later))
     with pytest.raises(BenchError, match=r"never went 1 s without a commit in the 1 s after the catch-up$"):
         _wait_until_quiet(tmp_path, quiet_seconds=1.0, timeout=0.2)
+
+
+def test_an_idle_window_that_a_commit_interrupts_is_measured_again_after_the_next_quiet(tmp_path: Path) -> None:
+    raw, windows = (tmp_path / name / "_delta_log" for name in ("raw_rides", "ride_windows"))
+    raw.mkdir(parents=True)
+    windows.mkdir(parents=True)
+    past = time.time() - 3600
+    os.utime(raw, (past, past))
+    os.utime(windows, (past, past))
+    naps: list[float] = []
+
+    def sleep(seconds: float) -> None:
+        naps.append(seconds)
+        if len(naps) == 1:  # a commit of the windows table inside the first window: the reconcile after the load
+            os.utime(windows)
+        time.sleep(seconds)
+
+    timing = _Timing(probe_every=1.0, idle_seconds=2.0, quiet_seconds=1.0, timeout=30.0)
+    idle = _measure_idle(tmp_path, lambda: [], timing, mode="continuous", sleep=sleep)
+    assert idle.discarded == ["ride_windows"]
+    # The first window was quiet at once and ended at its first nap; the second waited 1 s of quiet after the commit.
+    assert idle.quiet_after_seconds >= 1.0 and idle.cpu_percent == 0.0
+    # One nap of the first window, then the whole second one in naps of at most 1 s.
+    assert naps[0] == 1.0 and sum(naps[1:]) == pytest.approx(2.0, abs=0.1)
+
+
+def test_the_idle_measurement_gives_up_naming_the_tables_that_committed_in_every_window(tmp_path: Path) -> None:
+    raw = tmp_path / "raw_rides" / "_delta_log"
+    raw.mkdir(parents=True)
+    past = time.time() - 3600
+    os.utime(raw, (past, past))
+
+    def sleep(seconds: float) -> None:
+        os.utime(raw)  # a commit in every window
+        time.sleep(0.01)
+
+    timing = _Timing(probe_every=1.0, idle_seconds=5.0, quiet_seconds=0.5, timeout=1.0)
+    with pytest.raises(
+        BenchError,
+        match=r"^no idle window of 5 s in the 2 s after the catch-up: raw_rides; then raw_rides(; then raw_rides)* "
+        r"committed during each$",
+    ):
+        _measure_idle(tmp_path, lambda: [], timing, mode="continuous", sleep=sleep)
