@@ -982,13 +982,14 @@ def _measure_idle(
     discarded: list[str] = []
     while True:
         _wait_until_quiet(lakehouse, timing.quiet_seconds, max(0.0, deadline - time.monotonic() - timing.quiet_seconds))
-        window_started, quiet_after = time.time(), round(time.monotonic() - started, 1)
+        logs_before, quiet_after = _log_times(lakehouse), round(time.monotonic() - started, 1)
         meter = _CpuMeter(roots)
         window_ends = time.monotonic() + timing.idle_seconds
         committed: list[str] = []
         while not committed and (left := window_ends - time.monotonic()) > 0:
             sleep(min(1.0, left))
-            committed = _tables_committed_since(lakehouse, window_started)
+            logs_now = _log_times(lakehouse)
+            committed = sorted(table for table, when in logs_now.items() if logs_before.get(table) != when)
         if not committed:
             return _IdleWindow(meter.read(), quiet_after, discarded)
         discarded.append(", ".join(committed))
@@ -1000,11 +1001,11 @@ def _measure_idle(
         say(f"{mode}: {discarded[-1]} committed during the idle window; measuring a new one after the next quiet")
 
 
-def _tables_committed_since(lakehouse: Path, since: float) -> list[str]:
-    """The tables of `lakehouse` whose Delta log changed after `since` (epoch seconds)."""
-    return sorted(
-        log.parent.name for log in lakehouse.glob("*/_delta_log") if log.is_dir() and log.stat().st_mtime > since
-    )
+def _log_times(lakehouse: Path) -> dict[str, int]:
+    """When each table of `lakehouse` last had a file added to its Delta log (the directory's mtime, ns). A commit
+    shows as a change of it, not as a time after the window's start: the file system stamps with a coarser clock
+    than `time.time()`, so a commit just after the start can carry a time before it."""
+    return {log.parent.name: log.stat().st_mtime_ns for log in lakehouse.glob("*/_delta_log") if log.is_dir()}
 
 
 def _wait_until_quiet(lakehouse: Path, quiet_seconds: float, timeout: float) -> float:
