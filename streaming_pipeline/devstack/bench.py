@@ -1015,8 +1015,7 @@ def _wait_until_quiet(lakehouse: Path, quiet_seconds: float, timeout: float) -> 
     started = time.monotonic()
     deadline = started + quiet_seconds + timeout
     while True:
-        logs = [path for path in lakehouse.glob("*/_delta_log") if path.is_dir()]
-        newest = max((path.stat().st_mtime for path in logs), default=0.0)
+        newest = max(_log_times(lakehouse).values(), default=0) / 1e9
         if time.time() - newest >= quiet_seconds:
             return round(time.monotonic() - started, 1)
         if time.monotonic() > deadline:
