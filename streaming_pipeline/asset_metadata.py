@@ -19,6 +19,7 @@ from streaming_pipeline.engine.sink_position import (
     checkpoint_query_id,
     delta_sink_position,
 )
+from streaming_pipeline.engine.table_snapshot import columns as snapshot_columns
 from streaming_pipeline.engine.table_snapshot import first_rows, row_count
 from streaming_pipeline.settings import LiveSettings, normalize_interval
 
@@ -166,8 +167,31 @@ def delta_table_metadata(spark: SparkSession, path: str, *, preview_order: list[
         "table_path": dg.MetadataValue.path(path),
         "delta_version": dg.MetadataValue.int(version),
         "dagster/row_count": dg.MetadataValue.int(rows),
+        "dagster/column_schema": current_column_schema(spark, path, version),
         "preview": dg.MetadataValue.md(markdown_table(sample)),
     }
+
+
+EVOLVED_COLUMN = "Added by schema evolution: a later version of the source's value schema has this field."
+
+
+def current_column_schema(spark: SparkSession | None, path: str, version: int) -> dg.TableSchema | None:
+    """The table's columns as its Delta metadata holds them at `version`, which schema evolution may have widened
+    beyond the declared ones, with the declared descriptions (`tables`); read with delta-rs, else with Spark (None
+    when neither can: no session given)."""
+    found = snapshot_columns(path, version)
+    if found is None:
+        if spark is None:
+            return None
+        found = [(f.name, f.dataType.simpleString()) for f in read_table(spark, path, version).schema.fields]
+    declared = tables.declared_tables().get(path.rstrip("/").rsplit("/", 1)[-1])
+    descriptions = {c.name: c.description for c in declared.columns} if declared else {}
+    return dg.TableSchema(
+        columns=[
+            dg.TableColumn(name, type_, description=descriptions.get(name) if name in descriptions else EVOLVED_COLUMN)
+            for name, type_ in found
+        ]
+    )
 
 
 def missing_sources(context: dg.AssetExecutionContext, lakehouse: LakehouseResource, *names: str) -> list[str]:

@@ -64,6 +64,10 @@ class BronzeStateError(StreamingPipelineError):
     """A bronze table, its checkpoint and its topic disagree; running on would lose or duplicate records."""
 
 
+class SchemaEvolutionError(StreamingPipelineError):
+    """A micro-batch's columns cannot join its Delta table (a column's type changed); nothing of it was written."""
+
+
 class StreamingRunError(StreamingPipelineError):
     """A streaming query failed; the message names the query and Spark's reason."""
 

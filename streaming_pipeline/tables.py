@@ -136,3 +136,8 @@ RIDE_WINDOW_AGGREGATES = Table(
         Column("max_pickup_datetime", "timestamp", "Latest on-time pickup in the window."),
     ),
 )
+
+
+def declared_tables() -> dict[str, Table]:
+    """Every table declared in this module, by name."""
+    return {value.name: value for value in globals().values() if isinstance(value, Table)}

@@ -69,6 +69,7 @@ class BronzeBatchWriter:
             bronze_rows,
             dead_letter_rows,
             decode_avro_frames,
+            reader_schema_of,
             split_confluent_frames,
         )
 
@@ -79,17 +80,19 @@ class BronzeBatchWriter:
         if written is not None and "writer_schema_ids" in written:
             # A batch replayed after a crash, whose rows are in the table already: its dead letters must come from
             # the same decoding as its rows (the schemas of that attempt), not from what the registry holds today.
-            writer_schemas, reader_schema = self._schemas_of(registry, written, batch_id)
+            writer_schemas, latest = self._schemas_of(registry, written, batch_id)
         else:
-            writer_schemas, reader_schema = self._current_schemas(registry, batch, batch_id)
+            writer_schemas, latest = self._current_schemas(registry, batch, batch_id)
         # The marker records the checkpoint, this batch's end offsets (what the table has consumed, readable from
-        # the Delta log by the sensor and the checks on any storage) and the schemas its records were decoded with.
+        # the Delta log by the sensor and the checks on any storage) and the schemas its records were decoded with
+        # (the reader schema derives from them: the latest version plus the fields only earlier ones have).
         extra = {
             "checkpoint_id": cp_id,
             "kafka_offsets": checkpoint_batch_offsets(self.checkpoint_dir, batch_id),
             "writer_schema_ids": sorted(writer_schemas),
-            "reader_schema_id": _schema_id_of(writer_schemas, reader_schema),
+            "reader_schema_id": _schema_id_of(writer_schemas, latest),
         }
+        reader_schema = reader_schema_of(writer_schemas, latest)
         decoded = decode_avro_frames(split_confluent_frames(batch), writer_schemas, reader_schema)
         attempt = uuid.uuid4().hex
         observation = Observation(f"bronze-{batch_id}-{attempt}")
@@ -99,7 +102,13 @@ class BronzeBatchWriter:
             F.count(F.when(F.col("error").isNull(), 1)).alias("good"),
         )
         written_now = append_once(
-            bronze_rows(observed), self.table_path, app_id, batch_id, attempt, extra=extra, merge_schema=True
+            bronze_rows(observed),
+            self.table_path,
+            app_id,
+            batch_id,
+            attempt,
+            extra=extra,
+            merge_schema=True,
         )
         # Delta skips an append whose txnVersion it already has (a batch replayed after a crash) without running
         # the query; the Observation is only read when this very attempt committed.
@@ -112,7 +121,7 @@ class BronzeBatchWriter:
         )
 
     def _current_schemas(self, registry: RegistryClient, batch: DataFrame, batch_id: int) -> tuple[dict[int, str], str]:
-        """The versions of the subject now (writer schemas by id) and the latest one (the reader schema)."""
+        """The versions of the subject now (writer schemas by id) and the latest one's text."""
         writer_schemas = registry.subject_schemas(self.subject)
         if not writer_schemas and not batch.isEmpty():
             # An emptied or wrong registry would turn every record into a dead letter while the checkpoint
@@ -128,7 +137,8 @@ class BronzeBatchWriter:
     def _schemas_of(
         self, registry: RegistryClient, marker: dict[str, Any], batch_id: int
     ) -> tuple[dict[int, str], str]:
-        """The writer and reader schemas a committed batch was decoded with, by their ids (ids never change meaning)."""
+        """The writer schemas a committed batch was decoded with and its latest one's text, by their ids (ids never
+        change meaning)."""
         ids = [int(i) for i in marker["writer_schema_ids"]]
         reader_id = marker.get("reader_schema_id")
         texts = {i: registry.schema_by_id(i) for i in {*ids, *([int(reader_id)] if reader_id is not None else [])}}
@@ -164,7 +174,7 @@ def _committed_batch(table_path: str, app_id: str, batch_id: int) -> dict[str, A
 
 
 def _schema_id_of(writer_schemas: dict[int, str], reader_schema: str) -> int | None:
-    """The id of the reader schema: one of the writer schemas (the latest version), else None (the fallback)."""
+    """The id of the latest version among the writer schemas, else None (the fallback schema)."""
     matches = [schema_id for schema_id, text in writer_schemas.items() if text == reader_schema]
     return max(matches) if matches else None
 

@@ -53,6 +53,42 @@ def split_confluent_frames(kafka_records: DataFrame) -> DataFrame:
     )
 
 
+def reader_schema_of(writer_schemas: Mapping[int, str], latest: str) -> str:
+    """The schema every record of a subject is decoded into: the `latest` version, plus each field that only earlier
+    versions have, made nullable with a null default (after the latest's fields, in the order the versions added
+    them).
+
+    Avro's schema resolution drops a writer's field that the reader lacks, so decoding into the latest version
+    alone would lose the values of a field that a later version dropped while an older producer still writes it.
+    A field whose type differs between versions takes the latest version's type. `latest` itself when no field is
+    missing from it, so the usual case decodes with the very text the registry holds.
+    """
+    schema = json.loads(latest)
+    if not isinstance(schema, dict) or schema.get("type") != "record":
+        return latest
+    names = {f["name"] for f in schema["fields"]}
+    extra: list[dict[str, object]] = []
+    for _, text in sorted(writer_schemas.items()):
+        older = json.loads(text)
+        if not isinstance(older, dict) or older.get("type") != "record":
+            continue
+        for found in older["fields"]:
+            if found["name"] in names:
+                continue
+            names.add(found["name"])
+            kept = {k: v for k, v in found.items() if k not in ("type", "default")}
+            extra.append({**kept, "type": _nullable(found["type"]), "default": None})
+    if not extra:
+        return latest
+    return json.dumps({**schema, "fields": [*schema["fields"], *extra]})
+
+
+def _nullable(avro_type: object) -> object:
+    """`avro_type` as a union whose first branch is null (so that null is a valid default)."""
+    branches = avro_type if isinstance(avro_type, list) else [avro_type]
+    return ["null", *[b for b in branches if b != "null"]]
+
+
 def decode_avro_frames(frames: DataFrame, writer_schemas: Mapping[int, str], reader_schema: str) -> DataFrame:
     """Decode each frame's body with its own writer schema, resolved to `reader_schema`.
 

@@ -19,7 +19,7 @@ from typing import Any
 import dagster as dg
 from pydantic import Field
 
-from streaming_pipeline.asset_metadata import IntervalsConfig, checkpoint_pool
+from streaming_pipeline.asset_metadata import IntervalsConfig, checkpoint_pool, current_column_schema
 from streaming_pipeline.bronze.offsets import consumed_offsets, consumer_lag
 from streaming_pipeline.defs.bronze.offset_sensors import lag_observation
 from streaming_pipeline.engine.continuous import ContinuousQueries
@@ -410,6 +410,10 @@ class TableReporter:
         rows = row_count(path, version)
         if rows is not None:
             metadata["dagster/row_count"] = dg.MetadataValue.int(rows)
+        if version != previous:  # the columns as they are now: a new field of the source's schema joins them
+            schema = current_column_schema(None, path, version)
+            if schema is not None:
+                metadata["dagster/column_schema"] = schema
         if consumed is not None:
             metadata["consumed_offsets"] = dg.MetadataValue.json({str(p): o for p, o in consumed.items()})
         return dg.AssetMaterialization(asset_key=table, description=description, metadata=metadata)

@@ -28,17 +28,21 @@ from typing import TYPE_CHECKING, Any
 
 import dagster as dg
 
+from streaming_pipeline.bronze.decode import reader_schema_of
 from streaming_pipeline.bronze.offsets import Offsets, replay_app_id
 from streaming_pipeline.engine.delta_log import filesystem, latest_version
 from streaming_pipeline.engine.delta_tables import read_table
 from streaming_pipeline.errors import ConfigurationError, ReplayError
 from streaming_pipeline.resources.kafka import KafkaResource
 from streaming_pipeline.resources.lakehouse import LakehouseResource
-from streaming_pipeline.sources import all_sources
+from streaming_pipeline.schemas import avro_columns
+from streaming_pipeline.sources import SourceTopic, all_sources
 from streaming_pipeline.tables import DEAD_LETTER_RECORDS, KAFKA_COLUMNS, ddl
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
+
+    from streaming_pipeline.registry_client import RegistryClient
 
 # Written before the first batch when the bronze table is gone: the payload columns join on the first append.
 _KAFKA_COLUMNS_DDL = ddl(KAFKA_COLUMNS)
@@ -186,11 +190,13 @@ def empty_table(
     where: str | None = None,
     ddl: str | None = None,
     txn_app_id: str | None = None,
+    column_types: dict[str, str] | None = None,
 ) -> bool:
     """Rewrite the table at `path` without its rows (only the rows matching `where`, when given) in one commit
     carrying `marker`, and a Delta transaction of `txn_app_id` when given (which checkpoints keep: it says that
-    the table was emptied, after log cleanup too); a missing table is created from `ddl` when given. True when a
-    commit was made."""
+    the table was emptied, after log cleanup too); a missing table is created from `ddl` when given. An emptied
+    table's columns named in `column_types` (name -> Spark SQL type) take those types, so that a type the source's
+    schema changed can be written again. True when a commit was made."""
     from pyspark.sql import functions as F
 
     version = latest_version(path)
@@ -205,7 +211,17 @@ def empty_table(
         # over Spark Connect a localCheckpoint() would be bound to the process's active session, not to `spark`.
         frame = current.where(~F.expr(where)) if where else current.limit(0)
         mode = "overwrite"
+    wanted = column_types if where is None and column_types else {}
+    retyped = {
+        f.name: wanted[f.name]
+        for f in frame.schema.fields
+        if f.name in wanted and f.dataType.simpleString() != wanted[f.name]
+    }
+    if retyped:
+        frame = frame.select(*[F.col(c).cast(retyped[c]).alias(c) if c in retyped else F.col(c) for c in frame.columns])
     writer = frame.write.format("delta").mode(mode).option("userMetadata", json.dumps(marker, sort_keys=True))
+    if retyped:
+        writer = writer.option("overwriteSchema", "true")
     if txn_app_id is not None:
         # The version this commit gets: it grows with every replay, as Delta wants of a txnVersion.
         writer = writer.option("txnAppId", txn_app_id).option("txnVersion", 0 if version is None else version + 1)
@@ -221,10 +237,11 @@ def replay(
     instance: dg.DagsterInstance,
     progress: Callable[[str], None] = print,
 ) -> ReplayReport:
-    bronze_topics = {s.bronze_table: s.topic for s in all_sources()}
-    if asset_name not in bronze_topics:
-        raise ReplayError(f"{asset_name!r} is not a bronze asset; replay one of {sorted(bronze_topics)}")
-    topic = bronze_topics[asset_name]
+    sources = {s.bronze_table: s for s in all_sources()}
+    if asset_name not in sources:
+        raise ReplayError(f"{asset_name!r} is not a bronze asset; replay one of {sorted(sources)}")
+    source = sources[asset_name]
+    topic = source.topic
     resources = defs.resources
     assert resources is not None  # build_definitions() always binds the pipeline's resources
     kafka: KafkaResource = resources["kafka"]
@@ -247,7 +264,8 @@ def replay(
     report.moved_checkpoints = move_checkpoints_aside(lakehouse, {asset_name, *downstream})
     for old, new in report.moved_checkpoints.items():
         progress(f"  checkpoint {old} moved to {new}")
-    report.reset_tables = _empty_tables(spark, lakehouse, report, downstream)
+    column_types = latest_column_types(resources["schema_registry"].get_client(), source)
+    report.reset_tables = _empty_tables(spark, lakehouse, report, downstream, column_types)
     progress(
         f"  emptied {asset_name} and {len(report.reset_tables)} downstream table(s); the old versions stay readable"
     )
@@ -259,11 +277,26 @@ def replay(
     return report
 
 
+def latest_column_types(registry: RegistryClient, source: SourceTopic) -> dict[str, str]:
+    """The Spark SQL type of each field of the schema the source's records are decoded into now (the latest version
+    plus the fields only earlier ones have); empty when the registry has no version of the source's subject."""
+    latest = registry.latest(source.value_subject)
+    if latest is None:
+        return {}
+    reader = reader_schema_of(registry.subject_schemas(source.value_subject), latest[1])
+    return {column.name: column.type for column in avro_columns(reader)}
+
+
 def _empty_tables(
-    spark: SparkSession, lakehouse: LakehouseResource, report: ReplayReport, downstream: list[str]
+    spark: SparkSession,
+    lakehouse: LakehouseResource,
+    report: ReplayReport,
+    downstream: list[str],
+    column_types: dict[str, str],
 ) -> list[str]:
     """Empty the replayed table (its commit records where the replay starts), its topic's dead letters and the
-    downstream tables, each in a commit of its own; return the downstream tables that had rows to empty."""
+    downstream tables, each in a commit of its own, their columns of the source's fields retyped to
+    `column_types`; return the downstream tables that had rows to empty."""
     asset_name, topic, stamp = report.asset_name, report.topic, datetime.now(UTC).isoformat()
     empty_table(
         spark,
@@ -276,6 +309,7 @@ def _empty_tables(
         },
         ddl=_KAFKA_COLUMNS_DDL,
         txn_app_id=replay_app_id(asset_name),
+        column_types=column_types,
     )
     quoted = topic.replace("'", "''")
     empty_table(
@@ -285,7 +319,9 @@ def _empty_tables(
         where=f"kafka_topic = '{quoted}'",
     )
     reset = {"reset_by_replay_of": asset_name, "replayed_at": stamp}
-    return [name for name in downstream if empty_table(spark, lakehouse.table_path(name), reset)]
+    return [
+        name for name in downstream if empty_table(spark, lakehouse.table_path(name), reset, column_types=column_types)
+    ]
 
 
 def _rebuild(job: dg.JobDefinition, instance: dg.DagsterInstance, asset_name: str) -> str:

@@ -11,6 +11,7 @@ import json
 from typing import TYPE_CHECKING, Any
 
 from streaming_pipeline.engine.delta_log import commits, latest_version
+from streaming_pipeline.errors import SchemaEvolutionError
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -55,10 +56,42 @@ def append_once(
     if merge_schema:
         writer = writer.option("mergeSchema", "true")
     before = latest_version(path)
-    writer.save(path)
+    try:
+        writer.save(path)
+    except Exception as exc:
+        reason = schema_mismatch(exc)
+        if reason is None:
+            raise
+        raise SchemaEvolutionError(
+            f"micro-batch {batch_id} of {app_id} cannot be appended to the Delta table at {path}: {reason}. A new "
+            "column joins a table, but a column cannot change its type in place. Nothing of this micro-batch was "
+            "written, and it is read again on the next run. To take the new type, rebuild the bronze table and "
+            "everything downstream with it: `streaming-pipeline replay <bronze table> --from earliest` (the old "
+            "versions stay readable); to keep the old one, register a version that puts the new type in a field of "
+            "its own (docs/schema-evolution.md)"
+        ) from exc
     # The marker as the log holds it (JSON: integer keys such as Kafka partitions come back as strings).
     stored = json.loads(text)
     return any(commit.user_metadata == stored for commit in commits(path, after=before) or [])
+
+
+#: Delta's error classes for a write whose columns the table cannot take.
+_SCHEMA_MISMATCH_ERRORS = (
+    "DELTA_FAILED_TO_MERGE_FIELDS",
+    "DELTA_MERGE_INCOMPATIBLE_DATATYPE",
+    "DELTA_METADATA_MISMATCH",
+)
+
+
+def schema_mismatch(exc: BaseException) -> str | None:
+    """Delta's reason, on one line, when `exc` is a write refused for its columns (a column's type changed);
+    else None."""
+    text = str(exc)
+    if not any(code in text for code in _SCHEMA_MISMATCH_ERRORS):
+        return None
+    lines = [line.strip() for line in text.splitlines() if line.strip()]
+    reasons = [line for line in lines if any(code in line for code in _SCHEMA_MISMATCH_ERRORS)]
+    return " ".join(reasons[:2] or lines[:1])[:600]
 
 
 def read_table(spark: SparkSession, path: str, version: int | None = None) -> DataFrame:

@@ -58,3 +58,22 @@ def first_rows(path: str, version: int, rows: int, order: list[str] | None = Non
         if getattr(frame[column].dtype, "tz", None) is not None:
             frame[column] = frame[column].dt.tz_convert("UTC").dt.tz_localize(None)
     return frame
+
+
+#: delta-rs's names of Delta's primitive types that Spark SQL names otherwise.
+_SPARK_TYPE_NAMES = {"integer": "int", "long": "bigint", "short": "smallint", "byte": "tinyint"}
+
+
+def columns(path: str, version: int) -> list[tuple[str, str]] | None:
+    """The table's columns at `version`: name and Spark SQL type (`int`, `bigint`, `string`, ...), as the table's
+    metadata holds them now (after schema evolution too)."""
+    table = _local_table(path, version)
+    if table is None:
+        return None
+    found = []
+    for field in table.schema().fields:
+        name = getattr(field.type, "type", None)
+        if not isinstance(name, str):  # a struct, array or map: not a column type of this lakehouse's tables
+            return None
+        found.append((field.name, _SPARK_TYPE_NAMES.get(name, name)))
+    return found

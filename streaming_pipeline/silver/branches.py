@@ -26,8 +26,10 @@ class AmountBranchWriter:
     """foreachBatch handler that branches each micro-batch of raw_rides into the high- and low-amount tables.
 
     Both appends carry (txnAppId, txnVersion=batch id), so a batch replayed after a crash is skipped by a table
-    that has it. An Observation counts the rides with no total_amount (they go to neither table); the count
-    travels in the marker of the low-amount commit, which is written after the high-amount one.
+    that has it. Both merge the batch's schema: a column that raw_rides gained (a new field of the value schema)
+    joins the branch tables with its first batch, null in the rows written before it. An Observation counts the
+    rides with no total_amount (they go to neither table); the count travels in the marker of the low-amount
+    commit, which is written after the high-amount one.
     """
 
     high_path: str
@@ -60,6 +62,7 @@ class AmountBranchWriter:
                 branch_app_id(HIGH_AMOUNT, query),
                 batch_id,
                 attempt,
+                merge_schema=True,
             )
             null_amount = int(observation.get["null_amount"]) if wrote_high else None
             append_once(
@@ -69,6 +72,7 @@ class AmountBranchWriter:
                 batch_id,
                 attempt,
                 extra={"null_amount_rides": null_amount},
+                merge_schema=True,
             )
         finally:
             cached.unpersist()

@@ -63,6 +63,8 @@ def rides_enriched_query(spark: SparkSession, lakehouse: Lakehouse) -> StreamQue
             .outputMode("append")
             .option("checkpointLocation", lakehouse.checkpoint_path(RIDES_ENRICHED.name))
             .option("path", lakehouse.table_path(RIDES_ENRICHED.name))
+            # A column raw_rides gained (a new field of the value schema) joins the table with its first batch.
+            .option("mergeSchema", "true")
         )
 
     return StreamQuery(

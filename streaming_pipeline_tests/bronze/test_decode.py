@@ -16,7 +16,13 @@ import fastavro
 import pytest
 from pyspark.sql import functions as F
 
-from streaming_pipeline.bronze.decode import bronze_rows, dead_letter_rows, decode_avro_frames, split_confluent_frames
+from streaming_pipeline.bronze.decode import (
+    bronze_rows,
+    dead_letter_rows,
+    decode_avro_frames,
+    reader_schema_of,
+    split_confluent_frames,
+)
 from streaming_pipeline.tables import DEAD_LETTER_RECORDS
 from streaming_pipeline.tables import KAFKA_COLUMN_NAMES as KAFKA_COLUMNS
 from streaming_pipeline_tests.dataframe_helpers import assert_exact, at, naive
@@ -176,6 +182,66 @@ def test_v2_record_decoded_with_reader_v1_drops_airport_fee(spark):
     assert row["total_amount"] == 22.8
     assert row["pickup_datetime"] == dt.datetime(2024, 3, 10, 8, 1, 2, 345678)
     assert (row["kafka_partition"], row["kafka_offset"], row["schema_id"]) == (3, 99, RIDE_V2_ID)
+
+
+# A v3 that drops airport_fee again and makes trip_distance optional, as a later producer might register it.
+RIDE_V3 = json.dumps(
+    {
+        **json.loads(RIDE_V1),
+        "fields": [
+            {**f, "type": ["null", "double"], "default": None} if f["name"] == "trip_distance" else f
+            for f in json.loads(RIDE_V1)["fields"]
+        ],
+    }
+)
+RIDE_V3_ID = 3
+
+
+def test_the_reader_schema_is_the_latest_version_itself_when_it_has_every_field():
+    assert reader_schema_of(RIDE_WRITERS, RIDE_V2) == RIDE_V2
+    assert reader_schema_of({RIDE_V1_ID: RIDE_V1}, RIDE_V1) == RIDE_V1
+
+
+def test_the_reader_schema_keeps_a_field_a_later_version_dropped_as_a_nullable_field_at_the_end():
+    reader = json.loads(reader_schema_of({**RIDE_WRITERS, RIDE_V3_ID: RIDE_V3}, RIDE_V3))
+    v3_fields = json.loads(RIDE_V3)["fields"]
+    [v2_fee] = [f for f in json.loads(RIDE_V2)["fields"] if f["name"] == "airport_fee"]
+    assert reader["fields"][: len(v3_fields)] == v3_fields  # the latest's own fields, as it has them
+    assert reader["fields"][len(v3_fields) :] == [
+        {"name": "airport_fee", "doc": v2_fee["doc"], "type": ["null", "double"], "default": None}
+    ]
+    assert {k: v for k, v in reader.items() if k != "fields"} == {
+        k: v for k, v in json.loads(RIDE_V3).items() if k != "fields"
+    }
+
+
+def test_a_required_field_that_a_later_version_dropped_becomes_nullable_in_the_reader_schema():
+    v1 = {"type": "record", "name": "R", "fields": [{"name": "a", "type": "int"}, {"name": "b", "type": "string"}]}
+    v2 = {"type": "record", "name": "R", "fields": [{"name": "a", "type": "long"}]}
+    reader = json.loads(reader_schema_of({1: json.dumps(v1), 2: json.dumps(v2)}, json.dumps(v2)))
+    # a keeps the latest's type; b comes back optional, since records of the latest version lack it
+    assert reader["fields"] == [
+        {"name": "a", "type": "long"},
+        {"name": "b", "type": ["null", "string"], "default": None},
+    ]
+
+
+def test_records_of_every_version_decode_with_their_fields_when_the_latest_dropped_one(spark):
+    """v1, v2 (adds airport_fee) and v3 (drops it): a v2 record produced after v3 keeps its fee, the others have
+    none, and no record is a dead letter."""
+    writers = {**RIDE_WRITERS, RIDE_V3_ID: RIDE_V3}
+    r1, r2, r3 = ride_v1(vendor_id=1), ride_v2(vendor_id=2, airport_fee=6.25), ride_v1(vendor_id=1, trip_distance=None)
+    rows = [
+        (b"k1", confluent_frame(RIDE_V1_ID, avro_body(RIDE_V1, r1)), "rides", 0, 1, KAFKA_TS),
+        (b"k2", confluent_frame(RIDE_V2_ID, avro_body(RIDE_V2, r2)), "rides", 0, 2, KAFKA_TS),
+        (b"k3", confluent_frame(RIDE_V3_ID, avro_body(RIDE_V3, r3)), "rides", 0, 3, KAFKA_TS),
+    ]
+    decoded = decode(spark, rows, writers, reader_schema_of(writers, RIDE_V3))
+    bronze = bronze_rows(decoded)
+    assert bronze.columns == field_names(RIDE_V3) + ["airport_fee"] + KAFKA_COLUMNS
+    got = sorted((r.kafka_offset, r.airport_fee, r.trip_distance, r.schema_id) for r in bronze.collect())
+    assert got == [(1, None, 3.25, RIDE_V1_ID), (2, 6.25, 3.25, RIDE_V2_ID), (3, None, None, RIDE_V3_ID)]
+    assert dead_letter_rows(decoded).count() == 0
 
 
 def test_split_confluent_frames_reads_big_endian_schema_id_and_body(spark):
