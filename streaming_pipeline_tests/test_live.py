@@ -5,9 +5,10 @@ The tests share one stack and one `dagster dev`, in file order: rides reach gold
 the registry is down is retried once it is back; no two steps ever worked on a checkpoint at once; the README's
 replay, with the sensor paused, rebuilds raw_rides and gold over the engine; `dagster dev` restarted with
 LIVE_MODE=continuous streams what is produced next, exactly once, with its tables fresh, through a SIGKILL of its
-run, until its run is terminated; switching back to triggered and again to continuous is exact; and, last, the
-continuous mode goes on exactly once after the engine dies and is started again, and after the broker, then the
-registry, were away.
+run, until its run is terminated; switching back to triggered and again to continuous is exact, and a new field
+registered while the continuous queries run reaches the branches and rides_enriched; and, last, the continuous mode
+goes on exactly once after the engine dies and is started again, and after the broker, then the registry, were
+away.
 No test asserts a time: waits are bounded only so that a broken path fails instead of hanging.
 """
 
@@ -41,6 +42,7 @@ from streaming_pipeline.resources import KafkaResource
 from streaming_pipeline.schemas import load_schema
 from streaming_pipeline.tables import RIDES_TOPIC
 from streaming_pipeline_tests import live_helpers
+from streaming_pipeline_tests import test_schema_evolution as evolution
 from streaming_pipeline_tests.kafka_helpers import REPO_ROOT, avro_frame, produce_raw
 from streaming_pipeline_tests.live_helpers import WAIT_SECONDS, delta_count, delta_vendor_counts, expected_vendor_counts
 
@@ -447,7 +449,79 @@ def test_switching_to_triggered_and_back_to_continuous_loses_and_duplicates_noth
             log=dagster_dev.log_file,
         )
         produce_and_check(409, dagster_dev.log_file)
+        _a_new_field_flows_through_the_running_queries(live, dagster_dev.log_file)
         _stop_the_continuous_run(live, dagster_dev)
+
+
+def _a_new_field_flows_through_the_running_queries(live: Live, log: Path) -> None:
+    """A compatible version with a new field, registered and produced while the continuous queries run: the Delta
+    streams of raw_rides see its schema change and restart, and the field reaches the branches and rides_enriched,
+    null in every older row, with no failed query; the UI's column schema shows it. The next test's producers go
+    back to the first version."""
+    run = _continuous_run(live)
+    assert run is not None
+    registry = RegistryClient(live.stack.schema_registry_url)
+    registry.register(f"{RIDES_TOPIC}-value", evolution.V2)
+    key_schema = load_schema("ride_key.avsc")
+    rides = [
+        {**ride, evolution.NEW_FIELD: round(1 + i / 4, 2)}
+        for i, ride in enumerate(synthetic_rides(60, SyntheticOptions(seed=413)))
+    ]
+    placed = produce_raw(
+        live.stack.bootstrap_servers,
+        RIDES_TOPIC,
+        [
+            (
+                avro_frame(registry, key_schema, ride["vendor_id"], RIDES_TOPIC, field=_key_field()),
+                avro_frame(registry, evolution.V2, ride, RIDES_TOPIC),
+            )
+            for ride in rides
+        ],
+    )
+    PRODUCED.extend(rides)
+    _wait_until_exact(live, log, "after a new field")
+    fees = {coordinate: ride for coordinate, ride in zip(placed, rides, strict=True)}
+
+    def expected(table: str) -> dict[tuple[int, int], float]:
+        def kept(ride: dict[str, Any]) -> bool:
+            amount = ride["total_amount"]
+            if table == "high_amount_rides":
+                return amount is not None and amount >= evolution.THRESHOLD
+            if table == "low_amount_rides":
+                return amount is not None and amount < evolution.THRESHOLD
+            return True
+
+        return {c: ride[evolution.NEW_FIELD] for c, ride in fees.items() if kept(ride)}
+
+    def carried(table: str) -> dict[tuple[int, int], float]:
+        frame = live.spark.read.format("delta").load(str(live.lakehouse / table))
+        if evolution.NEW_FIELD not in frame.columns:
+            return {}
+        rows = frame.where(frame[evolution.NEW_FIELD].isNotNull()).collect()
+        return {(r.kafka_partition, r.kafka_offset): r[evolution.NEW_FIELD] for r in rows}
+
+    for table in ("raw_rides", "high_amount_rides", "low_amount_rides", "rides_enriched"):
+        want = expected(table)
+        live_helpers.wait_until(f"{table} carries the new field", lambda t=table, w=want: carried(t) == w, log=log)
+    live_helpers.wait_until(
+        "rides_enriched holds every ride", lambda: live.count("rides_enriched") == len(PRODUCED), log=log
+    )
+    assert _logged(live, run.run_id, "a source table's schema changed, restarting the query")
+    for query in ("amount_branches", "rides_enriched"):
+        assert not _logged(live, run.run_id, f"{query}: failed"), f"{query} failed after the schema change"
+    assert _continuous_run(live) is not None and _continuous_run(live).run_id == run.run_id  # type: ignore[union-attr]
+
+    def column_names(table: str) -> list[str]:
+        event = live.instance().get_latest_materialization_event(dg.AssetKey(table))
+        materialization = event.asset_materialization if event is not None else None
+        schema = materialization.metadata.get("dagster/column_schema") if materialization is not None else None
+        return [c.name for c in schema.value.columns] if schema is not None else []  # type: ignore[attr-defined]
+
+    live_helpers.wait_until(
+        "the continuous run reports rides_enriched's new column",
+        lambda: evolution.NEW_FIELD in column_names("rides_enriched"),
+        log=log,
+    )
 
 
 def test_the_continuous_mode_goes_on_exactly_once_after_the_engine_dies_and_the_broker_and_registry_are_away(

@@ -261,10 +261,11 @@ def replay(
     report = ReplayReport(asset_name, topic, offsets, rows_before, version_before)
     progress(f"replay {asset_name}: {rows_before} row(s) now; rebuilding from {topic} at {start.describe()}")
 
+    # Read before anything moves: a registry that does not answer stops the replay with nothing changed.
+    column_types = latest_column_types(resources["schema_registry"].get_client(), source)
     report.moved_checkpoints = move_checkpoints_aside(lakehouse, {asset_name, *downstream})
     for old, new in report.moved_checkpoints.items():
         progress(f"  checkpoint {old} moved to {new}")
-    column_types = latest_column_types(resources["schema_registry"].get_client(), source)
     report.reset_tables = _empty_tables(spark, lakehouse, report, downstream, column_types)
     progress(
         f"  emptied {asset_name} and {len(report.reset_tables)} downstream table(s); the old versions stay readable"

@@ -65,10 +65,9 @@ def append_once(
         raise SchemaEvolutionError(
             f"micro-batch {batch_id} of {app_id} cannot be appended to the Delta table at {path}: {reason}. A new "
             "column joins a table, but a column cannot change its type in place. Nothing of this micro-batch was "
-            "written, and it is read again on the next run. To take the new type, rebuild the bronze table and "
-            "everything downstream with it: `streaming-pipeline replay <bronze table> --from earliest` (the old "
-            "versions stay readable); to keep the old one, register a version that puts the new type in a field of "
-            "its own (docs/schema-evolution.md)"
+            "written, and it is read again on the next run, which fails the same way. To take the new type, "
+            "rebuild the bronze table and everything downstream with it: `streaming-pipeline replay <bronze table> "
+            "--from earliest` (the old versions stay readable; docs/schema-evolution.md)"
         ) from exc
     # The marker as the log holds it (JSON: integer keys such as Kafka partitions come back as strings).
     stored = json.loads(text)
