@@ -188,7 +188,7 @@ def current_column_schema(spark: SparkSession | None, path: str, version: int) -
     descriptions = {c.name: c.description for c in declared.columns} if declared else {}
     return dg.TableSchema(
         columns=[
-            dg.TableColumn(name, type_, description=descriptions.get(name) if name in descriptions else EVOLVED_COLUMN)
+            dg.TableColumn(name, type_, description=descriptions[name] if name in descriptions else EVOLVED_COLUMN)
             for name, type_ in found
         ]
     )

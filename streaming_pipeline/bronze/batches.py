@@ -102,13 +102,7 @@ class BronzeBatchWriter:
             F.count(F.when(F.col("error").isNull(), 1)).alias("good"),
         )
         written_now = append_once(
-            bronze_rows(observed),
-            self.table_path,
-            app_id,
-            batch_id,
-            attempt,
-            extra=extra,
-            merge_schema=True,
+            bronze_rows(observed), self.table_path, app_id, batch_id, attempt, extra=extra, merge_schema=True
         )
         # Delta skips an append whose txnVersion it already has (a batch replayed after a crash) without running
         # the query; the Observation is only read when this very attempt committed.
@@ -173,9 +167,9 @@ def _committed_batch(table_path: str, app_id: str, batch_id: int) -> dict[str, A
     return None
 
 
-def _schema_id_of(writer_schemas: dict[int, str], reader_schema: str) -> int | None:
+def _schema_id_of(writer_schemas: dict[int, str], latest: str) -> int | None:
     """The id of the latest version among the writer schemas, else None (the fallback schema)."""
-    matches = [schema_id for schema_id, text in writer_schemas.items() if text == reader_schema]
+    matches = [schema_id for schema_id, text in writer_schemas.items() if text == latest]
     return max(matches) if matches else None
 
 

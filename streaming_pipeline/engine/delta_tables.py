@@ -59,7 +59,7 @@ def append_once(
     try:
         writer.save(path)
     except Exception as exc:
-        reason = schema_mismatch(exc)
+        reason = _schema_mismatch(exc)
         if reason is None:
             raise
         raise SchemaEvolutionError(
@@ -82,7 +82,7 @@ _SCHEMA_MISMATCH_ERRORS = (
 )
 
 
-def schema_mismatch(exc: BaseException) -> str | None:
+def _schema_mismatch(exc: BaseException) -> str | None:
     """Delta's reason, on one line, when `exc` is a write refused for its columns (a column's type changed);
     else None."""
     text = str(exc)
