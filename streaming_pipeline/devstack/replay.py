@@ -152,12 +152,15 @@ def downstream_assets(defs: dg.Definitions, asset_name: str) -> list[str]:
 
 
 def _runs_in_flight(instance: dg.DagsterInstance, names: set[str]) -> list[str]:
-    from streaming_pipeline.live_runs import IN_FLIGHT
+    """The runs in flight that work on one of the tables `names`: a run selecting one of them, a source's live job,
+    or the continuous mode's run, which streams every table."""
+    from streaming_pipeline.live_runs import CONTINUOUS_JOB, IN_FLIGHT
 
     found = []
     for run in instance.get_runs(filters=dg.RunsFilter(statuses=IN_FLIGHT), limit=200):
         selected = {key.to_user_string() for key in (run.asset_selection or set())}
-        if selected & names or any(run.job_name == f"{name}_to_gold_job" for name in names):
+        jobs = {CONTINUOUS_JOB, *(f"{name}_to_gold_job" for name in names)}
+        if selected & names or run.job_name in jobs:
             found.append(run.run_id)
     return found
 
@@ -251,7 +254,8 @@ def replay(
     if busy:
         raise ReplayError(
             f"run(s) {', '.join(busy)} work on {asset_name} or its downstream tables; wait for them (or cancel them in "
-            "the UI) and replay again"
+            "the UI) and replay again. A run of continuous_streams_job never ends by itself: stop "
+            "continuous_streams_sensor, which relaunches it, then terminate the run"
         )
     offsets = resolve_start(start, topic, kafka.watermark_offsets(topic), kafka)
     spark = resources["spark"].get_session()

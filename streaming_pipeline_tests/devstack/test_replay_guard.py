@@ -1,0 +1,39 @@
+"""`replay` refuses to start while a run works on the tables it would empty, before it touches Kafka, Spark or the
+lakehouse: no server is needed to see it refuse."""
+
+from __future__ import annotations
+
+import dagster as dg
+import pytest
+
+from streaming_pipeline.definitions import build_resources, pipeline_definitions
+from streaming_pipeline.devstack.replay import ReplayStart, replay
+from streaming_pipeline.errors import ReplayError
+from streaming_pipeline.settings import PipelineSettings
+
+
+def _defs(tmp_path) -> dg.Definitions:
+    settings = PipelineSettings.from_env({"LAKEHOUSE_DIR": str(tmp_path / "lakehouse")})
+    return dg.Definitions.merge(pipeline_definitions(), dg.Definitions(resources=build_resources(settings)))
+
+
+def _instance_with(job_name: str, status: dg.DagsterRunStatus) -> tuple[dg.DagsterInstance, str]:
+    instance = dg.DagsterInstance.ephemeral()
+    run = dg.DagsterRun(job_name=job_name, status=status)
+    instance.add_run(run)
+    return instance, run.run_id
+
+
+def test_replay_refuses_while_the_continuous_run_streams_and_says_how_to_stop_it(tmp_path):
+    instance, run_id = _instance_with("continuous_streams_job", dg.DagsterRunStatus.STARTED)
+    with pytest.raises(ReplayError) as raised:
+        replay("raw_rides", ReplayStart(), defs=_defs(tmp_path), instance=instance, progress=lambda _: None)
+    assert run_id in str(raised.value)
+    assert "stop continuous_streams_sensor" in str(raised.value)
+    assert not (tmp_path / "lakehouse").exists()  # nothing moved or emptied
+
+
+def test_replay_refuses_while_the_sources_live_job_runs(tmp_path):
+    instance, run_id = _instance_with("raw_rides_to_gold_job", dg.DagsterRunStatus.STARTING)
+    with pytest.raises(ReplayError, match=run_id):
+        replay("raw_rides", ReplayStart(), defs=_defs(tmp_path), instance=instance, progress=lambda _: None)
