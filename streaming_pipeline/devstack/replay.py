@@ -156,10 +156,10 @@ def _runs_in_flight(instance: dg.DagsterInstance, names: set[str]) -> list[str]:
     or the continuous mode's run, which streams every table."""
     from streaming_pipeline.live_runs import CONTINUOUS_JOB, IN_FLIGHT
 
+    jobs = {CONTINUOUS_JOB, *(f"{name}_to_gold_job" for name in names)}
     found = []
     for run in instance.get_runs(filters=dg.RunsFilter(statuses=IN_FLIGHT), limit=200):
         selected = {key.to_user_string() for key in (run.asset_selection or set())}
-        jobs = {CONTINUOUS_JOB, *(f"{name}_to_gold_job" for name in names)}
         if selected & names or run.job_name in jobs:
             found.append(run.run_id)
     return found
