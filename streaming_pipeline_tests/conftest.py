@@ -4,8 +4,15 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pytest
+
+from streaming_pipeline.devstack.embedded.stack import StackInfo
+from streaming_pipeline_tests.session_stack import SessionStack
+
+if TYPE_CHECKING:
+    from streaming_pipeline_tests.materialized_lakehouse import MaterializedLakehouse
 
 SHARED_DATA = Path(__file__).resolve().parents[2] / "shared" / "data"
 
@@ -35,10 +42,11 @@ TLC_RIDE_COLUMNS = {
 
 @pytest.fixture(scope="session")
 def rides_csv() -> Path:
-    """The real NYC TLC sample (266 rides), read in place; tests using it skip cleanly when absent."""
+    """The real NYC TLC sample (266 rides), read in place beside the checkout; tests using it fail, naming it, when
+    it is absent."""
     path = SHARED_DATA / "rides.csv"
     if not path.is_file():
-        pytest.skip(f"sample data not found at {path}")
+        pytest.fail(f"the NYC TLC sample is not at {path} (../shared/data/rides.csv beside the checkout)")
     return path
 
 
@@ -60,38 +68,52 @@ SPARK_TEST_CONF = {"spark.master": "local[2]", "spark.driver.memory": "2g", "spa
 
 
 @pytest.fixture(scope="session")
-def kafka_broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[object]:
-    """One embedded Kafka broker (the stack's own, on free ports) for every test that uses `stack`: a broker is a
-    JVM that takes seconds to start. Each test's topics are deleted after it (see `stack`)."""
-    from streaming_pipeline.devstack.embedded.kafka_broker import EmbeddedKafkaBroker
-
-    directory = tmp_path_factory.mktemp("kafka")
-    with EmbeddedKafkaBroker(directory / "data", log_dir=directory / "logs") as broker:
-        yield broker
+def session_stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SessionStack]:
+    """The session's one embedded stack (see session_stack.py): Kafka and the registry started on first use, the
+    Spark Connect engine when a test first asks for it; stopped when the session ends."""
+    stack = SessionStack(tmp_path_factory.mktemp("session-stack"))
+    try:
+        yield stack
+    finally:
+        stack.down()
 
 
 @pytest.fixture()
-def stack(kafka_broker, tmp_path_factory: pytest.TempPathFactory) -> Iterator[object]:
+def stack(session_stack: SessionStack, tmp_path_factory: pytest.TempPathFactory) -> Iterator[StackInfo]:
     """The session's Kafka broker with no topic on it, and a schema registry of the test's own (no subject, ids
     from 1), stopped after the test; then every topic the test made is deleted."""
     from streaming_pipeline.devstack.embedded.registry_process import SchemaRegistryProcess
-    from streaming_pipeline.devstack.embedded.stack import StackInfo
     from streaming_pipeline_tests.kafka_helpers import delete_every_topic
 
+    broker = session_stack.up()
+    delete_every_topic(broker.bootstrap_servers)
     directory = tmp_path_factory.mktemp("stack")
     try:
         with SchemaRegistryProcess(directory / "registry", log_dir=directory / "logs") as registry:
             yield StackInfo(
                 directory,
-                kafka_broker.bootstrap_servers,
+                broker.bootstrap_servers,
                 registry.url,
-                kafka_pid=kafka_broker.pid,
+                kafka_pid=broker.kafka_pid,
                 registry_pid=registry.pid,
-                kafka_log_file=kafka_broker.log_file,
+                kafka_log_file=broker.kafka_log_file,
                 registry_log_file=registry.log_file,
             )
     finally:
-        delete_every_topic(kafka_broker.bootstrap_servers)
+        delete_every_topic(broker.bootstrap_servers)
+
+
+@pytest.fixture(scope="session")
+def materialized_lakehouse(
+    session_stack: SessionStack, spark: object, rides_csv: Path, tmp_path_factory: pytest.TempPathFactory
+) -> MaterializedLakehouse:
+    """Every asset materialized for the session from a fixed data set (materialized_lakehouse.py: two runs that
+    take records, a third with none), for the tests that only read tables."""
+    from streaming_pipeline_tests import materialized_lakehouse
+
+    return materialized_lakehouse.build(
+        session_stack.clear(), SPARK_TEST_CONF, rides_csv, tmp_path_factory.mktemp("materialized")
+    )
 
 
 @pytest.fixture()

@@ -14,6 +14,7 @@ import shutil
 from pathlib import Path
 
 import dagster as dg
+import pytest
 
 from streaming_pipeline.bronze.offsets import settled_offsets
 from streaming_pipeline.defs.gold.ride_window_aggregates import ride_window_aggregates, windows_count_each_ride_once
@@ -63,6 +64,7 @@ def test_a_delta_source_offset_names_a_whole_version_only_at_a_version_boundary(
     assert delta_source_version({"reservoirVersion": 7, "index": -1, "isStartingVersion": True}) is None
 
 
+@pytest.mark.slow
 def test_the_checks_compare_each_table_with_the_raw_rides_version_it_was_computed_from(spark, tmp_path: Path) -> None:
     lakehouse = LakehouseResource(root=str(tmp_path / "lakehouse"))
     resources = {"spark": SparkResource(stop_on_teardown=False, conf=SPARK_TEST_CONF), "lakehouse": lakehouse}
@@ -137,6 +139,7 @@ def test_the_checks_compare_each_table_with_the_raw_rides_version_it_was_compute
     assert (check.metadata["rides_enriched_rows"].value, check.metadata["raw_rides_rows"].value) == (6, 7)
 
 
+@pytest.mark.slow
 def test_a_check_without_its_table_passes_on_empty_raw_rides_warns_while_its_query_starts_else_fails(
     spark, tmp_path: Path
 ) -> None:

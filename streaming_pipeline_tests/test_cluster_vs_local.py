@@ -2,7 +2,7 @@
 as in local mode, row for row, on the same Kafka records.
 
 One embedded stack runs Kafka, the registry, a master with 2 workers and the Spark Connect server that drives
-them; a second Spark Connect server beside it runs in local mode (`local[*]`, the local profile). The records are
+them; the session's Spark Connect server runs in local mode (`local[*]`, the local profile). The records are
 produced once: the real TLC sample (`../shared/data/rides.csv`, skipped when absent), pickups at the dropoff zones
 of some of its rides (so that the stream-stream join has rows), synthetic rides with late and out-of-order ones
 (so that windows get late counts), synthetic pickups, and a few undecodable records (dead letters). Both engines
@@ -36,7 +36,6 @@ from typing import Any
 import pytest
 
 from streaming_pipeline.devstack.embedded.processes import pid_alive
-from streaming_pipeline.devstack.embedded.spark_connect import SparkConnectServer
 from streaming_pipeline.devstack.embedded.stack import EmbeddedStack, StackInfo, running_stack
 from streaming_pipeline.errors import StackError
 from streaming_pipeline_tests.cli_helpers import (
@@ -45,8 +44,10 @@ from streaming_pipeline_tests.cli_helpers import (
     run_stack_cli,
     start_materializing_every_asset,
 )
+from streaming_pipeline_tests.depth import scaled
 from streaming_pipeline_tests.devstack.embedded.helpers import processes_mentioning
 from streaming_pipeline_tests.kafka_helpers import produce_raw
+from streaming_pipeline_tests.session_stack import SessionStack
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
@@ -70,22 +71,29 @@ TABLES = {
 #   join_late_rows.run_id             the Dagster run
 #   join_late_rows.recorded_at        when the row was written (wall clock)
 RUN_OR_CLOCK_COLUMNS = {"dead_letter_records": {"failed_at"}, "join_late_rows": {"query_id", "run_id", "recorded_at"}}
-PER_TRIGGER = 150  # several bronze micro-batches per run: state carries across batches and across runs
+PER_TRIGGER = 200  # several bronze micro-batches per run: state carries across batches and across runs
+# Synthetic records beside the sample (STREAMING_PIPELINE_TEST_DEPTH multiplies them): rides and pickups of the first
+# round, then of the second.
+FIRST_RIDES, FIRST_PICKUPS, SECOND_RIDES, SECOND_PICKUPS = scaled(120), scaled(50), scaled(60), scaled(25)
 RUN_TIMEOUT_S = 1200  # one round: both engines' runs
 WORKERS = 2
 
 
 @pytest.fixture(scope="module")
-def engines(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[StackInfo, str, Path]]:
-    """(the stack whose engine drives a 2-worker cluster, the URL of a local-mode engine, a scratch dir).
-    Both are stopped after the tests, also when one of them fails to start or a test fails."""
+def engines(
+    session_stack: SessionStack, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[tuple[StackInfo, str, Path]]:
+    """(the stack whose engine drives a 2-worker cluster, the URL of a local-mode engine, a scratch dir). The
+    cluster's stack is the test's own (the point of the test) and stopped after it, also when it fails to start or a
+    test fails; the local-mode engine is the session's."""
     root = tmp_path_factory.mktemp("cluster-vs-local")
+    local_remote = session_stack.up(engine=True).spark_remote
+    assert local_remote
     with running_stack(
         root / "stack", timeout=420, spark=True, spark_workers=WORKERS, spark_worker_cores=1, spark_worker_memory="1g"
     ) as stack:
         assert stack.spark_remote and stack.spark_master_url and stack.spark_workers == WORKERS
-        with SparkConnectServer(root / "local-engine", log_dir=root / "local-engine") as local:
-            yield stack, local.remote_url, root
+        yield stack, local_remote, root
 
 
 # A Connect client in its own process (pytest's process stays a classic driver for the other tests). Each row
@@ -362,7 +370,7 @@ def test_a_two_worker_cluster_shows_its_workers_gives_every_table_of_local_mode_
         stack,
         "rides",
         "--synthetic",
-        "300",
+        str(FIRST_RIDES),
         "--seed",
         "11",
         "--late-fraction",
@@ -370,23 +378,24 @@ def test_a_two_worker_cluster_shows_its_workers_gives_every_table_of_local_mode_
         "--out-of-order-fraction",
         "0.1",
     )
-    produce_with_cli(stack, "pickups", "--synthetic", "120", "--seed", "11")
+    produce_with_cli(stack, "pickups", "--synthetic", str(FIRST_PICKUPS), "--seed", "11")
     produce_raw(stack.bootstrap_servers, "rides", [(b"1", b"\x01not avro"), (b"2", b"\x00\x00\x00\x03\xe7\x02")])
     produce_raw(stack.bootstrap_servers, "pickup_locations", [(b"7", b"\x00\x00")])
     _materialize_both(stack, remotes, lakehouses, root)
     sizes = _assert_identical(spark, lakehouses["local"], lakehouses["cluster"], "after the first runs")
     # The input reached every table (so the comparison compares something): every ride and pickup, the joins,
     # the dead letters, both branches.
-    assert sizes["raw_rides"] == 266 + 300 and sizes["raw_pickup_locations"] == 89 + 120
+    assert sizes["raw_rides"] == 266 + FIRST_RIDES and sizes["raw_pickup_locations"] == 89 + FIRST_PICKUPS
     assert sizes["dead_letter_records"] == 3
     assert min(sizes[t] for t in TABLES) > 0, sizes
 
     # Round 2: more records; both engines restore their streaming state from the checkpoints.
-    produce_with_cli(stack, "rides", "--synthetic", "150", "--seed", "12", "--late-fraction", "0.1")
-    produce_with_cli(stack, "pickups", "--synthetic", "60", "--seed", "12")
+    produce_with_cli(stack, "rides", "--synthetic", str(SECOND_RIDES), "--seed", "12", "--late-fraction", "0.1")
+    produce_with_cli(stack, "pickups", "--synthetic", str(SECOND_PICKUPS), "--seed", "12")
     _materialize_both(stack, remotes, lakehouses, root)
     sizes = _assert_identical(spark, lakehouses["local"], lakehouses["cluster"], "after the second runs")
-    assert sizes["raw_rides"] == 266 + 300 + 150 and sizes["raw_pickup_locations"] == 89 + 120 + 60
+    assert sizes["raw_rides"] == 266 + FIRST_RIDES + SECOND_RIDES
+    assert sizes["raw_pickup_locations"] == 89 + FIRST_PICKUPS + SECOND_PICKUPS
 
     # The cluster's work ran on executors under both workers (standalone: the driver runs no tasks itself).
     for worker in range(1, WORKERS + 1):

@@ -9,6 +9,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+from collections import Counter
 from pathlib import Path
 
 import pytest
@@ -16,21 +17,18 @@ import pytest
 REPO_ROOT = Path(__file__).resolve().parents[1]
 
 
-@pytest.fixture(scope="module")
-def small_lakehouse(spark, tmp_path_factory: pytest.TempPathFactory) -> Path:
-    root = tmp_path_factory.mktemp("sql-lakehouse")
-    counts = spark.createDataFrame([(1, 87), (2, 179)], "vendor_id INT, trip_count BIGINT")
-    counts.write.format("delta").save(str(root / "vendor_counts"))
-    return root
-
-
 @pytest.mark.integration
-def test_sql_command_prints_json_rows_and_fails_in_one_line(small_lakehouse: Path) -> None:
+@pytest.mark.slow
+def test_sql_command_prints_json_rows_and_fails_in_one_line(materialized_lakehouse, session_stack) -> None:
+    """Over the session's materialized lakehouse, on the session's engine (SPARK_REMOTE, as `stack env` exports
+    it); the counts are computed from the rides the lakehouse was given."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("SPARK_")}
-    env["LAKEHOUSE_DIR"] = str(small_lakehouse)
+    env["LAKEHOUSE_DIR"] = str(materialized_lakehouse.lakehouse)
+    env["SPARK_REMOTE"] = session_stack.up(engine=True).spark_remote
+    counts = Counter(int(v) for v in materialized_lakehouse.rides["vendor_id"])
     command = [sys.executable, "-m", "streaming_pipeline.devstack.cli", "sql"]
     ok = subprocess.run(
-        [*command, "SELECT * FROM vendor_counts ORDER BY vendor_id", "--format", "json"],
+        [*command, "SELECT vendor_id, trip_count FROM vendor_counts ORDER BY vendor_id", "--format", "json"],
         cwd=REPO_ROOT,
         env=env,
         capture_output=True,
@@ -39,7 +37,9 @@ def test_sql_command_prints_json_rows_and_fails_in_one_line(small_lakehouse: Pat
         check=False,
     )
     assert ok.returncode == 0, ok.stderr[-3000:]
-    assert ok.stdout == '{"vendor_id": 1, "trip_count": 87}\n{"vendor_id": 2, "trip_count": 179}\n'
+    assert ok.stdout == "".join(
+        f'{{"vendor_id": {vendor}, "trip_count": {count}}}\n' for vendor, count in sorted(counts.items())
+    )
     assert "BetaWarning" not in ok.stderr, ok.stderr[-3000:]
     bad = subprocess.run(
         [*command, "SELEC 1"], cwd=REPO_ROOT, env=env, capture_output=True, text=True, timeout=300, check=False

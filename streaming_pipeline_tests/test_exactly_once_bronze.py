@@ -98,6 +98,7 @@ def _rides_handler(stack, lakehouse, tmp_path: Path):
     )
 
 
+@pytest.mark.slow
 def test_checkpoint_reset_stops_the_run_and_replay_rebuilds_everything_exactly_once(stack, pipeline_resources, spark):
     lakehouse = pipeline_resources["lakehouse"]
     table, checkpoint = lakehouse.table_path("raw_rides"), lakehouse.checkpoint_path("raw_rides")
@@ -176,6 +177,7 @@ def test_table_deleted_while_its_checkpoint_is_kept_stops_the_run(stack, pipelin
     assert table in message and checkpoint in message and "streaming-pipeline replay raw_rides" in message
 
 
+@pytest.mark.slow
 def test_recreated_topic_is_reported_by_run_and_sensor_and_replay_reads_the_new_topic(stack, pipeline_resources, spark):
     lakehouse = pipeline_resources["lakehouse"]
     table, checkpoint = lakehouse.table_path("raw_rides"), lakehouse.checkpoint_path("raw_rides")
@@ -223,6 +225,7 @@ def test_recreated_topic_is_reported_by_run_and_sensor_and_replay_reads_the_new_
     assert _vendor_total(spark, pipeline_resources) == 6
 
 
+@pytest.mark.slow
 def test_records_deleted_unread_stop_the_run_and_replay_from_offsets_starts_where_asked(
     stack, pipeline_resources, spark
 ):

@@ -27,6 +27,8 @@ from streaming_pipeline.gold.windows import (
 from streaming_pipeline.resources.lakehouse import LakehouseResource
 
 #: The windows' and the join's parameters, as the assets pass them by default.
+pytestmark = pytest.mark.slow
+
 WINDOWS = {"window_duration": "600 seconds", "watermark_delay": "900 seconds"}
 JOIN = {"join_max_gap": "600 seconds", "watermark_delay": "900 seconds"}
 

@@ -7,11 +7,11 @@ Each round produces new rides and pickups and starts a run of the mode that has 
 execute -j continuous_streams_job` with `LIVE_MODE=continuous`, which streams every query until it is killed. It
 waits until the run's first step has started (for a continuous run, until its first query streams), sleeps a
 random time and SIGKILLs the run's whole process group (the Dagster CLI and the JVM: a machine that dies, not a
-polite stop). The moment is uniform over STREAMING_PIPELINE_KILL_FUZZ_WINDOW seconds (default 75). A triggered
-run that ends before its kill moment counts as finished, not as a kill. The moments come from a seeded generator:
-the seed is printed and can be set with STREAMING_PIPELINE_KILL_FUZZ_SEED. After the last kill a triggered run
-goes to the end (both modes use the same checkpoints). The suite kills twice, once in each mode (a few
-minutes); the fuzz of the issue is STREAMING_PIPELINE_KILL_FUZZ_KILLS=20.
+polite stop). The moment is uniform over the first KILL_WINDOW_S seconds. A triggered run that ends before its
+kill moment counts as finished, not as a kill. The moments come from a seeded generator: the seed is printed and can
+be set with STREAMING_PIPELINE_KILL_FUZZ_SEED. After the last kill a triggered run goes to the end (both modes use
+the same checkpoints). The suite kills twice, once in each mode; STREAMING_PIPELINE_TEST_DEPTH=10 (depth.py) is the
+long fuzz of 20 kills.
 """
 
 from __future__ import annotations
@@ -40,17 +40,18 @@ from streaming_pipeline_tests.cli_helpers import (
     start_in_a_group_of_its_own,
     start_materializing_every_asset,
 )
+from streaming_pipeline_tests.depth import scaled
 from streaming_pipeline_tests.kafka_helpers import REPO_ROOT, all_coordinates, end_offsets
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
-KILLS = int(os.environ.get("STREAMING_PIPELINE_KILL_FUZZ_KILLS", "2"))
+KILLS = scaled(2)
 SEED = int(os.environ.get("STREAMING_PIPELINE_KILL_FUZZ_SEED", str(int(time.time()))))
-RIDES_PER_ROUND, PICKUPS_PER_ROUND = 2_000, 500
-PER_TRIGGER = 800  # several micro-batches per bronze run, so that kills land between and inside them
-# Kill moments fall within the first 75 s after a run's first step: a whole run takes 75 to 100 s on 2 cores since its
-# metadata costs no Spark jobs (with 150 s, most runs ended before their kill and too few rounds were killed).
-KILL_WINDOW_S = float(os.environ.get("STREAMING_PIPELINE_KILL_FUZZ_WINDOW", "75"))
+RIDES_PER_ROUND, PICKUPS_PER_ROUND = 600, 150
+PER_TRIGGER = 200  # several micro-batches per bronze run, so that kills land between and inside them
+# Kill moments fall within the first 40 s after a run's first step, which a whole run of a round's records outlasts
+# on 2 cores (with a window longer than the run, most runs ended before their kill and too few rounds were killed).
+KILL_WINDOW_S = 40.0
 MAX_ROUNDS = 3 * KILLS  # rounds whose run ends before its kill moment do not count as kills
 WINDOW_SECONDS = 600  # RIDE_WINDOW_DURATION's default, 10 minutes
 RUN_TIMEOUT_S = 600

@@ -1,14 +1,14 @@
-"""The live path as a user runs it: the embedded stack (with the Spark Connect engine) and `dagster dev`
-(webserver + daemon, sensors as they start by default) as subprocesses. Nothing is materialized by hand.
+"""The live path as a user runs it: the embedded stack (the session's, with the Spark Connect engine) and `dagster
+dev` (webserver + daemon, sensors as they start by default) as subprocesses. Nothing is materialized by hand.
 
-The tests share one stack and one `dagster dev`, in file order: rides reach gold; a run that fails while
-the registry is down is retried once it is back; no two steps ever worked on a checkpoint at once; the README's
-replay, with the sensor paused, rebuilds raw_rides and gold over the engine; `dagster dev` restarted with
-LIVE_MODE=continuous streams what is produced next, exactly once, with its tables fresh, through a SIGKILL of its
-run, until its run is terminated; switching back to triggered and again to continuous is exact, and a new field
-registered while the continuous queries run reaches the branches and rides_enriched; and, last, the continuous mode
-goes on exactly once after the engine dies and is started again, and after the broker, then the registry, were
-away.
+The tests share the stack, a lakehouse and a `dagster dev` (started again only to switch modes), in file order:
+rides reach gold; a run that fails while the registry is down is retried once it is back; no two steps ever worked on
+a checkpoint at once; the README's replay, with the sensor paused, rebuilds raw_rides and gold over the engine;
+`dagster dev` restarted with LIVE_MODE=continuous streams what is produced next, exactly once, with its tables
+fresh, through a SIGKILL of its run, until its run is terminated; switching back to triggered and again to
+continuous is exact, and a new field registered while the continuous queries run reaches the branches and
+rides_enriched; and, last, that continuous run goes on exactly once after the engine dies and is started again, and
+after the broker, then the registry, were away.
 No test asserts a time: waits are bounded only so that a broken path fails instead of hanging.
 """
 
@@ -33,7 +33,7 @@ import pytest
 
 from streaming_pipeline.devstack.embedded.dagster_dev import DagsterDev
 from streaming_pipeline.devstack.embedded.processes import stop_pid
-from streaming_pipeline.devstack.embedded.stack import EmbeddedStack, StackInfo, running_stack
+from streaming_pipeline.devstack.embedded.stack import EmbeddedStack, StackInfo
 from streaming_pipeline.devstack.producer import produce, rows_from_records
 from streaming_pipeline.devstack.synthetic import SyntheticOptions, synthetic_rides
 from streaming_pipeline.live_runs import run_pid
@@ -43,12 +43,17 @@ from streaming_pipeline.schemas import load_schema
 from streaming_pipeline.tables import RIDES_TOPIC
 from streaming_pipeline_tests import live_helpers
 from streaming_pipeline_tests import test_schema_evolution as evolution
+from streaming_pipeline_tests.depth import scaled
 from streaming_pipeline_tests.kafka_helpers import REPO_ROOT, avro_frame, produce_raw
 from streaming_pipeline_tests.live_helpers import WAIT_SECONDS, delta_count, delta_vendor_counts, expected_vendor_counts
+from streaming_pipeline_tests.session_stack import SessionStack
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
 SENSOR_NAME = "raw_rides_offset_sensor"
+#: Rides of the continuous mode's first load, and of each load a process is killed under (at 400 a second, killed
+#: 0.5 s in or later, before the load ends); STREAMING_PIPELINE_TEST_DEPTH multiplies them.
+LOAD, KILL_LOAD = scaled(1_000), scaled(800)
 #: The names of the streaming tables' asset checks, which live_checks_job runs: the first three for each of the two
 #: bronze tables, 12 checks in all.
 LIVE_CHECKS = [
@@ -73,7 +78,13 @@ class Live:
     log: Path
     spark: Any
     env: dict[str, str]  # what `dagster dev` runs with: the stack's `stack env` and LAKEHOUSE_DIR
-    dagster_dev: DagsterDev
+    dagster_dev: DagsterDev  # the one running now (the module's fixture stops it)
+
+    def restart_dagster_dev(self, env: dict[str, str], log: Path) -> DagsterDev:
+        """Stop the running `dagster dev` (one daemon per instance), then start one with `env`."""
+        self.dagster_dev.stop()
+        self.dagster_dev = DagsterDev(env, log).start()
+        return self.dagster_dev
 
     def instance(self) -> dg.DagsterInstance:
         return dg.DagsterInstance.from_config(str(self.dagster_home))
@@ -90,31 +101,36 @@ def wait_until(live: Live, what: str, condition: Callable[[], bool]) -> None:
 
 
 @pytest.fixture(scope="module")
-def live(tmp_path_factory: pytest.TempPathFactory, spark: Any) -> Iterator[Live]:
-    """The tables are read with the test session's own in-process Spark (pytest's process stays a classic
-    driver: pyspark does not mix Connect and classic sessions in one process)."""
+def live(session_stack: SessionStack, tmp_path_factory: pytest.TempPathFactory, spark: Any) -> Iterator[Live]:
+    """The session's stack with its engine, cleared, and a DAGSTER_HOME and lakehouse of the module's own. The
+    tables are read with the test session's own in-process Spark (pytest's process stays a classic driver: pyspark
+    does not mix Connect and classic sessions in one process)."""
     root = tmp_path_factory.mktemp("live")
-    with running_stack(root / "stack", spark=True) as stack:
-        assert stack.spark_remote and stack.dagster_home
-        # Relaunches after a failure within seconds: the tests' runs fail on purpose (registry down, SIGKILL, the
-        # engine restarted) and are terminated, and each counts in the sensors' back-off (a minute at most by default).
-        env = {
-            **stack.env(),
-            "LAKEHOUSE_DIR": str(root / "lakehouse"),
-            "OFFSET_SENSOR_RETRY_BACKOFF_SECONDS": "2",
-            "OFFSET_SENSOR_MAX_BACKOFF_SECONDS": "4",
-        }
-        with DagsterDev(env, root / "dagster-dev.log") as dagster_dev:  # the README's `dagster dev -w workspace.yaml`
-            yield Live(
-                stack,
-                root / "lakehouse",
-                stack.dagster_home,
-                dagster_dev.port,
-                dagster_dev.log_file,
-                spark,
-                dict(dagster_dev.env),
-                dagster_dev,
-            )
+    stack = session_stack.clear(engine=True, dagster_home=root / "dagster_home")
+    assert stack.spark_remote and stack.dagster_home
+    # Relaunches after a failure within seconds: the tests' runs fail on purpose (registry down, SIGKILL, the
+    # engine restarted) and are terminated, and each counts in the sensors' back-off (a minute at most by default).
+    env = {
+        **stack.env(),
+        "LAKEHOUSE_DIR": str(root / "lakehouse"),
+        "OFFSET_SENSOR_RETRY_BACKOFF_SECONDS": "2",
+        "OFFSET_SENSOR_MAX_BACKOFF_SECONDS": "4",
+    }
+    dagster_dev = DagsterDev(env, root / "dagster-dev.log").start()  # the README's `dagster dev -w workspace.yaml`
+    live = Live(
+        stack,
+        root / "lakehouse",
+        stack.dagster_home,
+        dagster_dev.port,
+        dagster_dev.log_file,
+        spark,
+        dict(dagster_dev.env),
+        dagster_dev,
+    )
+    try:
+        yield live
+    finally:
+        live.dagster_dev.stop()
 
 
 PRODUCED: list[dict[str, Any]] = []
@@ -302,126 +318,123 @@ def test_the_continuous_mode_streams_produced_rides_to_gold_and_terminating_it_s
     once, with no triggered run; the schedule runs the asset checks beside it (every minute here), and they pass
     while the tables stream; terminating the run from the UI's API stops every query."""
     kafka, registry = _resources(live)
-    live.dagster_dev.stop()  # one daemon per instance: the triggered code location's goes first
     env = {**_continuous_env(live), "CONTINUOUS_CHECKS_CRON": "* * * * *"}
-    with DagsterDev(env, tmp_path / "dagster-dev-continuous.log") as dagster_dev:
+    dagster_dev = live.restart_dagster_dev(env, tmp_path / "dagster-dev-continuous.log")
 
-        def continuous_run() -> dg.DagsterRun | None:
-            return _continuous_run(live)
+    def continuous_run() -> dg.DagsterRun | None:
+        return _continuous_run(live)
 
-        live_helpers.wait_until(
-            "the sensor launches the continuous run", lambda: continuous_run() is not None, log=dagster_dev.log_file
-        )
-        triggered_before = len(live.instance().get_runs(filters=dg.RunsFilter(job_name="raw_rides_to_gold_job")))
-        rides = list(synthetic_rides(2_000, SyntheticOptions(seed=404)))
-        result = produce(kafka, registry, RIDES_TOPIC, rows_from_records(rides), rate=400, show_progress=False)
-        assert (result.sent, result.failed) == (2_000, 0)
-        PRODUCED.extend(rides)
-        expected = expected_vendor_counts(PRODUCED)
-        live_helpers.wait_until(
-            f"{len(PRODUCED)} rides in raw_rides",
-            lambda: live.count("raw_rides") == len(PRODUCED),
-            log=dagster_dev.log_file,
-        )
-        live_helpers.wait_until(
-            f"vendor_counts == {expected}", lambda: live.vendor_counts() == expected, log=dagster_dev.log_file
-        )
-        distinct = live.spark.read.format("delta").load(str(live.lakehouse / "raw_rides"))
-        assert distinct.select("kafka_partition", "kafka_offset").distinct().count() == len(PRODUCED)
-        # The offset sensors stood aside: no triggered run took any of them.
-        assert len(live.instance().get_runs(filters=dg.RunsFilter(job_name="raw_rides_to_gold_job"))) == (
-            triggered_before
-        )
-        # The run reports the tables it streams as materializations of their assets, at its report interval (5 s
-        # here), so the report of vendor_counts' last commit may come a little after the counts are exact.
-        run_id = continuous_run().run_id
+    live_helpers.wait_until(
+        "the sensor launches the continuous run", lambda: continuous_run() is not None, log=dagster_dev.log_file
+    )
+    triggered_before = len(live.instance().get_runs(filters=dg.RunsFilter(job_name="raw_rides_to_gold_job")))
+    rides = list(synthetic_rides(LOAD, SyntheticOptions(seed=404)))
+    result = produce(kafka, registry, RIDES_TOPIC, rows_from_records(rides), rate=400, show_progress=False)
+    assert (result.sent, result.failed) == (LOAD, 0)
+    PRODUCED.extend(rides)
+    expected = expected_vendor_counts(PRODUCED)
+    live_helpers.wait_until(
+        f"{len(PRODUCED)} rides in raw_rides",
+        lambda: live.count("raw_rides") == len(PRODUCED),
+        log=dagster_dev.log_file,
+    )
+    live_helpers.wait_until(
+        f"vendor_counts == {expected}", lambda: live.vendor_counts() == expected, log=dagster_dev.log_file
+    )
+    distinct = live.spark.read.format("delta").load(str(live.lakehouse / "raw_rides"))
+    assert distinct.select("kafka_partition", "kafka_offset").distinct().count() == len(PRODUCED)
+    # The offset sensors stood aside: no triggered run took any of them.
+    assert len(live.instance().get_runs(filters=dg.RunsFilter(job_name="raw_rides_to_gold_job"))) == (triggered_before)
+    # The run reports the tables it streams as materializations of their assets, at its report interval (5 s
+    # here), so the report of vendor_counts' last commit may come a little after the counts are exact.
+    run_id = continuous_run().run_id
 
-        def reported_by_the_continuous_run() -> bool:
-            materialization = live.instance().get_latest_materialization_event(dg.AssetKey("vendor_counts"))
-            return materialization is not None and materialization.run_id == run_id
+    def reported_by_the_continuous_run() -> bool:
+        materialization = live.instance().get_latest_materialization_event(dg.AssetKey("vendor_counts"))
+        return materialization is not None and materialization.run_id == run_id
 
-        live_helpers.wait_until(
-            "the continuous run reports vendor_counts", reported_by_the_continuous_run, log=dagster_dev.log_file
-        )
-        # Dagster's freshness daemon evaluates the tables' freshness policies (continuous mode only).
-        live_helpers.wait_until(
-            "vendor_counts is fresh",
-            lambda: _freshness(live, "vendor_counts") == "PASS",
-            log=dagster_dev.log_file,
-        )
+    live_helpers.wait_until(
+        "the continuous run reports vendor_counts", reported_by_the_continuous_run, log=dagster_dev.log_file
+    )
+    # Dagster's freshness daemon evaluates the tables' freshness policies (continuous mode only).
+    live_helpers.wait_until(
+        "vendor_counts is fresh",
+        lambda: _freshness(live, "vendor_counts") == "PASS",
+        log=dagster_dev.log_file,
+    )
 
-        # The run's process SIGKILLed at a random moment while rides stream in: the sensor marks it failed and
-        # launches another, which first stops the killed run's queries (still running on the engine, in the killed
-        # run's Spark Connect session) and then takes over the checkpoints; every ride lands once.
-        killed = continuous_run()
-        assert killed is not None
-        pid = run_pid(live.instance(), killed.run_id)
-        assert pid is not None
-        more_rides = list(synthetic_rides(1_500, SyntheticOptions(seed=406)))
-        _kill_under_load(live, more_rides, rate=500, pid=pid, latest=3.0)
-        PRODUCED.extend(more_rides)
-        live_helpers.wait_until(
-            "another continuous run",
-            lambda: (run := continuous_run()) is not None and run.run_id != killed.run_id,
-            log=dagster_dev.log_file,
-        )
-        assert live.instance().get_run_by_id(killed.run_id).status == dg.DagsterRunStatus.FAILURE
-        relaunched = continuous_run()
-        assert relaunched is not None
+    # The run's process SIGKILLed at a random moment while rides stream in: the sensor marks it failed and
+    # launches another, which first stops the killed run's queries (still running on the engine, in the killed
+    # run's Spark Connect session) and then takes over the checkpoints; every ride lands once.
+    killed = continuous_run()
+    assert killed is not None
+    pid = run_pid(live.instance(), killed.run_id)
+    assert pid is not None
+    more_rides = list(synthetic_rides(KILL_LOAD, SyntheticOptions(seed=406)))
+    _kill_under_load(live, more_rides, rate=400, pid=pid, latest=KILL_LOAD / 400 - 0.5)
+    PRODUCED.extend(more_rides)
+    live_helpers.wait_until(
+        "another continuous run",
+        lambda: (run := continuous_run()) is not None and run.run_id != killed.run_id,
+        log=dagster_dev.log_file,
+    )
+    assert live.instance().get_run_by_id(killed.run_id).status == dg.DagsterRunStatus.FAILURE
+    relaunched = continuous_run()
+    assert relaunched is not None
 
-        live_helpers.wait_until(
-            "the new run stops the killed run's queries",
-            lambda: _logged(live, relaunched.run_id, f"run {killed.run_id} left running when its process died"),
-            log=dagster_dev.log_file,
-        )
-        # Once run monitoring has freed the killed run's pools, the new run streams: rides produced now are its own.
-        live_helpers.wait_until(
-            "the new run streams",
-            lambda: _logged(live, relaunched.run_id, "vendor_counts: streaming"),
-            log=dagster_dev.log_file,
-        )
-        after_restart = list(synthetic_rides(200, SyntheticOptions(seed=407)))
-        assert produce(kafka, registry, RIDES_TOPIC, rows_from_records(after_restart), show_progress=False).sent == 200
-        PRODUCED.extend(after_restart)
-        _wait_until_exact(live, dagster_dev.log_file, "after the kill")
+    live_helpers.wait_until(
+        "the new run stops the killed run's queries",
+        lambda: _logged(live, relaunched.run_id, f"run {killed.run_id} left running when its process died"),
+        log=dagster_dev.log_file,
+    )
+    # Once run monitoring has freed the killed run's pools, the new run streams: rides produced now are its own.
+    live_helpers.wait_until(
+        "the new run streams",
+        lambda: _logged(live, relaunched.run_id, "vendor_counts: streaming"),
+        log=dagster_dev.log_file,
+    )
+    after_restart = list(synthetic_rides(200, SyntheticOptions(seed=407)))
+    assert produce(kafka, registry, RIDES_TOPIC, rows_from_records(after_restart), show_progress=False).sent == 200
+    PRODUCED.extend(after_restart)
+    _wait_until_exact(live, dagster_dev.log_file, "after the kill")
 
-        # The schedule's check runs read the tables while the queries write them (the first minute's tick came
-        # during the load or the kill above): every check of the streaming tables passed.
-        def checked() -> list[dg.DagsterRun]:
-            runs = live.instance().get_runs(filters=dg.RunsFilter(job_name="live_checks_job"))
-            return [run for run in runs if run.is_finished]
+    # The schedule's check runs read the tables while the queries write them (the first minute's tick came
+    # during the load or the kill above): every check of the streaming tables passed.
+    def checked() -> list[dg.DagsterRun]:
+        runs = live.instance().get_runs(filters=dg.RunsFilter(job_name="live_checks_job"))
+        return [run for run in runs if run.is_finished]
 
-        live_helpers.wait_until("a scheduled check run", lambda: bool(checked()), log=dagster_dev.log_file)
-        check_run = checked()[-1]  # the first one
-        assert check_run.status == dg.DagsterRunStatus.SUCCESS
-        assert check_run.tags.get("dagster/schedule_name") == "live_checks_schedule"
-        records = (
-            live.instance()
-            .get_records_for_run(check_run.run_id, of_type=dg.DagsterEventType.ASSET_CHECK_EVALUATION)
-            .records
-        )
-        evaluations = [record.event_log_entry.dagster_event.event_specific_data for record in records]
-        assert len(evaluations) == 12 and {e.check_name for e in evaluations} == set(LIVE_CHECKS)
-        assert [(e.asset_key.to_user_string(), e.check_name) for e in evaluations if not e.passed] == []
+    live_helpers.wait_until("a scheduled check run", lambda: bool(checked()), log=dagster_dev.log_file)
+    check_run = checked()[-1]  # the first one
+    assert check_run.status == dg.DagsterRunStatus.SUCCESS
+    assert check_run.tags.get("dagster/schedule_name") == "live_checks_schedule"
+    records = (
+        live.instance()
+        .get_records_for_run(check_run.run_id, of_type=dg.DagsterEventType.ASSET_CHECK_EVALUATION)
+        .records
+    )
+    evaluations = [record.event_log_entry.dagster_event.event_specific_data for record in records]
+    assert len(evaluations) == 12 and {e.check_name for e in evaluations} == set(LIVE_CHECKS)
+    assert [(e.asset_key.to_user_string(), e.check_name) for e in evaluations if not e.passed] == []
 
-        # Terminated from the UI's API with its sensor stopped (the offset sensors rest in this mode): no query goes on.
-        _stop_the_continuous_run(live, dagster_dev)
-        offsets = live.lakehouse / "_checkpoints" / "raw_rides" / "offsets"
-        batches = sorted(offsets.iterdir())
-        more = list(synthetic_rides(20, SyntheticOptions(seed=405)))
-        assert produce(kafka, registry, RIDES_TOPIC, rows_from_records(more), show_progress=False).sent == 20
-        time.sleep(10)  # a query still running would have started a micro-batch (500 ms trigger) by now
-        assert sorted(offsets.iterdir()) == batches
-        assert live.count("raw_rides") == len(PRODUCED)
-        PRODUCED.extend(more)  # in Kafka only: the next mode carries them
+    # Terminated from the UI's API with its sensor stopped (the offset sensors rest in this mode): no query goes on.
+    _stop_the_continuous_run(live, dagster_dev)
+    offsets = live.lakehouse / "_checkpoints" / "raw_rides" / "offsets"
+    batches = sorted(offsets.iterdir())
+    more = list(synthetic_rides(20, SyntheticOptions(seed=405)))
+    assert produce(kafka, registry, RIDES_TOPIC, rows_from_records(more), show_progress=False).sent == 20
+    time.sleep(10)  # a query still running would have started a micro-batch (500 ms trigger) by now
+    assert sorted(offsets.iterdir()) == batches
+    assert live.count("raw_rides") == len(PRODUCED)
+    PRODUCED.extend(more)  # in Kafka only: the next mode carries them
 
 
 def test_switching_to_triggered_and_back_to_continuous_loses_and_duplicates_nothing(live: Live, tmp_path: Path) -> None:
     """continuous -> triggered -> continuous on the same checkpoints, with rides produced in each mode (and the 20
     the terminated continuous run left in Kafka): the offset sensor's run takes over where the continuous queries
-    stopped, the continuous run where the triggered run stopped, and every table is exact after each switch."""
+    stopped, the continuous run where the triggered run stopped, and every table is exact after each switch. The
+    continuous run goes on for the next test."""
     kafka, registry = _resources(live)
-    live.dagster_dev.stop()  # one daemon per instance (stopped already when the module runs in order)
 
     def produce_and_check(seed: int, log: Path) -> None:
         rides = list(synthetic_rides(300, SyntheticOptions(seed=seed)))
@@ -432,25 +445,22 @@ def test_switching_to_triggered_and_back_to_continuous_loses_and_duplicates_noth
     # Counted before the sensor can launch anything: its first run may start at once, for the rides the terminated
     # continuous run left, and take the new ones too.
     sensor_runs_before = len(live.instance().get_runs(filters=dg.RunsFilter(job_name="raw_rides_to_gold_job")))
-    with DagsterDev(live.env, tmp_path / "dagster-dev-triggered.log") as dagster_dev:
-        _set_sensor(dagster_dev, SENSOR_NAME, running=True)  # paused since the replay
-        produce_and_check(408, dagster_dev.log_file)
-        # The offset sensor's runs carried them: triggered mode is back, with no continuous run.
-        assert len(live.instance().get_runs(filters=dg.RunsFilter(job_name="raw_rides_to_gold_job"))) > (
-            sensor_runs_before
-        )
-        assert _continuous_run(live) is None
+    dagster_dev = live.restart_dagster_dev(live.env, tmp_path / "dagster-dev-triggered.log")
+    _set_sensor(dagster_dev, SENSOR_NAME, running=True)  # paused since the replay
+    produce_and_check(408, dagster_dev.log_file)
+    # The offset sensor's runs carried them: triggered mode is back, with no continuous run.
+    assert len(live.instance().get_runs(filters=dg.RunsFilter(job_name="raw_rides_to_gold_job"))) > sensor_runs_before
+    assert _continuous_run(live) is None
 
-    with DagsterDev(_continuous_env(live), tmp_path / "dagster-dev-continuous-again.log") as dagster_dev:
-        _set_sensor(dagster_dev, "continuous_streams_sensor", running=True)  # the previous test stopped it
-        live_helpers.wait_until(
-            "the sensor launches the continuous run again",
-            lambda: _continuous_run(live) is not None,
-            log=dagster_dev.log_file,
-        )
-        produce_and_check(409, dagster_dev.log_file)
-        _a_new_field_flows_through_the_running_queries(live, dagster_dev.log_file)
-        _stop_the_continuous_run(live, dagster_dev)
+    dagster_dev = live.restart_dagster_dev(_continuous_env(live), tmp_path / "dagster-dev-continuous-again.log")
+    _set_sensor(dagster_dev, "continuous_streams_sensor", running=True)  # the previous test stopped it
+    live_helpers.wait_until(
+        "the sensor launches the continuous run again",
+        lambda: _continuous_run(live) is not None,
+        log=dagster_dev.log_file,
+    )
+    produce_and_check(409, dagster_dev.log_file)
+    _a_new_field_flows_through_the_running_queries(live, dagster_dev.log_file)
 
 
 def _a_new_field_flows_through_the_running_queries(live: Live, log: Path) -> None:
@@ -530,80 +540,80 @@ def test_the_continuous_mode_goes_on_exactly_once_after_the_engine_dies_and_the_
     """The Spark Connect server SIGKILLed while rides stream in, and started again as `stack up` does: the run
     fails, the sensor relaunches it, and the new run goes on from the checkpoints. Then the broker stopped for
     20 s and started again, then the registry: the same run goes on. Every ride lands once, carried by the
-    continuous runs alone."""
+    continuous runs alone. It goes on with the continuous run the previous test left (or starts one)."""
     kafka, registry = _resources(live)
     stack_dir = live.stack.directory
-    live.dagster_dev.stop()  # one daemon per instance (stopped already when the module runs in order)
+    dagster_dev = live.dagster_dev
+    if dagster_dev.env.get("LIVE_MODE") != "continuous":
+        dagster_dev = live.restart_dagster_dev(_continuous_env(live), tmp_path / "dagster-dev-faults.log")
+    log = dagster_dev.log_file
+    _set_sensor(dagster_dev, "continuous_streams_sensor", running=True)  # in case the module does not run in order
+    # The offset sensor the previous test started would carry rides while the continuous run is in back-off.
+    _set_sensor(dagster_dev, SENSOR_NAME, running=False)
+    live_helpers.wait_until("the continuous run", lambda: _continuous_run(live) is not None, log=log)
+    first = _continuous_run(live)
+    assert first is not None
+    # Its queries run in its Spark Connect session (the windows start last): an engine killed before, while the
+    # run was starting, would leave the run nothing to lose.
+    live_helpers.wait_until(
+        "the continuous run streams",
+        lambda: _logged(live, first.run_id, "ride_window_aggregates: streaming"),
+        log=log,
+    )
 
-    with DagsterDev(_continuous_env(live), tmp_path / "dagster-dev-faults.log") as dagster_dev:
-        log = dagster_dev.log_file
-        _set_sensor(dagster_dev, "continuous_streams_sensor", running=True)  # the previous test stopped it
-        # The offset sensor the previous test started would carry rides while the continuous run is in back-off.
-        _set_sensor(dagster_dev, SENSOR_NAME, running=False)
-        live_helpers.wait_until("the continuous run", lambda: _continuous_run(live) is not None, log=log)
-        first = _continuous_run(live)
-        assert first is not None
-        # Its queries run in its Spark Connect session (the windows start last): an engine killed before, while the
-        # run was starting, would leave the run nothing to lose.
-        live_helpers.wait_until(
-            "the continuous run streams",
-            lambda: _logged(live, first.run_id, "ride_window_aggregates: streaming"),
-            log=log,
-        )
+    # The engine dies a random moment into a load; `stack up` starts it again on its port.
+    engine = EmbeddedStack(stack_dir, prefer_standard_ports=False).up(timeout=60)  # all running: where they are
+    assert engine.spark_pid is not None
+    rides = list(synthetic_rides(KILL_LOAD, SyntheticOptions(seed=410)))
+    _kill_under_load(live, rides, rate=400, pid=engine.spark_pid, latest=KILL_LOAD / 400 - 0.5)
+    PRODUCED.extend(rides)
+    restarted = EmbeddedStack(stack_dir, prefer_standard_ports=False).up(timeout=120)
+    assert restarted.spark_remote == engine.spark_remote and restarted.spark_pid != engine.spark_pid
+    live_helpers.wait_until(
+        "the run that lost its engine fails",
+        lambda: _status(live, first.run_id) == dg.DagsterRunStatus.FAILURE,
+        log=log,
+    )
+    live_helpers.wait_until(
+        "the sensor relaunches the continuous run",
+        lambda: (run := _continuous_run(live)) is not None and run.run_id != first.run_id,
+        log=log,
+    )
+    _wait_until_exact(live, log, "after the engine restarted")
+    relaunched = _continuous_run(live)
+    assert relaunched is not None
 
-        # The engine dies a random moment into a load; `stack up` starts it again on its port.
-        engine = EmbeddedStack(stack_dir, prefer_standard_ports=False).up(timeout=60)  # all running: where they are
-        assert engine.spark_pid is not None
-        rides = list(synthetic_rides(600, SyntheticOptions(seed=410)))
-        _kill_under_load(live, rides, rate=300, pid=engine.spark_pid, latest=1.5)
-        PRODUCED.extend(rides)
-        restarted = EmbeddedStack(stack_dir, prefer_standard_ports=False).up(timeout=120)
-        assert restarted.spark_remote == engine.spark_remote and restarted.spark_pid != engine.spark_pid
-        live_helpers.wait_until(
-            "the run that lost its engine fails",
-            lambda: _status(live, first.run_id) == dg.DagsterRunStatus.FAILURE,
-            log=log,
-        )
-        live_helpers.wait_until(
-            "the sensor relaunches the continuous run",
-            lambda: (run := _continuous_run(live)) is not None and run.run_id != first.run_id,
-            log=log,
-        )
-        _wait_until_exact(live, log, "after the engine restarted")
-        relaunched = _continuous_run(live)
-        assert relaunched is not None
+    # The broker away for 20 s: the run waits for it, and what is produced once it is back lands once too.
+    stop_pid(restarted.kafka_pid, timeout=30)
+    time.sleep(20)
+    back = EmbeddedStack(stack_dir, prefer_standard_ports=False).up(timeout=120)
+    assert back.bootstrap_servers == restarted.bootstrap_servers
+    more = list(synthetic_rides(300, SyntheticOptions(seed=411)))
+    assert produce(kafka, registry, RIDES_TOPIC, rows_from_records(more), show_progress=False).sent == 300
+    PRODUCED.extend(more)
+    _wait_until_exact(live, log, "after the broker came back")
 
-        # The broker away for 20 s: the run waits for it, and what is produced once it is back lands once too.
-        stop_pid(restarted.kafka_pid, timeout=30)
-        time.sleep(20)
-        back = EmbeddedStack(stack_dir, prefer_standard_ports=False).up(timeout=120)
-        assert back.bootstrap_servers == restarted.bootstrap_servers
-        more = list(synthetic_rides(300, SyntheticOptions(seed=411)))
-        assert produce(kafka, registry, RIDES_TOPIC, rows_from_records(more), show_progress=False).sent == 300
-        PRODUCED.extend(more)
-        _wait_until_exact(live, log, "after the broker came back")
-
-        # The registry away: rides encoded before, sent while it is down, wait in Kafka; raw_rides' micro-batch
-        # fails for want of their schemas and is retried with back-off, and once the registry is back they land once
-        # (none as a dead letter).
-        offline = list(synthetic_rides(50, SyntheticOptions(seed=412)))
-        messages = _frames_while_the_registry_is_up(registry, offline)
-        failures_before = log.read_text(errors="replace").count("raw_rides: failed (")
-        stop_pid(back.registry_pid, timeout=15)
-        produce_raw(back.bootstrap_servers, RIDES_TOPIC, messages)
-        live_helpers.wait_until(
-            "raw_rides fails while the registry is away",
-            lambda: log.read_text(errors="replace").count("raw_rides: failed (") > failures_before,
-            log=log,
-        )
-        assert live.count("raw_rides") == len(PRODUCED)  # nothing taken while the registry is away
-        PRODUCED.extend(offline)
-        registry_back = EmbeddedStack(stack_dir, prefer_standard_ports=False).up(timeout=60)
-        assert registry_back.schema_registry_url == back.schema_registry_url
-        _wait_until_exact(live, log, "after the registry came back")
-        after = _continuous_run(live)
-        assert after is not None and after.run_id == relaunched.run_id  # neither outage failed the run
-        _stop_the_continuous_run(live, dagster_dev)
+    # The registry away: rides encoded before, sent while it is down, wait in Kafka; raw_rides' micro-batch
+    # fails for want of their schemas and is retried with back-off, and once the registry is back they land once
+    # (none as a dead letter).
+    offline = list(synthetic_rides(50, SyntheticOptions(seed=412)))
+    messages = _frames_while_the_registry_is_up(registry, offline)
+    failures_before = log.read_text(errors="replace").count("raw_rides: failed (")
+    stop_pid(back.registry_pid, timeout=15)
+    produce_raw(back.bootstrap_servers, RIDES_TOPIC, messages)
+    live_helpers.wait_until(
+        "raw_rides fails while the registry is away",
+        lambda: log.read_text(errors="replace").count("raw_rides: failed (") > failures_before,
+        log=log,
+    )
+    assert live.count("raw_rides") == len(PRODUCED)  # nothing taken while the registry is away
+    PRODUCED.extend(offline)
+    registry_back = EmbeddedStack(stack_dir, prefer_standard_ports=False).up(timeout=60)
+    assert registry_back.schema_registry_url == back.schema_registry_url
+    _wait_until_exact(live, log, "after the registry came back")
+    after = _continuous_run(live)
+    assert after is not None and after.run_id == relaunched.run_id  # neither outage failed the run
+    _stop_the_continuous_run(live, dagster_dev)
 
 
 def _kill_under_load(live: Live, rides: list[dict[str, Any]], *, rate: int, pid: int, latest: float) -> None:

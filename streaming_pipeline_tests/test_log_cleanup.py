@@ -62,6 +62,7 @@ def small_batches(pipeline_resources, lakehouse_dir: Path) -> dict[str, object]:
     return {**pipeline_resources, "lakehouse": LakehouseResource(root=str(lakehouse_dir), max_offsets_per_trigger=8)}
 
 
+@pytest.mark.slow
 def test_sensor_bronze_run_and_checks_go_on_exactly_after_log_cleanup(stack, small_batches, spark, lakehouse_dir):
     """The measured case: six bronze commits, an OPTIMIZE, a checkpoint, the covered commits deleted, more rides."""
     lakehouse: LakehouseResource = small_batches["lakehouse"]  # type: ignore[assignment]
@@ -113,21 +114,24 @@ def test_sensor_bronze_run_and_checks_go_on_exactly_after_log_cleanup(stack, sma
     assert "streaming-pipeline replay raw_rides" in str(caught.value)
 
 
+@pytest.mark.slow
 def test_the_window_reconcile_stays_incremental_after_its_tables_log_is_cleaned_up(stack, small_batches, spark):
     """The windows table loses every commit that recorded a reconcile; the next one still starts from the last.
     (raw_rides keeps the commits its streams read last: a Delta stream restarts by reading its last batch again.)"""
     lakehouse: LakehouseResource = small_batches["lakehouse"]  # type: ignore[assignment]
     windows = lakehouse.table_path("ride_window_aggregates")
+    # Only the windows and the table they read: the other assets play no part here.
+    only_windows = {"resources": small_batches, "selection": ["raw_rides", "ride_window_aggregates"]}
     _produce(stack, 30, seed=26)
-    assert dg.materialize(PIPELINE.assets, resources=small_batches).success
+    assert dg.materialize(PIPELINE.assets, **only_windows).success
     _produce(stack, 6, seed=27)
-    assert dg.materialize(PIPELINE.assets, resources=small_batches).success
+    assert dg.materialize(PIPELINE.assets, **only_windows).success
     checkpoint_and_clean(spark, windows)
     markers = [c.user_metadata for c in commits(windows) or []]
     assert not any(m and m.get("writer") == "reconcile:ride_window_aggregates" for m in markers)
 
     _produce(stack, 5, seed=28)
-    run = dg.materialize(PIPELINE.assets, resources=small_batches)
+    run = dg.materialize(PIPELINE.assets, **only_windows)
     metadata = next(
         m.materialization.metadata
         for m in run.get_asset_materialization_events()
@@ -138,10 +142,13 @@ def test_the_window_reconcile_stays_incremental_after_its_tables_log_is_cleaned_
     assert counted == 41
 
 
+@pytest.mark.slow
 def test_replay_from_earliest_a_time_and_offsets_rebuilds_exactly_after_log_cleanup(
-    stack, small_batches, spark, lakehouse_dir: Path
+    stack, pipeline_resources, spark, lakehouse_dir: Path
 ):
-    lakehouse: LakehouseResource = small_batches["lakehouse"]  # type: ignore[assignment]
+    """Each replay starts after a cleanup of every table's log (the micro-batch size plays no part: each replay
+    starts every stream on a new checkpoint)."""
+    lakehouse: LakehouseResource = pipeline_resources["lakehouse"]  # type: ignore[assignment]
     table, checkpoint = lakehouse.table_path("raw_rides"), lakehouse.checkpoint_path("raw_rides")
     _produce(stack, 24, seed=23)
     first = end_offsets(stack.bootstrap_servers, RIDES_TOPIC)
@@ -150,8 +157,8 @@ def test_replay_from_earliest_a_time_and_offsets_rebuilds_exactly_after_log_clea
     time.sleep(1.5)
     _produce(stack, 9, seed=24)
     ends = end_offsets(stack.bootstrap_servers, RIDES_TOPIC)
-    assert dg.materialize(PIPELINE.assets, resources=small_batches).success
-    defs = _defs(small_batches)
+    assert dg.materialize(PIPELINE.assets, resources=pipeline_resources).success
+    defs = _defs(pipeline_resources)
 
     def rebuilt(start: ReplayStart) -> set[tuple[str, int, int]]:
         spark.sql(f"OPTIMIZE delta.`{table}`")

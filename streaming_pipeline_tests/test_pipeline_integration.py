@@ -1,24 +1,19 @@
-"""End to end on the real embedded stack: CSV -> Kafka -> every Delta table, against pandas."""
+"""End to end on the real embedded stack: the session's materialized lakehouse (materialized_lakehouse.py: the TLC
+sample and pickups near its dropoffs, undecodable records, then more rides with late ones in a second run) against
+what pandas computes from the produced records."""
 
 from __future__ import annotations
 
-import csv
-from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
-import dagster as dg
 import pandas as pd
 import pytest
 
-from streaming_pipeline.definitions import pipeline_definitions
-from streaming_pipeline.devstack.cli import main as cli_main
-from streaming_pipeline.devstack.producer import produce, rows_from_records
-from streaming_pipeline.devstack.synthetic import SyntheticOptions, synthetic_rides
-from streaming_pipeline.engine.delta_log import latest_version
 from streaming_pipeline.tables import RIDES_TOPIC
 from streaming_pipeline_tests.conftest import TLC_RIDE_COLUMNS
+from streaming_pipeline_tests.materialized_lakehouse import MaterializedLakehouse
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
 TABLES = [
     "raw_rides",
@@ -38,44 +33,6 @@ WINDOW = "10min"
 WATERMARK_DELAY = pd.Timedelta(minutes=15)
 
 
-def _expected_rides(rides_csv: Path) -> pd.DataFrame:
-    frame = pd.read_csv(rides_csv).rename(columns=TLC_RIDE_COLUMNS)
-    for column in ("pickup_datetime", "dropoff_datetime"):
-        frame[column] = pd.to_datetime(frame[column])
-    return frame
-
-
-def _write_pickups_csv(rides: pd.DataFrame, path: Path) -> pd.DataFrame:
-    """Pickups at the dropoff zones of some rides: on the inclusive bound, just outside it, and between."""
-    offsets = [
-        timedelta(minutes=-10),
-        timedelta(minutes=10),
-        timedelta(minutes=10, seconds=1),
-        timedelta(minutes=-10, seconds=-1),
-        timedelta(minutes=3),
-        timedelta(0),
-    ]
-    rows = []
-    for index, ride in rides.iloc[::5].reset_index(drop=True).iterrows():
-        rows.append(
-            {
-                "PULocationID": int(ride["do_location_id"]),
-                "tpep_pickup_datetime": ride["dropoff_datetime"] + offsets[index % len(offsets)],
-            }
-        )
-    with path.open("w", newline="") as handle:
-        writer = csv.DictWriter(handle, fieldnames=["PULocationID", "tpep_pickup_datetime"])
-        writer.writeheader()
-        for row in rows:
-            writer.writerow({**row, "tpep_pickup_datetime": row["tpep_pickup_datetime"].strftime("%Y-%m-%d %H:%M:%S")})
-    return pd.DataFrame(
-        {
-            "pu_location_id": [r["PULocationID"] for r in rows],
-            "pickup_datetime": [r["tpep_pickup_datetime"] for r in rows],
-        }
-    )
-
-
 def _expected_joins(rides: pd.DataFrame, pickups: pd.DataFrame) -> list[tuple]:
     pairs = rides[["vendor_id", "do_location_id", "dropoff_datetime"]].merge(
         pickups, left_on="do_location_id", right_on="pu_location_id"
@@ -92,32 +49,11 @@ def _expected_windows(rides: pd.DataFrame) -> dict[tuple, tuple[int, float]]:
     return {(ws.to_pydatetime(), int(v)): (int(r.n), round(float(r.s), 2)) for (ws, v), r in grouped.iterrows()}
 
 
-def _produce(stack, kind: str, csv_path: Path) -> None:
-    code = cli_main(
-        [
-            "produce",
-            kind,
-            "--csv",
-            str(csv_path),
-            "--no-progress",
-            "--bootstrap-servers",
-            stack.bootstrap_servers,
-            "--schema-registry-url",
-            stack.schema_registry_url,
-        ]
-    )
-    assert code == 0
+def _table(spark, lakehouse: MaterializedLakehouse, name: str) -> pd.DataFrame:
+    return spark.read.format("delta").load(lakehouse.table_path(name)).toPandas()
 
 
-def _table(spark, resources, name: str) -> pd.DataFrame:
-    return spark.read.format("delta").load(resources["lakehouse"].table_path(name)).toPandas()
-
-
-def _versions(spark, resources) -> dict[str, int | None]:
-    return {name: latest_version(resources["lakehouse"].table_path(name)) for name in TABLES}
-
-
-def _check_tables(spark, resources, rides: pd.DataFrame, pickups: pd.DataFrame) -> None:
+def _check_tables(spark, resources: MaterializedLakehouse, rides: pd.DataFrame, pickups: pd.DataFrame) -> None:
     raw = _table(spark, resources, "raw_rides")
     assert len(raw) == len(rides)
     key = ["pickup_datetime", "dropoff_datetime", "pu_location_id", "do_location_id", "total_amount"]
@@ -154,9 +90,12 @@ def _check_tables(spark, resources, rides: pd.DataFrame, pickups: pd.DataFrame) 
         (int(r.vendor_id), int(r.location_id), r.pickup_datetime, r.dropoff_datetime) for r in joins.itertuples()
     )
     assert got_joins == _expected_joins(rides, pickups)
-    assert len(_table(spark, resources, "dead_letter_records")) == 0
+    dead = _table(spark, resources, "dead_letter_records")
+    assert sorted(zip(dead["kafka_topic"], dead["kafka_partition"], dead["kafka_offset"], strict=True)) == sorted(
+        (bad.topic, bad.partition, bad.offset) for bad in resources.bad
+    )
 
-    # Branching: >= 40 high, < 40 low (the CSV and the Avro schema have no null amounts).
+    # Branching: >= 40 high, < 40 low (the CSV and the synthetic rides have no null amounts).
     amounts = ["pickup_datetime", "dropoff_datetime", "pu_location_id", "total_amount"]
     for table, chosen in (
         ("high_amount_rides", rides["total_amount"] >= 40),
@@ -214,57 +153,22 @@ def _check_tables(spark, resources, rides: pd.DataFrame, pickups: pd.DataFrame) 
     assert len(_table(spark, resources, "taxi_zones")) == 265
 
 
-def test_csv_rides_and_pickups_reach_every_table_exactly_and_reruns_change_nothing(
-    stack, pipeline_resources, spark, rides_csv: Path, tmp_path: Path
-) -> None:
-    rides = _expected_rides(rides_csv)
-    pickups = _write_pickups_csv(rides, tmp_path / "pickups.csv")
-    _produce(stack, "rides", rides_csv)
-    _produce(stack, "pickups", tmp_path / "pickups.csv")
-
-    assert dg.materialize(pipeline_definitions().assets, resources=pipeline_resources).success
-    _check_tables(spark, pipeline_resources, rides, pickups)
-    joins = _table(spark, pipeline_resources, "ride_pickup_joins")
-    assert len(joins) > 0  # the sample really exercises the join
+def test_every_table_holds_exactly_what_was_produced_after_two_runs(materialized_lakehouse, spark) -> None:
+    lakehouse = materialized_lakehouse
+    _check_tables(spark, lakehouse, lakehouse.rides, lakehouse.pickups)
+    assert len(_table(spark, lakehouse, "ride_pickup_joins")) > 0  # the sample really exercises the join
+    windows = _table(spark, lakehouse, "ride_window_aggregates")
+    assert windows["late_trip_count"].sum() > 0  # and the late rides the windows
+    # Every asset check of both runs passed.
+    evaluations = [e for run in lakehouse.runs for e in run.get_asset_check_evaluations()]
+    assert evaluations and [(e.asset_key.to_user_string(), e.check_name) for e in evaluations if not e.passed] == []
     # The engine writes no Hadoop checksum twins (spark_conf/local.conf): each commit is its JSON and Delta's .crc.
     for name in TABLES:
-        log = Path(pipeline_resources["lakehouse"].table_path(name)) / "_delta_log"
+        log = Path(lakehouse.table_path(name)) / "_delta_log"
         assert not log.is_dir() or [f.name for f in log.iterdir() if f.name.startswith(".")] == [], name
 
-    before = _versions(spark, pipeline_resources)
-    assert dg.materialize(pipeline_definitions().assets, resources=pipeline_resources).success
-    assert _versions(spark, pipeline_resources) == before
 
-    # More data later: rides after the sample's last pickup, and pickups near their dropoffs.
-    options = SyntheticOptions(seed=7, start=datetime(2020, 7, 1, 2, 0, tzinfo=UTC), mean_gap_seconds=30)
-    more = list(synthetic_rides(40, options))
-    result = produce(
-        pipeline_resources["kafka"],
-        pipeline_resources["schema_registry"].get_client(),
-        RIDES_TOPIC,
-        rows_from_records(more),
-        show_progress=False,
-    )
-    assert (result.sent, result.failed) == (40, 0)
-    more_pickups = [
-        {"pu_location_id": r["do_location_id"], "pickup_datetime": r["dropoff_datetime"] + timedelta(minutes=2)}
-        for r in more[::4]
-    ]
-    result = produce(
-        pipeline_resources["kafka"],
-        pipeline_resources["schema_registry"].get_client(),
-        "pickup_locations",
-        rows_from_records(more_pickups),
-        show_progress=False,
-    )
-    assert (result.sent, result.failed) == (len(more_pickups), 0)
-
-    assert dg.materialize(pipeline_definitions().assets, resources=pipeline_resources).success
-    more_frame = pd.DataFrame(more)
-    for column in ("pickup_datetime", "dropoff_datetime"):
-        more_frame[column] = pd.to_datetime(more_frame[column]).dt.tz_localize(None)
-    all_rides = pd.concat([rides, more_frame], ignore_index=True)
-    more_pickups_frame = pd.DataFrame(more_pickups)
-    more_pickups_frame["pickup_datetime"] = pd.to_datetime(more_pickups_frame["pickup_datetime"]).dt.tz_localize(None)
-    all_pickups = pd.concat([pickups, more_pickups_frame], ignore_index=True)
-    _check_tables(spark, pipeline_resources, all_rides, all_pickups)
+def test_a_run_with_no_new_record_changes_no_table(materialized_lakehouse) -> None:
+    before, after = materialized_lakehouse.versions
+    assert set(before) >= set(TABLES) and all(version is not None for version in before.values())
+    assert after == before

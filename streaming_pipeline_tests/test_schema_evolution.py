@@ -31,7 +31,7 @@ from streaming_pipeline.tables import (
 )
 from streaming_pipeline_tests.kafka_helpers import SCHEMA_DIR, avro_frame, produce_raw
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
 V1 = (SCHEMA_DIR / "ride_value.avsc").read_text()
 NEW_FIELD = "cbd_congestion_fee"

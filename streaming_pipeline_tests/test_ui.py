@@ -1,4 +1,5 @@
-"""The Dagster UI in a real browser: the webserver on the project's definitions, pages in headless Chromium.
+"""The Dagster UI in a real browser: the webserver on the project's definitions and the instance of the session's
+materialized lakehouse (every asset materialized twice), pages in headless Chromium.
 
 Nothing here connects to Kafka, the registry or Spark: loading definitions only builds resource
 objects, so their addresses point at closed ports. The asset graph screenshot is saved to
@@ -23,8 +24,9 @@ from pathlib import Path
 import pytest
 
 from streaming_pipeline.devstack.embedded.ports import free_port
+from streaming_pipeline_tests.materialized_lakehouse import MaterializedLakehouse
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
 CHROMIUM = Path("/usr/bin/chromium")
 REPO_ROOT = Path(__file__).resolve().parents[1]
@@ -68,21 +70,20 @@ def _log_tail(path: Path, lines: int = 40) -> str:
 
 
 @pytest.fixture(scope="module")
-def webserver_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+def webserver_url(
+    materialized_lakehouse: MaterializedLakehouse, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[str]:
     if not CHROMIUM.exists():
-        pytest.skip(f"{CHROMIUM} not found (Debian: apt-get install -y chromium)")
+        pytest.fail(f"{CHROMIUM} not found: the browser test needs Debian's chromium (apt-get install -y chromium)")
     root = tmp_path_factory.mktemp("dagster_ui")
-    home = root / "dagster_home"
-    home.mkdir()
-    # Otherwise empty instance settings; the "join the community" dialog would cover the page on localhost.
-    (home / "dagster.yaml").write_text("nux:\n  enabled: false\ntelemetry:\n  enabled: false\n")
+    home = materialized_lakehouse.dagster_home  # its dagster.yaml turns off the "join the community" dialog
     port = free_port()
     env = {
         **os.environ,
         "DAGSTER_HOME": str(home),
         "KAFKA_BOOTSTRAP_SERVERS": "127.0.0.1:1",
         "SCHEMA_REGISTRY_URL": "http://127.0.0.1:1",
-        "LAKEHOUSE_DIR": str(root / "lakehouse"),
+        "LAKEHOUSE_DIR": str(materialized_lakehouse.lakehouse),
         "PYTHONUNBUFFERED": "1",
     }
     for name in ("SPARK_MASTER", "KAFKA_SASL_USERNAME", "KAFKA_SASL_PASSWORD", "SCHEMA_REGISTRY_BASIC_AUTH_USER_INFO"):

@@ -1,20 +1,23 @@
 """`streaming-pipeline bench`: throughput and memory; `bench --live`: freshness through `dagster dev`.
 
-Both start a private embedded stack (Kafka, registry, the Spark Connect engine) and measure on it, in one run,
-so every ratio compares figures taken on the same machine at the same time.
+Each starts a private embedded stack (Kafka, registry, the Spark Connect engine), or takes the running one in
+`--stack-dir`, and measures on it in one run, so every ratio compares figures taken on the same machine at the same
+time.
 """
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import json
 import platform
 import resource
+import shutil
 import statistics
 import sys
 import tempfile
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import AbstractContextManager
 from dataclasses import asdict, dataclass, field
 from datetime import timedelta
@@ -140,6 +143,37 @@ class ThroughputResult:
     peak_python_rss_mib: float = 0.0
 
 
+@contextlib.contextmanager
+def bench_stack(work: Path, stack_dir: Path | None, *, live_mode: str | None = None) -> Iterator[Any]:
+    """The stack a bench measures on: a new one under `work`, stopped afterwards, or with `stack_dir`
+    (`--stack-dir`) the embedded stack there, started if it is not running and left running, whose topics must hold
+    no record yet (the bench counts every record it reads as its own). Either way the bench's runs go to a Dagster
+    instance of its own under `work`, with the stack's dagster.yaml."""
+    from dataclasses import replace
+
+    from streaming_pipeline.devstack.embedded.stack import EmbeddedStack, running_stack
+    from streaming_pipeline.resources import KafkaResource
+    from streaming_pipeline.sources import all_sources
+
+    with contextlib.ExitStack() as stop:
+        if stack_dir is None:
+            stack = stop.enter_context(running_stack(work / "stack", live_mode=live_mode))
+        else:
+            stack = EmbeddedStack(stack_dir).up(progress=say)
+            kafka = KafkaResource(bootstrap_servers=stack.bootstrap_servers)
+            holding = {s.topic: n for s in all_sources() if (n := sum(kafka.end_offsets(s.topic).values()))}
+            if holding:
+                raise BenchError(
+                    f"the stack in {stack_dir} already holds records in {holding} (topic: records); the bench needs "
+                    "topics with no record: delete them, or leave out --stack-dir for a private stack"
+                )
+        home = work / "dagster_home"
+        home.mkdir(parents=True, exist_ok=True)
+        assert stack.dagster_home is not None  # every embedded stack has one
+        shutil.copyfile(stack.dagster_home / "dagster.yaml", home / "dagster.yaml")
+        yield replace(stack, dagster_home=home)
+
+
 def engine_description(spark: Any) -> str:
     from streaming_pipeline.engine.jars import spark_versions
 
@@ -215,18 +249,19 @@ def _materialize_raw_rides(resources: Mapping[str, Any]) -> tuple[float, int, fl
     return seconds, int(rows_written), float(streaming_seconds)
 
 
-def run_bench(sizes: list[int], json_path: Path | None, rounds: int = 2) -> ThroughputResult:
+def run_bench(
+    sizes: list[int], json_path: Path | None, rounds: int = 2, stack_dir: Path | None = None
+) -> ThroughputResult:
     """Throughput at each size in `sizes` (rides), on one topic that grows from size to size: at every size the
     limit, then `rounds` rounds of both jobs from fresh checkpoints, alternating which goes first."""
     from streaming_pipeline.definitions import build_resources
-    from streaming_pipeline.devstack.embedded.stack import running_stack
     from streaming_pipeline.engine.spark import connect_session
 
     sizes = sorted(set(sizes))
     if not sizes or sizes[0] < 1 or rounds < 1:
         raise BenchError("--rides takes positive sizes, and --rounds at least 1")
     result = ThroughputResult(sizes=sizes, rounds=rounds, machine=machine_description())
-    with tempfile.TemporaryDirectory(prefix="bench-") as tmp, running_stack(Path(tmp) / "stack") as stack:
+    with tempfile.TemporaryDirectory(prefix="bench-") as tmp, bench_stack(Path(tmp), stack_dir) as stack:
         assert stack.spark_remote
         work = Path(tmp)
 
@@ -645,6 +680,7 @@ def run_live_bench(
     timeout: float = 300.0,
     env: list[str] | None = None,
     floor: bool = False,
+    stack_dir: Path | None = None,
 ) -> LiveResult | LiveRepeats:
     """What a user sees through `dagster dev`, in each mode in turn on one stack and one lakehouse (the switch
     between modes is part of the run): a steady load of `rate` rides/s for `seconds`, and single probe rides at
@@ -671,6 +707,8 @@ def run_live_bench(
     settings = live_settings(env or [])
     if repeat < 1:
         raise BenchError("--repeat must be 1 or more")
+    if repeat > 1 and stack_dir is not None:
+        raise BenchError("--repeat measures each run on a fresh stack: leave out --stack-dir")
     for mode in modes:
         if mode not in LIVE_MODES:
             raise BenchError(f"--mode {mode!r} is not one of {', '.join(LIVE_MODES)}")
@@ -694,6 +732,7 @@ def run_live_bench(
                 timeout=timeout,
                 settings=settings,
                 floor=floor,
+                stack_dir=stack_dir,
             )
         )
         _print_live(results[-1])
@@ -718,10 +757,11 @@ def _live_run(
     timeout: float,
     settings: dict[str, str],
     floor: bool,
+    stack_dir: Path | None,
 ) -> LiveResult:
-    """One measurement of `run_live_bench`, on a stack and lakehouse of its own."""
+    """One measurement of `run_live_bench`, on a stack (its own, or the one in `stack_dir`) and a lakehouse of its
+    own."""
     from streaming_pipeline.devstack.embedded.spark_connect import driver_memory_for
-    from streaming_pipeline.devstack.embedded.stack import running_stack
     from streaming_pipeline.registry_client import RegistryClient
     from streaming_pipeline.resources import KafkaResource
 
@@ -732,7 +772,7 @@ def _live_run(
     # The stack starts in the first mode measured, as `stack up --live-mode` would: the engine's heap follows it.
     with (
         tempfile.TemporaryDirectory(prefix="bench-live-") as tmp,
-        running_stack(Path(tmp) / "stack", live_mode=modes[0]) as stack,
+        bench_stack(Path(tmp), stack_dir, live_mode=modes[0]) as stack,
     ):
         assert stack.spark_remote and stack.dagster_home
         kafka = KafkaResource(bootstrap_servers=stack.bootstrap_servers)
@@ -1223,13 +1263,14 @@ def _append_rides(spark: Any, path: str, rides: list[dict[str, Any]], first_offs
         _raw_rides_frames(spark, chunk, first_offset + start).write.format("delta").mode("append").save(path)
 
 
-def run_windows_bench(histories: tuple[int, ...], new_rides: int, runs: int, json_path: Path | None) -> WindowsResult:
+def run_windows_bench(
+    histories: tuple[int, ...], new_rides: int, runs: int, json_path: Path | None, stack_dir: Path | None = None
+) -> WindowsResult:
     """Per history size, a lakehouse whose raw_rides gets that many synthetic rides (commits of 50,000, written
     straight as Delta) and one untimed windows run. Then, `runs` rounds: in each, every lakehouse in turn gets
     `new_rides` more rides (1% of them an hour late) and a timed windows run (stream + reconcile). The rounds
     interleave the history sizes, so that neither profits more from a warmer engine. The figure is the ratio of
     the medians, largest history over smallest."""
-    from streaming_pipeline.devstack.embedded.stack import running_stack
     from streaming_pipeline.engine.spark import connect_session
     from streaming_pipeline.gold.windows import reconcile_ride_windows, stream_ride_windows
     from streaming_pipeline.resources import LakehouseResource
@@ -1239,7 +1280,7 @@ def run_windows_bench(histories: tuple[int, ...], new_rides: int, runs: int, jso
     # The asset's defaults.
     window = normalize_interval(DEFAULT_RIDE_WINDOW_DURATION, name="window_duration")
     watermark = normalize_interval(DEFAULT_RIDE_WATERMARK_DELAY, name="watermark_delay")
-    with tempfile.TemporaryDirectory(prefix="bench-windows-") as tmp, running_stack(Path(tmp) / "stack") as stack:
+    with tempfile.TemporaryDirectory(prefix="bench-windows-") as tmp, bench_stack(Path(tmp), stack_dir) as stack:
         assert stack.spark_remote
         spark = connect_session(stack.spark_remote)
         spark.conf.set("spark.sql.session.timeZone", "UTC")

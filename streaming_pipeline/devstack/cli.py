@@ -246,6 +246,12 @@ def _add_bench_parser(subparsers: argparse._SubParsersAction) -> None:
     bench.add_argument(
         "--chart", type=Path, default=Path("docs/soak.png"), help="--soak: the chart to write (default docs/soak.png)"
     )
+    bench.add_argument(
+        "--stack-dir",
+        type=Path,
+        help="measure on the embedded stack in this directory (started if it is not running, left running; its "
+        "topics must hold no record) instead of a private stack started and stopped for the bench",
+    )
     bench.add_argument("--json", type=Path, help="also write every figure to this JSON file")
     bench.set_defaults(handler=_run_bench)
 
@@ -263,9 +269,10 @@ def _run_bench(args: argparse.Namespace) -> int:
             records_per_round=args.records_per_round,
             sample_every=args.sample_every,
             maintain_every=args.maintain_every,
+            stack_dir=args.stack_dir,
         )
     elif args.windows:
-        run_windows_bench(tuple(args.history), args.new_rides, args.runs, args.json)
+        run_windows_bench(tuple(args.history), args.new_rides, args.runs, args.json, stack_dir=args.stack_dir)
     elif args.live:
         modes = ("triggered", "continuous") if args.mode == "both" else (args.mode,)
         run_live_bench(
@@ -280,9 +287,10 @@ def _run_bench(args: argparse.Namespace) -> int:
             quiet_seconds=args.quiet_seconds,
             env=args.env,
             floor=args.floor,
+            stack_dir=args.stack_dir,
         )
     else:
-        run_bench(args.rides, args.json, rounds=args.rounds)
+        run_bench(args.rides, args.json, rounds=args.rounds, stack_dir=args.stack_dir)
     return 0
 
 

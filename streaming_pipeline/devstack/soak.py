@@ -1,9 +1,10 @@
 """`streaming-pipeline bench --soak`: a month of live operation, compressed, measured against the commit count.
 
-On a private embedded stack (Kafka, registry, the warm Spark Connect engine, a DAGSTER_HOME with the stack's
-dagster.yaml), the soak drives many small live runs: each round produces a few rides and pickups and runs both
-live jobs as the offset sensors would (tagged with the sensor's name), with micro-batches of one record
-(MAX_OFFSETS_PER_TRIGGER=1), so that every record is one bronze commit. Every `sample_every` rounds it records:
+On a private embedded stack or the one in `--stack-dir` (Kafka, registry, the warm Spark Connect engine; a
+DAGSTER_HOME of its own with the stack's dagster.yaml), the soak drives many small live runs: each round produces a
+few rides and pickups and runs both live jobs as the offset sensors would (tagged with the sensor's name), with
+micro-batches of one record (MAX_OFFSETS_PER_TRIGGER=1), so that every record is one bronze commit. Every
+`sample_every` rounds it records:
 
 - the offset sensor's tick time (the sensor evaluated in process, median of 3);
 - the duration of a one-ride live run (one ride produced, the rides job run);
@@ -31,6 +32,7 @@ from typing import Any
 import dagster as dg
 
 from streaming_pipeline.devstack.bench import (
+    bench_stack,
     bench_stage,
     engine_description,
     machine_description,
@@ -258,14 +260,13 @@ def run_soak_bench(
     sample_every: int = 5,
     maintain_every: int = 10,
     keep_runs_minutes: float = 15.0,
+    stack_dir: Path | None = None,
 ) -> SoakResult:
     """Live rounds until every bronze table has at least `commits` micro-batch commits; see the module's docstring."""
-    from streaming_pipeline.devstack.embedded.stack import running_stack
-
     if commits < 1 or records_per_round < 1 or sample_every < 1 or maintain_every < 1:
         raise BenchError("--commits, --records-per-round, --sample-every and --maintain-every must be positive")
     result = SoakResult(machine=machine_description(), records_per_round=records_per_round)
-    with tempfile.TemporaryDirectory(prefix="bench-soak-") as tmp, running_stack(Path(tmp) / "stack") as stack:
+    with tempfile.TemporaryDirectory(prefix="bench-soak-") as tmp, bench_stack(Path(tmp), stack_dir) as stack:
         assert stack.spark_remote and stack.dagster_home
         soak = _Soak(stack, Path(tmp))
         result.engine = engine_description(soak.spark)

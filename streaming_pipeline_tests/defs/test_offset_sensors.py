@@ -3,30 +3,18 @@
 from __future__ import annotations
 
 import time
+import uuid
 
 import dagster as dg
 import pytest
 
 from streaming_pipeline.bronze.offsets import consumer_lag
 from streaming_pipeline.defs.bronze.offset_sensors import Decision, build_offset_sensor, decide, live_job
-from streaming_pipeline.devstack.producer import produce, rows_from_records
-from streaming_pipeline.devstack.synthetic import SyntheticOptions, synthetic_rides
 from streaming_pipeline.errors import BrokerUnavailableError
 from streaming_pipeline.resources import KafkaResource, LakehouseResource
 from streaming_pipeline.settings import SensorSettings
 from streaming_pipeline.tables import RIDES_TOPIC
-
-
-@pytest.fixture()
-def stack(tmp_path_factory: pytest.TempPathFactory):
-    """A broker and registry of this test's own, not the session's shared broker: the sensor tests assert that a
-    tick creates no topic, and on the shared broker a client left by an earlier test (in a CI run, 21 s after
-    the cleanup) had the broker auto-create `rides` first."""
-    from streaming_pipeline.devstack.embedded.stack import running_stack
-
-    with running_stack(tmp_path_factory.mktemp("stack"), spark=False) as info:
-        yield info
-
+from streaming_pipeline_tests.kafka_helpers import produce_raw
 
 POLICY = SensorSettings(min_records=10, max_wait_seconds=30, retry_backoff_seconds=5, max_backoff_seconds=60)
 
@@ -148,46 +136,36 @@ def test_asking_a_broker_that_is_away_raises_and_writes_nothing_to_stderr(capfd:
 
 @pytest.mark.integration
 def test_sensor_requests_a_run_per_tick_with_unique_keys_while_records_wait(pipeline_resources) -> None:
+    # A topic no other client of the session's broker has ever named: a metadata request naming a missing topic
+    # creates it (the broker's defaults), so a client an earlier test left behind could create `rides` itself.
+    # The sensor takes any topic; the producer only the declared ones.
+    topic = f"sensor-ticks-{uuid.uuid4().hex}"
     key = dg.AssetKey("raw_rides")
     job = live_job(key)
-    sensor = build_offset_sensor(key, RIDES_TOPIC, job, SensorSettings(min_records=10, max_wait_seconds=3600))
+    sensor = build_offset_sensor(key, topic, job, SensorSettings(min_records=10, max_wait_seconds=3600))
     resources = {"kafka": pipeline_resources["kafka"], "lakehouse": pipeline_resources["lakehouse"]}
     instance = dg.DagsterInstance.ephemeral()
 
     empty = sensor(dg.build_sensor_context(resources=resources, instance=instance))
     assert not empty.run_requests and "no new records" in empty.skip_reason.skip_message
     # The tick did not create the topic (a metadata request naming it would, with the broker's defaults).
-    assert RIDES_TOPIC not in pipeline_resources["kafka"].admin().list_topics(timeout=10).topics
+    assert topic not in pipeline_resources["kafka"].admin().list_topics(timeout=10).topics
 
-    rides = rows_from_records(synthetic_rides(4, SyntheticOptions(seed=1)))
-    assert (
-        produce(
-            pipeline_resources["kafka"],
-            pipeline_resources["schema_registry"].get_client(),
-            RIDES_TOPIC,
-            rides,
-            show_progress=False,
-        ).sent
-        == 4
-    )
+    # The sensor counts records, it does not read them: plain bytes will do.
+    kafka = pipeline_resources["kafka"]
+    kafka.ensure_topic(topic)
+    produce_raw(kafka.bootstrap_servers, topic, [(None, b"a ride")] * 4)
     few = sensor(dg.build_sensor_context(resources=resources, instance=instance, cursor=empty.cursor))
     assert not few.run_requests and "4 record(s) wait; waiting for 10" in few.skip_reason.skip_message
     assert few.asset_events[0].metadata["consumer_lag"].value == 4
 
-    rides = rows_from_records(synthetic_rides(6, SyntheticOptions(seed=2)))
-    produce(
-        pipeline_resources["kafka"],
-        pipeline_resources["schema_registry"].get_client(),
-        RIDES_TOPIC,
-        rides,
-        show_progress=False,
-    )
+    produce_raw(kafka.bootstrap_servers, topic, [(None, b"a ride")] * 6)
     first = sensor(dg.build_sensor_context(resources=resources, instance=instance, cursor=few.cursor))
-    snapshot = ",".join(f"{p}:{o}" for p, o in sorted(pipeline_resources["kafka"].end_offsets(RIDES_TOPIC).items()))
-    assert [r.run_key for r in first.run_requests] == [f"{RIDES_TOPIC}@{snapshot}#1"]
+    snapshot = ",".join(f"{p}:{o}" for p, o in sorted(pipeline_resources["kafka"].end_offsets(topic).items()))
+    assert [r.run_key for r in first.run_requests] == [f"{topic}@{snapshot}#1"]
     # Nothing ran (no run in flight, none failed): the next tick asks again, with a key of its own.
     second = sensor(dg.build_sensor_context(resources=resources, instance=instance, cursor=first.cursor))
-    assert [r.run_key for r in second.run_requests] == [f"{RIDES_TOPIC}@{snapshot}#2"]
+    assert [r.run_key for r in second.run_requests] == [f"{topic}@{snapshot}#2"]
     assert not second.asset_events  # the lag did not change: no new observation
 
 

@@ -1,7 +1,7 @@
 """Smoke tests: the benchmark commands run end to end on tiny inputs (no time is asserted).
 
-Each runs as a user runs it, in a process of its own: a benchmark is a Spark Connect client, and pytest's own
-process stays a classic driver for the other tests.
+Each runs as a user runs it, in a process of its own (a benchmark is a Spark Connect client, and pytest's own
+process stays a classic driver for the other tests), on the session's stack, cleared for it (`--stack-dir`).
 """
 
 import json
@@ -12,14 +12,23 @@ from pathlib import Path
 
 import pytest
 
+from streaming_pipeline_tests.session_stack import SessionStack
+
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 
 
-def _bench(*args: str) -> str:
+@pytest.fixture()
+def stack_dir(session_stack: SessionStack) -> str:
+    """The session's stack with its engine, with no topic and no subject: the bench counts every record as its own."""
+    session_stack.clear(engine=True)
+    return str(session_stack.directory)
+
+
+def _bench(stack_dir: str, *args: str) -> str:
     done = subprocess.run(
-        [sys.executable, "-m", "streaming_pipeline.devstack.cli", "bench", *args],
+        [sys.executable, "-m", "streaming_pipeline.devstack.cli", "bench", "--stack-dir", stack_dir, *args],
         cwd=REPO_ROOT,
         capture_output=True,
         text=True,
@@ -30,9 +39,9 @@ def _bench(*args: str) -> str:
     return done.stderr
 
 
-def test_throughput_bench_measures_both_sizes_in_one_run_and_writes_every_figure(tmp_path) -> None:
+def test_throughput_bench_measures_both_sizes_in_one_run_and_writes_every_figure(tmp_path, stack_dir: str) -> None:
     out = tmp_path / "bench.json"
-    stderr = _bench("--rides", "300", "200", "--rounds", "2", "--json", str(out))
+    stderr = _bench(stack_dir, "--rides", "300", "200", "--rounds", "2", "--json", str(out))
     figures = json.loads(out.read_text())
     assert figures["sizes"] == [200, 300] and figures["rounds"] == 2
     assert figures["engine"].startswith("Spark 4.2.0 Connect server") and "Delta 4.4.0" in figures["engine"]
@@ -50,12 +59,13 @@ def test_throughput_bench_measures_both_sizes_in_one_run_and_writes_every_figure
     assert " - DEBUG - " not in stderr and "STEP_START" not in stderr
 
 
-def test_live_bench_measures_probes_under_load_through_dagster_dev_and_then_the_floor(tmp_path) -> None:
+def test_live_bench_measures_probes_under_load_through_dagster_dev_and_then_the_floor(tmp_path, stack_dir: str) -> None:
     """The continuous mode only: the triggered mode's path through `dagster dev` is test_live's, and the bench does
     the same for each mode but the LIVE_MODE it gives `dagster dev` (one mode fewer saves a stack and a minute).
     Then the latency floor on the same stack, with the same load and probes."""
     out = tmp_path / "live.json"
     _bench(
+        stack_dir,
         "--live",
         "--mode",
         "continuous",
@@ -95,9 +105,10 @@ def test_live_bench_measures_probes_under_load_through_dagster_dev_and_then_the_
     assert floor["dagster_cpu_percent_under_load"] == 0
 
 
-def test_soak_bench_samples_every_round_maintains_and_draws_its_chart(tmp_path) -> None:
+def test_soak_bench_samples_every_round_maintains_and_draws_its_chart(tmp_path, stack_dir: str) -> None:
     out, chart = tmp_path / "soak.json", tmp_path / "soak.png"
     _bench(
+        stack_dir,
         "--soak",
         "--commits",
         "2",

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
 from streaming_pipeline.devstack.dagster_storage import (
     dagster_home_bytes,
     extrapolate,
@@ -23,6 +25,7 @@ def test_dagster_home_bytes_counts_every_file_once(tmp_path: Path) -> None:
     assert dagster_home_bytes(str(tmp_path)) == 1024
 
 
+@pytest.mark.slow
 def test_a_small_synthetic_day_and_its_retention(tmp_path: Path) -> None:
     m = measure(3, home_root=tmp_path)
 

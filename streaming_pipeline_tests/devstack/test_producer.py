@@ -27,11 +27,9 @@ SCHEMAS = Path(__file__).resolve().parents[2] / "schemas"
 
 
 @pytest.fixture(scope="module")
-def kafka_stack(tmp_path_factory: pytest.TempPathFactory):
-    from streaming_pipeline.devstack.embedded.stack import running_stack
-
-    with running_stack(tmp_path_factory.mktemp("producer-stack"), spark=False) as info:
-        yield info
+def kafka_stack(session_stack):
+    """The session's broker and registry, cleared once for the module: its tests use topics and groups of their own."""
+    return session_stack.clear()
 
 
 def _cli(stack, *args: str) -> int:

@@ -65,6 +65,7 @@ def _reads(path: Path) -> tuple[int | None, dict[str, int], int]:
     return latest, found, counting.calls
 
 
+@pytest.mark.slow
 def test_versions_and_transactions_match_spark_and_survive_log_cleanup_at_a_constant_cost(
     spark: Any, tmp_path: Path
 ) -> None:

@@ -53,6 +53,7 @@ def _detail(spark: Any, path: Path) -> dict[str, Any]:
     return spark.sql(f"DESCRIBE DETAIL delta.`{path}`").collect()[0].asDict()
 
 
+@pytest.mark.slow
 def test_many_small_appends_are_compacted_and_every_row_stays_exactly_once(spark: Any, tmp_path: Path) -> None:
     path = tmp_path / "small_appends"
     written: Counter[tuple[Any, ...]] = Counter()
@@ -141,6 +142,7 @@ def test_a_retention_below_the_tables_own_is_refused_before_optimize(spark: Any,
     assert _files(path) == files and latest_version(str(path)) == version
 
 
+@pytest.mark.slow
 def test_optimize_and_vacuum_beside_a_running_stream_lose_and_duplicate_nothing(spark: Any, tmp_path: Path) -> None:
     """A producer appends to a source table while a stream copies it, batch by batch and exactly once
     (`append_once`), into a target; the target, the source and the target again are optimized and vacuumed

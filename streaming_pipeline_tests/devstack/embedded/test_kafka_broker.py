@@ -33,6 +33,7 @@ def bound_socket() -> Iterator[socket.socket]:
 
 
 @pytest.mark.integration
+@pytest.mark.slow
 def test_data_survives_restart(tmp_path: Path, brokers: list[EmbeddedKafkaBroker]) -> None:
     data_dir = tmp_path / "kafka"
     broker = EmbeddedKafkaBroker(data_dir)

@@ -28,6 +28,7 @@ from streaming_pipeline.devstack.embedded.stack import EmbeddedStack, StackInfo,
 from streaming_pipeline.errors import StackError
 from streaming_pipeline_tests.devstack.embedded.helpers import FAKE_REGISTRY_MODULE, processes_mentioning
 from streaming_pipeline_tests.live_helpers import delta_count, delta_vendor_counts, expected_vendor_counts, wait_until
+from streaming_pipeline_tests.session_stack import SessionStack
 
 SENSOR_NAME = "raw_rides_offset_sensor"
 JOB_NAME = "raw_rides_to_gold_job"
@@ -354,14 +355,22 @@ class LiveOnPostgres:
 
 
 @pytest.fixture
-def live_on_postgres(tmp_path: Path, spark: Any) -> Iterator[LiveOnPostgres]:
-    """A stack with PostgreSQL storage and the Spark Connect engine, and `dagster dev -w workspace.yaml` with
-    its DAGSTER_HOME, as the README runs them; both stopped at teardown, also when the test failed."""
-    with running_stack(tmp_path / "stack", spark=True, dagster_postgres=True) as stack:
-        assert stack.spark_remote and stack.dagster_home and stack.postgres_url
+def live_on_postgres(session_stack: SessionStack, tmp_path: Path, spark: Any) -> Iterator[LiveOnPostgres]:
+    """A stack with PostgreSQL storage, and `dagster dev -w workspace.yaml` with its DAGSTER_HOME, as the README
+    runs them; both stopped at teardown, also when the test failed. The engine is the session's (PostgreSQL is
+    the point here, not the engine)."""
+    engine = session_stack.up(engine=True).spark_remote
+    assert engine
+    with running_stack(tmp_path / "stack", spark=False, dagster_postgres=True) as stack:
+        assert stack.dagster_home and stack.postgres_url
         port = int(json.loads((stack.directory / "stack.json").read_text())["postgres"]["port"])
         lakehouse = tmp_path / "lakehouse"
-        env = {**stack.env(), "LAKEHOUSE_DIR": str(lakehouse), "OFFSET_SENSOR_RETRY_BACKOFF_SECONDS": "2"}
+        env = {
+            **stack.env(),
+            "SPARK_REMOTE": engine,
+            "LAKEHOUSE_DIR": str(lakehouse),
+            "OFFSET_SENSOR_RETRY_BACKOFF_SECONDS": "2",
+        }
         with DagsterDev(env, tmp_path / "dagster-dev.log") as dagster_dev:
             yield LiveOnPostgres(stack, port, lakehouse, dagster_dev.log_file)
 

@@ -30,6 +30,7 @@ session.stop()
 
 
 @pytest.mark.integration
+@pytest.mark.slow
 def test_up_status_env_down_up(tmp_path: Path, stacks: list[EmbeddedStack]) -> None:
     stack = EmbeddedStack(
         tmp_path / "stack", prefer_standard_ports=False, registry_module=FAKE_REGISTRY_MODULE, spark=False
@@ -178,6 +179,7 @@ def test_stack_dir_default(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> N
 
 
 @pytest.mark.integration
+@pytest.mark.slow
 def test_cli_with_real_registry_and_spark_connect(tmp_path: Path) -> None:
     """`stack up` in a separate process: the components (the Spark Connect engine too) outlive the command;
     a later command stops them."""

@@ -1,0 +1,202 @@
+"""One materialized lakehouse for the tests that only read tables: a fixed data set produced once, on the session's
+broker and registry, and every asset materialized (with its checks) in two runs, as Dagster's CLI would.
+
+- First run: the real NYC TLC sample (266 rides, `../shared/data/rides.csv`), a pickup at the dropoff zone of every
+  fifth ride (on the join's inclusive 10-minute bound, just outside it, and between), four ride records no schema
+  decodes (garbage, an unknown schema id, a wrong magic byte, a truncated frame) and one such pickup.
+- Second run: 40 synthetic rides after the sample, a tenth of them an hour late, and a pickup near the dropoff of
+  every fourth: the streaming state (windows, join, counts) carries over from the checkpoints of the first run.
+- Third run: nothing new; the versions of every table before and after it are kept for a test to compare.
+
+The expectations are the produced records themselves (`rides`, `pickups`, `bad`), for the tests to compute from.
+Tests that need a history of their own (replays, resets, log cleanup, kills) build it themselves.
+"""
+
+from __future__ import annotations
+
+import csv
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import dagster as dg
+import pandas as pd
+
+from streaming_pipeline.definitions import build_resources, pipeline_definitions
+from streaming_pipeline.devstack.cli import main as cli_main
+from streaming_pipeline.devstack.embedded.stack import StackInfo
+from streaming_pipeline.devstack.producer import produce, rows_from_records
+from streaming_pipeline.devstack.records import read_rides_csv
+from streaming_pipeline.devstack.synthetic import SyntheticOptions, synthetic_rides
+from streaming_pipeline.engine.delta_log import latest_version
+from streaming_pipeline.registry_client import RegistryClient
+from streaming_pipeline.resources import SparkResource
+from streaming_pipeline.settings import PipelineSettings
+from streaming_pipeline.tables import PICKUPS_TOPIC, RIDES_TOPIC
+from streaming_pipeline_tests.conftest import TLC_RIDE_COLUMNS
+from streaming_pipeline_tests.kafka_helpers import avro_frame, end_offsets, produce_raw
+
+SAMPLE_PICKUP_OFFSETS = [
+    timedelta(minutes=-10),
+    timedelta(minutes=10),
+    timedelta(minutes=10, seconds=1),
+    timedelta(minutes=-10, seconds=-1),
+    timedelta(minutes=3),
+    timedelta(0),
+]
+LATER_RIDES = 40
+
+
+@dataclass(frozen=True)
+class BadRecord:
+    name: str
+    topic: str
+    partition: int
+    offset: int
+    key: bytes | None
+    value: bytes
+    error: str  # what the dead letter's error names
+
+
+@dataclass
+class MaterializedLakehouse:
+    lakehouse: Path
+    resources: dict[str, Any]
+    dagster_home: Path
+    rides: pd.DataFrame  # every ride produced, columns as in raw_rides, datetimes naive UTC
+    pickups: pd.DataFrame  # pu_location_id, pickup_datetime
+    bad: list[BadRecord]
+    end_offsets: dict[str, dict[int, int]]  # per topic, after everything was produced
+    runs: list[dg.ExecuteInProcessResult]  # the two runs that took the records
+    versions: tuple[dict[str, int | None], dict[str, int | None]]  # every table's, before and after a third run
+
+    def table_path(self, name: str) -> str:
+        return str(self.lakehouse / name)
+
+
+def sample_rides(rides_csv: Path) -> pd.DataFrame:
+    frame = pd.read_csv(rides_csv).rename(columns=TLC_RIDE_COLUMNS)
+    for column in ("pickup_datetime", "dropoff_datetime"):
+        frame[column] = pd.to_datetime(frame[column])
+    return frame
+
+
+def _write_pickups_csv(rides: pd.DataFrame, path: Path) -> pd.DataFrame:
+    rows = [
+        (int(ride["do_location_id"]), ride["dropoff_datetime"] + SAMPLE_PICKUP_OFFSETS[i % len(SAMPLE_PICKUP_OFFSETS)])
+        for i, (_, ride) in enumerate(rides.iloc[::5].iterrows())
+    ]
+    with path.open("w", newline="") as handle:
+        writer = csv.writer(handle)
+        writer.writerow(["PULocationID", "tpep_pickup_datetime"])
+        writer.writerows((zone, moment.strftime("%Y-%m-%d %H:%M:%S")) for zone, moment in rows)
+    return pd.DataFrame({"pu_location_id": [z for z, _ in rows], "pickup_datetime": [m for _, m in rows]})
+
+
+def _cli_produce(stack: StackInfo, kind: str, path: Path) -> None:
+    args = ["produce", kind, "--csv", str(path), "--no-progress", "--bootstrap-servers", stack.bootstrap_servers]
+    assert cli_main([*args, "--schema-registry-url", stack.schema_registry_url]) == 0
+
+
+def _bad_records(stack: StackInfo, rides_csv: Path) -> list[BadRecord]:
+    """Ride records no schema decodes, framed from a valid one, and a pickup too short for any frame."""
+    registry = RegistryClient(stack.schema_registry_url)
+    schema_id, schema = registry.latest(f"{RIDES_TOPIC}-value")
+    assert registry.schema_by_id(9999) is None
+    first_ride = next(row.record for row in read_rides_csv(rides_csv) if row.record is not None)
+    valid = avro_frame(registry, schema, first_ride, RIDES_TOPIC)
+    assert valid[:5] == b"\x00" + schema_id.to_bytes(4, "big") and len(valid) > 8
+    rides = {
+        "garbage": (b"garbage-key", b"not avro at all", "magic byte 110"),
+        "unknown_id": (None, b"\x00" + (9999).to_bytes(4, "big") + valid[5:], "unknown schema id 9999"),
+        "wrong_magic": (b"\x00\x00\x00\x00\x01\x02", b"\x01" + valid[1:], "magic byte 1"),
+        "truncated": (b"k4", valid[:8], "truncated"),
+    }
+    placed = produce_raw(stack.bootstrap_servers, RIDES_TOPIC, [(k, v) for k, v, _ in rides.values()])
+    bad = [
+        BadRecord(name, RIDES_TOPIC, p, o, key, value, error)
+        for (p, o), (name, (key, value, error)) in zip(placed, rides.items(), strict=True)
+    ]
+    ((p, o),) = produce_raw(stack.bootstrap_servers, PICKUPS_TOPIC, [(b"7", b"\x00\x00")])
+    return [*bad, BadRecord("short_pickup", PICKUPS_TOPIC, p, o, b"7", b"\x00\x00", "message value is 2 bytes")]
+
+
+def materialize_every_asset(resources: dict[str, Any], instance: dg.DagsterInstance) -> dg.ExecuteInProcessResult:
+    definitions = pipeline_definitions()
+    result = dg.materialize(
+        [*definitions.assets, *definitions.asset_checks],  # type: ignore[list-item]
+        resources=resources,
+        instance=instance,
+        raise_on_error=False,
+    )
+    assert result.success, [e.message for e in result.all_events if e.is_step_failure]
+    return result
+
+
+def build(stack: StackInfo, spark_conf: dict[str, str], rides_csv: Path, root: Path) -> MaterializedLakehouse:
+    """Produce the data set to `stack` (cleared) and materialize every asset twice into `root`/lakehouse."""
+    lakehouse, dagster_home = root / "lakehouse", root / "dagster_home"
+    dagster_home.mkdir(parents=True)
+    # No "join the community" dialog over the UI's pages (test_ui.py), no telemetry.
+    (dagster_home / "dagster.yaml").write_text("nux:\n  enabled: false\ntelemetry:\n  enabled: false\n")
+    settings = PipelineSettings.from_env(
+        {
+            "KAFKA_BOOTSTRAP_SERVERS": stack.bootstrap_servers,
+            "SCHEMA_REGISTRY_URL": stack.schema_registry_url,
+            "LAKEHOUSE_DIR": str(lakehouse),
+        }
+    )
+    resources = build_resources(settings)
+    resources["spark"] = SparkResource(stop_on_teardown=False, conf=spark_conf)
+    instance = dg.DagsterInstance.from_config(str(dagster_home))
+
+    rides = sample_rides(rides_csv)
+    pickups = _write_pickups_csv(rides, root / "pickups.csv")
+    _cli_produce(stack, "rides", rides_csv)
+    _cli_produce(stack, "pickups", root / "pickups.csv")
+    bad = _bad_records(stack, rides_csv)
+    runs = [materialize_every_asset(resources, instance)]
+
+    options = SyntheticOptions(
+        seed=7, start=datetime(2020, 7, 1, 2, 0, tzinfo=UTC), mean_gap_seconds=30, late_fraction=0.1
+    )
+    later = list(synthetic_rides(LATER_RIDES, options))
+    later_pickups = [
+        {"pu_location_id": r["do_location_id"], "pickup_datetime": r["dropoff_datetime"] + timedelta(minutes=2)}
+        for r in later[::4]
+    ]
+    kafka, registry = resources["kafka"], resources["schema_registry"].get_client()
+    for topic, records in ((RIDES_TOPIC, later), (PICKUPS_TOPIC, later_pickups)):
+        result = produce(kafka, registry, topic, rows_from_records(records), show_progress=False)
+        assert (result.sent, result.failed) == (len(records), 0)
+    runs.append(materialize_every_asset(resources, instance))
+    # A third run with nothing new, while the topics still hold what the tables were built from (later tests delete
+    # every topic): it must change no table.
+    before = table_versions(lakehouse)
+    materialize_every_asset(resources, instance)
+    versions = (before, table_versions(lakehouse))
+
+    return MaterializedLakehouse(
+        lakehouse=lakehouse,
+        resources=resources,
+        dagster_home=dagster_home,
+        rides=pd.concat([rides, _naive_utc(pd.DataFrame(later))], ignore_index=True),
+        pickups=pd.concat([pickups, _naive_utc(pd.DataFrame(later_pickups))], ignore_index=True),
+        bad=bad,
+        end_offsets={topic: end_offsets(stack.bootstrap_servers, topic) for topic in (RIDES_TOPIC, PICKUPS_TOPIC)},
+        runs=runs,
+        versions=versions,
+    )
+
+
+def table_versions(lakehouse: Path) -> dict[str, int | None]:
+    """The newest Delta version of every table in `lakehouse`."""
+    return {p.name: latest_version(str(p)) for p in sorted(lakehouse.iterdir()) if (p / "_delta_log").is_dir()}
+
+
+def _naive_utc(frame: pd.DataFrame) -> pd.DataFrame:
+    for column in ("pickup_datetime", "dropoff_datetime"):
+        if column in frame:
+            frame[column] = pd.to_datetime(frame[column]).dt.tz_localize(None)
+    return frame
