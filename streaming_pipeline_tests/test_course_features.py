@@ -20,11 +20,12 @@ REPO_ROOT = Path(__file__).resolve().parents[1]
 @pytest.mark.integration
 @pytest.mark.slow
 def test_sql_command_prints_json_rows_and_fails_in_one_line(materialized_lakehouse, session_stack) -> None:
-    """Over the session's materialized lakehouse, on the session's engine (SPARK_REMOTE, as `stack env` exports
-    it); the counts are computed from the rides the lakehouse was given."""
-    env = {k: v for k, v in os.environ.items() if not k.startswith("SPARK_")}
-    env["LAKEHOUSE_DIR"] = str(materialized_lakehouse.lakehouse)
-    env["SPARK_REMOTE"] = session_stack.up(engine=True).spark_remote
+    """Over the session's materialized lakehouse: the rows on the session's engine (SPARK_REMOTE, as `stack env`
+    exports it), counted here from the rides the lakehouse was given; the bad query with an in-process Spark (no
+    SPARK_REMOTE), whose driver would log the parse error a second time if the command let it."""
+    local = {k: v for k, v in os.environ.items() if not k.startswith("SPARK_")}
+    local["LAKEHOUSE_DIR"] = str(materialized_lakehouse.lakehouse)
+    env = {**local, "SPARK_REMOTE": str(session_stack.up(engine=True).spark_remote)}
     counts = Counter(int(v) for v in materialized_lakehouse.rides["vendor_id"])
     command = [sys.executable, "-m", "streaming_pipeline.devstack.cli", "sql"]
     ok = subprocess.run(
@@ -42,7 +43,7 @@ def test_sql_command_prints_json_rows_and_fails_in_one_line(materialized_lakehou
     )
     assert "BetaWarning" not in ok.stderr, ok.stderr[-3000:]
     bad = subprocess.run(
-        [*command, "SELEC 1"], cwd=REPO_ROOT, env=env, capture_output=True, text=True, timeout=300, check=False
+        [*command, "SELEC 1"], cwd=REPO_ROOT, env=local, capture_output=True, text=True, timeout=300, check=False
     )
     assert bad.returncode == 1 and bad.stdout == ""
     errors = [line for line in bad.stderr.splitlines() if line.startswith("error: ")]
