@@ -136,3 +136,17 @@ def test_soak_bench_samples_every_round_maintains_and_draws_its_chart(tmp_path, 
         assert sample["log_files"] >= sample["bronze_commits"]["raw_rides"] and sample["engine_rss_bytes"] > 0
     assert set(figures["ratios"]) == {"sensor_tick_seconds", "one_ride_run_seconds", "count_seconds"}
     assert chart.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and figures["chart"] == str(chart)
+
+
+def test_a_stack_whose_topics_hold_records_is_refused_naming_them(session_stack: SessionStack, tmp_path) -> None:
+    from streaming_pipeline.devstack.bench import bench_stack
+    from streaming_pipeline.errors import BenchError
+    from streaming_pipeline_tests.kafka_helpers import produce_raw
+
+    info = session_stack.clear(engine=True)
+    produce_raw(info.bootstrap_servers, "rides", [(b"1", b"a record"), (b"2", b"another")])
+    with pytest.raises(BenchError) as refused:
+        with bench_stack(tmp_path, session_stack.directory):
+            pass
+    assert f"the stack in {session_stack.directory} already holds records in {{'rides': 2}}" in str(refused.value)
+    assert "leave out --stack-dir" in str(refused.value)
