@@ -50,6 +50,9 @@ def rides_csv() -> Path:
     return path
 
 
+SPARK_TEST_CONF = {"spark.master": "local[2]", "spark.driver.memory": "2g", "spark.sql.shuffle.partitions": "2"}
+
+
 @pytest.fixture(scope="session")
 def spark() -> Iterator[object]:
     """One local SparkSession for the whole test session: Delta, Kafka and Avro jars, UTC, UI off."""
@@ -57,14 +60,11 @@ def spark() -> Iterator[object]:
 
     resource = SparkResource(
         stop_on_teardown=False,
-        conf={"spark.master": "local[2]", "spark.driver.memory": "2g", "spark.sql.shuffle.partitions": "2"},
+        conf=SPARK_TEST_CONF,
     )
     session = resource.get_session()
     yield session
     session.stop()
-
-
-SPARK_TEST_CONF = {"spark.master": "local[2]", "spark.driver.memory": "2g", "spark.sql.shuffle.partitions": "2"}
 
 
 @pytest.fixture(scope="session")
@@ -111,9 +111,7 @@ def materialized_lakehouse(
     take records, a third with none), for the tests that only read tables."""
     from streaming_pipeline_tests import materialized_lakehouse
 
-    return materialized_lakehouse.build(
-        session_stack.clear(), SPARK_TEST_CONF, rides_csv, tmp_path_factory.mktemp("materialized")
-    )
+    return materialized_lakehouse.build(session_stack.clear(), rides_csv, tmp_path_factory.mktemp("materialized"))
 
 
 @pytest.fixture()
@@ -121,10 +119,9 @@ def lakehouse_dir(tmp_path: Path) -> Path:
     return tmp_path / "lakehouse"
 
 
-@pytest.fixture()
-def pipeline_resources(stack, lakehouse_dir: Path, spark) -> dict[str, object]:
-    """The resources `definitions.py` builds, pointed at the test's stack and lakehouse, sharing the
-    session-wide SparkSession."""
+def pipeline_resources_for(stack: StackInfo, lakehouse_dir: Path) -> dict[str, object]:
+    """The resources `definitions.py` builds, pointed at `stack` and `lakehouse_dir`, sharing the session-wide
+    SparkSession."""
     from streaming_pipeline.definitions import build_resources
     from streaming_pipeline.resources import SparkResource
     from streaming_pipeline.settings import PipelineSettings
@@ -136,6 +133,12 @@ def pipeline_resources(stack, lakehouse_dir: Path, spark) -> dict[str, object]:
             "LAKEHOUSE_DIR": str(lakehouse_dir),
         }
     )
-    resources = build_resources(settings)
+    resources: dict[str, object] = dict(build_resources(settings))
     resources["spark"] = SparkResource(stop_on_teardown=False, conf=SPARK_TEST_CONF)
     return resources
+
+
+@pytest.fixture()
+def pipeline_resources(stack: StackInfo, lakehouse_dir: Path, spark: object) -> dict[str, object]:
+    """`pipeline_resources_for` the test's stack and lakehouse."""
+    return pipeline_resources_for(stack, lakehouse_dir)

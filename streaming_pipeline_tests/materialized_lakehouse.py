@@ -23,7 +23,7 @@ from typing import Any
 import dagster as dg
 import pandas as pd
 
-from streaming_pipeline.definitions import build_resources, pipeline_definitions
+from streaming_pipeline.definitions import pipeline_definitions
 from streaming_pipeline.devstack.cli import main as cli_main
 from streaming_pipeline.devstack.embedded.stack import StackInfo
 from streaming_pipeline.devstack.producer import produce, rows_from_records
@@ -31,10 +31,8 @@ from streaming_pipeline.devstack.records import read_rides_csv
 from streaming_pipeline.devstack.synthetic import SyntheticOptions, synthetic_rides
 from streaming_pipeline.engine.delta_log import latest_version
 from streaming_pipeline.registry_client import RegistryClient
-from streaming_pipeline.resources import SparkResource
-from streaming_pipeline.settings import PipelineSettings
 from streaming_pipeline.tables import PICKUPS_TOPIC, RIDES_TOPIC
-from streaming_pipeline_tests.conftest import TLC_RIDE_COLUMNS
+from streaming_pipeline_tests.conftest import TLC_RIDE_COLUMNS, pipeline_resources_for
 from streaming_pipeline_tests.kafka_helpers import avro_frame, end_offsets, produce_raw
 
 SAMPLE_PICKUP_OFFSETS = [
@@ -134,21 +132,13 @@ def materialize_every_asset(resources: dict[str, Any], instance: dg.DagsterInsta
     return result
 
 
-def build(stack: StackInfo, spark_conf: dict[str, str], rides_csv: Path, root: Path) -> MaterializedLakehouse:
+def build(stack: StackInfo, rides_csv: Path, root: Path) -> MaterializedLakehouse:
     """Produce the data set to `stack` (cleared) and materialize every asset twice into `root`/lakehouse."""
     lakehouse, dagster_home = root / "lakehouse", root / "dagster_home"
     dagster_home.mkdir(parents=True)
     # No "join the community" dialog over the UI's pages (test_ui.py), no telemetry.
     (dagster_home / "dagster.yaml").write_text("nux:\n  enabled: false\ntelemetry:\n  enabled: false\n")
-    settings = PipelineSettings.from_env(
-        {
-            "KAFKA_BOOTSTRAP_SERVERS": stack.bootstrap_servers,
-            "SCHEMA_REGISTRY_URL": stack.schema_registry_url,
-            "LAKEHOUSE_DIR": str(lakehouse),
-        }
-    )
-    resources = build_resources(settings)
-    resources["spark"] = SparkResource(stop_on_teardown=False, conf=spark_conf)
+    resources: dict[str, Any] = pipeline_resources_for(stack, lakehouse)
     instance = dg.DagsterInstance.from_config(str(dagster_home))
 
     rides = sample_rides(rides_csv)
