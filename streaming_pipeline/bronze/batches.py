@@ -14,6 +14,7 @@ after a crash is skipped by the tables that already have it. The txnAppId names 
 
 from __future__ import annotations
 
+import time
 import uuid
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -73,24 +74,31 @@ class BronzeBatchWriter:
             split_confluent_frames,
         )
 
+        steps = _StepTimer()
         registry = _registry(self.registry_url, self.registry_auth)
         cp_id = checkpoint_id(self.checkpoint_dir)
         app_id = bronze_app_id(self.asset_name, cp_id)
+        kafka_offsets = checkpoint_batch_offsets(self.checkpoint_dir, batch_id)
+        steps.lap("checkpoint")
         written = _committed_batch(self.table_path, app_id, batch_id)
+        steps.lap("committed_check")
         if written is not None and "writer_schema_ids" in written:
             # A batch replayed after a crash, whose rows are in the table already: its dead letters must come from
             # the same decoding as its rows (the schemas of that attempt), not from what the registry holds today.
             writer_schemas, latest = self._schemas_of(registry, written, batch_id)
         else:
             writer_schemas, latest = self._current_schemas(registry, batch, batch_id)
+        steps.lap("registry")
         # The marker records the checkpoint, this batch's end offsets (what the table has consumed, readable from
-        # the Delta log by the sensor and the checks on any storage) and the schemas its records were decoded with
-        # (the reader schema derives from them: the latest version plus the fields only earlier ones have).
+        # the Delta log by the sensor and the checks on any storage), the schemas its records were decoded with
+        # (the reader schema derives from them: the latest version plus the fields only earlier ones have), and the
+        # milliseconds the handler spent before the append, per step (`bench --live` reports them).
         extra = {
             "checkpoint_id": cp_id,
-            "kafka_offsets": checkpoint_batch_offsets(self.checkpoint_dir, batch_id),
+            "kafka_offsets": kafka_offsets,
             "writer_schema_ids": sorted(writer_schemas),
             "reader_schema_id": _schema_id_of(writer_schemas, latest),
+            "handler_ms": steps.laps,
         }
         reader_schema = reader_schema_of(writer_schemas, latest)
         decoded = decode_avro_frames(split_confluent_frames(batch), writer_schemas, reader_schema)
@@ -146,6 +154,19 @@ class BronzeBatchWriter:
             )
         writer_schemas = {i: str(texts[i]) for i in ids}
         return writer_schemas, str(texts[int(reader_id)]) if reader_id is not None else self.fallback_reader_schema
+
+
+class _StepTimer:
+    """Milliseconds per step of the handler, each from the end of the one before."""
+
+    def __init__(self) -> None:
+        self.laps: dict[str, int] = {}
+        self._since = time.perf_counter()
+
+    def lap(self, step: str) -> None:
+        now = time.perf_counter()
+        self.laps[step] = round(1000 * (now - self._since))
+        self._since = now
 
 
 def _committed_batch(table_path: str, app_id: str, batch_id: int) -> dict[str, Any] | None:

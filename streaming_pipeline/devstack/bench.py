@@ -26,8 +26,16 @@ from typing import Any, cast
 
 import dagster as dg
 
+from streaming_pipeline.devstack.engine_events import (
+    PHASES,
+    QueryBreakdown,
+    event_log_conf,
+    progress_reports,
+    query_breakdowns,
+)
 from streaming_pipeline.devstack.producer import produce, rows_from_records
 from streaming_pipeline.devstack.synthetic import SyntheticOptions, synthetic_rides
+from streaming_pipeline.engine.delta_log import commits, latest_version
 from streaming_pipeline.errors import BenchError, ConfigurationError
 from streaming_pipeline.progress import Progress, waiting
 from streaming_pipeline.schemas import load_schema
@@ -144,11 +152,14 @@ class ThroughputResult:
 
 
 @contextlib.contextmanager
-def bench_stack(work: Path, stack_dir: Path | None, *, live_mode: str | None = None) -> Iterator[Any]:
+def bench_stack(
+    work: Path, stack_dir: Path | None, *, live_mode: str | None = None, event_log: Path | None = None
+) -> Iterator[Any]:
     """The stack a bench measures on: a new one under `work`, stopped afterwards, or with `stack_dir`
     (`--stack-dir`) the embedded stack there, started if it is not running and left running, whose topics must hold
     no record yet (the bench counts every record it reads as its own). Either way the bench's runs go to a Dagster
-    instance of its own under `work`, with the stack's dagster.yaml."""
+    instance of its own under `work`, with the stack's dagster.yaml. `event_log`: a new stack's engine writes its
+    Spark event log there (`engine_events`)."""
     from dataclasses import replace
 
     from streaming_pipeline.devstack.embedded.stack import EmbeddedStack, running_stack
@@ -157,7 +168,8 @@ def bench_stack(work: Path, stack_dir: Path | None, *, live_mode: str | None = N
 
     with contextlib.ExitStack() as stop:
         if stack_dir is None:
-            stack = stop.enter_context(running_stack(work / "stack", live_mode=live_mode))
+            conf = event_log_conf(event_log) if event_log is not None else {}
+            stack = stop.enter_context(running_stack(work / "stack", live_mode=live_mode, engine_conf=conf))
         else:
             stack = EmbeddedStack(stack_dir).up(progress=say)
             kafka = KafkaResource(bootstrap_servers=stack.bootstrap_servers)
@@ -378,6 +390,11 @@ class LiveModeFigures:
     idle_cpu_percent: float = 0.0  # the Connect server and the runs in flight, once the pipeline is quiet, of one core
     idle_windows_discarded: list[str] = field(default_factory=list)  # the tables that committed inside each
     runs: int = 0  # runs the pipeline's sensors launched in this mode (not automation's taxi_zones, not schedules)
+    # Where the work goes, from the load's start until the pipeline is quiet (every table has taken the load):
+    engine_cpu_seconds_per_1000_rides: float = 0.0  # the Connect server and its Python workers
+    queries: dict[str, QueryBreakdown] = field(default_factory=dict)  # per streaming query, from the event log
+    handler_ms: dict[str, float] = field(default_factory=dict)  # raw_rides' handler: median ms per step
+    handler_batches: int = 0  # raw_rides' micro-batches those medians are over
     raw_rides_seconds: list[float] = field(default_factory=list)
     vendor_counts_seconds: list[float] = field(default_factory=list)
 
@@ -450,6 +467,7 @@ SPREAD_FIGURES = {
     "catch_up_seconds": "catch-up after the load (s)",
     "engine_peak_rss_mib": "engine peak RSS (MiB)",
     "idle_cpu_percent": "CPU idle, engine + runs (% of a core)",
+    "engine_cpu_seconds_per_1000_rides": "engine CPU s per 1,000 rides",
 }
 
 
@@ -660,6 +678,11 @@ class _CpuMeter:
         elapsed = time.monotonic() - self._started
         return round(100 * self._used / elapsed, 1) if elapsed > 0 else 0.0
 
+    def seconds(self) -> float:
+        """CPU seconds used since the meter started."""
+        self.read()
+        return self._used
+
 
 def _probe_ride(probe: int, seed: int) -> dict[str, Any]:
     ride = next(synthetic_rides(1, SyntheticOptions(seed=seed)))
@@ -772,7 +795,7 @@ def _live_run(
     # The stack starts in the first mode measured, as `stack up --live-mode` would: the engine's heap follows it.
     with (
         tempfile.TemporaryDirectory(prefix="bench-live-") as tmp,
-        bench_stack(Path(tmp), stack_dir, live_mode=modes[0]) as stack,
+        bench_stack(Path(tmp), stack_dir, live_mode=modes[0], event_log=Path(tmp) / "spark-events") as stack,
     ):
         assert stack.spark_remote and stack.dagster_home
         kafka = KafkaResource(bootstrap_servers=stack.bootstrap_servers)
@@ -782,6 +805,8 @@ def _live_run(
             probe_every=probe_every, idle_seconds=idle_seconds, quiet_seconds=quiet_seconds, timeout=timeout
         )
         lakehouse = Path(tmp) / "lakehouse"
+        # The engine's event log, where Spark writes each micro-batch's progress (a stack of --stack-dir has none).
+        events = Path(tmp) / "spark-events" if stack_dir is None else None
         watcher = _ProbeWatcher(lakehouse)
         produced: dict[str, int] = {"rides": 0, "probes": 0}
         for number, mode in enumerate(modes):
@@ -796,6 +821,7 @@ def _live_run(
                 figures,
                 seed=7000 + 1000 * number,
                 timing=timing,
+                events=events,
             )
             result.modes.append(figures)
         if floor:
@@ -811,6 +837,7 @@ def _live_run(
                 figures,
                 seed=6000,
                 timing=timing,
+                events=events,
             )
             result.modes.append(figures)
     return result
@@ -907,7 +934,11 @@ def _live_mode(
     *,
     seed: int,
     timing: _Timing,
+    events: Path | None = None,
 ) -> None:
+    """One mode: the first ride on the idle pipeline, the load with its probes, the catch-up, the idle window; and
+    where the work went from the load's start until the pipeline was quiet: the engine's CPU per 1,000 rides, each
+    query's micro-batches from the engine's event log `events`, and raw_rides' handler steps from its commits."""
     import random
 
     rng = random.Random(seed)
@@ -932,6 +963,8 @@ def _live_mode(
             lambda: _send(kafka, registry, pickups, rate=figures.rate / figures.pickup_every, topic=PICKUPS_TOPIC),
         )
         sent_at: dict[int, float] = {}
+        raw_version_before = latest_version(str(watcher.raw_path))
+        load_started = time.time()
         engine_cpu = _CpuMeter(lambda: [stack.spark_pid])
         dagster_cpu = _CpuMeter(pipeline.cpu_roots_beside_the_engine)
         with _Sampler(stack.spark_pid) as sampler:
@@ -985,11 +1018,23 @@ def _live_mode(
             f"{figures.mode}: {timing.idle_seconds:g} s of the idle pipeline, once no table has had a commit for "
             f"{timing.quiet_seconds:g} s"
         ):
-            idle = _measure_idle(watcher.raw_path.parent, pipeline.idle_cpu_roots, timing, mode=figures.mode)
+            quiet: dict[str, float] = {}
+
+            def at_quiet() -> None:
+                quiet.update(cpu_seconds=engine_cpu.seconds(), at=time.time())
+
+            idle = _measure_idle(
+                watcher.raw_path.parent, pipeline.idle_cpu_roots, timing, mode=figures.mode, on_quiet=at_quiet
+            )
         figures.idle_cpu_percent = idle.cpu_percent
         figures.quiet_after_seconds = idle.quiet_after_seconds
         figures.idle_windows_discarded = idle.discarded
         figures.runs = pipeline.runs()
+        rides = (len(load) + len(sent_at)) / 1000
+        figures.engine_cpu_seconds_per_1000_rides = round(quiet["cpu_seconds"] / rides, 3)
+        if events is not None:
+            figures.queries = query_breakdowns(progress_reports(events), load_started, quiet["at"])
+        figures.handler_ms, figures.handler_batches = _handler_steps(str(watcher.raw_path), raw_version_before)
         say(
             f"{figures.mode}: raw_rides p50 {figures.raw_rides_p50_seconds:.1f} s, vendor_counts p50 "
             f"{figures.vendor_counts_p50_seconds:.1f} s over {figures.probes} probes; caught up in "
@@ -1011,18 +1056,21 @@ def _measure_idle(
     *,
     mode: str,
     sleep: Callable[[float], object] = time.sleep,
+    on_quiet: Callable[[], object] = lambda: None,
 ) -> _IdleWindow:
     """The CPU of the process trees of `roots` over `timing.idle_seconds` in which no table of `lakehouse` has a
     commit, starting once none has had one for `timing.quiet_seconds`. A commit inside the window (a downstream
     trigger taking the load's last rides, the window reconcile that follows them) means the pipeline was still at
     work: that window is discarded and a new one starts after the next quiet. It gives up `timing.timeout` seconds
-    after the quiet could first have come."""
+    after the quiet could first have come. `on_quiet` is called when each window starts (the last call: the one
+    measured)."""
     started = time.monotonic()
     deadline = started + timing.quiet_seconds + timing.timeout
     discarded: list[str] = []
     while True:
         _wait_until_quiet(lakehouse, timing.quiet_seconds, max(0.0, deadline - time.monotonic() - timing.quiet_seconds))
         logs_before, quiet_after = _log_times(lakehouse), round(time.monotonic() - started, 1)
+        on_quiet()
         meter = _CpuMeter(roots)
         window_ends = time.monotonic() + timing.idle_seconds
         committed: list[str] = []
@@ -1039,6 +1087,20 @@ def _measure_idle(
                 f"after the catch-up: {'; then '.join(discarded)} committed during each"
             )
         say(f"{mode}: {discarded[-1]} committed during the idle window; measuring a new one after the next quiet")
+
+
+def _handler_steps(raw_rides: str, after: int | None) -> tuple[dict[str, float], int]:
+    """The median milliseconds of each step of raw_rides' handler before its append (`handler_ms` in its commits'
+    markers) over its commits after version `after`, and how many commits that is ({} and 0 for the floor's)."""
+    steps: dict[str, list[float]] = {}
+    batches = 0
+    for commit in commits(raw_rides, after=after) or []:
+        laps = (commit.user_metadata or {}).get("handler_ms")
+        if isinstance(laps, dict):
+            batches += 1
+            for step, ms in laps.items():
+                steps.setdefault(step, []).append(float(ms))
+    return {step: round(statistics.median(values), 1) for step, values in steps.items()}, batches
 
 
 def _log_times(lakehouse: Path) -> dict[str, int]:
@@ -1135,7 +1197,6 @@ class _LiveTables:
         self.counts = str(lakehouse / VENDOR_COUNTS.name)
 
     def _rides(self) -> int:
-        from streaming_pipeline.engine.delta_log import latest_version
         from streaming_pipeline.engine.table_snapshot import row_count
 
         version = latest_version(self.raw)
@@ -1200,11 +1261,41 @@ def _print_live(result: LiveResult) -> None:
                 + ")",
             ),
             (f"{m.mode}: runs", str(m.runs)),
+            (
+                f"{m.mode}: engine CPU s per 1,000 rides, load start -> quiet",
+                f"{m.engine_cpu_seconds_per_1000_rides:.2f}",
+            ),
+            *_breakdown_rows(m),
         ]
     if result.settings:
         rows.append(("settings (--env)", ", ".join(f"{k}={v}" for k, v in sorted(result.settings.items()))))
     rows.append(("machine", result.machine))
     print_rows(rows, [])
+
+
+def _breakdown_rows(m: LiveModeFigures) -> list[tuple[str, str]]:
+    """Per query: micro-batches, rows, and the mean ms per batch of each phase Spark reports; raw_rides' handler."""
+    short = {"triggerExecution": "batch", "latestOffset": "offsets", "queryPlanning": "planning"}
+    rows = []
+    for name, q in m.queries.items():
+        phases = ", ".join(
+            f"{short.get(phase, phase)} {1000 * q.seconds_per_batch(phase):,.0f}"
+            for phase in PHASES
+            if q.phase_seconds.get(phase)
+        )
+        rows.append(
+            (
+                f"{m.mode}: {name}",
+                f"{q.micro_batches} batches, {q.input_rows:,} rows, "
+                f"{q.phase_seconds.get('triggerExecution', 0):,.1f} s in all; ms per batch: {phases}",
+            )
+        )
+    if m.handler_ms:
+        steps = ", ".join(f"{step} {ms:,.0f}" for step, ms in m.handler_ms.items())
+        rows.append(
+            (f"{m.mode}: raw_rides handler before its append, median ms", f"{steps} ({m.handler_batches} batches)")
+        )
+    return rows
 
 
 # ----------------------------------------------------------------------------------------------- windows

@@ -193,6 +193,7 @@ class EmbeddedStack:
         spark_worker_cores: int | None = None,
         spark_worker_memory: str | None = None,
         live_mode: str | None = None,
+        engine_conf: dict[str, str] | None = None,
     ) -> None:
         self.directory = Path(directory).expanduser().resolve()
         self.prefer_standard_ports = prefer_standard_ports
@@ -207,6 +208,8 @@ class EmbeddedStack:
         self.spark_worker_memory = spark_worker_memory
         # None: as recorded in stack.json (triggered for a new stack).
         self.live_mode = live_mode
+        # Spark settings of this start of the engine on top of its profile's (the benches' event log), not recorded.
+        self.engine_conf = dict(engine_conf or {})
 
     # ------------------------------------------------------------------ layout
 
@@ -577,9 +580,11 @@ class EmbeddedStack:
         port = self._take_client_port(state, "spark", "Spark Connect server", STANDARD_SPARK_CONNECT_PORT, taken, say)
         jars.spark_jars(progress=say)
         cluster = self._spark_cluster(state) if self._spark_workers(state) else None
-        driver: dict[str, Any] = {"driver_memory": driver_memory_for(state.get("live_mode"))}
+        driver: dict[str, Any] = {"driver_memory": driver_memory_for(state.get("live_mode")), "conf": self.engine_conf}
         if cluster is not None:  # the driver of the standalone cluster, with the `cluster` profile
-            driver.update(profile="cluster", master=cluster.master_url, conf=cluster.driver_conf())
+            driver.update(
+                profile="cluster", master=cluster.master_url, conf={**cluster.driver_conf(), **self.engine_conf}
+            )
             say(f"The Spark Connect server drives the standalone cluster {cluster.master_url}")
         server = SparkConnectServer(self.spark_dir, port, self.host, log_dir=self.logs_dir, **driver)
         say(f"Starting the Spark Connect server on {server.remote_url} (log: {server.log_file})")
