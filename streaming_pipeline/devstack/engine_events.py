@@ -41,7 +41,10 @@ class QueryBreakdown:
 
     def add(self, progress: dict[str, object]) -> None:
         self.micro_batches += 1
-        self.input_rows += int(str(progress.get("numInputRows") or 0))
+        # The event log holds the report's fields (Jackson): the rows read are per source.
+        sources = progress.get("sources") or []
+        assert isinstance(sources, list)
+        self.input_rows += sum(int(source.get("numInputRows") or 0) for source in sources)
         durations = progress.get("durationMs") or {}
         assert isinstance(durations, dict)
         for phase in PHASES:
