@@ -1034,7 +1034,7 @@ def _live_mode(
         figures.engine_cpu_seconds_per_1000_rides = round(quiet["cpu_seconds"] / rides, 3)
         if events is not None:
             figures.queries = query_breakdowns(progress_reports(events), load_started, quiet["at"])
-        figures.handler_ms, figures.handler_batches = _handler_steps(str(watcher.raw_path), raw_version_before)
+        figures.handler_ms, figures.handler_batches = bronze_handler_steps(str(watcher.raw_path), raw_version_before)
         say(
             f"{figures.mode}: raw_rides p50 {figures.raw_rides_p50_seconds:.1f} s, vendor_counts p50 "
             f"{figures.vendor_counts_p50_seconds:.1f} s over {figures.probes} probes; caught up in "
@@ -1089,7 +1089,7 @@ def _measure_idle(
         say(f"{mode}: {discarded[-1]} committed during the idle window; measuring a new one after the next quiet")
 
 
-def _handler_steps(raw_rides: str, after: int | None) -> tuple[dict[str, float], int]:
+def bronze_handler_steps(raw_rides: str, after: int | None) -> tuple[dict[str, float], int]:
     """The median milliseconds of each step of raw_rides' handler before its append (`handler_ms` in its commits'
     markers) over its commits after version `after`, and how many commits that is ({} and 0 for the floor's)."""
     steps: dict[str, list[float]] = {}

@@ -103,6 +103,14 @@ def test_live_bench_measures_probes_under_load_through_dagster_dev_and_then_the_
     # The continuous mode streams in one run; the sensor relaunches none while it works. The floor has no Dagster.
     assert (continuous["runs"], floor["runs"]) == (1, 0)
     assert floor["dagster_cpu_percent_under_load"] == 0
+    # Where the work went: the engine's CPU per 1,000 rides in both; raw_rides' handler steps, from the markers of
+    # its commits during the load, in the pipeline only (the floor's bare append has none). The stack of --stack-dir
+    # was started without an event log, so there is no breakdown per query (a private stack has one).
+    assert continuous["engine_cpu_seconds_per_1000_rides"] > 0 and floor["engine_cpu_seconds_per_1000_rides"] > 0
+    assert continuous["handler_batches"] >= 1
+    assert set(continuous["handler_ms"]) == {"checkpoint", "committed_check", "registry"}
+    assert (floor["handler_batches"], floor["handler_ms"]) == (0, {})
+    assert continuous["queries"] == floor["queries"] == {}
 
 
 def test_soak_bench_samples_every_round_maintains_and_draws_its_chart(tmp_path, stack_dir: str) -> None:
