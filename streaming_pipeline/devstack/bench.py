@@ -153,13 +153,18 @@ class ThroughputResult:
 
 @contextlib.contextmanager
 def bench_stack(
-    work: Path, stack_dir: Path | None, *, live_mode: str | None = None, event_log: Path | None = None
+    work: Path,
+    stack_dir: Path | None,
+    *,
+    live_mode: str | None = None,
+    event_log: Path | None = None,
+    engine_conf: Mapping[str, str] | None = None,
 ) -> Iterator[Any]:
     """The stack a bench measures on: a new one under `work`, stopped afterwards, or with `stack_dir`
     (`--stack-dir`) the embedded stack there, started if it is not running and left running, whose topics must hold
     no record yet (the bench counts every record it reads as its own). Either way the bench's runs go to a Dagster
     instance of its own under `work`, with the stack's dagster.yaml. `event_log`: a new stack's engine writes its
-    Spark event log there (`engine_events`)."""
+    Spark event log there (`engine_events`); `engine_conf`: Spark settings of a new stack's engine."""
     from dataclasses import replace
 
     from streaming_pipeline.devstack.embedded.stack import EmbeddedStack, running_stack
@@ -168,7 +173,7 @@ def bench_stack(
 
     with contextlib.ExitStack() as stop:
         if stack_dir is None:
-            conf = event_log_conf(event_log) if event_log is not None else {}
+            conf = {**(event_log_conf(event_log) if event_log is not None else {}), **(engine_conf or {})}
             stack = stop.enter_context(running_stack(work / "stack", live_mode=live_mode, engine_conf=conf))
         else:
             stack = EmbeddedStack(stack_dir).up(progress=say)
@@ -405,6 +410,7 @@ class LiveResult:
     engine: str
     modes: list[LiveModeFigures] = field(default_factory=list)
     settings: dict[str, str] = field(default_factory=dict)  # --env: what dagster dev ran with beyond the defaults
+    engine_settings: dict[str, str] = field(default_factory=dict)  # --engine-conf: Spark settings beyond the profile
 
 
 #: What `--env` cannot set: the stack's addresses and what the bench sets itself, and credentials (the embedded
@@ -447,6 +453,18 @@ def live_settings(assignments: list[str]) -> dict[str, str]:
         PipelineSettings.from_env(settings)
     except ConfigurationError as error:
         raise BenchError(f"--env: {error}") from None
+    return settings
+
+
+def engine_conf_settings(assignments: list[str]) -> dict[str, str]:
+    """`--engine-conf KEY=VALUE` items as Spark settings, checked before any stack starts."""
+    settings: dict[str, str] = {}
+    for item in assignments:
+        key, equals, value = item.partition("=")
+        key = key.strip()
+        if not equals or not key.startswith("spark."):
+            raise BenchError(f"--engine-conf {item!r} is not spark.KEY=VALUE")
+        settings[key] = value
     return settings
 
 
@@ -702,6 +720,7 @@ def run_live_bench(
     quiet_seconds: float = 40.0,
     timeout: float = 300.0,
     env: list[str] | None = None,
+    engine_conf: list[str] | None = None,
     floor: bool = False,
     stack_dir: Path | None = None,
 ) -> LiveResult | LiveRepeats:
@@ -721,13 +740,17 @@ def run_live_bench(
     same code on this kind of machine differ by 1 to 3 s at the median (docs/performance.md).
 
     `env` (`--env KEY=VALUE`): pipeline settings for `dagster dev` (`CONTINUOUS_RECONCILE_SECONDS=60`), recorded
-    with the figures.
+    with the figures; `engine_conf` (`--engine-conf KEY=VALUE`): Spark settings of the bench's own engine
+    (`spark.master=local[4]`), recorded too.
 
     `floor` (`--floor`): after the modes, on the same stack, the same load (rides only) and probes through the
     latency floor (`latency_floor`: a bare Kafka -> Delta query and a chained count, no Dagster), reported as the
     mode `floor`: what the engine itself gives on this machine in the same run, for the pipeline's figures to be
     read against."""
     settings = live_settings(env or [])
+    engine_settings = engine_conf_settings(engine_conf or [])
+    if engine_settings and stack_dir is not None:
+        raise BenchError("--engine-conf sets the bench's own engine: leave out --stack-dir")
     if repeat < 1:
         raise BenchError("--repeat must be 1 or more")
     if repeat > 1 and stack_dir is not None:
@@ -754,6 +777,7 @@ def run_live_bench(
                 quiet_seconds=quiet_seconds,
                 timeout=timeout,
                 settings=settings,
+                engine_settings=engine_settings,
                 floor=floor,
                 stack_dir=stack_dir,
             )
@@ -779,6 +803,7 @@ def _live_run(
     quiet_seconds: float,
     timeout: float,
     settings: dict[str, str],
+    engine_settings: dict[str, str],
     floor: bool,
     stack_dir: Path | None,
 ) -> LiveResult:
@@ -790,12 +815,17 @@ def _live_run(
 
     heap = driver_memory_for(modes[0])
     result = LiveResult(
-        machine=machine_description(), engine=f"Spark Connect server, local[*], {heap} heap", settings=settings
+        machine=machine_description(),
+        engine=f"Spark Connect server, {engine_settings.get('spark.master', 'local[*]')}, {heap} heap",
+        settings=settings,
+        engine_settings=engine_settings,
     )
     # The stack starts in the first mode measured, as `stack up --live-mode` would: the engine's heap follows it.
     with (
         tempfile.TemporaryDirectory(prefix="bench-live-") as tmp,
-        bench_stack(Path(tmp), stack_dir, live_mode=modes[0], event_log=Path(tmp) / "spark-events") as stack,
+        bench_stack(
+            Path(tmp), stack_dir, live_mode=modes[0], event_log=Path(tmp) / "spark-events", engine_conf=engine_settings
+        ) as stack,
     ):
         assert stack.spark_remote and stack.dagster_home
         kafka = KafkaResource(bootstrap_servers=stack.bootstrap_servers)
@@ -1269,6 +1299,9 @@ def _print_live(result: LiveResult) -> None:
         ]
     if result.settings:
         rows.append(("settings (--env)", ", ".join(f"{k}={v}" for k, v in sorted(result.settings.items()))))
+    if result.engine_settings:
+        engine = ", ".join(f"{k}={v}" for k, v in sorted(result.engine_settings.items()))
+        rows.append(("engine settings (--engine-conf)", engine))
     rows.append(("machine", result.machine))
     print_rows(rows, [])
 

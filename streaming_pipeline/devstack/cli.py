@@ -212,6 +212,14 @@ def _add_bench_parser(subparsers: argparse._SubParsersAction) -> None:
         "with the figures). Without it the bench runs the defaults, whatever the shell exports",
     )
     bench.add_argument(
+        "--engine-conf",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="--live: a Spark setting of the bench's own engine on top of its profile, e.g. spark.master=local[4] "
+        "(repeatable; recorded with the figures; the floor runs on the same engine)",
+    )
+    bench.add_argument(
         "--windows",
         action="store_true",
         help="measure a windows run (stream + reconcile) of --new-rides rides after each --history size",
@@ -286,6 +294,7 @@ def _run_bench(args: argparse.Namespace) -> int:
             pickup_every=args.pickup_every,
             quiet_seconds=args.quiet_seconds,
             env=args.env,
+            engine_conf=args.engine_conf,
             floor=args.floor,
             stack_dir=args.stack_dir,
         )

@@ -128,6 +128,26 @@ def test_env_is_repeatable_refused_before_any_stack_starts_and_printed_with_the_
     ]
 
 
+def test_engine_conf_is_spark_settings_refused_before_any_stack_starts_and_printed_with_the_figures(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    from streaming_pipeline.devstack.bench import run_live_bench
+
+    args = build_parser().parse_args(["bench", "--live", "--engine-conf", "spark.master=local[4]"])
+    assert args.engine_conf == ["spark.master=local[4]"]
+    with pytest.raises(BenchError, match="'master=local' is not spark.KEY=VALUE"):
+        run_live_bench(("continuous",), None, engine_conf=["master=local"])
+    with pytest.raises(BenchError, match="leave out --stack-dir"):
+        run_live_bench(("continuous",), None, engine_conf=["spark.master=local[4]"], stack_dir=Path("stack"))
+    result = _run(("continuous", 5.0, 2000.0, True))
+    result.engine_settings = {"spark.master": "local[4]"}
+    _print_live(result)
+    lines = capsys.readouterr().out.splitlines()
+    assert [line.split() for line in lines if line.startswith("engine settings")] == [
+        ["engine", "settings", "(--engine-conf)", "spark.master=local[4]"]
+    ]
+
+
 def test_runs_count_what_the_pipelines_sensors_launched_not_automation_or_schedules() -> None:
     from dagster._core.storage.dagster_run import DagsterRun
 
