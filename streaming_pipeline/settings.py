@@ -146,7 +146,7 @@ class LiveSettings:
     """How the live path streams (docs/live-mode.md): `LIVE_MODE` is `triggered` (offset sensors start a run when
     records wait) or `continuous` (one long-running run keeps every query streaming). In continuous mode the queries
     trigger every `CONTINUOUS_TRIGGER_INTERVAL`, the run reports each table at most every `CONTINUOUS_REPORT_SECONDS`,
-    and stops the window query for its reconcile at most every `CONTINUOUS_RECONCILE_SECONDS`. The bronze queries and
+    and stops the window query for its reconcile at most every `CONTINUOUS_RECONCILE_SECONDS`. raw_rides and
     vendor_counts trigger every `CONTINUOUS_TRIGGER_INTERVAL`, the others every
     `CONTINUOUS_DOWNSTREAM_TRIGGER_INTERVAL`. A streamed table is late (its freshness policy fails) when it has not
     been reported for `CONTINUOUS_FRESHNESS_SECONDS`, and warns after half of that. The streaming tables' asset
@@ -155,7 +155,7 @@ class LiveSettings:
 
     mode: str = "triggered"
     trigger_interval: str = "500 milliseconds"
-    downstream_trigger_interval: str = "30 seconds"
+    downstream_trigger_interval: str = "2 minutes"
     report_seconds: float = 30.0
     reconcile_seconds: float = 300.0
     freshness_seconds: float = 300.0

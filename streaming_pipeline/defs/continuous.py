@@ -67,13 +67,14 @@ class ContinuousStreamsConfig(IntervalsConfig):
 
     trigger_interval: str = Field(
         default=_LIVE.trigger_interval,
-        description="The bronze queries and vendor_counts start a micro-batch this often, when data waits (default: "
+        description="raw_rides and vendor_counts start a micro-batch this often, when data waits (default: "
         "CONTINUOUS_TRIGGER_INTERVAL, 500 milliseconds).",
     )
     downstream_trigger_interval: str = Field(
         default=_LIVE.downstream_trigger_interval,
-        description="The branches, the enrichment, the join and the windows start a micro-batch this often, when data "
-        "waits (default: CONTINUOUS_DOWNSTREAM_TRIGGER_INTERVAL, 30 seconds).",
+        description="The other queries (raw_pickup_locations, the branches, the enrichment, the join and the windows) "
+        "start a micro-batch this often, when data waits (default: CONTINUOUS_DOWNSTREAM_TRIGGER_INTERVAL, "
+        "2 minutes).",
     )
     report_every_seconds: float = Field(
         default=_LIVE.report_seconds,

@@ -192,9 +192,9 @@ def _add_bench_parser(subparsers: argparse._SubParsersAction) -> None:
     bench.add_argument(
         "--quiet-seconds",
         type=float,
-        default=40.0,
-        help="--live: the idle window starts once no table has had a commit for this long (default 40: longer than "
-        "the continuous mode's 30 s downstream trigger)",
+        default=150.0,
+        help="--live: the idle window starts once no table has had a commit for this long (default 150: longer than "
+        "the continuous mode's downstream trigger, 2 minutes)",
     )
     bench.add_argument(
         "--pickup-every",
