@@ -395,8 +395,8 @@ class LiveModeFigures:
     idle_cpu_percent: float = 0.0  # the Connect server and the runs in flight, once the pipeline is quiet, of one core
     idle_windows_discarded: list[str] = field(default_factory=list)  # the tables that committed inside each
     runs: int = 0  # runs the pipeline's sensors launched in this mode (not automation's taxi_zones, not schedules)
-    # Where the work goes, from the load's start until the pipeline is quiet (every table has taken the load):
-    # The Connect server and its Python workers, less what the idle engine takes over as long (measured right after):
+    # Where the work goes, from the load's start until the pipeline is quiet (every table has taken the load). The
+    # CPU of the Connect server and its Python workers, less what the idle engine takes over as long (measured after):
     engine_cpu_seconds_per_1000_rides: float = 0.0
     engine_idle_cpu_percent: float = 0.0  # of one core: the engine alone, over the idle window
     queries: dict[str, QueryBreakdown] = field(default_factory=dict)  # per streaming query, from the event log
@@ -1065,8 +1065,8 @@ def _live_mode(
         figures.idle_windows_discarded = idle.discarded
         figures.runs = pipeline.runs()
         rides = (len(load) + len(sent_at)) / 1000
-        idle_seconds = figures.engine_idle_cpu_percent / 100 * (quiet["at"] - load_started)
-        figures.engine_cpu_seconds_per_1000_rides = round((quiet["cpu_seconds"] - idle_seconds) / rides, 3)
+        idle_cpu_seconds = figures.engine_idle_cpu_percent / 100 * (quiet["at"] - load_started)
+        figures.engine_cpu_seconds_per_1000_rides = round((quiet["cpu_seconds"] - idle_cpu_seconds) / rides, 3)
         if events is not None:
             figures.queries = query_breakdowns(progress_reports(events), load_started, quiet["at"])
         figures.handler_ms, figures.handler_batches = bronze_handler_steps(str(watcher.raw_path), raw_version_before)
