@@ -1,7 +1,8 @@
 """`bench --live` pieces that need no stack: `--repeat N` sums up its runs (the median and range of each figure,
-per mode), and `--env KEY=VALUE` gives dagster dev a setting, checked before anything starts and recorded; which
-runs a mode's `runs` counts; a load that cannot be produced stops the bench with its own error; and the wait for
-a quiet lakehouse before the idle window, and an idle window that a commit interrupts."""
+per mode), and `--env KEY=VALUE` gives dagster dev a setting, checked before anything starts and recorded; the
+checks' schedule stays out of the measurement; which runs a mode's `runs` counts; a load that cannot be produced
+stops the bench with its own error; and the wait for a quiet lakehouse before the idle window, and an idle window
+that a commit interrupts."""
 
 import argparse
 import os
@@ -27,6 +28,7 @@ from streaming_pipeline.devstack.bench import (
 )
 from streaming_pipeline.devstack.cli import build_parser
 from streaming_pipeline.errors import BenchError
+from streaming_pipeline.settings import LiveSettings
 
 
 def _run(*modes: tuple[str, float, float, bool]) -> LiveResult:
@@ -95,12 +97,19 @@ def test_env_settings_reach_dagster_dev_beside_the_stacks_addresses(tmp_path) ->
     stack_env = {"KAFKA_BOOTSTRAP_SERVERS": "127.0.0.1:1", "SPARK_REMOTE": "sc://127.0.0.1:2", "LIVE_MODE": "triggered"}
     settings = live_settings(["CONTINUOUS_RECONCILE_SECONDS=60"])
     assert dagster_dev_env(settings, stack_env, tmp_path / "lake", "continuous") == {
+        "CONTINUOUS_CHECKS_CRON": "0 0 1 1 *",
         "CONTINUOUS_RECONCILE_SECONDS": "60",
         "KAFKA_BOOTSTRAP_SERVERS": "127.0.0.1:1",
         "SPARK_REMOTE": "sc://127.0.0.1:2",
         "LAKEHOUSE_DIR": str(tmp_path / "lake"),
         "LIVE_MODE": "continuous",
     }
+
+
+def test_the_checks_schedule_stays_out_of_the_measurement_unless_env_sets_it(tmp_path) -> None:
+    hourly = dagster_dev_env(live_settings(["CONTINUOUS_CHECKS_CRON=0 * * * *"]), {}, tmp_path, "continuous")
+    assert hourly["CONTINUOUS_CHECKS_CRON"] == "0 * * * *"
+    assert LiveSettings.from_env(dagster_dev_env({}, {}, tmp_path, "continuous")).checks_cron == "0 0 1 1 *"
 
 
 @pytest.mark.parametrize("key", ["LAKEHOUSE_DIR", "SPARK_REMOTE", "DAGSTER_HOME", "KAFKA_SASL_PASSWORD"])
