@@ -124,6 +124,17 @@ class SizeFigures:
     ours_rides_per_s: float = 0.0
     overhead_seconds_per_run: float = 0.0
     ratios: dict[str, float] = field(default_factory=dict)
+    # Where each job's time goes, per round: the seconds of each phase Spark reports (`durationMs`), summed over the
+    # run's micro-batches, and `micro_batches`, from the engine's event log (a private stack's; none with
+    # --stack-dir); and ours' handler steps before its append (ms, from its commits' markers).
+    plain_spark_phases: list[dict[str, float]] = field(default_factory=list)
+    ours_phases: list[dict[str, float]] = field(default_factory=list)
+    ours_handler_ms: list[dict[str, float]] = field(default_factory=list)
+    # Their medians over the rounds, per job ("plain_spark", "ours"), with `outside_batches`: the run's seconds
+    # outside its micro-batches (the query's start and stop; for ours also the Dagster run and the foreachBatch
+    # handler's Python worker).
+    phase_medians: dict[str, dict[str, float]] = field(default_factory=dict)
+    handler_ms_medians: dict[str, float] = field(default_factory=dict)
 
     def summarize(self) -> None:
         plain, ours = statistics.median(self.plain_spark_seconds), statistics.median(self.ours_seconds)
@@ -137,6 +148,24 @@ class SizeFigures:
             "ours/plain_spark": round(self.ours_rides_per_s / self.plain_spark_rides_per_s, 3),
             "ours/limit": round(self.ours_rides_per_s / self.limit_consume_records_per_s, 4),
         }
+        for job, runs, totals in (
+            ("plain_spark", self.plain_spark_phases, self.plain_spark_seconds),
+            ("ours", self.ours_phases, self.ours_seconds),
+        ):
+            if runs:
+                with_outside = [
+                    {**run, "outside_batches": max(0.0, total - run.get("triggerExecution", 0.0))}
+                    for run, total in zip(runs, totals, strict=True)
+                ]
+                self.phase_medians[job] = _medians(with_outside)
+        if self.ours_handler_ms:
+            self.handler_ms_medians = _medians(self.ours_handler_ms)
+
+
+def _medians(runs: list[dict[str, float]]) -> dict[str, float]:
+    """The median of each key over `runs` (a key a run lacks counts as 0 there)."""
+    keys = dict.fromkeys(key for run in runs for key in run)
+    return {key: round(statistics.median(run.get(key, 0.0) for run in runs), 3) for key in keys}
 
 
 @dataclass
@@ -226,6 +255,19 @@ def _consume_all(bootstrap: str, expected: int) -> float:
     return time.monotonic() - (started or time.monotonic())
 
 
+#: The plain job's streaming query name, by which its micro-batches are found in the engine's event log.
+PLAIN_SPARK_QUERY = "plain_spark"
+
+
+def _job_phases(reports: list[dict[str, object]], query: str, window: tuple[float, float]) -> dict[str, float]:
+    """The seconds of each phase of `query`'s micro-batches that started in `window` (epoch seconds), summed, and
+    `micro_batches`; {} when the event log has none (a stack without one)."""
+    breakdown = query_breakdowns(reports, *window).get(query)
+    if breakdown is None:
+        return {}
+    return {**breakdown.phase_seconds, "micro_batches": float(breakdown.micro_batches)}
+
+
 def _plain_spark(spark: Any, bootstrap: str, out: Path) -> float:
     """The job a user would write by hand: Kafka -> strip the 5-byte header -> from_avro -> Delta append."""
     from pyspark.sql import functions as F
@@ -242,6 +284,7 @@ def _plain_spark(spark: Any, bootstrap: str, out: Path) -> float:
         .select(from_avro(F.expr("substring(value, 6)"), schema).alias("r"), "topic", "partition", "offset")
         .select("r.*", "topic", "partition", "offset")
         .writeStream.format("delta")
+        .queryName(PLAIN_SPARK_QUERY)
         .option("checkpointLocation", str(out / "_chk"))
         .trigger(availableNow=True)
         .start(str(out / "table"))
@@ -278,9 +321,12 @@ def run_bench(
     if not sizes or sizes[0] < 1 or rounds < 1:
         raise BenchError("--rides takes positive sizes, and --rounds at least 1")
     result = ThroughputResult(sizes=sizes, rounds=rounds, machine=machine_description())
-    with tempfile.TemporaryDirectory(prefix="bench-") as tmp, bench_stack(Path(tmp), stack_dir) as stack:
+    with (
+        tempfile.TemporaryDirectory(prefix="bench-") as tmp,
+        bench_stack(Path(tmp), stack_dir, event_log=Path(tmp) / "spark-events") as stack,
+    ):
         assert stack.spark_remote
-        work = Path(tmp)
+        work, events = Path(tmp), Path(tmp) / "spark-events"
 
         def resources_in(lakehouse: str) -> Any:
             return build_resources(PipelineSettings.from_env({**stack.env(), "LAKEHOUSE_DIR": str(work / lakehouse)}))
@@ -311,23 +357,36 @@ def run_bench(
                 with bench_stage("warm-up"):
                     _plain_spark(spark, stack.bootstrap_servers, work / "warmup-plain")
                     _materialize_raw_rides(resources_in("warmup-ours"))
+            windows: dict[str, list[tuple[float, float]]] = {"plain": [], "ours": []}
             for round_number in range(1, rounds + 1):
                 jobs = ["plain", "ours"] if round_number % 2 else ["ours", "plain"]
                 for job in jobs:
                     name = f"{size}-{round_number}-{job}"
+                    began = time.time()
                     if job == "plain":
                         say(f"{size:,} rides, round {round_number}: plain Spark, Kafka -> from_avro -> Delta")
                         with bench_stage(f"{size:,} rides, round {round_number}: plain Spark"):
                             seconds = _plain_spark(spark, stack.bootstrap_servers, work / name)
                         figures.plain_spark_seconds.append(seconds)
+                        windows[job].append((began, time.time()))
                         continue
                     say(f"{size:,} rides, round {round_number}: ours, raw_rides through Dagster, fresh checkpoint")
                     with bench_stage(f"{size:,} rides, round {round_number}: ours"):
-                        seconds, written, streaming = _materialize_raw_rides(resources_in(name))
+                        run_resources = resources_in(name)
+                        seconds, written, streaming = _materialize_raw_rides(run_resources)
+                    windows[job].append((began, time.time()))
                     if written != size:
                         raise BenchError(f"raw_rides wrote {written} rows, expected {size}")
                     figures.ours_seconds.append(seconds)
                     figures.ours_streaming_seconds.append(streaming)
+                    raw_rides = run_resources["lakehouse"].table_path(RAW_RIDES.name)
+                    figures.ours_handler_ms.append(bronze_handler_steps(raw_rides, None)[0])
+            # Spark flushes its event log at every progress report: it holds this size's micro-batches by now.
+            reports = progress_reports(events) if events.is_dir() else []
+            figures.plain_spark_phases = [_job_phases(reports, PLAIN_SPARK_QUERY, w) for w in windows["plain"]]
+            figures.ours_phases = [_job_phases(reports, RAW_RIDES.name, w) for w in windows["ours"]]
+            if not all(figures.plain_spark_phases + figures.ours_phases):
+                figures.plain_spark_phases, figures.ours_phases = [], []
             figures.summarize()
             result.figures.append(figures)
         result.produce_rides_per_s = produced / max(produce_seconds, 1e-9)
@@ -351,12 +410,27 @@ def _print_throughput(result: ThroughputResult) -> None:
             (f"{at}: ours / limit", f"{figures.ratios['ours/limit']:.3f}"),
             (f"{at}: ours, seconds outside Spark's trigger time", f"{figures.overhead_seconds_per_run:.1f}"),
         ]
+        for job, label in (("plain_spark", "plain Spark"), ("ours", "ours")):
+            if job in figures.phase_medians:
+                rows.append((f"{at}: {label}, seconds per run", _phase_text(figures.phase_medians[job])))
+        if figures.handler_ms_medians:
+            steps = ", ".join(f"{step} {ms:,.0f}" for step, ms in figures.handler_ms_medians.items())
+            rows.append((f"{at}: ours, handler before its append (ms)", steps))
     rows += [
         ("peak Spark Connect server RSS (MiB)", f"{result.peak_engine_rss_mib:,.0f}"),
         ("peak Python RSS (MiB)", f"{result.peak_python_rss_mib:,.0f}"),
         ("machine", result.machine),
     ]
     print_rows(rows, [f"medians of {result.rounds} rounds per job, the jobs' order alternating by round"])
+
+
+def _phase_text(phases: dict[str, float]) -> str:
+    """`phase_medians` of a job on one line: its micro-batches, their seconds in all and per phase, and outside."""
+    short = {"triggerExecution": "batches", "latestOffset": "offsets", "queryPlanning": "planning"}
+    parts = [f"{short.get(p, p)} {phases[p]:,.2f}" for p in PHASES if phases.get(p)]
+    batches = int(phases.get("micro_batches", 0))
+    outside = phases["outside_batches"]
+    return f"{batches} micro-batch{'es' if batches != 1 else ''}: {', '.join(parts)}; outside them {outside:,.2f}"
 
 
 # ----------------------------------------------------------------------------------------------- live

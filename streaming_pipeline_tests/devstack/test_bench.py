@@ -53,6 +53,10 @@ def test_throughput_bench_measures_both_sizes_in_one_run_and_writes_every_figure
         assert size["ours_rides_per_s"] == pytest.approx(size["rides"] / statistics.median(size["ours_seconds"]))
         ratio = size["ours_rides_per_s"] / size["plain_spark_rides_per_s"]
         assert size["ratios"]["ours/plain_spark"] == round(ratio, 3)
+        # Where the time goes: ours' handler steps, from the markers of each round's commits; no phases, as the
+        # stack of --stack-dir was started without an event log (a private stack has one).
+        assert [set(run) for run in size["ours_handler_ms"]] == [{"checkpoint", "committed_check", "registry"}] * 2
+        assert size["phase_medians"] == {} and size["plain_spark_phases"] == []
     assert figures["peak_engine_rss_mib"] > 0
     # Its stages, without the Dagster run's DEBUG lines.
     assert "[bench] 300 rides, round 2: ours" in stderr

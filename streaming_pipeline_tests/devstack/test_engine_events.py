@@ -1,5 +1,6 @@
 """Where the work goes: micro-batch progress from a Spark event log, and the bronze handler's steps from its markers
-(`bench --live`'s breakdown). Event logs and Delta logs written here by hand, as Spark and Delta lay them out."""
+(the breakdowns of `bench --live` and `bench`). Event logs and Delta logs written here by hand, as Spark and Delta
+lay them out."""
 
 import json
 from datetime import UTC, datetime
@@ -7,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from streaming_pipeline.devstack.bench import bronze_handler_steps
+from streaming_pipeline.devstack.bench import SizeFigures, _job_phases, bronze_handler_steps
 from streaming_pipeline.devstack.engine_events import (
     PROGRESS_EVENT,
     event_log_conf,
@@ -103,3 +104,50 @@ def test_the_handlers_steps_are_the_medians_of_its_commits_after_a_version(tmp_p
     assert batches == 3
     assert steps == {"checkpoint": 2.0, "committed_check": 4.0, "registry": 20.0}
     assert bronze_handler_steps(str(tmp_path / "nothing"), None) == ({}, 0)
+
+
+def test_the_throughput_bench_splits_each_jobs_runs_into_phases_and_time_outside_the_batches(tmp_path: Path) -> None:
+    """`bench`: each round's job is the named query's micro-batches inside that job's window; the medians over the
+    rounds per phase, and a run's seconds outside its micro-batches (its total less their triggerExecution)."""
+    _event_log(
+        tmp_path,
+        [
+            _progress("plain_spark", 1, [100], addBatch=700, triggerExecution=900),
+            _progress("raw_rides", 3, [100], addBatch=1500, triggerExecution=1800),
+            _progress("plain_spark", 12, [100], addBatch=500, triggerExecution=600),
+            _progress("raw_rides", 14, [60], addBatch=1000, triggerExecution=1100),
+            _progress("raw_rides", 15, [40], latestOffset=100, addBatch=800, triggerExecution=1000),
+        ],
+    )
+    reports = progress_reports(tmp_path)
+    figures = SizeFigures(rides=100, limit_consume_records_per_s=1000.0)
+    windows = {"plain_spark": [(0, 2), (11, 13)], "raw_rides": [(2, 4), (13, 16)]}
+    figures.plain_spark_phases = [
+        _job_phases(reports, "plain_spark", (START + a, START + b)) for a, b in windows["plain_spark"]
+    ]
+    figures.ours_phases = [_job_phases(reports, "raw_rides", (START + a, START + b)) for a, b in windows["raw_rides"]]
+    figures.plain_spark_seconds, figures.ours_seconds, figures.ours_streaming_seconds = (
+        [1.5, 1.0],
+        [5.0, 4.1],
+        [1.8, 2.1],
+    )
+    figures.ours_handler_ms = [{"checkpoint": 4, "registry": 30}, {"checkpoint": 6, "registry": 10}]
+    figures.summarize()
+    assert figures.ours_phases[1]["micro_batches"] == 2 and figures.ours_phases[1]["triggerExecution"] == 2.1
+    assert figures.phase_medians["plain_spark"] == {
+        "latestOffset": 0.0,
+        "getBatch": 0.0,
+        "queryPlanning": 0.0,
+        "addBatch": 0.6,  # (0.7 + 0.5) / 2
+        "walCommit": 0.0,
+        "commitOffsets": 0.0,
+        "triggerExecution": 0.75,
+        "micro_batches": 1.0,
+        "outside_batches": 0.5,  # 1.5 - 0.9 and 1.0 - 0.6
+    }
+    ours = figures.phase_medians["ours"]
+    assert (ours["micro_batches"], ours["latestOffset"], ours["addBatch"]) == (1.5, 0.05, 1.65)
+    assert ours["outside_batches"] == pytest.approx(2.6)  # 5.0 - 1.8 = 3.2 and 4.1 - 2.1 = 2.0
+    assert figures.handler_ms_medians == {"checkpoint": 5.0, "registry": 20.0}
+    # A stack without an event log: no phases.
+    assert _job_phases([], "raw_rides", (START, START + 20)) == {}
