@@ -424,9 +424,13 @@ def _print_throughput(result: ThroughputResult) -> None:
     print_rows(rows, [f"medians of {result.rounds} rounds per job, the jobs' order alternating by round"])
 
 
+#: Shorter names of Spark's `durationMs` phases in the printed breakdowns.
+_PHASE_LABELS = {"latestOffset": "offsets", "queryPlanning": "planning"}
+
+
 def _phase_text(phases: dict[str, float]) -> str:
     """`phase_medians` of a job on one line: its micro-batches, their seconds in all and per phase, and outside."""
-    short = {"triggerExecution": "batches", "latestOffset": "offsets", "queryPlanning": "planning"}
+    short = {**_PHASE_LABELS, "triggerExecution": "batches"}
     parts = [f"{short.get(p, p)} {phases[p]:,.2f}" for p in PHASES if phases.get(p)]
     batches = int(phases.get("micro_batches", 0))
     outside = phases["outside_batches"]
@@ -1400,7 +1404,7 @@ def _print_live(result: LiveResult) -> None:
 
 def _breakdown_rows(m: LiveModeFigures) -> list[tuple[str, str]]:
     """Per query: micro-batches, rows, and the mean ms per batch of each phase Spark reports; raw_rides' handler."""
-    short = {"triggerExecution": "batch", "latestOffset": "offsets", "queryPlanning": "planning"}
+    short = {**_PHASE_LABELS, "triggerExecution": "batch"}
     rows = []
     for name, q in m.queries.items():
         phases = ", ".join(
