@@ -453,8 +453,9 @@ class LiveModeFigures:
 
     mode: str
     rate: int
-    load_seconds: float
+    load_seconds: float  # of load with probes, after the warm-up
     pickup_every: int = 0  # one pickup event per this many rides of the load (0: none)
+    warmup_seconds: float = 0.0  # of the same load before the first probe
     rides_produced: int = 0
     pickups_produced: int = 0
     probes: int = 0
@@ -480,6 +481,7 @@ class LiveModeFigures:
     queries: dict[str, QueryBreakdown] = field(default_factory=dict)  # per streaming query, from the event log
     handler_ms: dict[str, float] = field(default_factory=dict)  # raw_rides' handler: median ms per step
     handler_batches: int = 0  # raw_rides' micro-batches those medians are over
+    probe_sent_seconds: list[float] = field(default_factory=list)  # each probe's produce call, from the load's start
     raw_rides_seconds: list[float] = field(default_factory=list)
     vendor_counts_seconds: list[float] = field(default_factory=list)
 
@@ -808,6 +810,7 @@ def run_live_bench(
     rate: int = 1000,
     seconds: float = 180.0,
     probe_every: float = 6.0,
+    warmup_seconds: float = 60.0,
     idle_seconds: float = 60.0,
     pickup_every: int = 10,
     quiet_seconds: float = 150.0,
@@ -818,12 +821,14 @@ def run_live_bench(
     stack_dir: Path | None = None,
 ) -> LiveResult | LiveRepeats:
     """What a user sees through `dagster dev`, in each mode in turn on one stack and one lakehouse (the switch
-    between modes is part of the run): a steady load of `rate` rides/s for `seconds`, and single probe rides at
-    random moments about `probe_every` s apart, each timed from its produce call until it shows in raw_rides and in
-    vendor_counts. Beside the rides, one pickup event per `pickup_every` rides (0: none) goes to the pickups topic
-    in step with them, as a deployment's pickups stream would: the ride-pickup join's watermark is the slower side's,
-    so without pickups the join would keep every ride in its state. Then the catch-up, the exactness of both tables,
-    and `idle_seconds` of the idle pipeline with no commit in them, from when no table has had a commit for
+    between modes is part of the run): a steady load of `rate` rides/s for `warmup_seconds` and then `seconds` more,
+    and in those `seconds` single probe rides at random moments about `probe_every` s apart, each timed from its
+    produce call until it shows in raw_rides and in vendor_counts. The warm-up measures every mode and the floor in
+    steady state: not while a mode's queries start, the engine's JIT compiles their code, or a backlog of the load's
+    first seconds drains. Beside the rides, one pickup event per `pickup_every` rides (0: none) goes to the pickups
+    topic in step with them, as a deployment's pickups stream would: the ride-pickup join's watermark is the slower
+    side's, so without pickups the join would keep every ride in its state. Then the catch-up, the exactness of both
+    tables, and `idle_seconds` of the idle pipeline with no commit in them, from when no table has had a commit for
     `quiet_seconds` (longer than the continuous mode's downstream trigger interval, 2 minutes by default, so that its
     branches, enrichment, join and windows took the last rides too); a window a commit interrupts (the window
     reconcile after the load) is discarded for a new one.
@@ -853,6 +858,8 @@ def run_live_bench(
             raise BenchError(f"--mode {mode!r} is not one of {', '.join(LIVE_MODES)}")
     if rate <= 0 or seconds <= 0 or probe_every <= 0:
         raise BenchError("--rate, --seconds and --probe-every must be positive")
+    if warmup_seconds < 0:
+        raise BenchError("--warmup must be 0 (none) or positive")
     if pickup_every < 0:
         raise BenchError("--pickup-every must be 0 (no pickups) or positive")
     results: list[LiveResult] = []
@@ -865,6 +872,7 @@ def run_live_bench(
                 rate=rate,
                 seconds=seconds,
                 probe_every=probe_every,
+                warmup_seconds=warmup_seconds,
                 idle_seconds=idle_seconds,
                 pickup_every=pickup_every,
                 quiet_seconds=quiet_seconds,
@@ -891,6 +899,7 @@ def _live_run(
     rate: int,
     seconds: float,
     probe_every: float,
+    warmup_seconds: float,
     idle_seconds: float,
     pickup_every: int,
     quiet_seconds: float,
@@ -925,7 +934,11 @@ def _live_run(
         registry = RegistryClient(stack.schema_registry_url)
         kafka.ensure_topic(RIDES_TOPIC)
         timing = _Timing(
-            probe_every=probe_every, idle_seconds=idle_seconds, quiet_seconds=quiet_seconds, timeout=timeout
+            probe_every=probe_every,
+            warmup_seconds=warmup_seconds,
+            idle_seconds=idle_seconds,
+            quiet_seconds=quiet_seconds,
+            timeout=timeout,
         )
         lakehouse = Path(tmp) / "lakehouse"
         # The engine's event log, where Spark writes each micro-batch's progress (a stack of --stack-dir has none).
@@ -969,6 +982,7 @@ def _live_run(
 @dataclass(frozen=True)
 class _Timing:
     probe_every: float  # mean seconds between probes
+    warmup_seconds: float  # of load before the first probe
     idle_seconds: float  # of idle CPU measured
     quiet_seconds: float  # no commit for this long before the idle window starts
     timeout: float  # for the first ride, the catch-up, and the quiet beyond its own `quiet_seconds`
@@ -1078,7 +1092,9 @@ def _live_mode(
         figures.first_ride_to_raw_rides_seconds = round(watcher.raw_seen[first] - started, 2)
         figures.first_ride_to_vendor_counts_seconds = round(watcher.counted[first] - started, 2)
 
-        load = list(synthetic_rides(int(figures.rate * figures.load_seconds), SyntheticOptions(seed=seed + 1)))
+        figures.warmup_seconds = timing.warmup_seconds
+        load_rides = int(figures.rate * (timing.warmup_seconds + figures.load_seconds))
+        load = list(synthetic_rides(load_rides, SyntheticOptions(seed=seed + 1)))
         pickups = _pickups_for(load, figures.pickup_every, seed)
         loader = _LoadThread("bench-load", lambda: _send(kafka, registry, load, rate=figures.rate))
         pickup_loader = _LoadThread(
@@ -1091,14 +1107,15 @@ def _live_mode(
         engine_cpu = _CpuMeter(lambda: [stack.spark_pid])
         dagster_cpu = _CpuMeter(pipeline.cpu_roots_beside_the_engine)
         with _Sampler(stack.spark_pid) as sampler:
+            load_began = time.monotonic()
             loader.start()
             if pickups:
                 pickup_loader.start()
             say(
                 f"{figures.mode}: {len(load):,} rides at {figures.rate:,}/s and {len(pickups):,} pickups, probes about "
-                f"{timing.probe_every:g} s apart"
+                f"{timing.probe_every:g} s apart after {timing.warmup_seconds:g} s of warm-up"
             )
-            next_probe = time.monotonic() + rng.uniform(0.5, 1.5) * timing.probe_every
+            next_probe = load_began + timing.warmup_seconds + rng.uniform(0.5, 1.5) * timing.probe_every
             while loader.is_alive() and pickup_loader.error is None:
                 watcher.poll()
                 if time.monotonic() >= next_probe:
@@ -1130,6 +1147,7 @@ def _live_mode(
             figures.engine_peak_rss_mib = round(sampler.peak_rss_mib, 1)
         figures.exactly_once = tables.exactly_once(total)
         figures.rides_produced, figures.pickups_produced, figures.probes = len(load), len(pickups), len(sent_at)
+        figures.probe_sent_seconds = [round(t - load_began, 2) for _, t in sorted(sent_at.items())]
         figures.raw_rides_seconds = [round(watcher.raw_seen[p] - t, 2) for p, t in sorted(sent_at.items())]
         figures.vendor_counts_seconds = [round(watcher.counted[p] - t, 2) for p, t in sorted(sent_at.items())]
         if sent_at:
@@ -1354,8 +1372,8 @@ def _print_live(result: LiveResult) -> None:
         rows += [
             (
                 f"{m.mode}: load",
-                f"{m.rides_produced:,} rides at {m.rate:,}/s for {m.load_seconds:g} s, {m.probes} probes, "
-                f"{m.pickups_produced:,} pickups",
+                f"{m.rides_produced:,} rides at {m.rate:,}/s: {m.warmup_seconds:g} s of warm-up, then "
+                f"{m.load_seconds:g} s with {m.probes} probes; {m.pickups_produced:,} pickups",
             ),
             (
                 f"{m.mode}: produce -> raw_rides p50 / p95 (s)",

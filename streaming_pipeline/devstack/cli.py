@@ -175,12 +175,24 @@ def _add_bench_parser(subparsers: argparse._SubParsersAction) -> None:
         help="--live: measure this many times, each on a fresh stack, and print the median and range of the figures "
         "(default 1)",
     )
-    bench.add_argument("--seconds", type=float, default=180.0, help="--live: seconds of load per mode (default 180)")
+    bench.add_argument(
+        "--seconds",
+        type=float,
+        default=180.0,
+        help="--live: seconds of load with probes per mode, after the warm-up (default 180)",
+    )
     bench.add_argument(
         "--probe-every",
         type=float,
         default=6.0,
         help="--live: mean seconds between probe rides, each at a random moment (default 6)",
+    )
+    bench.add_argument(
+        "--warmup",
+        type=float,
+        default=60.0,
+        help="--live: seconds of the same load before the first probe, so that every mode and the floor are measured "
+        "in steady state (default 60)",
     )
     bench.add_argument(
         "--idle-seconds",
@@ -290,6 +302,7 @@ def _run_bench(args: argparse.Namespace) -> int:
             rate=args.rate,
             seconds=args.seconds,
             probe_every=args.probe_every,
+            warmup_seconds=args.warmup,
             idle_seconds=args.idle_seconds,
             pickup_every=args.pickup_every,
             quiet_seconds=args.quiet_seconds,

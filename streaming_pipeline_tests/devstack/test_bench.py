@@ -78,6 +78,8 @@ def test_live_bench_measures_probes_under_load_through_dagster_dev_and_then_the_
         "50",
         "--seconds",
         "8",
+        "--warmup",
+        "4",
         "--probe-every",
         "2",
         "--idle-seconds",
@@ -90,12 +92,16 @@ def test_live_bench_measures_probes_under_load_through_dagster_dev_and_then_the_
     figures = json.loads(out.read_text())
     assert [m["mode"] for m in figures["modes"]] == ["continuous", "floor"]
     continuous, floor = figures["modes"]
-    # The floor's load is the same rides, without the pickups its bare pipeline does not read.
-    assert (continuous["rides_produced"], continuous["pickups_produced"]) == (400, 40)
-    assert (floor["rides_produced"], floor["pickups_produced"]) == (400, 0)
+    # 50 rides/s for the 4 s of warm-up and the 8 s with probes; the floor's load is the same rides, without the
+    # pickups its bare pipeline does not read.
+    assert (continuous["rides_produced"], continuous["pickups_produced"]) == (600, 60)
+    assert (floor["rides_produced"], floor["pickups_produced"]) == (600, 0)
     for mode in (continuous, floor):
         assert mode["probes"] >= 1
         assert len(mode["raw_rides_seconds"]) == len(mode["vendor_counts_seconds"]) == mode["probes"]
+        # No probe before the warm-up's end.
+        assert (mode["warmup_seconds"], mode["load_seconds"]) == (4, 8)
+        assert len(mode["probe_sent_seconds"]) == mode["probes"] and min(mode["probe_sent_seconds"]) >= 4
         # A probe is in raw_rides before vendor_counts can count it.
         assert all(
             0 < raw <= gold for raw, gold in zip(mode["raw_rides_seconds"], mode["vendor_counts_seconds"], strict=True)
