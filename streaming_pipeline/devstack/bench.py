@@ -934,11 +934,7 @@ def _live_run(
         registry = RegistryClient(stack.schema_registry_url)
         kafka.ensure_topic(RIDES_TOPIC)
         timing = _Timing(
-            probe_every=probe_every,
-            warmup_seconds=warmup_seconds,
-            idle_seconds=idle_seconds,
-            quiet_seconds=quiet_seconds,
-            timeout=timeout,
+            probe_every=probe_every, idle_seconds=idle_seconds, quiet_seconds=quiet_seconds, timeout=timeout
         )
         lakehouse = Path(tmp) / "lakehouse"
         # The engine's event log, where Spark writes each micro-batch's progress (a stack of --stack-dir has none).
@@ -947,7 +943,9 @@ def _live_run(
         produced: dict[str, int] = {"rides": 0, "probes": 0}
         for number, mode in enumerate(modes):
             env = dagster_dev_env(settings, stack.env(), lakehouse, mode)
-            figures = LiveModeFigures(mode=mode, rate=rate, load_seconds=seconds, pickup_every=pickup_every)
+            figures = LiveModeFigures(
+                mode=mode, rate=rate, load_seconds=seconds, warmup_seconds=warmup_seconds, pickup_every=pickup_every
+            )
             _live_mode(
                 _DagsterPipeline(stack, env, Path(tmp) / f"dagster-dev-{mode}.log", mode),
                 kafka,
@@ -963,7 +961,7 @@ def _live_run(
         if floor:
             # The floor last, on the rides topic from its end offsets (it reads only its own load and probes) and in
             # a lakehouse of its own; the pipeline's queries are stopped by then.
-            figures = LiveModeFigures(mode=FLOOR_MODE, rate=rate, load_seconds=seconds)
+            figures = LiveModeFigures(mode=FLOOR_MODE, rate=rate, load_seconds=seconds, warmup_seconds=warmup_seconds)
             _live_mode(
                 _FloorPipeline(stack, Path(tmp) / "floor", kafka.end_offsets(RIDES_TOPIC)),
                 kafka,
@@ -982,7 +980,6 @@ def _live_run(
 @dataclass(frozen=True)
 class _Timing:
     probe_every: float  # mean seconds between probes
-    warmup_seconds: float  # of load before the first probe
     idle_seconds: float  # of idle CPU measured
     quiet_seconds: float  # no commit for this long before the idle window starts
     timeout: float  # for the first ride, the catch-up, and the quiet beyond its own `quiet_seconds`
@@ -1092,8 +1089,7 @@ def _live_mode(
         figures.first_ride_to_raw_rides_seconds = round(watcher.raw_seen[first] - started, 2)
         figures.first_ride_to_vendor_counts_seconds = round(watcher.counted[first] - started, 2)
 
-        figures.warmup_seconds = timing.warmup_seconds
-        load_rides = int(figures.rate * (timing.warmup_seconds + figures.load_seconds))
+        load_rides = int(figures.rate * (figures.warmup_seconds + figures.load_seconds))
         load = list(synthetic_rides(load_rides, SyntheticOptions(seed=seed + 1)))
         pickups = _pickups_for(load, figures.pickup_every, seed)
         loader = _LoadThread("bench-load", lambda: _send(kafka, registry, load, rate=figures.rate))
@@ -1113,9 +1109,9 @@ def _live_mode(
                 pickup_loader.start()
             say(
                 f"{figures.mode}: {len(load):,} rides at {figures.rate:,}/s and {len(pickups):,} pickups, probes about "
-                f"{timing.probe_every:g} s apart after {timing.warmup_seconds:g} s of warm-up"
+                f"{timing.probe_every:g} s apart after {figures.warmup_seconds:g} s of warm-up"
             )
-            next_probe = load_began + timing.warmup_seconds + rng.uniform(0.5, 1.5) * timing.probe_every
+            next_probe = load_began + figures.warmup_seconds + rng.uniform(0.5, 1.5) * timing.probe_every
             while loader.is_alive() and pickup_loader.error is None:
                 watcher.poll()
                 if time.monotonic() >= next_probe:

@@ -223,7 +223,7 @@ def test_an_idle_window_that_a_commit_interrupts_is_measured_again_after_the_nex
             os.utime(windows)
         time.sleep(seconds)
 
-    timing = _Timing(probe_every=1.0, warmup_seconds=0.0, idle_seconds=2.0, quiet_seconds=1.0, timeout=30.0)
+    timing = _Timing(probe_every=1.0, idle_seconds=2.0, quiet_seconds=1.0, timeout=30.0)
     idle = _measure_idle(tmp_path, lambda: [], timing, mode="continuous", sleep=sleep)
     assert idle.discarded == ["ride_windows"]
     # The first window was quiet at once and ended at its first nap; the second waited 1 s of quiet after the commit.
@@ -242,7 +242,7 @@ def test_the_idle_measurement_gives_up_naming_the_tables_that_committed_in_every
         os.utime(raw)  # a commit in every window
         time.sleep(0.01)
 
-    timing = _Timing(probe_every=1.0, warmup_seconds=0.0, idle_seconds=5.0, quiet_seconds=0.5, timeout=1.0)
+    timing = _Timing(probe_every=1.0, idle_seconds=5.0, quiet_seconds=0.5, timeout=1.0)
     with pytest.raises(
         BenchError,
         match=r"^no idle window of 5 s in the 2 s after the catch-up: raw_rides; then raw_rides(; then raw_rides)* "
