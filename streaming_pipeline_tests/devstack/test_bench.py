@@ -84,8 +84,10 @@ def test_live_bench_measures_probes_under_load_through_dagster_dev_and_then_the_
         "2",
         "--idle-seconds",
         "3",
+        # Longer than any of the downstream round's micro-batches at this load: a shorter quiet can come between
+        # two of them, and the idle window then holds the next one's work without its commit.
         "--quiet-seconds",
-        "2",
+        "15",
         "--json",
         str(out),
     )
