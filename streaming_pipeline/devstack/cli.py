@@ -164,8 +164,9 @@ def _add_bench_parser(subparsers: argparse._SubParsersAction) -> None:
     bench.add_argument(
         "--floor",
         action="store_true",
-        help="--live: first measure the latency floor on the same stack: a bare Kafka -> Delta query and a chained "
-        "count on the engine, with the same load (rides only) and probes, no Dagster",
+        help="--live: then measure the latency floor on a fresh stack of its own (on the --stack-dir stack when "
+        "given): a bare Kafka -> Delta query and a chained count on the engine, with the same load (rides only) "
+        "and probes, no Dagster",
     )
     bench.add_argument("--rate", type=int, default=1000, help="--live: rides per second of the load (default 1000)")
     bench.add_argument(
@@ -229,7 +230,7 @@ def _add_bench_parser(subparsers: argparse._SubParsersAction) -> None:
         default=[],
         metavar="KEY=VALUE",
         help="--live: a Spark setting of the bench's own engine on top of its profile, e.g. spark.master=local[4] "
-        "(repeatable; recorded with the figures; the floor runs on the same engine)",
+        "(repeatable; recorded with the figures; the floor's engine has them too)",
     )
     bench.add_argument(
         "--windows",
