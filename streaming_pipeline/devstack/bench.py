@@ -909,8 +909,8 @@ def _live_run(
     floor: bool,
     stack_dir: Path | None,
 ) -> LiveResult:
-    """One measurement of `run_live_bench`, on a stack (its own, or the one in `stack_dir`) and a lakehouse of its
-    own."""
+    """One measurement of `run_live_bench`, on a stack of its own (and the floor on a second one), or on the stack
+    in `stack_dir` (the floor too), each with a lakehouse of its own."""
     from streaming_pipeline.devstack.embedded.spark_connect import driver_memory_for
     from streaming_pipeline.registry_client import RegistryClient
     from streaming_pipeline.resources import KafkaResource
@@ -982,14 +982,11 @@ def _live_run(
             # some minutes runs the same queries 1.3 to 1.5x faster (docs/performance.md), which would favour the
             # floor measured last.
             floor_work = work / "floor-stack"
+            floor_events = floor_work / "spark-events"
             with bench_stack(
-                floor_work,
-                None,
-                live_mode=modes[0],
-                event_log=floor_work / "spark-events",
-                engine_conf=engine_settings,
+                floor_work, None, live_mode=modes[0], event_log=floor_events, engine_conf=engine_settings
             ) as floor_stack:
-                measure_floor(floor_stack, floor_work, events=floor_work / "spark-events")
+                measure_floor(floor_stack, floor_work, events=floor_events)
     return result
 
 
