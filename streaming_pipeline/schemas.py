@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 from importlib import resources
 from importlib.resources.abc import Traversable
+from pathlib import Path
 from typing import Any
 
 from streaming_pipeline import settings
@@ -20,7 +21,8 @@ def schema_dir() -> Traversable:
 
 
 def load_schema(file_name: str) -> str:
-    path = schema_dir() / file_name
+    """The text of a schema file: a file name in `schema_dir()`, or an absolute path (a component's schema)."""
+    path = Path(file_name) if Path(file_name).is_absolute() else schema_dir() / file_name
     if not path.is_file():
         raise ConfigurationError(f"Avro schema file not found: {path}")
     return path.read_text()

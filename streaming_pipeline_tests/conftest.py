@@ -122,8 +122,8 @@ def lakehouse_dir(tmp_path: Path) -> Path:
 def pipeline_resources_for(stack: StackInfo, lakehouse_dir: Path) -> dict[str, object]:
     """The resources `definitions.py` builds, pointed at `stack` and `lakehouse_dir`, sharing the session-wide
     SparkSession."""
-    from streaming_pipeline.definitions import build_resources
     from streaming_pipeline.resources import SparkResource
+    from streaming_pipeline.resources.from_settings import build_resources
     from streaming_pipeline.settings import PipelineSettings
 
     settings = PipelineSettings.from_env(

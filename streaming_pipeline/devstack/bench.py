@@ -314,8 +314,8 @@ def run_bench(
 ) -> ThroughputResult:
     """Throughput at each size in `sizes` (rides), on one topic that grows from size to size: at every size the
     limit, then `rounds` rounds of both jobs from fresh checkpoints, alternating which goes first."""
-    from streaming_pipeline.definitions import build_resources
     from streaming_pipeline.engine.spark import connect_session
+    from streaming_pipeline.resources.from_settings import build_resources
 
     sizes = sorted(set(sizes))
     if not sizes or sizes[0] < 1 or rounds < 1:

@@ -334,7 +334,8 @@ def _run_sql(args: argparse.Namespace) -> int:
     import dagster as dg
     from pyspark.logger import PySparkLogger
 
-    from streaming_pipeline.definitions import build_resources, defs
+    from streaming_pipeline.definitions import defs
+    from streaming_pipeline.resources.from_settings import build_resources
     from streaming_pipeline.settings import PipelineSettings
     from streaming_pipeline.sql import format_rows, run_sql
 

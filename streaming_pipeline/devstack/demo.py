@@ -210,10 +210,10 @@ def _show_tables(spark: Any, lakehouse: Any) -> dict[str, int]:
 
 
 def run_demo(options: DemoOptions) -> int:
-    from streaming_pipeline.definitions import build_resources
     from streaming_pipeline.devstack.embedded.stack import EmbeddedStack
     from streaming_pipeline.engine.delta_tables import read_table
     from streaming_pipeline.gold.charts import window_chart_png
+    from streaming_pipeline.resources.from_settings import build_resources
 
     stages = _Stages()
     stack = EmbeddedStack(options.stack_dir)

@@ -175,9 +175,10 @@ def _set_up_topic(
 ) -> _Encoder:
     """Create the topic when missing and register its key and value schemas; the encoder for its records."""
     source = source_for_topic(topic)
-    key_file, value_file = source.key_schema, source.value_schema
-    key_schema = load_schema(key_file)
-    value_schema = value_schema or load_schema(value_file)
+    if source.key_schema is None or not source.key_field:
+        raise ConfigurationError(f"the source of topic {topic!r} declares no key schema and key field to produce with")
+    key_schema = load_schema(source.key_schema)
+    value_schema = value_schema or load_schema(source.value_schema)
     kafka.ensure_topic(topic, partitions=partitions)
     registry.register(source.key_subject, key_schema)
     registry.register(source.value_subject, value_schema)

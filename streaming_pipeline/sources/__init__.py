@@ -26,10 +26,13 @@ class SourceTopic:
 
     topic: str
     bronze_table: str
-    key_schema: str  # file name in schemas/
+    #: The value's Avro schema: a file name in `schemas/`, or an absolute path (a component's `value_schema`).
     value_schema: str
-    key_field: str  # the value's field that is the record key
     description: str
+    #: The key's Avro schema, as `value_schema`; None when the topic's keys are not Avro (bronze ignores keys).
+    key_schema: str | None = None
+    #: The value's field that is the record key (what `streaming-pipeline produce` sends as the key).
+    key_field: str = ""
     #: The name `streaming-pipeline produce` takes for this topic (default: the topic).
     produce_name: str = ""
     #: CSV column -> Avro field, for a CSV whose header is not the field names (the TLC exports).

@@ -137,7 +137,8 @@ def test_a_run_in_flight_that_writes_a_table_keeps_maintain_off_it() -> None:
 @pytest.mark.integration
 def test_maintain_runs_the_ops_and_each_table_gets_an_observation_with_its_figures(spark, tmp_path: Path) -> None:
     """The command's core on the session's Spark: one line per table, and the table's observation in Dagster."""
-    from streaming_pipeline.definitions import build_resources, pipeline_definitions
+    from streaming_pipeline.definitions import pipeline_definitions
+    from streaming_pipeline.resources.from_settings import build_resources
     from streaming_pipeline_tests.conftest import SPARK_TEST_CONF
 
     resources = build_resources(PipelineSettings.from_env({"LAKEHOUSE_DIR": str(tmp_path / "lakehouse")}))

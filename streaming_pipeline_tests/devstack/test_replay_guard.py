@@ -6,9 +6,10 @@ from __future__ import annotations
 import dagster as dg
 import pytest
 
-from streaming_pipeline.definitions import build_resources, pipeline_definitions
+from streaming_pipeline.definitions import pipeline_definitions
 from streaming_pipeline.devstack.replay import ReplayStart, replay
 from streaming_pipeline.errors import ReplayError
+from streaming_pipeline.resources.from_settings import build_resources
 from streaming_pipeline.settings import PipelineSettings
 
 

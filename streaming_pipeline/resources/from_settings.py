@@ -1,0 +1,62 @@
+"""The four resources configured from the pipeline's settings (environment variables), as the code location and
+every `KafkaDeltaSource` component bind them."""
+
+from __future__ import annotations
+
+import functools
+from typing import TypedDict
+
+import dagster as dg
+
+from streaming_pipeline.resources.kafka import KafkaResource
+from streaming_pipeline.resources.lakehouse import LakehouseResource
+from streaming_pipeline.resources.schema_registry import SchemaRegistryResource
+from streaming_pipeline.resources.spark import SparkResource
+from streaming_pipeline.settings import (
+    KAFKA_SASL_PASSWORD,
+    KAFKA_SASL_USERNAME,
+    SCHEMA_REGISTRY_BASIC_AUTH_USER_INFO,
+    PipelineSettings,
+)
+
+
+class PipelineResources(TypedDict):
+    """The resources of `build_resources()`, by key, each with its own type."""
+
+    kafka: KafkaResource
+    schema_registry: SchemaRegistryResource
+    spark: SparkResource
+    lakehouse: LakehouseResource
+
+
+def build_resources(settings: PipelineSettings) -> PipelineResources:
+    """One resource per external system; a secret is passed by reference (`dg.EnvVar`), only when it is set.
+
+    The same objects for the same settings, within a process: every `KafkaDeltaSource` component brings these
+    resources, and `dg.Definitions.merge` accepts one key twice only when it holds the same object."""
+    kafka, schema_registry, spark, lakehouse = _resources(settings)
+    return {"kafka": kafka, "schema_registry": schema_registry, "spark": spark, "lakehouse": lakehouse}
+
+
+@functools.cache
+def _resources(
+    settings: PipelineSettings,
+) -> tuple[KafkaResource, SchemaRegistryResource, SparkResource, LakehouseResource]:
+    security = settings.kafka_security
+    return (
+        KafkaResource(
+            bootstrap_servers=settings.bootstrap_servers,
+            security_protocol=security.security_protocol,
+            sasl_mechanism=security.sasl_mechanism,
+            sasl_username=dg.EnvVar(KAFKA_SASL_USERNAME) if security.sasl_username_set else None,
+            sasl_password=dg.EnvVar(KAFKA_SASL_PASSWORD) if security.sasl_password_set else None,
+        ),
+        SchemaRegistryResource(
+            url=settings.schema_registry_url,
+            basic_auth_user_info=(
+                dg.EnvVar(SCHEMA_REGISTRY_BASIC_AUTH_USER_INFO) if settings.registry_basic_auth_set else None
+            ),
+        ),
+        SparkResource(remote=settings.spark_remote, profile=settings.spark_profile, master=settings.spark_master),
+        LakehouseResource(root=settings.lakehouse_dir, max_offsets_per_trigger=settings.max_offsets_per_trigger),
+    )

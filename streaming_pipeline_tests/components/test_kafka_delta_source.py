@@ -1,0 +1,211 @@
+"""`KafkaDeltaSource` in a defs folder of its own (Dagster's component sandbox): what `dg scaffold defs` writes, what
+one instance builds, and the error a bad `defs.yaml` gives (naming the file, the field and the value)."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import dagster as dg
+import pytest
+import yaml
+from dagster.components.testing import DefsFolderSandbox, create_defs_folder_sandbox
+
+from streaming_pipeline.components import KafkaDeltaSource
+
+PAYMENT_VALUE = {
+    "type": "record",
+    "name": "Payment",
+    "namespace": "example.payments",
+    "fields": [
+        {"name": "payment_id", "type": "long", "doc": "The payment."},
+        {"name": "paid_at", "type": {"type": "long", "logicalType": "timestamp-micros"}},
+        {"name": "amount", "type": ["null", "double"], "default": None, "doc": "Dollars."},
+    ],
+}
+#: What bronze adds to the value's fields (streaming_pipeline.table_model.KAFKA_COLUMNS), written out here.
+KAFKA_COLUMNS = ["kafka_topic", "kafka_partition", "kafka_offset", "kafka_timestamp", "schema_id"]
+
+
+@pytest.fixture()
+def sandbox() -> Iterator[DefsFolderSandbox]:
+    with create_defs_folder_sandbox() as sandbox:
+        yield sandbox
+
+
+def _declare(sandbox: DefsFolderSandbox, name: str, attributes: dict[str, Any], schema: Any = PAYMENT_VALUE) -> Path:
+    path = sandbox.defs_folder_path / name
+    path.mkdir(parents=True)
+    (path / "payment_value.avsc").write_text(json.dumps(schema))
+    (path / "defs.yaml").write_text(
+        yaml.safe_dump({"type": "streaming_pipeline.components.KafkaDeltaSource", "attributes": attributes})
+    )
+    return path
+
+
+def test_scaffold_writes_every_field_and_an_example_schema_that_loads(sandbox: DefsFolderSandbox) -> None:
+    path = sandbox.scaffold_component(component_cls=KafkaDeltaSource, defs_path="orders")
+
+    text = (path / "defs.yaml").read_text()
+    declared = yaml.safe_load(text)
+    # the sandbox scaffolds by the defining module's name; `dg scaffold defs` writes the name it is given
+    assert declared.pop("type") == "streaming_pipeline.components.kafka_delta_source.KafkaDeltaSource"
+    assert declared == {"attributes": {"topic": "orders", "value_schema": "value.avsc"}}
+    for optional in ("# key_schema: key.avsc", "# table: raw_orders", "# description:"):
+        assert optional in text
+    example = json.loads((path / "value.avsc").read_text())
+    assert [f["name"] for f in example["fields"]] == ["id", "amount", "created_at"]
+
+    with sandbox.load_component_and_build_defs(defs_path=path) as (component, defs):
+        assert isinstance(component, KafkaDeltaSource)
+        spec = defs.get_assets_def("raw_orders").specs_by_key[dg.AssetKey("raw_orders")]
+        schema = spec.metadata["dagster/column_schema"]
+        assert [(c.name, c.type) for c in schema.columns][:3] == [
+            ("id", "bigint"),
+            ("amount", "double"),
+            ("created_at", "timestamp"),
+        ]
+
+
+def test_an_instance_builds_the_bronze_asset_its_checks_live_job_sensor_and_resources(
+    sandbox: DefsFolderSandbox,
+) -> None:
+    path = _declare(
+        sandbox,
+        "payments",
+        {"topic": "payments", "value_schema": "payment_value.avsc", "description": "Every payment."},
+    )
+
+    with sandbox.load_component_and_build_defs(defs_path=path) as (component, defs):
+        assert isinstance(component, KafkaDeltaSource)
+        assert component.source.value_schema == str(path / "payment_value.avsc")
+        asset = defs.get_assets_def("raw_payments")
+        spec = asset.specs_by_key[dg.AssetKey("raw_payments")]
+        assert spec.description == "Every payment."
+        assert spec.group_name == "bronze"
+        assert spec.metadata["source_topic"] == "payments"
+        columns = spec.metadata["dagster/column_schema"].columns
+        assert [(c.name, c.type, c.description) for c in columns[:3]] == [
+            ("payment_id", "bigint", "The payment."),
+            ("paid_at", "timestamp", None),
+            ("amount", "double", "Dollars."),
+        ]
+        assert [c.name for c in columns[3:]] == KAFKA_COLUMNS
+        assert sorted(key.name for key in defs.resolve_asset_graph().asset_check_keys) == [
+            "consumer_lag_below_bound",
+            "reconciles_with_kafka_offsets",
+            "unique_kafka_coordinates",
+        ]
+        assert [job.name for job in defs.jobs or []] == ["raw_payments_to_gold_job"]
+        assert [sensor.name for sensor in defs.sensors or []] == ["raw_payments_offset_sensor"]
+        assert sorted(defs.resources or {}) == ["kafka", "lakehouse", "schema_registry", "spark"]
+
+
+def test_the_table_defaults_to_raw_topic_with_non_identifier_characters_as_underscores(
+    sandbox: DefsFolderSandbox,
+) -> None:
+    path = _declare(sandbox, "payments", {"topic": "shop.payments-v1", "value_schema": "payment_value.avsc"})
+
+    with sandbox.load_component_and_build_defs(defs_path=path) as (_, defs):
+        assert (
+            defs.get_assets_def("raw_shop_payments_v1")
+            .specs_by_key[dg.AssetKey("raw_shop_payments_v1")]
+            .metadata["source_topic"]
+            == "shop.payments-v1"
+        )
+
+
+def test_two_instances_build_together_sharing_their_resources(sandbox: DefsFolderSandbox) -> None:
+    _declare(sandbox, "payments", {"topic": "payments", "value_schema": "payment_value.avsc"})
+    _declare(sandbox, "refunds", {"topic": "refunds", "value_schema": "payment_value.avsc"})
+
+    with sandbox.build_all_defs() as defs:
+        assert sorted(key.to_user_string() for key in defs.resolve_asset_graph().get_all_asset_keys()) == [
+            "raw_payments",
+            "raw_refunds",
+        ]
+
+
+@pytest.mark.parametrize(
+    ("attributes", "schema", "expected"),
+    [
+        pytest.param(
+            {"topic": "payments", "value_schema": "payment_value.avsc", "partitions": 3},
+            PAYMENT_VALUE,
+            ["attributes.partitions", "Extra inputs are not permitted", "input_value=3"],
+            id="unknown-field",
+        ),
+        pytest.param(
+            {"topic": "payments", "value_schema": "missing.avsc"},
+            PAYMENT_VALUE,
+            ["attributes.value_schema", "value_schema 'missing.avsc': no such file"],
+            id="missing-schema-file",
+        ),
+        pytest.param(
+            {"topic": "payments", "value_schema": "payment_value.avsc"},
+            {"type": "record", "name": "Payment", "fields": [{"name": "id", "type": "nosuchtype"}]},
+            ["attributes.value_schema", "value_schema 'payment_value.avsc'", "is not a valid Avro schema"],
+            id="invalid-avro",
+        ),
+        pytest.param(
+            {"topic": "payments", "value_schema": "payment_value.avsc"},
+            "string",
+            ["attributes.value_schema", "value_schema 'payment_value.avsc'", "must be an Avro record"],
+            id="value-not-a-record",
+        ),
+        pytest.param(
+            {"topic": "pay ments", "value_schema": "payment_value.avsc"},
+            PAYMENT_VALUE,
+            ["attributes.topic", "topic 'pay ments' is not a Kafka topic name"],
+            id="bad-topic",
+        ),
+        pytest.param(
+            {"topic": "payments", "value_schema": "payment_value.avsc", "table": "raw-payments"},
+            PAYMENT_VALUE,
+            ["attributes.table", "table 'raw-payments' is not a table name"],
+            id="bad-table",
+        ),
+    ],
+)
+def test_a_bad_defs_yaml_names_the_file_the_field_and_the_value(
+    sandbox: DefsFolderSandbox, attributes: dict[str, Any], schema: Any, expected: list[str]
+) -> None:
+    path = _declare(sandbox, "payments", attributes, schema)
+
+    with pytest.raises(Exception) as raised, sandbox.build_all_defs():
+        pass
+
+    message = _messages(raised.value)
+    assert str(path / "defs.yaml") in message
+    for part in expected:
+        assert part in message
+
+
+@pytest.mark.parametrize("field", ["topic", "table"])
+def test_a_topic_or_table_declared_twice_names_both_files(sandbox: DefsFolderSandbox, field: str) -> None:
+    first = _declare(sandbox, "payments", {"topic": "payments", "value_schema": "payment_value.avsc"})
+    second_attributes = {"topic": "payments", "value_schema": "payment_value.avsc", "table": "raw_payments_again"}
+    if field == "table":
+        second_attributes = {"topic": "refunds", "value_schema": "payment_value.avsc", "table": "raw_payments"}
+    second = _declare(sandbox, "payments_again", second_attributes)
+
+    with pytest.raises(Exception) as raised, sandbox.build_all_defs():
+        pass
+
+    message = _messages(raised.value)
+    value = "payments" if field == "topic" else "raw_payments"
+    assert f"{field} {value!r} is declared by another KafkaDeltaSource too" in message
+    assert str(first) in message
+    assert str(second) in message
+
+
+def _messages(error: BaseException) -> str:
+    """The error and every error it was raised from (Dagster wraps the component's own)."""
+    parts: list[str] = []
+    current: BaseException | None = error
+    while current is not None:
+        parts.append(str(current))
+        current = current.__cause__ or current.__context__
+    return "\n".join(parts)
