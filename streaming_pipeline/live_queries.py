@@ -1,5 +1,5 @@
-"""Every streaming query of the pipeline, as the continuous mode keeps them running: one per bronze table (in the
-order of `sources`), then the branches, the enrichment, the join, vendor_counts and the windows. Each is the query
+"""Every streaming query of the pipeline, as the continuous mode keeps them running: one per source's bronze table
+(in the order given), then the branches, the enrichment, the join, vendor_counts and the windows. Each is the query
 a triggered run's step starts, with the same checkpoint and handler. No Dagster here: `defs/continuous.py` wires
 them into a run."""
 
@@ -14,7 +14,6 @@ from streaming_pipeline.gold.windows import ride_windows_query
 from streaming_pipeline.silver.branches import amount_branches_query
 from streaming_pipeline.silver.enrichment import rides_enriched_query
 from streaming_pipeline.silver.joins import ride_pickup_joins_query
-from streaming_pipeline.sources import all_sources
 from streaming_pipeline.tables import (
     AMOUNT_BRANCHES,
     RAW_RIDES,
@@ -25,10 +24,13 @@ from streaming_pipeline.tables import (
 )
 
 if TYPE_CHECKING:
+    from collections.abc import Sequence
+
     from pyspark.sql import SparkSession
 
     from streaming_pipeline.connections import KafkaConnection, Lakehouse, SchemaRegistryConnection
     from streaming_pipeline.engine.streams import Log, StreamQuery
+    from streaming_pipeline.sources import SourceTopic
 
 
 @dataclass(frozen=True)
@@ -42,10 +44,10 @@ class QueryParameters:
     window_watermark_delay: str
 
 
-def live_query_names() -> list[str]:
+def live_query_names(sources: Sequence[SourceTopic]) -> list[str]:
     """The names of `live_queries`, in their order, without building them (each names a checkpoint)."""
     return [
-        *(source.bronze_table for source in all_sources()),
+        *(source.bronze_table for source in sources),
         AMOUNT_BRANCHES,
         RIDES_ENRICHED.name,
         RIDE_PICKUP_JOINS.name,
@@ -74,13 +76,14 @@ def live_queries(
     registry: SchemaRegistryConnection,
     lakehouse: Lakehouse,
     parameters: QueryParameters,
+    sources: Sequence[SourceTopic],
     *,
     run_id: str | None = None,
     log: Log | None = None,
 ) -> list[StreamQuery]:
-    """The queries, bronze first. Starting a bronze query checks its table, checkpoint and topic (and raises
-    BronzeStateError, naming `streaming-pipeline replay`, when they disagree)."""
-    bronze = [bronze_query(spark, kafka, registry, lakehouse, source=source) for source in all_sources()]
+    """The queries, bronze first (one per source). Starting a bronze query checks its table, checkpoint and topic
+    (and raises BronzeStateError, naming `streaming-pipeline replay`, when they disagree)."""
+    bronze = [bronze_query(spark, kafka, registry, lakehouse, source=source) for source in sources]
     queries = [
         *bronze,
         amount_branches_query(spark, lakehouse, high_amount_threshold=parameters.high_amount_threshold),
@@ -102,5 +105,5 @@ def live_queries(
             log=log,
         ),
     ]
-    assert [q.name for q in queries] == live_query_names()
+    assert [q.name for q in queries] == live_query_names(sources)
     return queries

@@ -1,6 +1,7 @@
-"""The Avro schemas of the source topics: the `.avsc` files of the top-level `schemas/` folder, shipped inside the
-package (`streaming_pipeline/schema_files`) and read with importlib.resources, so that an installed wheel finds
-them as a checkout does; and the columns of a value schema as Spark sees them."""
+"""Avro schema files: a source's, at the path its defs.yaml names, and the project's, the `.avsc` files of the
+top-level `schemas/` folder shipped inside the package (`streaming_pipeline/schema_files`, read with
+importlib.resources, so that an installed wheel finds them as a checkout does); and the columns of a value schema
+as Spark sees them."""
 
 from __future__ import annotations
 
@@ -10,19 +11,19 @@ from importlib.resources.abc import Traversable
 from pathlib import Path
 from typing import Any
 
-from streaming_pipeline import settings
 from streaming_pipeline.errors import ConfigurationError
 from streaming_pipeline.table_model import Column
 
 
 def schema_dir() -> Traversable:
-    """$STREAMING_PIPELINE_SCHEMA_DIR, else the schemas shipped with the package."""
-    return settings.schema_dir_override() or resources.files("streaming_pipeline") / "schema_files"
+    """The project's schemas, shipped with the package."""
+    return resources.files("streaming_pipeline") / "schema_files"
 
 
 def load_schema(file_name: str) -> str:
-    """The text of a schema file: a file name in `schema_dir()`, or an absolute path (a component's schema)."""
-    path = Path(file_name) if Path(file_name).is_absolute() else schema_dir() / file_name
+    """The text of a schema file: an absolute path (a source's, from its defs.yaml), or a file name in
+    `schema_dir()`."""
+    path: Path | Traversable = Path(file_name) if Path(file_name).is_absolute() else schema_dir() / file_name
     if not path.is_file():
         raise ConfigurationError(f"Avro schema file not found: {path}")
     return path.read_text()

@@ -352,7 +352,6 @@ SCHEMA_REGISTRY_BASIC_AUTH_USER_INFO = "SCHEMA_REGISTRY_BASIC_AUTH_USER_INFO"
 
 # ------------------------------------------------------------------ where the project's own files and caches are
 
-SCHEMA_DIR = "STREAMING_PIPELINE_SCHEMA_DIR"
 SPARK_CONF_DIR = "STREAMING_PIPELINE_SPARK_CONF_DIR"
 CACHE_DIR = "STREAMING_PIPELINE_CACHE_DIR"
 MAVEN_REPOSITORY = "STREAMING_PIPELINE_MAVEN_REPOSITORY"
@@ -363,11 +362,6 @@ STACK_DIR = "STREAMING_PIPELINE_STACK_DIR"
 def _path(name: str, environ: Mapping[str, str] | None = None) -> Path | None:
     value = _environ(environ).get(name)
     return Path(value).expanduser() if value else None
-
-
-def schema_dir_override() -> Path | None:
-    """$STREAMING_PIPELINE_SCHEMA_DIR: Avro schemas to read instead of the ones shipped with the package."""
-    return _path(SCHEMA_DIR)
 
 
 def spark_conf_dir_override() -> Path | None:

@@ -1,6 +1,7 @@
 """Every Delta table of the lakehouse, defined once: its name (the Dagster asset key), its layer (the asset
 group) and its columns (name, Spark SQL type, description), as docs/design.md documents them. A bronze table is
-derived from its source's declaration (`streaming_pipeline.sources`); the others are declared here.
+derived from its source's declaration (a `KafkaDeltaSource` defs.yaml, `streaming_pipeline.sources`); the others
+are declared here.
 
 Plain Python, importing neither Dagster nor Spark: the foreachBatch handlers, which run in a Spark worker that
 must not import Dagster, take their DDL from here. The Dagster wiring derives the schemas the UI shows
@@ -9,7 +10,7 @@ must not import Dagster, take their DDL from here. The Dagster wiring derives th
 
 from __future__ import annotations
 
-from streaming_pipeline.sources import pickup_locations, rides
+from streaming_pipeline.sources import project_defs_yaml, read_declaration
 from streaming_pipeline.table_model import (
     BRONZE,
     GOLD,
@@ -26,10 +27,13 @@ __all__ = ["BRONZE", "GOLD", "KAFKA_COLUMN_NAMES", "KAFKA_COLUMNS", "KAFKA_KEY",
 
 # ------------------------------------------------------------------------------------------------ bronze
 
-RIDES_TOPIC = rides.SOURCE.topic
-PICKUPS_TOPIC = pickup_locations.SOURCE.topic
-RAW_RIDES = rides.SOURCE.table
-RAW_PICKUP_LOCATIONS = pickup_locations.SOURCE.table
+#: The two sources the silver and gold tables read, as their defs.yaml declare them.
+RIDES = read_declaration(project_defs_yaml("bronze", "rides"))
+PICKUP_LOCATIONS = read_declaration(project_defs_yaml("bronze", "pickup_locations"))
+RIDES_TOPIC = RIDES.topic
+PICKUPS_TOPIC = PICKUP_LOCATIONS.topic
+RAW_RIDES = RIDES.table
+RAW_PICKUP_LOCATIONS = PICKUP_LOCATIONS.table
 #: The columns of a ride as bronze keeps it: the fields of the `rides` value schema and the Kafka coordinates.
 RIDE_COLUMNS = RAW_RIDES.columns
 

@@ -15,7 +15,7 @@ from confluent_kafka.admin import AdminClient
 from confluent_kafka.serialization import MessageField, SerializationContext
 
 from streaming_pipeline.devstack.records import csv_columns
-from streaming_pipeline.sources import rides as rides_source
+from streaming_pipeline.tables import RIDES
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 SCHEMA_DIR = REPO_ROOT / "schemas"
@@ -93,14 +93,14 @@ def delta_log_versions(table_path: str | Path) -> list[int]:
 
 def write_rides_csv(path: Path, rides: Iterable[Mapping[str, Any]]) -> Path:
     """Write ride records (Avro field names) as a CSV with the NYC TLC header."""
-    header = list(csv_columns(rides_source.SOURCE))
+    header = list(csv_columns(RIDES))
     with path.open("w", newline="") as handle:
         writer = csv.writer(handle)
         writer.writerow(header)
         for ride in rides:
             row = []
             for name in header:
-                value = ride.get(csv_columns(rides_source.SOURCE)[name][0])
+                value = ride.get(csv_columns(RIDES)[name][0])
                 if value is None:
                     row.append("")
                 elif isinstance(value, datetime):

@@ -26,8 +26,7 @@ from streaming_pipeline.defs.silver.amount_branches import AmountBranchesConfig
 from streaming_pipeline.devstack.cli import main as cli_main
 from streaming_pipeline.devstack.replay import ReplayStart, replay
 from streaming_pipeline.settings import SensorSettings
-from streaming_pipeline.sources import rides
-from streaming_pipeline.tables import RIDES_TOPIC
+from streaming_pipeline.tables import RIDES, RIDES_TOPIC
 from streaming_pipeline_tests.kafka_helpers import all_coordinates, delete_topics, end_offsets
 
 pytestmark = pytest.mark.integration
@@ -58,7 +57,7 @@ def _ingest(spark, resources):
         resources["kafka"],
         resources["schema_registry"],
         resources["lakehouse"],
-        source=rides.SOURCE,
+        source=RIDES,
     )
 
 

@@ -18,7 +18,8 @@ from streaming_pipeline.defs.gold.vendor_counts import vendor_counts
 from streaming_pipeline.devstack.cli import main as cli_main
 from streaming_pipeline.devstack.synthetic import SyntheticOptions, synthetic_rides
 from streaming_pipeline.registry_client import RegistryClient
-from streaming_pipeline.sources import rides
+from streaming_pipeline.sources import project_sources
+from streaming_pipeline.tables import RIDES
 from streaming_pipeline_tests.kafka_helpers import (
     SCHEMA_DIR,
     all_coordinates,
@@ -30,8 +31,8 @@ from streaming_pipeline_tests.kafka_helpers import (
     write_rides_csv,
 )
 
-raw_rides = bronze_asset(rides.SOURCE)
-dead_letter_records = dead_letter_asset()
+raw_rides = bronze_asset(RIDES)
+dead_letter_records = dead_letter_asset(project_sources())
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 

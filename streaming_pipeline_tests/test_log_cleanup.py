@@ -21,8 +21,7 @@ from streaming_pipeline.devstack.replay import ReplayStart, empty_table, replay
 from streaming_pipeline.engine.delta_log import commits
 from streaming_pipeline.resources import LakehouseResource
 from streaming_pipeline.settings import SensorSettings
-from streaming_pipeline.sources import rides
-from streaming_pipeline.tables import KAFKA_COLUMNS, RIDES_TOPIC, ddl
+from streaming_pipeline.tables import KAFKA_COLUMNS, RIDES, RIDES_TOPIC, ddl
 from streaming_pipeline_tests.delta_helpers import checkpoint_and_clean
 from streaming_pipeline_tests.kafka_helpers import all_coordinates, end_offsets
 
@@ -109,7 +108,7 @@ def test_sensor_bronze_run_and_checks_go_on_exactly_after_log_cleanup(stack, sma
     for part in sorted(Path(checkpoint).rglob("*"), reverse=True):
         part.unlink() if part.is_file() else part.rmdir()
     with pytest.raises(BronzeStateError) as caught:
-        ingest_topic(spark, small_batches["kafka"], small_batches["schema_registry"], lakehouse, source=rides.SOURCE)
+        ingest_topic(spark, small_batches["kafka"], small_batches["schema_registry"], lakehouse, source=RIDES)
     assert "the checkpoint is gone or empty" in str(caught.value)
     assert "streaming-pipeline replay raw_rides" in str(caught.value)
 

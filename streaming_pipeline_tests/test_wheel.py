@@ -18,7 +18,7 @@ import pytest
 from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
 
-from streaming_pipeline.sources import all_sources
+from streaming_pipeline.sources import project_sources
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -51,20 +51,20 @@ EXTRA_ONLY = {
     "uvicorn": 'extra == "stack"',
     "tqdm": 'extra == "stack"',
     "httpx": 'extra == "dev"',
-    "fastavro": 'extra == "dev"',
 }
 
 # Run by the installed package's Python in a directory outside the checkout; prints one JSON object.
 PROBE = """
 import importlib.util, json, sys
 from importlib import resources
+from pathlib import Path
 
 import dagster as dg
 import streaming_pipeline
 from streaming_pipeline.definitions import defs
 from streaming_pipeline.engine.spark import read_profile
 from streaming_pipeline.schemas import load_schema
-from streaming_pipeline.sources import all_sources
+from streaming_pipeline.sources import project_sources
 
 dg.Definitions.validate_loadable(defs)
 package = resources.files("streaming_pipeline")
@@ -73,9 +73,10 @@ print(json.dumps({
     "sys_path": sys.path,
     "asset_keys": sorted(key.to_user_string() for key in defs.resolve_asset_graph().get_all_asset_keys()),
     "sources": {
-        s.topic: {name: load_schema(name) for name in (s.key_schema, s.value_schema)} for s in all_sources()
+        s.topic: {Path(name).name: load_schema(name) for name in (s.key_schema, s.value_schema)}
+        for s in project_sources()
     },
-    "bronze_columns": {s.bronze_table: s.table.column_names for s in all_sources()},
+    "bronze_columns": {s.bronze_table: s.table.column_names for s in project_sources()},
     "profiles": {name: read_profile(name) for name in ("local", "cluster")},
     "package_data": {
         name: (package / name).is_file()
@@ -187,7 +188,7 @@ def test_the_installed_wheel_loads_the_code_location_outside_the_checkout(wheel:
     for schemas in found["sources"].values():
         for name, text in schemas.items():
             assert text == (REPO / "schemas" / name).read_text()
-    assert found["bronze_columns"] == {s.bronze_table: s.table.column_names for s in all_sources()}
+    assert found["bronze_columns"] == {s.bronze_table: s.table.column_names for s in project_sources()}
     assert found["profiles"]["local"]["spark.master"] == "local[*]"
     assert found["profiles"]["local"]["spark.sql.shuffle.partitions"] == "2"
     assert found["profiles"]["cluster"]["spark.sql.shuffle.partitions"] == "8"

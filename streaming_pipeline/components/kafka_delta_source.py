@@ -186,21 +186,15 @@ class KafkaDeltaSource(dg.Component, dg.Model, dg.Resolvable):
         return component
 
     @property
-    def bronze_table(self) -> str:
-        return self.table or "raw_" + re.sub(r"[^A-Za-z0-9_]", "_", self.topic)
-
-    @property
     def source(self) -> SourceTopic:
         """The library's declaration of this source (plain Python, what the foreachBatch handlers receive)."""
-        return SourceTopic(
+        return SourceTopic.declared(
             topic=self.topic,
-            bronze_table=self.bronze_table,
             value_schema=self.value_schema,
             key_schema=self.key_schema,
             key_field=self.key_field,
-            description=self.description
-            or f"Every record of the `{self.topic}` topic, decoded with its writer schema and resolved to the latest "
-            "registered schema, with its Kafka coordinates. Exactly once across re-runs and crashes.",
+            table=self.table,
+            description=self.description,
         )
 
     def build_defs(self, context: dg.ComponentLoadContext) -> dg.Definitions:
@@ -217,7 +211,7 @@ def _check_declared_once(component: KafkaDeltaSource, context: dg.ComponentLoadC
     """A ConfigurationError naming this defs.yaml when another KafkaDeltaSource of the project declares its topic
     or its table."""
     others = [c for c in context.component_tree.get_all_components(of_type=KafkaDeltaSource) if c is not component]
-    for field, value_of in (("topic", lambda c: c.topic), ("table", lambda c: c.bronze_table)):
+    for field, value_of in (("topic", lambda c: c.topic), ("table", lambda c: c.source.bronze_table)):
         value = value_of(component)
         twice = sorted(str(c._declared_at) for c in others if value_of(c) == value)
         if twice:
@@ -225,3 +219,9 @@ def _check_declared_once(component: KafkaDeltaSource, context: dg.ComponentLoadC
                 f"{context.path}/defs.yaml: {field} {value!r} is declared by another KafkaDeltaSource too "
                 f"({', '.join(twice)}); each topic and each table has one source"
             )
+
+
+def declared_sources(tree: dg.ComponentTree) -> tuple[SourceTopic, ...]:
+    """Every source the project declares (its `KafkaDeltaSource` instances), in the order of their folders."""
+    components = tree.get_all_components(of_type=KafkaDeltaSource)
+    return tuple(c.source for c in sorted(components, key=lambda c: str(c._declared_at)))

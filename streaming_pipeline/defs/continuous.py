@@ -21,6 +21,7 @@ from pydantic import Field
 
 from streaming_pipeline.asset_metadata import IntervalsConfig, checkpoint_pool, current_column_schema
 from streaming_pipeline.bronze.offsets import consumed_offsets, consumer_lag
+from streaming_pipeline.components.kafka_delta_source import declared_sources
 from streaming_pipeline.defs.bronze.offset_sensors import lag_observation
 from streaming_pipeline.engine.continuous import ContinuousQueries
 from streaming_pipeline.engine.delta_log import commits, latest_version
@@ -43,7 +44,7 @@ from streaming_pipeline.live_runs import (
 )
 from streaming_pipeline.resources import KafkaResource, LakehouseResource, SchemaRegistryResource, SparkResource
 from streaming_pipeline.settings import LiveSettings, PipelineSettings, SensorSettings, trigger_interval
-from streaming_pipeline.sources import all_sources
+from streaming_pipeline.sources import SourceTopic
 
 CONTINUOUS_SENSOR = "continuous_streams_sensor"
 #: The run tag naming the Spark Connect session a continuous run streams in.
@@ -177,35 +178,42 @@ class CheckpointPools:
             self._storage.free_concurrency_slot_for_step(self._run_id, self._key(query))
 
 
-@dg.op(
-    name="continuous_streams",
-    description="Keeps every streaming query of the pipeline running until the run is terminated; holds the pool of "
-    "every checkpoint it streams (lending one to a step of another run that waits for it).",
-)
-def continuous_streams(
-    context: dg.OpExecutionContext,
-    config: ContinuousStreamsConfig,
-    spark: SparkResource,
-    kafka: KafkaResource,
-    schema_registry: SchemaRegistryResource,
-    lakehouse: LakehouseResource,
-) -> None:
-    interval = trigger_interval(config.trigger_interval, name="trigger_interval")
-    downstream = trigger_interval(config.downstream_trigger_interval, name="downstream_trigger_interval")
-    fast = set(latency_critical_query_names())
-    intervals = {name: interval if name in fast else downstream for name in live_query_names()}
-    pools = CheckpointPools(context, {name: checkpoint_pool(name) for name in live_query_names()})
-    _stop_orphaned_queries(context, spark)
-    try:
-        pools.claim_all()
-        _stream(context, config, intervals, pools, spark, kafka, schema_registry, lakehouse)
-    finally:
-        pools.free_all()
+def continuous_streams_op(sources: Sequence[SourceTopic]) -> dg.OpDefinition:
+    """The op of the continuous run: the live queries of `sources` and of every table downstream."""
+
+    @dg.op(
+        name="continuous_streams",
+        description="Keeps every streaming query of the pipeline running until the run is terminated; holds the pool "
+        "of every checkpoint it streams (lending one to a step of another run that waits for it).",
+    )
+    def continuous_streams(
+        context: dg.OpExecutionContext,
+        config: ContinuousStreamsConfig,
+        spark: SparkResource,
+        kafka: KafkaResource,
+        schema_registry: SchemaRegistryResource,
+        lakehouse: LakehouseResource,
+    ) -> None:
+        interval = trigger_interval(config.trigger_interval, name="trigger_interval")
+        downstream = trigger_interval(config.downstream_trigger_interval, name="downstream_trigger_interval")
+        fast = set(latency_critical_query_names())
+        names = live_query_names(sources)
+        intervals = {name: interval if name in fast else downstream for name in names}
+        pools = CheckpointPools(context, {name: checkpoint_pool(name) for name in names})
+        _stop_orphaned_queries(context, spark)
+        try:
+            pools.claim_all()
+            _stream(context, config, sources, intervals, pools, spark, kafka, schema_registry, lakehouse)
+        finally:
+            pools.free_all()
+
+    return continuous_streams
 
 
 def _stream(
     context: dg.OpExecutionContext,
     config: ContinuousStreamsConfig,
+    sources: Sequence[SourceTopic],
     intervals: dict[str, str],
     pools: CheckpointPools,
     spark: SparkResource,
@@ -218,7 +226,14 @@ def _stream(
     if spark.is_remote and session_id:
         context.instance.add_run_tags(context.run_id, {SESSION_TAG: str(session_id)})
     queries = live_queries(
-        session, kafka, schema_registry, lakehouse, config.parameters(), run_id=context.run_id, log=context.log
+        session,
+        kafka,
+        schema_registry,
+        lakehouse,
+        config.parameters(),
+        sources,
+        run_id=context.run_id,
+        log=context.log,
     )
     runner = ContinuousQueries(
         queries,
@@ -228,7 +243,7 @@ def _stream(
         log=context.log,
         active_ids=lambda: {str(query.id) for query in session.streams.active},
     )
-    reporter = TableReporter(kafka, lakehouse, queries, caught_up_every=config.caught_up_report_seconds)
+    reporter = TableReporter(kafka, lakehouse, queries, sources, caught_up_every=config.caught_up_report_seconds)
     lent: set[str] = set()
     next_report = next_lending_check = time.monotonic()
     next_report += config.report_every_seconds
@@ -304,6 +319,7 @@ class TableReporter:
         kafka: KafkaResource,
         lakehouse: LakehouseResource,
         queries: Sequence[StreamQuery],
+        sources: Sequence[SourceTopic],
         *,
         caught_up_every: float,
         clock: Callable[[], float] = time.monotonic,
@@ -316,7 +332,7 @@ class TableReporter:
         self._inputs = {q.name: tuple(by_path[p] for p in q.source_paths if p in by_path) for q in queries}
         self._caught_up_every = caught_up_every
         self._clock = clock
-        self._sources = {source.bronze_table: source for source in all_sources()}
+        self._sources = {source.bronze_table: source for source in sources}
         self._versions = {t: latest_version(lakehouse.table_path(t)) for ts in self._tables.values() for t in ts}
         self._reported_at: dict[str, float] = {}
         self._lags: dict[str, int] = {}
@@ -432,19 +448,24 @@ class TableReporter:
         return lag_observation(dg.AssetKey(table), end, lag)
 
 
-@dg.job(
-    name=CONTINUOUS_JOB,
-    description="The continuous mode: every streaming query of the pipeline, kept running until terminated.",
-    tags={"live_mode": "continuous"},
-)
-def continuous_job() -> None:
-    continuous_streams()
+def build_continuous_job(sources: Sequence[SourceTopic]) -> dg.JobDefinition:
+    streams = continuous_streams_op(sources)
+
+    @dg.job(
+        name=CONTINUOUS_JOB,
+        description="The continuous mode: every streaming query of the pipeline, kept running until terminated.",
+        tags={"live_mode": "continuous"},
+    )
+    def continuous_job() -> None:
+        streams()
+
+    return continuous_job
 
 
-def build_continuous_sensor(policy: SensorSettings, live: LiveSettings) -> dg.SensorDefinition:
+def build_continuous_sensor(job: dg.JobDefinition, policy: SensorSettings, live: LiveSettings) -> dg.SensorDefinition:
     @dg.sensor(
         name=CONTINUOUS_SENSOR,
-        job=continuous_job,
+        job=job,
         description=f"Keeps one run of {CONTINUOUS_JOB} in flight: launches it when there is none, and relaunches "
         "it with back-off after a failure. Running by default with LIVE_MODE=continuous.",
         minimum_interval_seconds=policy.interval_seconds,
@@ -467,7 +488,9 @@ def build_continuous_sensor(policy: SensorSettings, live: LiveSettings) -> dg.Se
 
 
 @dg.definitions
-def defs() -> dg.Definitions:
+def defs(context: dg.ComponentLoadContext) -> dg.Definitions:
+    """Read when the definitions load: the project's sources, the sensor policy and LIVE_MODE."""
+    job = build_continuous_job(declared_sources(context.component_tree))
     return dg.Definitions(
-        jobs=[continuous_job], sensors=[build_continuous_sensor(SensorSettings.from_env(), LiveSettings.from_env())]
+        jobs=[job], sensors=[build_continuous_sensor(job, SensorSettings.from_env(), LiveSettings.from_env())]
     )

@@ -7,10 +7,13 @@ pool of its writer, and the writer's next step waits while it works. The results
 observation (files, bytes and versions before and after, the files VACUUM deleted), shown in the asset's events.
 """
 
+from collections.abc import Sequence
+
 import dagster as dg
 from pydantic import Field, field_validator
 
 from streaming_pipeline.asset_metadata import checkpoint_pool
+from streaming_pipeline.components.kafka_delta_source import declared_sources
 from streaming_pipeline.engine.delta_tables import table_exists
 from streaming_pipeline.engine.maintenance import (
     MaintenanceResult,
@@ -19,7 +22,8 @@ from streaming_pipeline.engine.maintenance import (
     maintain_table,
 )
 from streaming_pipeline.resources import LakehouseResource, SparkResource
-from streaming_pipeline.settings import MaintenanceSettings
+from streaming_pipeline.settings import DEFAULT_VACUUM_RETENTION_HOURS, MaintenanceSettings
+from streaming_pipeline.sources import SourceTopic
 from streaming_pipeline.tables import (
     AMOUNT_BRANCHES,
     DEAD_LETTER_RECORDS,
@@ -32,7 +36,6 @@ from streaming_pipeline.tables import (
 
 MAINTENANCE_JOB = "table_maintenance_job"
 MAINTENANCE_SCHEDULE = "table_maintenance_schedule"
-_SETTINGS = MaintenanceSettings.from_env()
 
 #: Tables written by a streaming step of another name: one query writing several tables (a multi-asset). Every
 #: other streaming table is written by the step named after it (`stream_step_args(<table>)`, bronze: its asset).
@@ -60,8 +63,9 @@ def op_name(table: str) -> str:
 
 class MaintenanceConfig(dg.Config):
     vacuum_retention_hours: float = Field(
-        default=_SETTINGS.vacuum_retention_hours,
-        description="Hours of history VACUUM keeps, at least 168 (default: DELTA_VACUUM_RETENTION_HOURS, 168).",
+        default=DEFAULT_VACUUM_RETENTION_HOURS,
+        description="Hours of history VACUUM keeps, at least 168 (the job's default: DELTA_VACUUM_RETENTION_HOURS, "
+        "else 168).",
     )
 
     @field_validator("vacuum_retention_hours")
@@ -119,25 +123,35 @@ def maintenance_op(table: str) -> dg.OpDefinition:
     return maintain
 
 
-MAINTENANCE_OPS = [maintenance_op(table) for table in lakehouse_table_names()]
+def maintenance_definitions(sources: Sequence[SourceTopic], settings: MaintenanceSettings) -> dg.Definitions:
+    """The maintenance job, one op per table of the lakehouse (each source's bronze table, then `tables`), and its
+    schedule."""
+    ops = [maintenance_op(table) for table in lakehouse_table_names(sources)]
+    retention = MaintenanceConfig(vacuum_retention_hours=settings.vacuum_retention_hours)
+
+    @dg.job(
+        name=MAINTENANCE_JOB,
+        config=dg.RunConfig(ops={op.name: retention for op in ops}),
+        description="OPTIMIZE and VACUUM every Delta table of the lakehouse, each in the pool of the stream that "
+        "writes it, and report the newest checkpoint of its log (docs/maintenance.md).",
+        tags={"streaming-pipeline/maintenance": "true"},
+    )
+    def table_maintenance_job() -> None:
+        for op in ops:
+            op()
+
+    schedule = dg.ScheduleDefinition(
+        name=MAINTENANCE_SCHEDULE,
+        job=table_maintenance_job,
+        cron_schedule=settings.cron_schedule,
+        execution_timezone="UTC",
+        default_status=dg.DefaultScheduleStatus.RUNNING,
+        description="Runs table_maintenance_job (TABLE_MAINTENANCE_CRON, default daily at 03:00 UTC).",
+    )
+    return dg.Definitions(jobs=[table_maintenance_job], schedules=[schedule])
 
 
-@dg.job(
-    name=MAINTENANCE_JOB,
-    description="OPTIMIZE and VACUUM every Delta table of the lakehouse, each in the pool of the stream that writes "
-    "it, and report the newest checkpoint of its log (docs/maintenance.md).",
-    tags={"streaming-pipeline/maintenance": "true"},
-)
-def table_maintenance_job() -> None:
-    for op in MAINTENANCE_OPS:
-        op()
-
-
-table_maintenance_schedule = dg.ScheduleDefinition(
-    name=MAINTENANCE_SCHEDULE,
-    job=table_maintenance_job,
-    cron_schedule=_SETTINGS.cron_schedule,
-    execution_timezone="UTC",
-    default_status=dg.DefaultScheduleStatus.RUNNING,
-    description="Runs table_maintenance_job (TABLE_MAINTENANCE_CRON, default daily at 03:00 UTC).",
-)
+@dg.definitions
+def defs(context: dg.ComponentLoadContext) -> dg.Definitions:
+    """Read when the definitions load: the project's sources and TABLE_MAINTENANCE_*."""
+    return maintenance_definitions(declared_sources(context.component_tree), MaintenanceSettings.from_env())

@@ -198,7 +198,7 @@ def bench_stack(
 
     from streaming_pipeline.devstack.embedded.stack import EmbeddedStack, running_stack
     from streaming_pipeline.resources import KafkaResource
-    from streaming_pipeline.sources import all_sources
+    from streaming_pipeline.sources import project_sources
 
     with contextlib.ExitStack() as stop:
         if stack_dir is None:
@@ -207,7 +207,7 @@ def bench_stack(
         else:
             stack = EmbeddedStack(stack_dir).up(progress=say)
             kafka = KafkaResource(bootstrap_servers=stack.bootstrap_servers)
-            holding = {s.topic: n for s in all_sources() if (n := sum(kafka.end_offsets(s.topic).values()))}
+            holding = {s.topic: n for s in project_sources() if (n := sum(kafka.end_offsets(s.topic).values()))}
             if holding:
                 raise BenchError(
                     f"the stack in {stack_dir} already holds records in {holding} (topic: records); the bench needs "
@@ -297,9 +297,9 @@ def _materialize_raw_rides(resources: Mapping[str, Any]) -> tuple[float, int, fl
     """(seconds, rows written, Spark trigger seconds) of one raw_rides materialization through Dagster."""
     from streaming_pipeline.defs.bronze.sources import bronze_asset
     from streaming_pipeline.devstack.quiet_runs import QUIET_RUN_CONFIG
-    from streaming_pipeline.sources import rides
+    from streaming_pipeline.tables import RIDES
 
-    raw_rides = bronze_asset(rides.SOURCE)
+    raw_rides = bronze_asset(RIDES)
     started = time.monotonic()
     run = dg.materialize([raw_rides], resources=resources, run_config=QUIET_RUN_CONFIG)
     seconds = time.monotonic() - started

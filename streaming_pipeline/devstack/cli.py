@@ -9,7 +9,14 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from streaming_pipeline.errors import ConfigurationError, exit_code
-from streaming_pipeline.sources import all_sources
+from streaming_pipeline.sources import SourceTopic, project_sources
+
+#: `streaming-pipeline produce <name>`: the topic's name, or a shorter one.
+_PRODUCE_NAMES = {"pickup_locations": "pickups"}
+
+
+def _produce_name(source: SourceTopic) -> str:
+    return _PRODUCE_NAMES.get(source.topic, source.topic)
 
 
 def _add_connection_flags(parser: argparse.ArgumentParser) -> None:
@@ -25,12 +32,12 @@ def _add_connection_flags(parser: argparse.ArgumentParser) -> None:
 
 
 def _add_produce_parser(subparsers: argparse._SubParsersAction) -> None:
-    sources = all_sources()
+    sources = project_sources()
     produce = subparsers.add_parser("produce", help="produce records of a source topic to Kafka as Avro")
     produce.add_argument(
         "kind",
-        choices=[s.cli_name for s in sources],
-        help="; ".join(f"{s.cli_name} -> topic {s.topic}" for s in sources),
+        choices=[_produce_name(s) for s in sources],
+        help="; ".join(f"{_produce_name(s)} -> topic {s.topic}" for s in sources),
     )
     records = produce.add_mutually_exclusive_group(required=True)
     records.add_argument("--csv", type=Path, help="a CSV file with the NYC TLC header, or the Avro field names")
@@ -67,7 +74,7 @@ def _run_produce(args: argparse.Namespace) -> int:
         bootstrap_servers=args.bootstrap_servers or settings.bootstrap_servers, timeout_seconds=args.timeout
     )
     registry = RegistryClient(args.schema_registry_url or settings.schema_registry_url)
-    source = next(s for s in all_sources() if s.cli_name == args.kind)
+    source = next(s for s in project_sources() if _produce_name(s) == args.kind)
     topic = source.topic
     if args.csv is not None:
         rows = read_csv(args.csv, source)
@@ -367,7 +374,7 @@ def _add_replay_parser(subparsers: argparse._SubParsersAction) -> None:
     )
     replay.add_argument(
         "asset",
-        choices=[s.bronze_table for s in all_sources()],
+        choices=[s.bronze_table for s in project_sources()],
         help="the bronze table to rebuild",
     )
     start = replay.add_mutually_exclusive_group()

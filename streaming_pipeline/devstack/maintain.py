@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 from streaming_pipeline.engine.maintenance import check_retention, lakehouse_table_names
 from streaming_pipeline.errors import MaintenanceError
-from streaming_pipeline.sources import all_sources
+from streaming_pipeline.sources import project_sources
 from streaming_pipeline.tables import DEAD_LETTER_RECORDS
 
 if TYPE_CHECKING:  # Dagster is imported when a command runs, not when the command line is parsed
@@ -34,7 +34,7 @@ class TableNames(argparse.Action):
         option_string: str | None = None,
     ) -> None:
         names = [values] if isinstance(values, str) else list(values or [])
-        valid = lakehouse_table_names()
+        valid = lakehouse_table_names(project_sources())
         for name in names:
             if name not in valid:
                 parser.error(f"argument TABLE: invalid choice: {name!r} (choose from {', '.join(valid)})")
@@ -67,7 +67,7 @@ def _tables_a_run_writes(run: dg.DagsterRun, defs: dg.Definitions, every: frozen
     for key in keys:
         siblings = graph.get(key).execution_set_asset_keys if graph.has(key) else {key}
         names.update(sibling.to_user_string() for sibling in siblings)
-    if names & {source.bronze_table for source in all_sources()}:
+    if names & {source.bronze_table for source in project_sources()}:
         names.add(DEAD_LETTER_RECORDS.name)
     return frozenset(names & every)
 
@@ -78,7 +78,7 @@ def runs_writing(instance: dg.DagsterInstance, defs: dg.Definitions, tables: Seq
 
     from streaming_pipeline.live_runs import IN_FLIGHT
 
-    every = frozenset(lakehouse_table_names())
+    every = frozenset(lakehouse_table_names(project_sources()))
     found = []
     for run in instance.get_runs(filters=dg.RunsFilter(statuses=IN_FLIGHT), limit=500):
         written = _tables_a_run_writes(run, defs, every) & set(tables)
@@ -101,7 +101,7 @@ def maintain(
 
     if retain_hours is not None:
         check_retention(retain_hours, what="--retain-hours")
-    names = list(tables) or lakehouse_table_names()
+    names = list(tables) or lakehouse_table_names(project_sources())
     busy = runs_writing(instance, defs, names)
     if busy:
         listed = "; ".join(f"{run.run_id} ({run.job_name}: {', '.join(sorted(run.tables))})" for run in busy)

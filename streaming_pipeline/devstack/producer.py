@@ -20,7 +20,7 @@ from streaming_pipeline.progress import Progress
 from streaming_pipeline.registry_client import RegistryClient
 from streaming_pipeline.resources.kafka import KafkaResource
 from streaming_pipeline.schemas import load_schema
-from streaming_pipeline.sources import source_for_topic
+from streaming_pipeline.sources import project_sources, source_for_topic
 
 if TYPE_CHECKING:
     from confluent_kafka.schema_registry.avro import AvroSerializer
@@ -147,7 +147,7 @@ def produce(
 
 
 def _check_arguments(topic: str, acks: str) -> None:
-    source_for_topic(topic)  # a ConfigurationError naming the declared topics
+    source_for_topic(project_sources(), topic)  # a ConfigurationError naming the declared topics
     if acks not in ACKS:
         raise ConfigurationError(f"--acks must be one of {', '.join(ACKS)}, got {acks!r}")
 
@@ -174,7 +174,7 @@ def _set_up_topic(
     kafka: KafkaResource, registry: RegistryClient, topic: str, partitions: int, value_schema: str | None
 ) -> _Encoder:
     """Create the topic when missing and register its key and value schemas; the encoder for its records."""
-    source = source_for_topic(topic)
+    source = source_for_topic(project_sources(), topic)
     if source.key_schema is None or not source.key_field:
         raise ConfigurationError(f"the source of topic {topic!r} declares no key schema and key field to produce with")
     key_schema = load_schema(source.key_schema)

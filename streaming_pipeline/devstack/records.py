@@ -12,7 +12,8 @@ from typing import Any
 
 from streaming_pipeline.errors import InputDataError
 from streaming_pipeline.schemas import avro_columns, load_schema
-from streaming_pipeline.sources import SourceTopic, rides
+from streaming_pipeline.sources import SourceTopic
+from streaming_pipeline.tables import RIDES
 
 Record = dict[str, Any]
 
@@ -21,11 +22,25 @@ _INT, _FLOAT, _STR, _TS = "int", "float", "str", "timestamp"
 _KINDS = {"int": _INT, "bigint": _INT, "float": _FLOAT, "double": _FLOAT, "string": _STR, "timestamp": _TS}
 
 
+#: The NYC TLC exports' CSV headers, by topic: TLC column -> Avro field, where they differ.
+TLC_HEADERS = {
+    "rides": {
+        "VendorID": "vendor_id",
+        "tpep_pickup_datetime": "pickup_datetime",
+        "tpep_dropoff_datetime": "dropoff_datetime",
+        "RatecodeID": "rate_code_id",
+        "PULocationID": "pu_location_id",
+        "DOLocationID": "do_location_id",
+    },
+    "pickup_locations": {"PULocationID": "pu_location_id", "tpep_pickup_datetime": "pickup_datetime"},
+}
+
+
 def csv_columns(source: SourceTopic) -> dict[str, tuple[str, str, bool]]:
     """CSV column -> (Avro field, how a cell is read, nullable), derived from the source's value schema: the column
-    is the field's name unless the source maps a CSV header to it (the NYC TLC exports)."""
+    is the field's name unless the topic has a TLC header for it (`TLC_HEADERS`)."""
     text = load_schema(source.value_schema)
-    header_of = {field: header for header, field in source.csv_columns.items()}
+    header_of = {field: header for header, field in TLC_HEADERS.get(source.topic, {}).items()}
     columns: dict[str, tuple[str, str, bool]] = {}
     for avro_field, column in zip(json.loads(text)["fields"], avro_columns(text), strict=True):
         if column.type not in _KINDS:
@@ -112,4 +127,4 @@ def read_csv(path: Path, source: SourceTopic) -> Iterator[CsvRow]:
 
 
 def read_rides_csv(path: Path) -> Iterator[CsvRow]:
-    return read_csv(path, rides.SOURCE)
+    return read_csv(path, RIDES)

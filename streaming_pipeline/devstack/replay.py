@@ -36,7 +36,7 @@ from streaming_pipeline.errors import ConfigurationError, ReplayError
 from streaming_pipeline.resources.kafka import KafkaResource
 from streaming_pipeline.resources.lakehouse import LakehouseResource
 from streaming_pipeline.schemas import avro_columns
-from streaming_pipeline.sources import SourceTopic, all_sources
+from streaming_pipeline.sources import SourceTopic, project_sources
 from streaming_pipeline.tables import DEAD_LETTER_RECORDS, KAFKA_COLUMNS, ddl
 
 if TYPE_CHECKING:
@@ -240,7 +240,7 @@ def replay(
     instance: dg.DagsterInstance,
     progress: Callable[[str], None] = print,
 ) -> ReplayReport:
-    sources = {s.bronze_table: s for s in all_sources()}
+    sources = {s.bronze_table: s for s in project_sources()}
     if asset_name not in sources:
         raise ReplayError(f"{asset_name!r} is not a bronze asset; replay one of {sorted(sources)}")
     source = sources[asset_name]

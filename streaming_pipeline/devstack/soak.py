@@ -45,8 +45,8 @@ from streaming_pipeline.devstack.producer import produce, rows_from_records
 from streaming_pipeline.devstack.synthetic import SyntheticOptions, synthetic_records
 from streaming_pipeline.errors import BenchError
 from streaming_pipeline.settings import PipelineSettings
-from streaming_pipeline.sources import all_sources, rides
-from streaming_pipeline.tables import RAW_RIDES
+from streaming_pipeline.sources import project_sources
+from streaming_pipeline.tables import RAW_RIDES, RIDES
 
 #: Goals of the soak: (figure, the largest allowed ratio of its last tenth to its first tenth).
 RATIO_GOALS = {"sensor_tick_seconds": 1.2, "one_ride_run_seconds": 1.2, "count_seconds": 1.5}
@@ -124,7 +124,7 @@ def _bronze_commits(lakehouse: Path) -> dict[str, int]:
     from streaming_pipeline.engine.delta_log import transactions
 
     found = {}
-    for source in all_sources():
+    for source in project_sources():
         prefix = bronze_app_prefix(source.bronze_table)
         txns = [t for t in transactions(str(lakehouse / source.bronze_table)).values() if t.app_id.startswith(prefix)]
         found[source.bronze_table] = sum(t.version + 1 for t in txns)
@@ -190,8 +190,8 @@ class _Soak:
         from streaming_pipeline.defs.bronze.offset_sensors import build_offset_sensor, live_job
         from streaming_pipeline.settings import SensorSettings
 
-        key = dg.AssetKey(rides.SOURCE.bronze_table)
-        sensor = build_offset_sensor(key, rides.SOURCE.topic, live_job(key), SensorSettings())
+        key = dg.AssetKey(RIDES.bronze_table)
+        sensor = build_offset_sensor(key, RIDES.topic, live_job(key), SensorSettings())
         context = dg.build_sensor_context(
             instance=self.instance,
             resources={"kafka": self.resources["kafka"], "lakehouse": self.resources["lakehouse"]},
@@ -208,8 +208,8 @@ class _Soak:
 
         commits = _bronze_commits(self.lakehouse)
         tick = self.sensor_tick()
-        self.produce(rides.SOURCE, 1)
-        one_ride = self.run_live(rides.SOURCE)
+        self.produce(RIDES, 1)
+        one_ride = self.run_live(RIDES)
         files = {p.name: table_files(p) for p in sorted(self.lakehouse.iterdir()) if (p / "_delta_log").is_dir()}
         return SoakSample(
             round=round_number,
@@ -275,7 +275,7 @@ def run_soak_bench(
         while min(_bronze_commits(soak.lakehouse).values(), default=0) < commits:
             round_number += 1
             with bench_stage(f"round {round_number}: {records_per_round} records per topic, both live jobs"):
-                for source in all_sources():
+                for source in project_sources():
                     soak.produce(source, records_per_round)
                     soak.run_live(source)
             sampled = round_number == 1 or round_number % sample_every == 0

@@ -30,7 +30,7 @@ import json
 import math
 import re
 import time
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass
 from typing import TYPE_CHECKING, Any
@@ -40,10 +40,11 @@ from streaming_pipeline.engine.delta_log import latest_version, read_text
 from streaming_pipeline.engine.delta_tables import delta_path_sql
 from streaming_pipeline.errors import ConfigurationError, MaintenanceError
 from streaming_pipeline.settings import DEFAULT_VACUUM_RETENTION_HOURS
-from streaming_pipeline.sources import all_sources
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
+
+    from streaming_pipeline.sources import SourceTopic
 
 #: The shortest VACUUM retention allowed: Delta's default `delta.deletedFileRetentionDuration` (interval 1 week).
 #: Shorter, VACUUM could delete files that a stream behind by less than that, or a time travel or replay within the
@@ -68,10 +69,10 @@ _CONFLICT = re.compile(r"DELTA_CONCURRENT|Concurrent\w*Exception")
 _UNIT_HOURS = {"week": 168.0, "day": 24.0, "hour": 1.0, "minute": 1 / 60, "second": 1 / 3600}
 
 
-def lakehouse_table_names() -> list[str]:
-    """Every Delta table of the lakehouse: the bronze table of each declared source, then every table `tables`
-    declares, in declaration order (the same names as the assets)."""
-    names = [source.bronze_table for source in all_sources()]
+def lakehouse_table_names(sources: Iterable[SourceTopic]) -> list[str]:
+    """Every Delta table of the lakehouse: the bronze table of each source, then every table `tables` declares, in
+    declaration order (the same names as the assets)."""
+    names = [source.bronze_table for source in sources]
     for value in vars(tables).values():
         if isinstance(value, tables.Table) and value.name not in names:
             names.append(value.name)

@@ -11,7 +11,7 @@ import pytest
 from streaming_pipeline.bronze.ingestion import bronze_query
 from streaming_pipeline.errors import BrokerUnavailableError
 from streaming_pipeline.resources import LakehouseResource
-from streaming_pipeline.sources.rides import SOURCE as RIDES
+from streaming_pipeline.tables import RIDES
 
 
 class BrokerAway:

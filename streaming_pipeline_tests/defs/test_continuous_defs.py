@@ -12,6 +12,7 @@ from streaming_pipeline.asset_metadata import checkpoint_pool
 from streaming_pipeline.errors import ConfigurationError
 from streaming_pipeline.live_queries import latency_critical_query_names, live_query_names
 from streaming_pipeline.settings import LiveSettings
+from streaming_pipeline.sources import project_sources
 
 
 def test_live_settings_default_to_the_triggered_mode() -> None:
@@ -78,7 +79,7 @@ def test_only_the_tables_people_wait_for_trigger_at_the_short_interval() -> None
 def test_the_continuous_job_streams_the_checkpoint_of_every_triggered_step() -> None:
     from streaming_pipeline.definitions import defs
 
-    assert live_query_names() == [
+    assert live_query_names(project_sources()) == [
         "raw_pickup_locations",
         "raw_rides",
         "amount_branches",
@@ -97,7 +98,7 @@ def test_the_continuous_job_streams_the_checkpoint_of_every_triggered_step() -> 
         for name in ("raw_rides_to_gold_job", "raw_pickup_locations_to_gold_job")
         for node in defs.resolve_job_def(name).nodes
     }
-    assert {checkpoint_pool(name) for name in live_query_names()} == {p for p in steps.values() if p}
+    assert {checkpoint_pool(name) for name in live_query_names(project_sources())} == {p for p in steps.values() if p}
 
 
 def test_in_continuous_mode_the_run_is_kept_alive_the_offset_sensors_rest_and_only_taxi_zones_is_automated() -> None:
@@ -211,6 +212,7 @@ def test_the_run_reports_new_commits_and_a_caught_up_table_now_and_then_but_not_
         _NoKafka(),  # type: ignore[arg-type]
         lakehouse,
         queries,
+        project_sources(),
         caught_up_every=60,
         clock=lambda: now[0],
     )

@@ -1,24 +1,24 @@
-"""A source topic is one declaration plus its two schema files: a third topic, declared in a temporary module, gets
-its bronze asset (with columns from its value schema), its checks, its live job and offset sensor, a place among the
-dead-letter table's sources, and the command line's choices, with nothing else written."""
+"""A source topic is one defs.yaml plus its schema: a third topic, declared by a `KafkaDeltaSource` defs.yaml in the
+project's defs folder for the test, gets its bronze asset (with columns from its value schema), its checks, its
+live job and offset sensor, a place among the dead-letter table's sources, the maintenance job and the continuous
+mode, and the command line's choices, with nothing else written."""
 
 from __future__ import annotations
 
 import json
 import shutil
-import sys
 from collections.abc import Iterator
 from pathlib import Path
 
 import dagster as dg
 import pytest
+import yaml
 
-from streaming_pipeline import sources
 from streaming_pipeline.definitions import build_definitions
 from streaming_pipeline.devstack.cli import build_parser
 from streaming_pipeline.errors import ConfigurationError
-from streaming_pipeline.schemas import schema_dir
 from streaming_pipeline.settings import PipelineSettings
+from streaming_pipeline.sources import project_defs_yaml, project_sources, source_for_topic
 
 PAYMENT_VALUE = {
     "type": "record",
@@ -30,37 +30,38 @@ PAYMENT_VALUE = {
         {"name": "amount", "type": ["null", "double"], "default": None, "doc": "Dollars."},
     ],
 }
-DECLARATION = """
-from streaming_pipeline.sources import SourceTopic
+DECLARATION = {
+    "type": "streaming_pipeline.components.KafkaDeltaSource",
+    "attributes": {
+        "topic": "payments",
+        "value_schema": "payment_value.avsc",
+        "key_schema": "payment_key.avsc",
+        "key_field": "payment_id",
+        "description": "Every payment.",
+    },
+}
 
-SOURCE = SourceTopic(
-    topic="payments",
-    bronze_table="raw_payments",
-    key_schema="payment_key.avsc",
-    value_schema="payment_value.avsc",
-    key_field="payment_id",
-    description="Every payment.",
-)
-"""
+
+def _declare(folder: Path, declaration: dict[str, object]) -> None:
+    folder.mkdir()
+    (folder / "payment_key.avsc").write_text(json.dumps({"type": "long"}))
+    (folder / "payment_value.avsc").write_text(json.dumps(PAYMENT_VALUE))
+    (folder / "defs.yaml").write_text(yaml.safe_dump(declaration))
 
 
 @pytest.fixture()
-def third_topic(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
-    """The shipped schemas plus the third topic's two, and a temporary module declaring it."""
-    schemas = tmp_path / "schemas"
-    shutil.copytree(str(schema_dir()), schemas)
-    (schemas / "payment_key.avsc").write_text(json.dumps({"type": "long"}))
-    (schemas / "payment_value.avsc").write_text(json.dumps(PAYMENT_VALUE))
-    monkeypatch.setenv("STREAMING_PIPELINE_SCHEMA_DIR", str(schemas))
-    declarations = tmp_path / "declarations"
-    declarations.mkdir()
-    (declarations / "taxi_payments.py").write_text(DECLARATION)
-    monkeypatch.setattr(sources, "__path__", [*sources.__path__, str(declarations)])
-    yield
-    sys.modules.pop("streaming_pipeline.sources.taxi_payments", None)
+def third_topic() -> Iterator[Path]:
+    """The third topic's folder in the project's defs folder (the installed package is this checkout), removed after."""
+    folder = project_defs_yaml("bronze", "test_payments").parent
+    assert not folder.exists(), f"{folder} is left from an earlier run; remove it"
+    try:
+        _declare(folder, DECLARATION)
+        yield folder
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
 
 
-def test_a_third_topic_gets_its_asset_checks_sensor_and_job(third_topic: None) -> None:
+def test_a_third_topic_gets_its_asset_checks_sensor_job_and_place_in_the_shared_jobs(third_topic: Path) -> None:
     defs = build_definitions(PipelineSettings.from_env({}))
     graph = defs.resolve_asset_graph()
     payments = dg.AssetKey("raw_payments")
@@ -89,24 +90,32 @@ def test_a_third_topic_gets_its_asset_checks_sensor_and_job(third_topic: None) -
     assert payments in graph.get(dg.AssetKey("dead_letter_records")).parent_keys
     # The two shipped topics are still there.
     assert {"raw_rides_offset_sensor", "raw_pickup_locations_offset_sensor"} <= set(sensors)
+    # The jobs that work on every table: its maintenance op, its query in the continuous run.
+    maintenance = defs.resolve_job_def("table_maintenance_job")
+    assert "maintain_raw_payments" in {node.name for node in maintenance.nodes}
+    assert [s.bronze_table for s in project_sources()] == ["raw_pickup_locations", "raw_rides", "raw_payments"]
 
 
-def test_a_third_topic_is_a_choice_of_produce_and_replay(third_topic: None) -> None:
+def test_a_third_topic_is_a_choice_of_produce_and_replay(third_topic: Path) -> None:
     parser = build_parser()
     assert parser.parse_args(["produce", "payments", "--csv", "payments.csv"]).kind == "payments"
     assert parser.parse_args(["replay", "raw_payments"]).asset == "raw_payments"
-    assert sources.source_for_topic("payments").key_field == "payment_id"
+    source = source_for_topic(project_sources(), "payments")
+    assert (source.key_field, source.key_schema) == ("payment_id", str(third_topic.resolve() / "payment_key.avsc"))
 
 
-def test_two_declarations_of_one_topic_are_refused(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    declarations = tmp_path / "declarations"
-    declarations.mkdir()
-    (declarations / "rides_again.py").write_text(
-        DECLARATION.replace('"payments"', '"rides"').replace("raw_payments", "raw_rides_again")
-    )
-    monkeypatch.setattr(sources, "__path__", [*sources.__path__, str(declarations)])
-    try:
-        with pytest.raises(ConfigurationError, match="more than one source declares the topic rides"):
-            sources.all_sources()
-    finally:
-        sys.modules.pop("streaming_pipeline.sources.rides_again", None)
+def test_the_command_line_refuses_two_declarations_of_one_topic(third_topic: Path) -> None:
+    # Dagster's loading names both folders (streaming_pipeline_tests/components); the command line reads the files.
+    rides_again = {**DECLARATION, "attributes": {**DECLARATION["attributes"], "topic": "rides"}}  # type: ignore[dict-item]
+    (third_topic / "defs.yaml").write_text(yaml.safe_dump(rides_again))
+    with pytest.raises(ConfigurationError, match="more than one source declares the topic rides"):
+        project_sources()
+
+
+def test_the_command_line_reads_each_declaration_as_the_component_does() -> None:
+    """`project_sources` (no Dagster) and the component instances (Dagster's loading) give the same sources."""
+    from streaming_pipeline.components.kafka_delta_source import KafkaDeltaSource, declared_sources
+
+    tree = dg.ComponentTree.for_project(project_defs_yaml().parent)
+    assert len(tree.get_all_components(of_type=KafkaDeltaSource)) == 2
+    assert declared_sources(tree) == project_sources()

@@ -1,20 +1,23 @@
 """The dead-letter table: Kafka records of any source that could not be decoded, with their raw bytes."""
 
+from collections.abc import Sequence
+
 import dagster as dg
 
 from streaming_pipeline.asset_metadata import SPARK_KINDS, delta_table_metadata, step_priority, table_args
+from streaming_pipeline.components.kafka_delta_source import declared_sources
 from streaming_pipeline.engine.delta_tables import read_table, table_exists
 from streaming_pipeline.resources import LakehouseResource, SparkResource
-from streaming_pipeline.sources import all_sources
+from streaming_pipeline.sources import SourceTopic
 from streaming_pipeline.tables import DEAD_LETTER_RECORDS
 
 
-def dead_letter_asset() -> dg.AssetsDefinition:
-    """The dead-letter table's asset, downstream of every declared source (read when the definitions load)."""
+def dead_letter_asset(sources: Sequence[SourceTopic]) -> dg.AssetsDefinition:
+    """The dead-letter table's asset, downstream of the bronze table of each source."""
 
     @dg.asset(
         name=DEAD_LETTER_RECORDS.name,
-        **table_args(DEAD_LETTER_RECORDS, kinds=SPARK_KINDS, deps=[s.bronze_table for s in all_sources()]),
+        **table_args(DEAD_LETTER_RECORDS, kinds=SPARK_KINDS, deps=[s.bronze_table for s in sources]),
         op_tags=step_priority(10),
     )
     def dead_letter_records(
@@ -45,5 +48,5 @@ def dead_letter_asset() -> dg.AssetsDefinition:
 
 
 @dg.definitions
-def defs() -> dg.Definitions:
-    return dg.Definitions(assets=[dead_letter_asset()])
+def defs(context: dg.ComponentLoadContext) -> dg.Definitions:
+    return dg.Definitions(assets=[dead_letter_asset(declared_sources(context.component_tree))])

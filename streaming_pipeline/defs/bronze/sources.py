@@ -1,4 +1,4 @@
-"""Bronze: one asset per source topic (`streaming_pipeline.sources`), derived from its declaration with its
+"""Bronze: what a source's declaration (`streaming_pipeline.components.KafkaDeltaSource`) builds: its asset, its
 checks, its live job and its offset sensor. Adding a topic adds none of these by hand."""
 
 from typing import TYPE_CHECKING
@@ -12,7 +12,7 @@ from streaming_pipeline.defs.bronze.offset_sensors import build_offset_sensor, l
 from streaming_pipeline.defs.bronze.source_checks import bronze_checks
 from streaming_pipeline.resources import KafkaResource, LakehouseResource, SchemaRegistryResource, SparkResource
 from streaming_pipeline.settings import LiveSettings, SensorSettings
-from streaming_pipeline.sources import SourceTopic, all_sources
+from streaming_pipeline.sources import SourceTopic
 from streaming_pipeline.tables import DEAD_LETTER_RECORDS
 
 if TYPE_CHECKING:
@@ -88,10 +88,3 @@ def source_definitions(source: SourceTopic, policy: SensorSettings, live: LiveSe
         jobs=[job],
         sensors=[build_offset_sensor(key, source.topic, job, policy, running_by_default=not live.continuous)],
     )
-
-
-@dg.definitions
-def defs() -> dg.Definitions:
-    """Every declared source, read when the definitions load."""
-    policy, live = SensorSettings.from_env(), LiveSettings.from_env()
-    return dg.Definitions.merge(*(source_definitions(source, policy, live) for source in all_sources()))

@@ -1,0 +1,143 @@
+"""`KafkaDeltaSource` used from outside: a new `dg` project in a temporary folder (its own package, `defs/` and
+`pyproject.toml`, written by `create-dagster project`, its `definitions.py` unchanged), with this package installed,
+declares a topic of its own with `dg scaffold defs` and a schema the test writes. `dg check defs` passes, and
+records produced with Confluent's serializer reach its bronze table exactly once through `dagster asset
+materialize` on the session's embedded stack; an undecodable record reaches the dead letters."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+from streaming_pipeline_tests.cli_helpers import environment_without_pipeline_settings
+from streaming_pipeline_tests.kafka_helpers import REPO_ROOT
+from streaming_pipeline_tests.session_stack import SessionStack
+
+pytestmark = [pytest.mark.slow, pytest.mark.integration]
+
+ORDER_KEY = {"type": "long"}
+ORDER_VALUE = {
+    "type": "record",
+    "name": "Order",
+    "namespace": "example.shop",
+    "fields": [
+        {"name": "order_id", "type": "long", "doc": "The order."},
+        {"name": "customer", "type": "string", "doc": "Who ordered."},
+        {"name": "total", "type": ["null", "double"], "default": None, "doc": "Dollars."},
+    ],
+}
+BIN = Path(sys.executable).parent
+
+
+def _orders(first: int, count: int) -> list[dict[str, object]]:
+    return [
+        {"order_id": i, "customer": f"c{i % 3}", "total": None if i % 4 == 0 else i * 1.5}
+        for i in range(first, first + count)
+    ]
+
+
+def _run(command: list[str], cwd: Path, env: dict[str, str], timeout: float = 300) -> str:
+    done = subprocess.run(command, cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout, check=False)
+    assert done.returncode == 0, f"{' '.join(command)} exited with {done.returncode}:\n{done.stdout}\n{done.stderr}"
+    return done.stdout + done.stderr
+
+
+def _produce(bootstrap_servers: str, registry_url: str, orders: list[dict[str, object]], raw: list[bytes]) -> None:
+    """`orders` with Confluent's Avro serializer (schemas registered under topic name strategy), then `raw` values
+    as they are."""
+    from confluent_kafka import Producer, SerializingProducer
+    from confluent_kafka.schema_registry import SchemaRegistryClient
+    from confluent_kafka.schema_registry.avro import AvroSerializer
+
+    registry = SchemaRegistryClient({"url": registry_url})
+    producer = SerializingProducer(
+        {
+            "bootstrap.servers": bootstrap_servers,
+            "key.serializer": AvroSerializer(registry, json.dumps(ORDER_KEY)),
+            "value.serializer": AvroSerializer(registry, json.dumps(ORDER_VALUE)),
+        }
+    )
+    for order in orders:
+        producer.produce("orders", key=order["order_id"], value=order)
+    assert producer.flush(30) == 0
+    plain = Producer({"bootstrap.servers": bootstrap_servers})
+    for value in raw:
+        plain.produce("orders", value=value)
+    assert plain.flush(30) == 0
+
+
+def test_a_new_dg_project_ingests_its_own_topic_exactly_once_with_the_component(
+    session_stack: SessionStack, tmp_path: Path
+) -> None:
+    from deltalake import DeltaTable
+
+    assert REPO_ROOT not in tmp_path.parents
+    info = session_stack.clear(engine=True, dagster_home=tmp_path / "dagster_home")
+    project = tmp_path / "orders_demo"
+    lakehouse = tmp_path / "lakehouse"
+    env = {
+        **environment_without_pipeline_settings(),
+        **info.env(),
+        "LAKEHOUSE_DIR": str(lakehouse),
+        "PATH": f"{BIN}{os.pathsep}{os.environ.get('PATH', '')}",
+        # the new project's package, as `pip install -e .` or `uv sync` would make it importable
+        "PYTHONPATH": str(project / "src"),
+        "DAGSTER_DISABLE_TELEMETRY": "1",
+    }
+    _run([str(BIN / "create-dagster"), "project", str(project), "--no-uv-sync"], tmp_path, env)
+    definitions = project / "src" / "orders_demo" / "definitions.py"
+    written = definitions.read_text()
+    assert "load_from_defs_folder" in written and "streaming_pipeline" not in written
+
+    listed = _run([str(BIN / "dg"), "list", "components", "--json"], project, env)
+    assert "streaming_pipeline.components.KafkaDeltaSource" in listed
+    _run(
+        [str(BIN / "dg"), "scaffold", "defs", "streaming_pipeline.components.KafkaDeltaSource", "orders"], project, env
+    )
+    folder = project / "src" / "orders_demo" / "defs" / "orders"
+    (folder / "order_key.avsc").write_text(json.dumps(ORDER_KEY))
+    (folder / "order_value.avsc").write_text(json.dumps(ORDER_VALUE))
+    declaration = yaml.safe_load((folder / "defs.yaml").read_text())
+    assert declaration == {
+        "type": "streaming_pipeline.components.KafkaDeltaSource",
+        "attributes": {"topic": "orders", "value_schema": "value.avsc"},
+    }
+    declaration["attributes"].update(value_schema="order_value.avsc", key_schema="order_key.avsc")
+    (folder / "defs.yaml").write_text(yaml.safe_dump(declaration))
+    (folder / "value.avsc").unlink()
+    _run([str(BIN / "dg"), "check", "defs"], project, env)
+
+    materialize = [
+        str(BIN / "dagster"),
+        "asset",
+        "materialize",
+        "-m",
+        "orders_demo.definitions",
+        "--select",
+        "raw_orders",
+    ]
+    _produce(info.bootstrap_servers, info.schema_registry_url, _orders(0, 20), [])
+    _run(materialize, project, env)
+    _produce(info.bootstrap_servers, info.schema_registry_url, _orders(20, 10), [b"not avro"])
+    _run(materialize, project, env)
+    _run(materialize, project, env)  # nothing new: nothing written twice
+
+    assert definitions.read_text() == written
+    rows = DeltaTable(str(lakehouse / "raw_orders")).to_pyarrow_table().to_pylist()
+    assert sorted((r["order_id"], r["customer"], r["total"]) for r in rows) == [
+        (o["order_id"], o["customer"], o["total"]) for o in _orders(0, 30)
+    ]
+    coordinates = [(r["kafka_partition"], r["kafka_offset"]) for r in rows]
+    assert len(set(coordinates)) == 30
+    dead = [
+        r
+        for r in DeltaTable(str(lakehouse / "dead_letter_records")).to_pyarrow_table().to_pylist()
+        if r["kafka_topic"] == "orders"
+    ]
+    assert [(r["raw_key"], r["raw_value"]) for r in dead] == [(None, b"not avro")]
