@@ -201,9 +201,22 @@ class KafkaDeltaSource(dg.Component, dg.Model, dg.Resolvable):
         from streaming_pipeline.defs.bronze.sources import source_definitions  # the project's wiring, shared
 
         _check_declared_once(self, context)
+        _check_key_field(self, context)
         return dg.Definitions.merge(
             source_definitions(self.source, SensorSettings.from_env(), LiveSettings.from_env()),
             dg.Definitions(resources=build_resources(PipelineSettings.from_env())),
+        )
+
+
+def _check_key_field(component: KafkaDeltaSource, context: dg.ComponentLoadContext) -> None:
+    """A ConfigurationError naming this defs.yaml when `key_field` is not a field of the value schema."""
+    if not component.key_field:
+        return
+    fields = [column.name for column in avro_columns(Path(component.value_schema).read_text())]
+    if component.key_field not in fields:
+        raise ConfigurationError(
+            f"{context.path}/defs.yaml: key_field {component.key_field!r} is not a field of the value schema "
+            f"{component.value_schema} (its fields: {', '.join(fields)})"
         )
 
 

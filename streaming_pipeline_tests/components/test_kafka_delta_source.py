@@ -183,6 +183,17 @@ def test_a_bad_defs_yaml_names_the_file_the_field_and_the_value(
         assert part in message
 
 
+def test_a_key_field_that_is_not_a_field_of_the_value_names_the_file_and_the_fields(sandbox: DefsFolderSandbox) -> None:
+    path = _declare(sandbox, "payments", {"topic": "payments", "value_schema": "payment_value.avsc", "key_field": "id"})
+
+    with pytest.raises(Exception) as raised, sandbox.build_all_defs():
+        pass
+
+    message = _messages(raised.value)
+    assert f"{path}/defs.yaml: key_field 'id' is not a field of the value schema" in message
+    assert "(its fields: payment_id, paid_at, amount)" in message
+
+
 @pytest.mark.parametrize("field", ["topic", "table"])
 def test_a_topic_or_table_declared_twice_names_both_files(sandbox: DefsFolderSandbox, field: str) -> None:
     first = _declare(sandbox, "payments", {"topic": "payments", "value_schema": "payment_value.avsc"})
