@@ -6,10 +6,15 @@ import dagster as dg
 
 from streaming_pipeline.settings import SensorSettings
 
-default_automation_condition_sensor = dg.AutomationConditionSensorDefinition(
-    "default_automation_condition_sensor",
-    target=dg.AssetSelection.all(),
-    default_status=dg.DefaultSensorStatus.RUNNING,
-    minimum_interval_seconds=SensorSettings.from_env().interval_seconds * 5,
-    emit_backfills=False,
-)
+
+@dg.definitions
+def defs() -> dg.Definitions:
+    """Read when the definitions load: the sensors' interval (OFFSET_SENSOR_INTERVAL_SECONDS)."""
+    sensor = dg.AutomationConditionSensorDefinition(
+        "default_automation_condition_sensor",
+        target=dg.AssetSelection.all(),
+        default_status=dg.DefaultSensorStatus.RUNNING,
+        minimum_interval_seconds=SensorSettings.from_env().interval_seconds * 5,
+        emit_backfills=False,
+    )
+    return dg.Definitions(sensors=[sensor])

@@ -43,7 +43,16 @@ from streaming_pipeline.live_runs import (
     retry_backoff_seconds,
 )
 from streaming_pipeline.resources import KafkaResource, LakehouseResource, SchemaRegistryResource, SparkResource
-from streaming_pipeline.settings import LiveSettings, PipelineSettings, SensorSettings, trigger_interval
+from streaming_pipeline.settings import (
+    DEFAULT_HIGH_AMOUNT_THRESHOLD,
+    DEFAULT_JOIN_MAX_GAP,
+    DEFAULT_RIDE_WATERMARK_DELAY,
+    DEFAULT_RIDE_WINDOW_DURATION,
+    LiveSettings,
+    PipelineSettings,
+    SensorSettings,
+    trigger_interval,
+)
 from streaming_pipeline.sources import SourceTopic
 
 CONTINUOUS_SENSOR = "continuous_streams_sensor"
@@ -56,8 +65,8 @@ ORPHAN_RUNS_CHECKED = 3
 POLL_SECONDS = 2.0
 #: How often the run looks for steps of other runs waiting for one of its checkpoints.
 LENDING_CHECK_SECONDS = 5.0
-_LIVE = LiveSettings.from_env()
-_PIPELINE = PipelineSettings.from_env()
+#: The defaults of the settings; the job's own default config is read from the environment when it is built.
+_LIVE = LiveSettings()
 
 
 class ContinuousStreamsConfig(IntervalsConfig):
@@ -94,10 +103,25 @@ class ContinuousStreamsConfig(IntervalsConfig):
         description="The window query is stopped for its reconcile at most this often, after new rides (default: "
         "CONTINUOUS_RECONCILE_SECONDS, 300).",
     )
-    high_amount_threshold: float = Field(default=_PIPELINE.high_amount_threshold)
-    join_max_gap: str = Field(default=_PIPELINE.join_max_gap)
-    watermark_delay: str = Field(default=_PIPELINE.ride_watermark_delay)
-    window_duration: str = Field(default=_PIPELINE.ride_window_duration)
+    high_amount_threshold: float = Field(default=DEFAULT_HIGH_AMOUNT_THRESHOLD)
+    join_max_gap: str = Field(default=DEFAULT_JOIN_MAX_GAP)
+    watermark_delay: str = Field(default=DEFAULT_RIDE_WATERMARK_DELAY)
+    window_duration: str = Field(default=DEFAULT_RIDE_WINDOW_DURATION)
+
+    @classmethod
+    def from_settings(cls, live: LiveSettings, pipeline: PipelineSettings) -> "ContinuousStreamsConfig":
+        """The job's default config: what the environment sets."""
+        return cls(
+            trigger_interval=live.trigger_interval,
+            downstream_trigger_interval=live.downstream_trigger_interval,
+            report_every_seconds=live.report_seconds,
+            caught_up_report_seconds=live.caught_up_report_seconds,
+            reconcile_every_seconds=live.reconcile_seconds,
+            high_amount_threshold=pipeline.high_amount_threshold,
+            join_max_gap=pipeline.join_max_gap,
+            watermark_delay=pipeline.ride_watermark_delay,
+            window_duration=pipeline.ride_window_duration,
+        )
 
     def parameters(self) -> QueryParameters:
         return QueryParameters(
@@ -448,11 +472,13 @@ class TableReporter:
         return lag_observation(dg.AssetKey(table), end, lag)
 
 
-def build_continuous_job(sources: Sequence[SourceTopic]) -> dg.JobDefinition:
+def build_continuous_job(sources: Sequence[SourceTopic], config: ContinuousStreamsConfig) -> dg.JobDefinition:
+    """The continuous run's job over `sources`, `config` its default config."""
     streams = continuous_streams_op(sources)
 
     @dg.job(
         name=CONTINUOUS_JOB,
+        config=dg.RunConfig(ops={streams.name: config}),
         description="The continuous mode: every streaming query of the pipeline, kept running until terminated.",
         tags={"live_mode": "continuous"},
     )
@@ -489,8 +515,9 @@ def build_continuous_sensor(job: dg.JobDefinition, policy: SensorSettings, live:
 
 @dg.definitions
 def defs(context: dg.ComponentLoadContext) -> dg.Definitions:
-    """Read when the definitions load: the project's sources, the sensor policy and LIVE_MODE."""
-    job = build_continuous_job(declared_sources(context.component_tree))
-    return dg.Definitions(
-        jobs=[job], sensors=[build_continuous_sensor(job, SensorSettings.from_env(), LiveSettings.from_env())]
-    )
+    """Read when the definitions load: the project's sources, the sensor policy, LIVE_MODE and the defaults of the
+    run's config."""
+    live = LiveSettings.from_env()
+    config = ContinuousStreamsConfig.from_settings(live, PipelineSettings.from_env())
+    job = build_continuous_job(declared_sources(context.component_tree), config)
+    return dg.Definitions(jobs=[job], sensors=[build_continuous_sensor(job, SensorSettings.from_env(), live)])

@@ -15,20 +15,27 @@ from streaming_pipeline.settings import LiveSettings
 
 LIVE_CHECKS_JOB = "live_checks_job"
 LIVE_CHECKS_SCHEDULE = "live_checks_schedule"
-_LIVE = LiveSettings.from_env()
 
-live_checks_job = dg.define_asset_job(
-    name=LIVE_CHECKS_JOB,
-    selection=dg.AssetSelection.all_asset_checks(),
-    description="Every asset check of the streaming tables, none of them materialized: they may stream meanwhile.",
-)
 
-live_checks_schedule = dg.ScheduleDefinition(
-    name=LIVE_CHECKS_SCHEDULE,
-    job=live_checks_job,
-    cron_schedule=_LIVE.checks_cron,
-    execution_timezone="UTC",
-    default_status=dg.DefaultScheduleStatus.RUNNING if _LIVE.continuous else dg.DefaultScheduleStatus.STOPPED,
-    description=f"Runs {LIVE_CHECKS_JOB} (CONTINUOUS_CHECKS_CRON, default hourly). Running by default "
-    "with LIVE_MODE=continuous.",
-)
+def live_checks_definitions(live: LiveSettings) -> dg.Definitions:
+    job = dg.define_asset_job(
+        name=LIVE_CHECKS_JOB,
+        selection=dg.AssetSelection.all_asset_checks(),
+        description="Every asset check of the streaming tables, none of them materialized: they may stream meanwhile.",
+    )
+    schedule = dg.ScheduleDefinition(
+        name=LIVE_CHECKS_SCHEDULE,
+        job=job,
+        cron_schedule=live.checks_cron,
+        execution_timezone="UTC",
+        default_status=dg.DefaultScheduleStatus.RUNNING if live.continuous else dg.DefaultScheduleStatus.STOPPED,
+        description=f"Runs {LIVE_CHECKS_JOB} (CONTINUOUS_CHECKS_CRON, default hourly). Running by default "
+        "with LIVE_MODE=continuous.",
+    )
+    return dg.Definitions(jobs=[job], schedules=[schedule])
+
+
+@dg.definitions
+def defs() -> dg.Definitions:
+    """Read when the definitions load: LIVE_MODE and CONTINUOUS_CHECKS_CRON."""
+    return live_checks_definitions(LiveSettings.from_env())

@@ -42,7 +42,8 @@ PAGE_SIZE = 100
 #: SQLite's side files of a database.
 _SQLITE_SUFFIXES = ("", "-wal", "-shm", "-journal")
 
-_SETTINGS = RunRetentionSettings.from_env()
+#: The defaults of the settings; the job's own default config is read from the environment when it is built.
+_DEFAULTS = RunRetentionSettings()
 
 
 @dataclass
@@ -202,15 +203,15 @@ def delete_expired_runs(
 
 
 class RunRetentionConfig(dg.Config):
-    """How long finished runs are kept; the defaults come from the environment."""
+    """How long finished runs are kept; the job's defaults come from the environment."""
 
     run_retention_days: int = Field(
-        default=_SETTINGS.run_retention_days,
+        default=_DEFAULTS.run_retention_days,
         description="Delete successful and canceled runs last updated this many days ago "
         "(default: DAGSTER_RUN_RETENTION_DAYS).",
     )
     failed_run_retention_days: int = Field(
-        default=_SETTINGS.failed_run_retention_days,
+        default=_DEFAULTS.failed_run_retention_days,
         description="Delete failed runs last updated this many days ago, at least run_retention_days "
         "(default: DAGSTER_FAILED_RUN_RETENTION_DAYS).",
     )
@@ -242,23 +243,36 @@ def delete_expired_runs_op(context: dg.OpExecutionContext, config: RunRetentionC
     context.add_output_metadata(report.metadata())
 
 
-@dg.job(
-    name="dagster_run_retention_job",
-    description=(
-        "Deletes the finished runs that sensors and schedules launched, with their event logs: successful and "
-        "canceled ones after DAGSTER_RUN_RETENTION_DAYS (7), failed ones after DAGSTER_FAILED_RUN_RETENTION_DAYS "
-        "(30). Keeps manual runs and the runs of each asset's latest materialization."
-    ),
-)
-def dagster_run_retention_job() -> None:
-    delete_expired_runs_op()
+def run_retention_definitions(settings: RunRetentionSettings) -> dg.Definitions:
+    """The retention job, `settings` its default config, and its daily schedule."""
+    retention = RunRetentionConfig(
+        run_retention_days=settings.run_retention_days, failed_run_retention_days=settings.failed_run_retention_days
+    )
+
+    @dg.job(
+        name="dagster_run_retention_job",
+        config=dg.RunConfig(ops={delete_expired_runs_op.name: retention}),
+        description=(
+            "Deletes the finished runs that sensors and schedules launched, with their event logs: successful and "
+            "canceled ones after DAGSTER_RUN_RETENTION_DAYS (7), failed ones after DAGSTER_FAILED_RUN_RETENTION_DAYS "
+            "(30). Keeps manual runs and the runs of each asset's latest materialization."
+        ),
+    )
+    def dagster_run_retention_job() -> None:
+        delete_expired_runs_op()
+
+    schedule = dg.ScheduleDefinition(
+        name="dagster_run_retention_schedule",
+        job=dagster_run_retention_job,
+        cron_schedule="17 3 * * *",
+        execution_timezone="UTC",
+        default_status=dg.DefaultScheduleStatus.RUNNING,
+        description="Daily at 03:17 UTC: deletes the expired runs of sensors and schedules (docs/dagster-storage.md).",
+    )
+    return dg.Definitions(jobs=[dagster_run_retention_job], schedules=[schedule])
 
 
-dagster_run_retention_schedule = dg.ScheduleDefinition(
-    name="dagster_run_retention_schedule",
-    job=dagster_run_retention_job,
-    cron_schedule="17 3 * * *",
-    execution_timezone="UTC",
-    default_status=dg.DefaultScheduleStatus.RUNNING,
-    description="Daily at 03:17 UTC: deletes the expired runs of sensors and schedules (docs/dagster-storage.md).",
-)
+@dg.definitions
+def defs() -> dg.Definitions:
+    """Read when the definitions load: DAGSTER_RUN_RETENTION_DAYS, DAGSTER_FAILED_RUN_RETENTION_DAYS."""
+    return run_retention_definitions(RunRetentionSettings.from_env())

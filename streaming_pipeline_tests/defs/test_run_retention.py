@@ -16,12 +16,7 @@ from dagster._core.definitions.run_request import InstigatorType
 from dagster._core.events import StepMaterializationData
 from dagster._core.scheduler.instigation import TickStatus
 
-from streaming_pipeline.defs.run_retention import (
-    RunRetentionConfig,
-    dagster_run_retention_job,
-    dagster_run_retention_schedule,
-    delete_expired_runs,
-)
+from streaming_pipeline.defs.run_retention import RunRetentionConfig, delete_expired_runs, run_retention_definitions
 from streaming_pipeline.devstack.embedded.dagster_home import write_dagster_yaml
 from streaming_pipeline.errors import ConfigurationError
 from streaming_pipeline.settings import RunRetentionSettings
@@ -111,9 +106,8 @@ def test_the_job_deletes_exactly_the_expired_runs_of_sensors_and_schedules(insta
         _run(instance, S, age_days=40, tags=RIDES_SENSOR, materializes="vendor_counts"),  # the latest materialization
     }
 
-    result = dagster_run_retention_job.execute_in_process(
-        instance=instance, run_config=_config(page_size=2), tags=SCHEDULE
-    )
+    job = run_retention_definitions(RunRetentionSettings()).resolve_job_def("dagster_run_retention_job")
+    result = job.execute_in_process(instance=instance, run_config=_config(page_size=2), tags=SCHEDULE)
 
     assert result.success
     assert set(instance.get_run_ids()) == kept | {result.run_id}
@@ -196,9 +190,22 @@ def test_dagster_delete_run_leaves_the_event_log_file_behind(instance: dg.Dagste
 
 
 def test_the_daily_schedule_runs_the_job_from_the_start() -> None:
-    assert dagster_run_retention_schedule.job_name == dagster_run_retention_job.name
-    assert dagster_run_retention_schedule.default_status == dg.DefaultScheduleStatus.RUNNING
-    assert dagster_run_retention_schedule.cron_schedule == "17 3 * * *"
+    schedule = run_retention_definitions(RunRetentionSettings()).resolve_schedule_def("dagster_run_retention_schedule")
+    assert schedule.job_name == "dagster_run_retention_job"
+    assert schedule.default_status == dg.DefaultScheduleStatus.RUNNING
+    assert schedule.cron_schedule == "17 3 * * *"
+
+
+def test_the_environment_sets_the_jobs_default_config_when_the_definitions_are_built() -> None:
+    settings = RunRetentionSettings.from_env(
+        {"DAGSTER_RUN_RETENTION_DAYS": "3", "DAGSTER_FAILED_RUN_RETENTION_DAYS": "9"}
+    )
+    job = run_retention_definitions(settings).resolve_job_def("dagster_run_retention_job")
+    assert job.run_config_schema.config_type.fields["ops"].default_value == {
+        "delete_expired_runs_op": {
+            "config": {"run_retention_days": 3, "failed_run_retention_days": 9, "page_size": 100}
+        }
+    }
 
 
 # ------------------------------------------------------------------------------------------------ dagster.yaml
