@@ -50,7 +50,7 @@ from streaming_pipeline.settings import (
     SensorSettings,
     normalize_interval,
 )
-from streaming_pipeline.tables import PICKUPS_TOPIC, RAW_RIDES, RIDES_TOPIC, VENDOR_COUNTS
+from streaming_pipeline.tables import PICKUPS_TOPIC, RAW_RIDES, RIDES, RIDES_TOPIC, VENDOR_COUNTS
 
 
 def say(message: str) -> None:
@@ -297,7 +297,6 @@ def _materialize_raw_rides(resources: Mapping[str, Any]) -> tuple[float, int, fl
     """(seconds, rows written, Spark trigger seconds) of one raw_rides materialization through Dagster."""
     from streaming_pipeline.defs.bronze.sources import bronze_asset
     from streaming_pipeline.devstack.quiet_runs import QUIET_RUN_CONFIG
-    from streaming_pipeline.tables import RIDES
 
     raw_rides = bronze_asset(RIDES)
     started = time.monotonic()

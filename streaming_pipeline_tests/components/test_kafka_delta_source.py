@@ -14,17 +14,8 @@ import yaml
 from dagster.components.testing import DefsFolderSandbox, create_defs_folder_sandbox
 
 from streaming_pipeline.components import KafkaDeltaSource
+from streaming_pipeline_tests.avro_examples import PAYMENT_VALUE
 
-PAYMENT_VALUE = {
-    "type": "record",
-    "name": "Payment",
-    "namespace": "example.payments",
-    "fields": [
-        {"name": "payment_id", "type": "long", "doc": "The payment."},
-        {"name": "paid_at", "type": {"type": "long", "logicalType": "timestamp-micros"}},
-        {"name": "amount", "type": ["null", "double"], "default": None, "doc": "Dollars."},
-    ],
-}
 #: What bronze adds to the value's fields (streaming_pipeline.table_model.KAFKA_COLUMNS), written out here.
 KAFKA_COLUMNS = ["kafka_topic", "kafka_partition", "kafka_offset", "kafka_timestamp", "schema_id"]
 

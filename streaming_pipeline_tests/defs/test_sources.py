@@ -19,17 +19,8 @@ from streaming_pipeline.devstack.cli import build_parser
 from streaming_pipeline.errors import ConfigurationError
 from streaming_pipeline.settings import PipelineSettings
 from streaming_pipeline.sources import project_defs_yaml, project_sources, source_for_topic
+from streaming_pipeline_tests.avro_examples import PAYMENT_VALUE
 
-PAYMENT_VALUE = {
-    "type": "record",
-    "name": "Payment",
-    "namespace": "example.payments",
-    "fields": [
-        {"name": "payment_id", "type": "long", "doc": "The payment."},
-        {"name": "paid_at", "type": {"type": "long", "logicalType": "timestamp-micros"}},
-        {"name": "amount", "type": ["null", "double"], "default": None, "doc": "Dollars."},
-    ],
-}
 DECLARATION = {
     "type": "streaming_pipeline.components.KafkaDeltaSource",
     "attributes": {
