@@ -29,7 +29,6 @@ if TYPE_CHECKING:
     from streaming_pipeline.engine.streams import StreamRunReport
     from streaming_pipeline.resources.lakehouse import LakehouseResource
 
-_LIVE = LiveSettings.from_env()
 OWNERS = ["team:data-platform"]
 #: The kinds (UI badges) of a table Spark writes to Delta, and of one it reads from Kafka.
 SPARK_KINDS = {"spark", "delta"}
@@ -54,18 +53,19 @@ def table_args(
     table: tables.Table,
     *,
     kinds: set[str],
+    live: LiveSettings,
     deps: list[str] | None = None,
     automation_condition: dg.AutomationCondition[Any] | None = None,
     metadata: dict[str, Any] | None = None,
     streamed: bool = True,
 ) -> TableArgs:
-    """Group, owners, layer tag and the UI's column schema of `table`; in triggered mode a table streamed from others
-    (`deps`) follows them eagerly unless `automation_condition` says otherwise (in continuous mode the continuous
-    run streams it, and a run of the automation sensor would only wait for its checkpoint). In continuous mode a
-    `streamed` table has a freshness policy: the run reports it when it has new rows, and when it is caught up with
-    its sources, so the UI shows it late only when data waits and no commit comes (its query, or one upstream,
-    failing, stuck or stopped)."""
-    if automation_condition is None and deps and not _LIVE.continuous:
+    """Group, owners, layer tag and the UI's column schema of `table`; in triggered mode (`live`) a table
+    streamed from others (`deps`) follows them eagerly unless `automation_condition` says otherwise (in continuous
+    mode the continuous run streams it, and a run of the automation sensor would only wait for its checkpoint). In
+    continuous mode a `streamed` table has a freshness policy: the run reports it when it has new rows, and when it
+    is caught up with its sources, so the UI shows it late only when data waits and no commit comes (its query, or
+    one upstream, failing, stuck or stopped)."""
+    if automation_condition is None and deps and not live.continuous:
         automation_condition = dg.AutomationCondition.eager()
     return TableArgs(
         group_name=table.layer,
@@ -75,7 +75,7 @@ def table_args(
         tags=layer_tags(table.layer),
         metadata={"dagster/column_schema": column_schema(table), **(metadata or {})},
         automation_condition=automation_condition,
-        freshness_policy=continuous_freshness_policy(_LIVE) if streamed and _LIVE.continuous else None,
+        freshness_policy=continuous_freshness_policy(live) if streamed and live.continuous else None,
     )
 
 

@@ -17,24 +17,27 @@ import dagster as dg
 import pytest
 
 from streaming_pipeline.bronze.offsets import settled_offsets
-from streaming_pipeline.defs.gold.ride_window_aggregates import ride_window_aggregates, windows_count_each_ride_once
-from streaming_pipeline.defs.gold.vendor_counts import vendor_counts, vendor_counts_match_raw_rides
-from streaming_pipeline.defs.silver.amount_branches import amount_branches, branches_add_up_to_rides_with_an_amount
-from streaming_pipeline.defs.silver.rides_enriched import enriched_rows_equal_raw_rows, rides_enriched
-from streaming_pipeline.defs.silver.taxi_zones import taxi_zones
+from streaming_pipeline.defs.gold.ride_window_aggregates import windows_count_each_ride_once
+from streaming_pipeline.defs.gold.vendor_counts import vendor_counts_match_raw_rides
+from streaming_pipeline.defs.silver.amount_branches import branches_add_up_to_rides_with_an_amount
+from streaming_pipeline.defs.silver.rides_enriched import enriched_rows_equal_raw_rows
 from streaming_pipeline.engine.delta_log import latest_version
 from streaming_pipeline.engine.delta_tables import append_once
 from streaming_pipeline.engine.sink_position import DELTA_END_INDEX, delta_source_version
 from streaming_pipeline.gold.windows import stream_ride_windows
 from streaming_pipeline.resources import LakehouseResource, SparkResource
 from streaming_pipeline_tests.conftest import SPARK_TEST_CONF
+from streaming_pipeline_tests.pipeline_assets import pipeline_asset
 
 RIDES_DDL = (
     "vendor_id int, pickup_datetime timestamp, dropoff_datetime timestamp, pu_location_id int, do_location_id int, "
     "total_amount double, kafka_topic string, kafka_partition int, kafka_offset long"
 )
 WINDOWS = {"window_duration": "600 seconds", "watermark_delay": "900 seconds"}
-ASSETS = [taxi_zones, rides_enriched, amount_branches, vendor_counts, ride_window_aggregates]
+ASSETS = [
+    pipeline_asset(table)
+    for table in ("taxi_zones", "rides_enriched", "high_amount_rides", "vendor_counts", "ride_window_aggregates")
+]
 CHECKS = [
     enriched_rows_equal_raw_rows,
     branches_add_up_to_rides_with_an_amount,

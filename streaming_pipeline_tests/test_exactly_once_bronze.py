@@ -22,10 +22,9 @@ from streaming_pipeline.bronze.offsets import (
     topic_problems,
 )
 from streaming_pipeline.definitions import pipeline_definitions
-from streaming_pipeline.defs.silver.amount_branches import AmountBranchesConfig
 from streaming_pipeline.devstack.cli import main as cli_main
 from streaming_pipeline.devstack.replay import ReplayStart, replay
-from streaming_pipeline.settings import SensorSettings
+from streaming_pipeline.settings import PipelineSettings, SensorSettings
 from streaming_pipeline.tables import RIDES, RIDES_TOPIC
 from streaming_pipeline_tests.kafka_helpers import all_coordinates, delete_topics, end_offsets
 
@@ -148,7 +147,7 @@ def test_checkpoint_reset_stops_the_run_and_replay_rebuilds_everything_exactly_o
     # The branches were rebuilt too: their writers' idempotency ids belong to the new checkpoint, so the new
     # query's batch 0, 1, ... are not mistaken for batches the old query already wrote.
     amounts = [r["total_amount"] for r in spark.read.format("delta").load(table).select("total_amount").collect()]
-    threshold = AmountBranchesConfig().high_amount_threshold  # the default the run used
+    threshold = PipelineSettings.from_env().high_amount_threshold  # the default the run used
     for branch, expected in (
         ("high_amount_rides", sum(1 for a in amounts if a is not None and a >= threshold)),
         ("low_amount_rides", sum(1 for a in amounts if a is not None and a < threshold)),

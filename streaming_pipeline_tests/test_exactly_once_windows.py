@@ -329,14 +329,13 @@ def test_pickups_behind_the_join_watermark_are_counted_in_join_late_rows(spark, 
 def test_the_assets_report_late_rides_and_rows_dropped_by_the_join_watermark(spark, lakehouse):
     import dagster as dg
 
-    from streaming_pipeline.defs.gold.ride_window_aggregates import (
-        ride_window_aggregates,
-        windows_count_each_ride_once,
-    )
-    from streaming_pipeline.defs.silver.ride_pickup_joins import ride_pickup_joins
+    from streaming_pipeline.defs.gold.ride_window_aggregates import windows_count_each_ride_once
     from streaming_pipeline.resources import SparkResource
     from streaming_pipeline_tests.conftest import SPARK_TEST_CONF
+    from streaming_pipeline_tests.pipeline_assets import pipeline_asset
 
+    ride_window_aggregates = pipeline_asset("ride_window_aggregates")
+    ride_pickup_joins = pipeline_asset("ride_pickup_joins")
     resources = {"spark": SparkResource(stop_on_teardown=False, conf=SPARK_TEST_CONF), "lakehouse": lakehouse}
     bronze = Bronze(spark, lakehouse)
     pickups_path = lakehouse.table_path("raw_pickup_locations")

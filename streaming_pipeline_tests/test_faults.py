@@ -11,14 +11,10 @@ import pytest
 from confluent_kafka.serialization import MessageField
 from pyspark.sql import functions as F
 
-from streaming_pipeline.defs.bronze.dead_letter_records import dead_letter_asset
-from streaming_pipeline.defs.bronze.sources import bronze_asset
-from streaming_pipeline.defs.gold.ride_window_aggregates import RideWindowsConfig, ride_window_aggregates
-from streaming_pipeline.defs.gold.vendor_counts import vendor_counts
+from streaming_pipeline.defs.gold.ride_window_aggregates import RideWindowsConfig
 from streaming_pipeline.devstack.cli import main as cli_main
 from streaming_pipeline.devstack.synthetic import SyntheticOptions, synthetic_rides
 from streaming_pipeline.registry_client import RegistryClient
-from streaming_pipeline.sources import project_sources
 from streaming_pipeline.tables import RIDES
 from streaming_pipeline_tests.kafka_helpers import (
     SCHEMA_DIR,
@@ -30,9 +26,12 @@ from streaming_pipeline_tests.kafka_helpers import (
     produce_raw,
     write_rides_csv,
 )
+from streaming_pipeline_tests.pipeline_assets import pipeline_asset
 
-raw_rides = bronze_asset(RIDES)
-dead_letter_records = dead_letter_asset(project_sources())
+raw_rides = pipeline_asset(RIDES.bronze_table)
+dead_letter_records = pipeline_asset("dead_letter_records")
+vendor_counts = pipeline_asset("vendor_counts")
+ride_window_aggregates = pipeline_asset("ride_window_aggregates")
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 

@@ -23,6 +23,7 @@ from streaming_pipeline.resources.from_settings import build_resources
 from streaming_pipeline.schemas import avro_columns
 from streaming_pipeline.settings import LiveSettings, PipelineSettings, SensorSettings
 from streaming_pipeline.sources import SourceTopic
+from streaming_pipeline.streamed_table import fast_run_tables, streamed_tables
 
 #: Kafka's legal topic names (kafka.common.internals.Topic): ASCII letters, digits, '.', '_', '-', at most 249.
 _KAFKA_TOPIC = re.compile(r"^[a-zA-Z0-9._-]{1,249}$")
@@ -202,8 +203,9 @@ class KafkaDeltaSource(dg.Component, dg.Model, dg.Resolvable):
 
         _check_declared_once(self, context)
         _check_key_field(self, context)
+        fast_run = fast_run_tables(self.source.bronze_table, streamed_tables(context.component_tree))
         return dg.Definitions.merge(
-            source_definitions(self.source, SensorSettings.from_env(), LiveSettings.from_env()),
+            source_definitions(self.source, SensorSettings.from_env(), LiveSettings.from_env(), fast_run),
             dg.Definitions(resources=build_resources(PipelineSettings.from_env())),
         )
 

@@ -17,9 +17,11 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 import dagster as dg
+import pydantic
 from pydantic import Field
 
-from streaming_pipeline.asset_metadata import IntervalsConfig, checkpoint_pool, current_column_schema
+from streaming_pipeline.asset_metadata import checkpoint_pool, current_column_schema
+from streaming_pipeline.bronze.ingestion import bronze_query
 from streaming_pipeline.bronze.offsets import consumed_offsets, consumer_lag
 from streaming_pipeline.components.kafka_delta_source import declared_sources
 from streaming_pipeline.defs.bronze.offset_sensors import lag_observation
@@ -30,12 +32,6 @@ from streaming_pipeline.engine.spark import stop_session_queries
 from streaming_pipeline.engine.streams import StreamQuery, StreamRunReport
 from streaming_pipeline.engine.table_snapshot import row_count
 from streaming_pipeline.errors import StreamingPipelineError
-from streaming_pipeline.live_queries import (
-    QueryParameters,
-    latency_critical_query_names,
-    live_queries,
-    live_query_names,
-)
 from streaming_pipeline.live_runs import (
     CONTINUOUS_JOB,
     continuous_run_in_flight,
@@ -43,17 +39,16 @@ from streaming_pipeline.live_runs import (
     retry_backoff_seconds,
 )
 from streaming_pipeline.resources import KafkaResource, LakehouseResource, SchemaRegistryResource, SparkResource
-from streaming_pipeline.settings import (
-    DEFAULT_HIGH_AMOUNT_THRESHOLD,
-    DEFAULT_JOIN_MAX_GAP,
-    DEFAULT_RIDE_WATERMARK_DELAY,
-    DEFAULT_RIDE_WINDOW_DURATION,
-    LiveSettings,
-    PipelineSettings,
-    SensorSettings,
-    trigger_interval,
-)
+from streaming_pipeline.settings import LiveSettings, PipelineSettings, SensorSettings, trigger_interval
 from streaming_pipeline.sources import SourceTopic
+from streaming_pipeline.streamed_table import (
+    LiveQueryInputs,
+    StreamedTable,
+    latency_critical_query_names,
+    live_query_names,
+    streamed_tables,
+    with_config_class,
+)
 
 CONTINUOUS_SENSOR = "continuous_streams_sensor"
 #: The run tag naming the Spark Connect session a continuous run streams in.
@@ -69,16 +64,14 @@ LENDING_CHECK_SECONDS = 5.0
 _LIVE = LiveSettings()
 
 
-class ContinuousStreamsConfig(IntervalsConfig):
-    """How the queries run, and the assets' own parameters (as each asset's run config has them in triggered mode)."""
-
-    ASSET = CONTINUOUS_JOB
-    INTERVALS = ("join_max_gap", "watermark_delay", "window_duration")
+class ContinuousStreamsConfig(dg.Config):
+    """How the queries run. The job's config class (`continuous_config_class`) adds one field per streamed table
+    that takes run config, with the table's own config (as its asset takes it in triggered mode)."""
 
     trigger_interval: str = Field(
         default=_LIVE.trigger_interval,
-        description="raw_rides and vendor_counts start a micro-batch this often, when data waits (default: "
-        "CONTINUOUS_TRIGGER_INTERVAL, 500 milliseconds).",
+        description="The latency-critical queries (raw_rides and vendor_counts) start a micro-batch this often, when "
+        "data waits (default: CONTINUOUS_TRIGGER_INTERVAL, 500 milliseconds).",
     )
     downstream_trigger_interval: str = Field(
         default=_LIVE.downstream_trigger_interval,
@@ -103,34 +96,35 @@ class ContinuousStreamsConfig(IntervalsConfig):
         description="The window query is stopped for its reconcile at most this often, after new rides (default: "
         "CONTINUOUS_RECONCILE_SECONDS, 300).",
     )
-    high_amount_threshold: float = Field(default=DEFAULT_HIGH_AMOUNT_THRESHOLD)
-    join_max_gap: str = Field(default=DEFAULT_JOIN_MAX_GAP)
-    watermark_delay: str = Field(default=DEFAULT_RIDE_WATERMARK_DELAY)
-    window_duration: str = Field(default=DEFAULT_RIDE_WINDOW_DURATION)
 
     @classmethod
-    def from_settings(cls, live: LiveSettings, pipeline: PipelineSettings) -> "ContinuousStreamsConfig":
-        """The job's default config: what the environment sets."""
+    def from_settings(cls, live: LiveSettings) -> "ContinuousStreamsConfig":
+        """The job's default config: what the environment sets (the tables' own fields keep their defaults)."""
         return cls(
             trigger_interval=live.trigger_interval,
             downstream_trigger_interval=live.downstream_trigger_interval,
             report_every_seconds=live.report_seconds,
             caught_up_report_seconds=live.caught_up_report_seconds,
             reconcile_every_seconds=live.reconcile_seconds,
-            high_amount_threshold=pipeline.high_amount_threshold,
-            join_max_gap=pipeline.join_max_gap,
-            watermark_delay=pipeline.ride_watermark_delay,
-            window_duration=pipeline.ride_window_duration,
         )
 
-    def parameters(self) -> QueryParameters:
-        return QueryParameters(
-            high_amount_threshold=self.high_amount_threshold,
-            join_max_gap=self.interval("join_max_gap"),
-            join_watermark_delay=self.interval("watermark_delay"),
-            window_duration=self.interval("window_duration"),
-            window_watermark_delay=self.interval("watermark_delay"),
-        )
+
+def continuous_config_class(
+    steps: Sequence[StreamedTable], settings: PipelineSettings
+) -> type[ContinuousStreamsConfig]:
+    """ContinuousStreamsConfig with a field per step that takes run config: the step's config class, its defaults
+    from `settings`, so that the continuous run takes the same parameters as the triggered runs."""
+    fields: dict[str, Any] = {}
+    for step in steps:
+        config = step.config_class(settings)
+        if config is not None:
+            fields[step.step] = (
+                config,
+                Field(default=config(), description=f"The parameters of {step.step}, as its asset's run config."),
+            )
+    return pydantic.create_model(
+        ContinuousStreamsConfig.__name__, __base__=ContinuousStreamsConfig, __module__=__name__, **fields
+    )
 
 
 class CheckpointPools:
@@ -202,14 +196,12 @@ class CheckpointPools:
             self._storage.free_concurrency_slot_for_step(self._run_id, self._key(query))
 
 
-def continuous_streams_op(sources: Sequence[SourceTopic]) -> dg.OpDefinition:
-    """The op of the continuous run: the live queries of `sources` and of every table downstream."""
+def continuous_streams_op(
+    sources: Sequence[SourceTopic], steps: Sequence[StreamedTable], config_class: type[ContinuousStreamsConfig]
+) -> dg.OpDefinition:
+    """The op of the continuous run: the bronze query of each of `sources`, then the live query of each of `steps`;
+    its config is a `config_class` (`continuous_config_class`)."""
 
-    @dg.op(
-        name="continuous_streams",
-        description="Keeps every streaming query of the pipeline running until the run is terminated; holds the pool "
-        "of every checkpoint it streams (lending one to a step of another run that waits for it).",
-    )
     def continuous_streams(
         context: dg.OpExecutionContext,
         config: ContinuousStreamsConfig,
@@ -220,24 +212,29 @@ def continuous_streams_op(sources: Sequence[SourceTopic]) -> dg.OpDefinition:
     ) -> None:
         interval = trigger_interval(config.trigger_interval, name="trigger_interval")
         downstream = trigger_interval(config.downstream_trigger_interval, name="downstream_trigger_interval")
-        fast = set(latency_critical_query_names())
-        names = live_query_names(sources)
+        fast = set(latency_critical_query_names(sources, steps))
+        names = live_query_names(sources, steps)
         intervals = {name: interval if name in fast else downstream for name in names}
         pools = CheckpointPools(context, {name: checkpoint_pool(name) for name in names})
         _stop_orphaned_queries(context, spark)
         try:
             pools.claim_all()
-            _stream(context, config, sources, intervals, pools, spark, kafka, schema_registry, lakehouse)
+            _stream(context, config, sources, steps, intervals, pools, spark, kafka, schema_registry, lakehouse)
         finally:
             pools.free_all()
 
-    return continuous_streams
+    return dg.op(
+        name="continuous_streams",
+        description="Keeps every streaming query of the pipeline running until the run is terminated; holds the pool "
+        "of every checkpoint it streams (lending one to a step of another run that waits for it).",
+    )(with_config_class(continuous_streams, config_class))
 
 
 def _stream(
     context: dg.OpExecutionContext,
     config: ContinuousStreamsConfig,
     sources: Sequence[SourceTopic],
+    steps: Sequence[StreamedTable],
     intervals: dict[str, str],
     pools: CheckpointPools,
     spark: SparkResource,
@@ -249,16 +246,13 @@ def _stream(
     session_id = getattr(session, "session_id", None)
     if spark.is_remote and session_id:
         context.instance.add_run_tags(context.run_id, {SESSION_TAG: str(session_id)})
-    queries = live_queries(
-        session,
-        kafka,
-        schema_registry,
-        lakehouse,
-        config.parameters(),
-        sources,
-        run_id=context.run_id,
-        log=context.log,
-    )
+    # Starting a bronze query checks its table, checkpoint and topic (and raises BronzeStateError, naming
+    # `streaming-pipeline replay`, when they disagree).
+    inputs = LiveQueryInputs(spark=session, lakehouse=lakehouse, run_id=context.run_id, log=context.log)
+    queries = [
+        *(bronze_query(session, kafka, schema_registry, lakehouse, source=source) for source in sources),
+        *(step.live_query(inputs, getattr(config, step.step, None)) for step in steps),
+    ]
     runner = ContinuousQueries(
         queries,
         trigger_interval=intervals[queries[0].name],
@@ -472,9 +466,13 @@ class TableReporter:
         return lag_observation(dg.AssetKey(table), end, lag)
 
 
-def build_continuous_job(sources: Sequence[SourceTopic], config: ContinuousStreamsConfig) -> dg.JobDefinition:
-    """The continuous run's job over `sources`, `config` its default config."""
-    streams = continuous_streams_op(sources)
+def build_continuous_job(
+    sources: Sequence[SourceTopic], steps: Sequence[StreamedTable], live: LiveSettings, settings: PipelineSettings
+) -> dg.JobDefinition:
+    """The continuous run's job over `sources` and `steps`, its default config from `live` and `settings`."""
+    config_class = continuous_config_class(steps, settings)
+    streams = continuous_streams_op(sources, steps, config_class)
+    config = config_class.from_settings(live)
 
     @dg.job(
         name=CONTINUOUS_JOB,
@@ -515,9 +513,8 @@ def build_continuous_sensor(job: dg.JobDefinition, policy: SensorSettings, live:
 
 @dg.definitions
 def defs(context: dg.ComponentLoadContext) -> dg.Definitions:
-    """Read when the definitions load: the project's sources, the sensor policy, LIVE_MODE and the defaults of the
-    run's config."""
-    live = LiveSettings.from_env()
-    config = ContinuousStreamsConfig.from_settings(live, PipelineSettings.from_env())
-    job = build_continuous_job(declared_sources(context.component_tree), config)
+    """Read when the definitions load: the project's sources and streamed tables, the sensor policy, LIVE_MODE and
+    the defaults of the run's config."""
+    live, tree = LiveSettings.from_env(), context.component_tree
+    job = build_continuous_job(declared_sources(tree), streamed_tables(tree), live, PipelineSettings.from_env())
     return dg.Definitions(jobs=[job], sensors=[build_continuous_sensor(job, SensorSettings.from_env(), live)])

@@ -24,37 +24,10 @@ from streaming_pipeline.engine.maintenance import (
 from streaming_pipeline.resources import LakehouseResource, SparkResource
 from streaming_pipeline.settings import DEFAULT_VACUUM_RETENTION_HOURS, MaintenanceSettings
 from streaming_pipeline.sources import SourceTopic
-from streaming_pipeline.tables import (
-    AMOUNT_BRANCHES,
-    DEAD_LETTER_RECORDS,
-    HIGH_AMOUNT_RIDES,
-    JOIN_LATE_ROWS,
-    LOW_AMOUNT_RIDES,
-    RIDE_PICKUP_JOINS,
-    TAXI_ZONES,
-)
+from streaming_pipeline.streamed_table import StreamedTable, streamed_tables, writing_steps
 
 MAINTENANCE_JOB = "table_maintenance_job"
 MAINTENANCE_SCHEDULE = "table_maintenance_schedule"
-
-#: Tables written by a streaming step of another name: one query writing several tables (a multi-asset). Every
-#: other streaming table is written by the step named after it (`stream_step_args(<table>)`, bronze: its asset).
-_WRITING_STEP = {
-    HIGH_AMOUNT_RIDES.name: AMOUNT_BRANCHES,
-    LOW_AMOUNT_RIDES.name: AMOUNT_BRANCHES,
-    JOIN_LATE_ROWS.name: RIDE_PICKUP_JOINS.name,
-}
-#: Tables whose writers hold no pool. Every bronze query appends to the dead letters, blind appends that never
-#: conflict with OPTIMIZE or VACUUM (and a run of the whole job holds every bronze pool anyway); the taxi-zone lookup
-#: is a batch asset, rewritten only when its CSV changes.
-_NO_POOL = {DEAD_LETTER_RECORDS.name, TAXI_ZONES.name}
-
-
-def writer_pool(table: str) -> str | None:
-    """The concurrency pool of the stream that writes `table` (None for the tables in _NO_POOL)."""
-    if table in _NO_POOL:
-        return None
-    return checkpoint_pool(_WRITING_STEP.get(table, table))
 
 
 def op_name(table: str) -> str:
@@ -99,13 +72,14 @@ def observation_metadata(result: MaintenanceResult) -> dict[str, dg.MetadataValu
     }
 
 
-def maintenance_op(table: str) -> dg.OpDefinition:
-    """The op that maintains `table`, in the pool of its writer."""
+def maintenance_op(table: str, writer: str | None) -> dg.OpDefinition:
+    """The op that maintains `table`, in the pool of `writer`, the streaming step that writes it (None: no pool, for
+    a table no query streams to, `streamed_table.writing_steps`)."""
 
     @dg.op(
         name=op_name(table),
         description=f"OPTIMIZE and VACUUM {table}; skipped while the table does not exist.",
-        pool=writer_pool(table),
+        pool=checkpoint_pool(writer) if writer else None,
         tags={"table": table},
         out=dg.Out(dg.Nothing),
     )
@@ -123,10 +97,15 @@ def maintenance_op(table: str) -> dg.OpDefinition:
     return maintain
 
 
-def maintenance_definitions(sources: Sequence[SourceTopic], settings: MaintenanceSettings) -> dg.Definitions:
-    """The maintenance job, one op per table of the lakehouse (each source's bronze table, then `tables`), and its
+def maintenance_definitions(
+    sources: Sequence[SourceTopic], steps: Sequence[StreamedTable], settings: MaintenanceSettings
+) -> dg.Definitions:
+    """The maintenance job, one op per table of the lakehouse (each source's bronze table, then `tables`, then any
+    table a step writes that `tables` does not declare), each in the pool of the step that writes it, and its
     schedule."""
-    ops = [maintenance_op(table) for table in lakehouse_table_names(sources)]
+    writers = writing_steps(sources, steps)
+    names = dict.fromkeys([*lakehouse_table_names(sources), *(name for step in steps for name in step.table_names)])
+    ops = [maintenance_op(table, writers.get(table)) for table in names]
     retention = MaintenanceConfig(vacuum_retention_hours=settings.vacuum_retention_hours)
 
     @dg.job(
@@ -153,5 +132,6 @@ def maintenance_definitions(sources: Sequence[SourceTopic], settings: Maintenanc
 
 @dg.definitions
 def defs(context: dg.ComponentLoadContext) -> dg.Definitions:
-    """Read when the definitions load: the project's sources and TABLE_MAINTENANCE_*."""
-    return maintenance_definitions(declared_sources(context.component_tree), MaintenanceSettings.from_env())
+    """Read when the definitions load: the project's sources and streamed tables, and TABLE_MAINTENANCE_*."""
+    tree = context.component_tree
+    return maintenance_definitions(declared_sources(tree), streamed_tables(tree), MaintenanceSettings.from_env())

@@ -297,8 +297,9 @@ def _materialize_raw_rides(resources: Mapping[str, Any]) -> tuple[float, int, fl
     """(seconds, rows written, Spark trigger seconds) of one raw_rides materialization through Dagster."""
     from streaming_pipeline.defs.bronze.sources import bronze_asset
     from streaming_pipeline.devstack.quiet_runs import QUIET_RUN_CONFIG
+    from streaming_pipeline.settings import LiveSettings
 
-    raw_rides = bronze_asset(RIDES)
+    raw_rides = bronze_asset(RIDES, LiveSettings())
     started = time.monotonic()
     run = dg.materialize([raw_rides], resources=resources, run_config=QUIET_RUN_CONFIG)
     seconds = time.monotonic() - started

@@ -191,7 +191,7 @@ class _Soak:
         from streaming_pipeline.settings import SensorSettings
 
         key = dg.AssetKey(RIDES.bronze_table)
-        sensor = build_offset_sensor(key, RIDES.topic, live_job(key), SensorSettings())
+        sensor = build_offset_sensor(key, RIDES.topic, live_job(key), SensorSettings(), [RIDES.bronze_table])
         context = dg.build_sensor_context(
             instance=self.instance,
             resources={"kafka": self.resources["kafka"], "lakehouse": self.resources["lakehouse"]},

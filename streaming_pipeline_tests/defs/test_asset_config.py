@@ -51,3 +51,51 @@ def test_a_bad_value_from_the_launchpad_is_refused_by_name(make, message: str) -
 def test_a_bad_default_is_refused_when_definitions_load(variable: str, value: str, message: str) -> None:
     with pytest.raises(ConfigurationError, match=message):
         PipelineSettings.from_env({variable: value})
+
+
+def test_the_defaults_come_from_the_environment_when_the_definitions_are_built(
+    monkeypatch: pytest.MonkeyPatch, tmp_path
+) -> None:
+    """One process builds the definitions twice: each time the assets' and the continuous job's config defaults are
+    what the environment says then."""
+    import dagster as dg
+
+    from streaming_pipeline.definitions import build_definitions
+
+    def defaults(defs: dg.Definitions) -> dict[str, dict[str, object]]:
+        def asset_defaults(table: str) -> dict[str, object]:
+            node = defs.resolve_assets_def(table).node_def
+            assert node.config_schema is not None
+            return {k: f.default_value for k, f in node.config_schema.config_type.fields.items()}  # type: ignore[union-attr]
+
+        continuous = defs.resolve_job_def("continuous_streams_job").run_config_schema.config_type.fields["ops"]
+        return {
+            "amount_branches": asset_defaults("high_amount_rides"),
+            "ride_pickup_joins": asset_defaults("ride_pickup_joins"),
+            "ride_window_aggregates": asset_defaults("ride_window_aggregates"),
+            "taxi_zones": asset_defaults("taxi_zones"),
+            "continuous": continuous.default_value["continuous_streams"]["config"],
+        }
+
+    first = defaults(build_definitions())
+    zones = tmp_path / "zones.csv"
+    zones.write_text("LocationID,Borough,Zone,service_zone\n")
+    monkeypatch.setenv("HIGH_AMOUNT_THRESHOLD", "55.5")
+    monkeypatch.setenv("JOIN_MAX_GAP", "3 minutes")
+    monkeypatch.setenv("RIDE_WINDOW_DURATION", "5 minutes")
+    monkeypatch.setenv("RIDE_WATERMARK_DELAY", "1 minute")
+    monkeypatch.setenv("TAXI_ZONES_CSV", str(zones))
+    second = defaults(build_definitions())
+    assert first["amount_branches"] == {"high_amount_threshold": 40.0}
+    assert first["ride_pickup_joins"] == {"join_max_gap": "10 minutes", "watermark_delay": "15 minutes"}
+    assert first["ride_window_aggregates"] == {"window_duration": "10 minutes", "watermark_delay": "15 minutes"}
+    assert second["amount_branches"] == {"high_amount_threshold": 55.5}
+    assert second["ride_pickup_joins"] == {"join_max_gap": "3 minutes", "watermark_delay": "1 minute"}
+    assert second["ride_window_aggregates"] == {"window_duration": "5 minutes", "watermark_delay": "1 minute"}
+    assert second["taxi_zones"] == {"csv_path": str(zones)}
+    # The continuous run takes each step's parameters as its asset does.
+    assert {step: second["continuous"][step] for step in ("amount_branches", "ride_pickup_joins")} == {
+        "amount_branches": second["amount_branches"],
+        "ride_pickup_joins": second["ride_pickup_joins"],
+    }
+    assert second["continuous"]["ride_window_aggregates"] == second["ride_window_aggregates"]

@@ -10,9 +10,24 @@ import pytest
 
 from streaming_pipeline.asset_metadata import checkpoint_pool
 from streaming_pipeline.errors import ConfigurationError
-from streaming_pipeline.live_queries import latency_critical_query_names, live_query_names
 from streaming_pipeline.settings import LiveSettings
-from streaming_pipeline.sources import project_sources
+from streaming_pipeline.sources import SourceTopic, project_sources
+from streaming_pipeline.streamed_table import (
+    StreamedTable,
+    WrittenTable,
+    fast_run_tables,
+    latency_critical_query_names,
+    live_query_names,
+    streamed_tables,
+)
+from streaming_pipeline.table_model import GOLD, Column, Table
+
+
+def _project_steps() -> list[StreamedTable]:
+    from streaming_pipeline.definitions import defs
+
+    assert defs.component_tree is not None
+    return streamed_tables(defs.component_tree)
 
 
 def test_live_settings_default_to_the_triggered_mode() -> None:
@@ -73,19 +88,44 @@ def test_a_live_setting_that_cannot_be_used_is_named(env: dict[str, str], messag
 def test_only_the_tables_people_wait_for_trigger_at_the_short_interval() -> None:
     """raw_rides and vendor_counts, which counts it; the pickups' bronze table streams at the downstream interval
     with the join that reads it: on 2 cores every query that triggers often lengthens their micro-batches."""
-    assert latency_critical_query_names() == ["raw_rides", "vendor_counts"]
+    assert latency_critical_query_names(project_sources(), _project_steps()) == ["raw_rides", "vendor_counts"]
+    # A fast run of raw_rides writes vendor_counts too; one of raw_pickup_locations writes only itself.
+    assert fast_run_tables("raw_rides", _project_steps()) == ["raw_rides", "vendor_counts"]
+    assert fast_run_tables("raw_pickup_locations", _project_steps()) == ["raw_pickup_locations"]
+
+
+def _step(name: str, reads: list[str], *, latency_critical: bool = False) -> StreamedTable:
+    return StreamedTable(
+        step=name,
+        writes=[WrittenTable(Table(name, GOLD, (Column("n", "bigint"),)), deps=reads)],
+        compute=lambda: None,
+        live_query=lambda inputs, config: None,  # type: ignore[arg-type, return-value]
+        priority=0,
+        latency_critical=latency_critical,
+    )
+
+
+def test_a_bronze_table_no_step_reads_is_latency_critical_and_one_read_by_slow_steps_only_is_not() -> None:
+    """In a project of its own a source's bronze table is what its user waits for; read by a slow step only, it
+    streams at the downstream interval with it."""
+    orders = SourceTopic.declared(topic="orders", value_schema='{"type": "record", "name": "o", "fields": []}')
+    refunds = SourceTopic.declared(topic="refunds", value_schema='{"type": "record", "name": "r", "fields": []}')
+    assert latency_critical_query_names([orders], []) == ["raw_orders"]
+    steps = [_step("order_totals", ["raw_orders"], latency_critical=True), _step("refund_joins", ["raw_refunds"])]
+    assert latency_critical_query_names([orders, refunds], steps) == ["raw_orders", "order_totals"]
+    assert live_query_names([orders, refunds], steps) == ["raw_orders", "raw_refunds", "order_totals", "refund_joins"]
 
 
 def test_the_continuous_job_streams_the_checkpoint_of_every_triggered_step() -> None:
     from streaming_pipeline.definitions import defs
 
-    assert live_query_names(project_sources()) == [
+    assert live_query_names(project_sources(), _project_steps()) == [
         "raw_pickup_locations",
         "raw_rides",
+        "vendor_counts",
         "amount_branches",
         "rides_enriched",
         "ride_pickup_joins",
-        "vendor_counts",
         "ride_window_aggregates",
     ]
     job = defs.resolve_job_def("continuous_streams_job")
@@ -98,33 +138,42 @@ def test_the_continuous_job_streams_the_checkpoint_of_every_triggered_step() -> 
         for name in ("raw_rides_to_gold_job", "raw_pickup_locations_to_gold_job")
         for node in defs.resolve_job_def(name).nodes
     }
-    assert {checkpoint_pool(name) for name in live_query_names(project_sources())} == {p for p in steps.values() if p}
+    assert {checkpoint_pool(name) for name in live_query_names(project_sources(), _project_steps())} == {
+        p for p in steps.values() if p
+    }
 
 
-def test_in_continuous_mode_the_run_is_kept_alive_the_offset_sensors_rest_and_only_taxi_zones_is_automated() -> None:
-    """The definitions as `dagster dev` loads them with LIVE_MODE=continuous (in a process of their own: the mode is
-    read when they load): every table but the loaded taxi_zones has a freshness policy, from
-    CONTINUOUS_FRESHNESS_SECONDS; in triggered mode none has one."""
-    import json
-    import os
-    import subprocess
-    import sys
+def test_in_continuous_mode_the_run_is_kept_alive_the_offset_sensors_rest_and_only_taxi_zones_is_automated(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The definitions as `dagster dev` loads them with LIVE_MODE=continuous, built in this process after the
+    triggered ones (the mode is read when they load): every table but the loaded taxi_zones has a freshness policy,
+    from CONTINUOUS_FRESHNESS_SECONDS; in triggered mode none has one."""
+    from streaming_pipeline.definitions import build_definitions
 
-    script = (
-        "import json; from streaming_pipeline.definitions import defs; "
-        "print(json.dumps({'sensors': {s.name: s.default_status.value for s in defs.sensors}, "
-        "'schedules': {s.name: [s.default_status.value, s.cron_schedule] for s in defs.schedules}, "
-        "'checks_job': sorted(n.name for n in defs.get_job_def('live_checks_job').nodes), "
-        "'automated': sorted(a.key.to_user_string() for a in defs.resolve_asset_graph().asset_nodes "
-        "if a.automation_condition is not None), "
-        "'freshness': {a.key.to_user_string(): [a.freshness_policy.fail_window.to_timedelta().total_seconds(), "
-        "a.freshness_policy.warn_window.to_timedelta().total_seconds()] "
-        "for a in defs.resolve_asset_graph().asset_nodes if a.freshness_policy is not None}}))"
-    )
-    env = {**os.environ, "LIVE_MODE": "continuous", "CONTINUOUS_FRESHNESS_SECONDS": "120"}
-    done = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=120)
-    assert done.returncode == 0, done.stderr
-    loaded = json.loads(done.stdout.strip().splitlines()[-1])
+    triggered = build_definitions()
+    monkeypatch.setenv("LIVE_MODE", "continuous")
+    monkeypatch.setenv("CONTINUOUS_FRESHNESS_SECONDS", "120")
+    defs = build_definitions()
+    graph = defs.resolve_asset_graph()
+    loaded = {
+        "sensors": {s.name: s.default_status.value for s in defs.sensors},
+        "schedules": {s.name: [s.default_status.value, s.cron_schedule] for s in defs.schedules},
+        "checks_job": sorted(n.name for n in defs.resolve_job_def("live_checks_job").nodes),
+        "automated": sorted(a.key.to_user_string() for a in graph.asset_nodes if a.automation_condition is not None),
+        "freshness": {
+            a.key.to_user_string(): [
+                a.freshness_policy.fail_window.to_timedelta().total_seconds(),
+                a.freshness_policy.warn_window.to_timedelta().total_seconds(),
+            ]
+            for a in graph.asset_nodes
+            if a.freshness_policy is not None
+        },
+    }
+    # The triggered definitions built before are unchanged: no freshness policy, the streamed tables eager.
+    triggered_graph = triggered.resolve_asset_graph()
+    assert [a.key for a in triggered_graph.asset_nodes if a.freshness_policy is not None] == []
+    assert triggered_graph.get(dg.AssetKey("vendor_counts")).automation_condition is not None
     assert loaded["sensors"] == {
         "continuous_streams_sensor": "RUNNING",
         "default_automation_condition_sensor": "RUNNING",

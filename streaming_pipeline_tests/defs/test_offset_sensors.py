@@ -16,6 +16,8 @@ from streaming_pipeline.settings import SensorSettings
 from streaming_pipeline.tables import RIDES_TOPIC
 from streaming_pipeline_tests.kafka_helpers import produce_raw
 
+#: What a fast run of raw_rides writes in the project (`streamed_table.fast_run_tables`).
+FAST_RUN = ["raw_rides", "vendor_counts"]
 POLICY = SensorSettings(min_records=10, max_wait_seconds=30, retry_backoff_seconds=5, max_backoff_seconds=60)
 
 
@@ -109,7 +111,7 @@ def test_the_live_job_selects_bronze_and_everything_downstream_without_checks() 
 
 def test_sensor_skips_with_reason_when_kafka_is_down(tmp_path) -> None:
     key = dg.AssetKey("raw_rides")
-    sensor = build_offset_sensor(key, RIDES_TOPIC, live_job(key), SensorSettings())
+    sensor = build_offset_sensor(key, RIDES_TOPIC, live_job(key), SensorSettings(), FAST_RUN)
     resources = {
         "kafka": KafkaResource(bootstrap_servers="127.0.0.1:1", timeout_seconds=2),
         "lakehouse": LakehouseResource(root=str(tmp_path / "lakehouse")),
@@ -142,7 +144,7 @@ def test_sensor_requests_a_run_per_tick_with_unique_keys_while_records_wait(pipe
     topic = f"sensor-ticks-{uuid.uuid4().hex}"
     key = dg.AssetKey("raw_rides")
     job = live_job(key)
-    sensor = build_offset_sensor(key, topic, job, SensorSettings(min_records=10, max_wait_seconds=3600))
+    sensor = build_offset_sensor(key, topic, job, SensorSettings(min_records=10, max_wait_seconds=3600), FAST_RUN)
     resources = {"kafka": pipeline_resources["kafka"], "lakehouse": pipeline_resources["lakehouse"]}
     instance = dg.DagsterInstance.ephemeral()
 
@@ -181,7 +183,7 @@ def test_sensor_requests_a_run_when_the_oldest_waiting_record_is_older_than_max_
     producer.flush(10)
     key = dg.AssetKey("raw_rides")
     patient = build_offset_sensor(
-        key, RIDES_TOPIC, live_job(key), SensorSettings(min_records=1000, max_wait_seconds=60)
+        key, RIDES_TOPIC, live_job(key), SensorSettings(min_records=1000, max_wait_seconds=60), FAST_RUN
     )
     instance = dg.DagsterInstance.ephemeral()
     fresh = patient(dg.build_sensor_context(resources=resources, instance=instance))

@@ -8,16 +8,17 @@ from streaming_pipeline.asset_metadata import SPARK_KINDS, delta_table_metadata,
 from streaming_pipeline.components.kafka_delta_source import declared_sources
 from streaming_pipeline.engine.delta_tables import read_table, table_exists
 from streaming_pipeline.resources import LakehouseResource, SparkResource
+from streaming_pipeline.settings import LiveSettings
 from streaming_pipeline.sources import SourceTopic
 from streaming_pipeline.tables import DEAD_LETTER_RECORDS
 
 
-def dead_letter_asset(sources: Sequence[SourceTopic]) -> dg.AssetsDefinition:
-    """The dead-letter table's asset, downstream of the bronze table of each source."""
+def dead_letter_asset(sources: Sequence[SourceTopic], live: LiveSettings) -> dg.AssetsDefinition:
+    """The dead-letter table's asset, downstream of the bronze table of each source, for the live mode `live`."""
 
     @dg.asset(
         name=DEAD_LETTER_RECORDS.name,
-        **table_args(DEAD_LETTER_RECORDS, kinds=SPARK_KINDS, deps=[s.bronze_table for s in sources]),
+        **table_args(DEAD_LETTER_RECORDS, kinds=SPARK_KINDS, live=live, deps=[s.bronze_table for s in sources]),
         op_tags=step_priority(10),
     )
     def dead_letter_records(
@@ -49,4 +50,4 @@ def dead_letter_asset(sources: Sequence[SourceTopic]) -> dg.AssetsDefinition:
 
 @dg.definitions
 def defs(context: dg.ComponentLoadContext) -> dg.Definitions:
-    return dg.Definitions(assets=[dead_letter_asset(declared_sources(context.component_tree))])
+    return dg.Definitions(assets=[dead_letter_asset(declared_sources(context.component_tree), LiveSettings.from_env())])

@@ -8,7 +8,7 @@ targets a job that selects the bronze asset and everything downstream of it, so 
 While a run that touches the bronze asset (a sensor run, a manual or a UI run) is queued or in its bronze step,
 nothing is requested: new records batch up by themselves. Once its bronze step is done, the next run may start
 while it finishes its silver and gold steps (each step holds its checkpoint's pool). That next run is a *fast*
-run, of the bronze asset and the latency-critical tables that read only it (`live_queries.fast_run_tables`), as
+run, of the bronze asset and the latency-critical tables that read only it (`streamed_table.fast_run_tables`), as
 long as a whole run is in flight: so the bronze table is as fresh as its own step allows however long the
 tables downstream take under load, and the next whole run (or, after the last records, the automation sensor:
 the tables downstream are eager on their sources) carries what the fast runs ingested downstream.
@@ -21,13 +21,13 @@ from __future__ import annotations
 
 import json
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import dagster as dg
 
 from streaming_pipeline.bronze.offsets import consumed_offsets, consumer_lag, topic_problems
 from streaming_pipeline.errors import BronzeStateError, StreamingPipelineError
-from streaming_pipeline.live_queries import fast_run_tables
 from streaming_pipeline.live_runs import (
     CONTINUOUS_JOB,
     IN_FLIGHT,
@@ -172,13 +172,14 @@ def build_offset_sensor(
     topic: str,
     job: dg.UnresolvedAssetJobDefinition,
     policy: SensorSettings,
+    fast_run: Sequence[str],
     *,
     running_by_default: bool = True,
 ) -> dg.SensorDefinition:
     """The topic's offset sensor; `running_by_default` False in continuous mode (the continuous run streams the
     topic; started by hand, the sensor still stands aside while a continuous run is in flight)."""
     asset_name = asset_key.to_user_string()
-    fast_keys = frozenset(dg.AssetKey(name) for name in fast_run_tables(asset_name))
+    fast_keys = frozenset(dg.AssetKey(name) for name in fast_run)
     sensor_name = f"{asset_name}_offset_sensor"
 
     @dg.sensor(

@@ -1,6 +1,7 @@
 """Bronze: what a source's declaration (`streaming_pipeline.components.KafkaDeltaSource`) builds: its asset, its
 checks, its live job and its offset sensor. Adding a topic adds none of these by hand."""
 
+from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 import dagster as dg
@@ -19,14 +20,14 @@ if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
 
-def bronze_asset(source: SourceTopic) -> dg.AssetsDefinition:
+def bronze_asset(source: SourceTopic, live: LiveSettings) -> dg.AssetsDefinition:
     """The asset of a source's bronze table: one availableNow run of the topic's stream into it."""
     table, topic = source.table, source.topic
 
     @dg.asset(
         name=table.name,
         description=source.description,
-        **table_args(table, kinds=KAFKA_KINDS, metadata={"source_topic": topic}),
+        **table_args(table, kinds=KAFKA_KINDS, live=live, metadata={"source_topic": topic}),
         pool=checkpoint_pool(table.name),
     )
     def bronze_table(
@@ -78,13 +79,16 @@ def _bronze_result(
     )
 
 
-def source_definitions(source: SourceTopic, policy: SensorSettings, live: LiveSettings) -> dg.Definitions:
-    """Everything Dagster knows of one source topic: its bronze asset and checks, its live job and offset sensor."""
+def source_definitions(
+    source: SourceTopic, policy: SensorSettings, live: LiveSettings, fast_run: Sequence[str]
+) -> dg.Definitions:
+    """Everything Dagster knows of one source topic: its bronze asset and checks, its live job and offset sensor
+    (`fast_run`: the tables of its fast runs, `streamed_table.fast_run_tables`)."""
     key = dg.AssetKey(source.bronze_table)
     job = live_job(key)
     return dg.Definitions(
-        assets=[bronze_asset(source)],
+        assets=[bronze_asset(source, live)],
         asset_checks=bronze_checks(source),
         jobs=[job],
-        sensors=[build_offset_sensor(key, source.topic, job, policy, running_by_default=not live.continuous)],
+        sensors=[build_offset_sensor(key, source.topic, job, policy, fast_run, running_by_default=not live.continuous)],
     )

@@ -6,25 +6,22 @@ import dagster as dg
 from pydantic import Field
 
 from streaming_pipeline.asset_metadata import (
-    SPARK_KINDS,
     IntervalsConfig,
     delta_table_metadata,
     missing_sources,
     stream_metadata,
-    stream_step_args,
-    table_args,
 )
 from streaming_pipeline.engine.delta_tables import count_duplicate_keys, count_rows, read_table, table_exists
-from streaming_pipeline.gold.windows import update_ride_window_aggregates
+from streaming_pipeline.gold.windows import ride_windows_query, update_ride_window_aggregates
 from streaming_pipeline.resources import LakehouseResource, SparkResource
-from streaming_pipeline.settings import PipelineSettings
+from streaming_pipeline.settings import DEFAULT_RIDE_WATERMARK_DELAY, DEFAULT_RIDE_WINDOW_DURATION
+from streaming_pipeline.streamed_table import StreamedTable, WrittenTable
 from streaming_pipeline.tables import RAW_RIDES, RIDE_WINDOW_AGGREGATES
 
 if TYPE_CHECKING:
     import pandas as pd
 
 MAX_CHART_WINDOWS = 200
-_SETTINGS = PipelineSettings.from_env()
 
 
 class RideWindowsConfig(IntervalsConfig):
@@ -32,21 +29,38 @@ class RideWindowsConfig(IntervalsConfig):
     INTERVALS = ("window_duration", "watermark_delay")
 
     window_duration: str = Field(
-        default=_SETTINGS.ride_window_duration,
+        default=DEFAULT_RIDE_WINDOW_DURATION,
         description="Length of the tumbling windows, e.g. '10 minutes' (default: RIDE_WINDOW_DURATION).",
     )
     watermark_delay: str = Field(
-        default=_SETTINGS.ride_watermark_delay,
+        default=DEFAULT_RIDE_WATERMARK_DELAY,
         description="How far behind the latest pickup a ride may arrive and still count on time "
         "(default: RIDE_WATERMARK_DELAY).",
     )
 
 
-@dg.asset(
-    name=RIDE_WINDOW_AGGREGATES.name,
-    **table_args(RIDE_WINDOW_AGGREGATES, kinds=SPARK_KINDS, deps=[RAW_RIDES.name]),
-    **stream_step_args(RIDE_WINDOW_AGGREGATES.name, priority=0),
-)
+@dg.component_instance
+def load(context: dg.ComponentLoadContext) -> StreamedTable:
+    return StreamedTable(
+        step=RIDE_WINDOW_AGGREGATES.name,
+        writes=[WrittenTable(RIDE_WINDOW_AGGREGATES, deps=[RAW_RIDES.name])],
+        compute=ride_window_aggregates,
+        config=RideWindowsConfig,
+        config_defaults=lambda settings: {
+            "window_duration": settings.ride_window_duration,
+            "watermark_delay": settings.ride_watermark_delay,
+        },
+        live_query=lambda inputs, config: ride_windows_query(
+            inputs.spark,
+            inputs.lakehouse,
+            window_duration=config.interval("window_duration"),
+            watermark_delay=config.interval("watermark_delay"),
+            log=inputs.log,
+        ),
+        priority=0,
+    )
+
+
 def ride_window_aggregates(
     context: dg.AssetExecutionContext, config: RideWindowsConfig, spark: SparkResource, lakehouse: LakehouseResource
 ) -> dg.MaterializeResult:

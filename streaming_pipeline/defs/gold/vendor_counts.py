@@ -3,25 +3,30 @@
 import dagster as dg
 
 from streaming_pipeline.asset_metadata import (
-    SPARK_KINDS,
     delta_table_metadata,
     missing_sources,
     position_against_raw_rides,
     stream_metadata,
-    stream_step_args,
-    table_args,
 )
 from streaming_pipeline.engine.delta_tables import count_rows, read_table
-from streaming_pipeline.gold.vendor_counts import update_vendor_counts
+from streaming_pipeline.gold.vendor_counts import update_vendor_counts, vendor_counts_query
 from streaming_pipeline.resources import LakehouseResource, SparkResource
+from streaming_pipeline.streamed_table import StreamedTable, WrittenTable
 from streaming_pipeline.tables import RAW_RIDES, VENDOR_COUNTS
 
 
-@dg.asset(
-    name=VENDOR_COUNTS.name,
-    **table_args(VENDOR_COUNTS, kinds=SPARK_KINDS, deps=[RAW_RIDES.name]),
-    **stream_step_args(VENDOR_COUNTS.name, priority=40),
-)
+@dg.component_instance
+def load(context: dg.ComponentLoadContext) -> StreamedTable:
+    return StreamedTable(
+        step=VENDOR_COUNTS.name,
+        writes=[WrittenTable(VENDOR_COUNTS, deps=[RAW_RIDES.name])],
+        compute=vendor_counts,
+        live_query=lambda inputs, config: vendor_counts_query(inputs.spark, inputs.lakehouse),
+        priority=40,
+        latency_critical=True,
+    )
+
+
 def vendor_counts(
     context: dg.AssetExecutionContext, spark: SparkResource, lakehouse: LakehouseResource
 ) -> dg.MaterializeResult:

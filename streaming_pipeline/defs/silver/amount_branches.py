@@ -5,45 +5,58 @@ import dagster as dg
 from pydantic import Field
 
 from streaming_pipeline.asset_metadata import (
-    SPARK_KINDS,
     delta_table_metadata,
     missing_table_result,
-    stream_step_args,
-    table_args,
     unpinned_check_result,
 )
 from streaming_pipeline.engine.delta_tables import count_duplicate_keys, count_rows, table_exists
 from streaming_pipeline.resources import LakehouseResource, SparkResource
-from streaming_pipeline.settings import PipelineSettings
-from streaming_pipeline.silver.branches import branches_checkpoint, branches_position, update_amount_branches
+from streaming_pipeline.settings import DEFAULT_HIGH_AMOUNT_THRESHOLD
+from streaming_pipeline.silver.branches import (
+    amount_branches_query,
+    branches_checkpoint,
+    branches_position,
+    update_amount_branches,
+)
+from streaming_pipeline.streamed_table import StreamedTable, WrittenTable
 from streaming_pipeline.tables import AMOUNT_BRANCHES, HIGH_AMOUNT_RIDES, KAFKA_KEY, LOW_AMOUNT_RIDES, RAW_RIDES
 
 
 class AmountBranchesConfig(dg.Config):
     high_amount_threshold: float = Field(
-        default=PipelineSettings.from_env().high_amount_threshold,
+        default=DEFAULT_HIGH_AMOUNT_THRESHOLD,
         description="A ride with total_amount at or above it is a high amount (default: HIGH_AMOUNT_THRESHOLD, 40).",
     )
 
 
-@dg.multi_asset(
-    name=AMOUNT_BRANCHES,
-    specs=[
-        dg.AssetSpec(
-            HIGH_AMOUNT_RIDES.name,
-            description="Rides with total_amount >= the threshold (config high_amount_threshold, default 40), same "
-            "columns as raw_rides.",
-            **table_args(HIGH_AMOUNT_RIDES, kinds=SPARK_KINDS, deps=[RAW_RIDES.name]),
+@dg.component_instance
+def load(context: dg.ComponentLoadContext) -> StreamedTable:
+    return StreamedTable(
+        step=AMOUNT_BRANCHES,
+        writes=[
+            WrittenTable(
+                HIGH_AMOUNT_RIDES,
+                deps=[RAW_RIDES.name],
+                description="Rides with total_amount >= the threshold (config high_amount_threshold, default 40), "
+                "same columns as raw_rides.",
+            ),
+            WrittenTable(
+                LOW_AMOUNT_RIDES,
+                deps=[RAW_RIDES.name],
+                description="Rides with total_amount < the threshold (config high_amount_threshold, default 40), "
+                "same columns as raw_rides.",
+            ),
+        ],
+        compute=amount_branches,
+        config=AmountBranchesConfig,
+        config_defaults=lambda settings: {"high_amount_threshold": settings.high_amount_threshold},
+        live_query=lambda inputs, config: amount_branches_query(
+            inputs.spark, inputs.lakehouse, high_amount_threshold=config.high_amount_threshold
         ),
-        dg.AssetSpec(
-            LOW_AMOUNT_RIDES.name,
-            description="Rides with total_amount < the threshold (config high_amount_threshold, default 40), same "
-            "columns as raw_rides.",
-            **table_args(LOW_AMOUNT_RIDES, kinds=SPARK_KINDS, deps=[RAW_RIDES.name]),
-        ),
-    ],
-    **stream_step_args(AMOUNT_BRANCHES, priority=30),
-)
+        priority=30,
+    )
+
+
 def amount_branches(
     context: dg.AssetExecutionContext, config: AmountBranchesConfig, spark: SparkResource, lakehouse: LakehouseResource
 ):

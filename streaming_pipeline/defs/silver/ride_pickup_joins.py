@@ -5,21 +5,17 @@ import dagster as dg
 from pydantic import Field
 
 from streaming_pipeline.asset_metadata import (
-    SPARK_KINDS,
     IntervalsConfig,
     delta_table_metadata,
     missing_sources,
     stream_metadata,
-    stream_step_args,
-    table_args,
 )
 from streaming_pipeline.engine.delta_tables import count_duplicate_keys, read_table, table_exists
 from streaming_pipeline.resources import LakehouseResource, SparkResource
-from streaming_pipeline.settings import PipelineSettings
-from streaming_pipeline.silver.joins import update_ride_pickup_joins
+from streaming_pipeline.settings import DEFAULT_JOIN_MAX_GAP, DEFAULT_RIDE_WATERMARK_DELAY
+from streaming_pipeline.silver.joins import ride_pickup_joins_query, update_ride_pickup_joins
+from streaming_pipeline.streamed_table import StreamedTable, WrittenTable
 from streaming_pipeline.tables import JOIN_LATE_ROWS, RAW_PICKUP_LOCATIONS, RAW_RIDES, RIDE_PICKUP_JOINS
-
-_SETTINGS = PipelineSettings.from_env()
 
 
 class RidePickupJoinsConfig(IntervalsConfig):
@@ -27,34 +23,52 @@ class RidePickupJoinsConfig(IntervalsConfig):
     INTERVALS = ("join_max_gap", "watermark_delay")
 
     join_max_gap: str = Field(
-        default=_SETTINGS.join_max_gap,
+        default=DEFAULT_JOIN_MAX_GAP,
         description="A pickup joins a ride within this interval after its dropoff, inclusive (default: JOIN_MAX_GAP).",
     )
     watermark_delay: str = Field(
-        default=_SETTINGS.ride_watermark_delay,
+        default=DEFAULT_RIDE_WATERMARK_DELAY,
         description="How far behind the latest event time either side may arrive (default: RIDE_WATERMARK_DELAY).",
     )
 
 
-@dg.multi_asset(
-    name=RIDE_PICKUP_JOINS.name,
-    specs=[
-        dg.AssetSpec(
-            RIDE_PICKUP_JOINS.name,
-            description="Rides joined with pickups at their dropoff zone within join_max_gap (inclusive) of the "
-            "dropoff, one row per matching pair (stream-stream join, watermarked on both sides).",
-            **table_args(RIDE_PICKUP_JOINS, kinds=SPARK_KINDS, deps=[RAW_RIDES.name, RAW_PICKUP_LOCATIONS.name]),
+@dg.component_instance
+def load(context: dg.ComponentLoadContext) -> StreamedTable:
+    return StreamedTable(
+        step=RIDE_PICKUP_JOINS.name,
+        writes=[
+            WrittenTable(
+                RIDE_PICKUP_JOINS,
+                deps=[RAW_RIDES.name, RAW_PICKUP_LOCATIONS.name],
+                description="Rides joined with pickups at their dropoff zone within join_max_gap (inclusive) of the "
+                "dropoff, one row per matching pair (stream-stream join, watermarked on both sides).",
+            ),
+            WrittenTable(
+                JOIN_LATE_ROWS,
+                deps=[RAW_RIDES.name, RAW_PICKUP_LOCATIONS.name],
+                description="Per micro-batch of the ride_pickup_joins query that dropped rows: how many rides and "
+                "pickups arrived behind its watermark and were dropped (never joined), so that they are counted, "
+                "not lost silently. The first run of the join creates it (empty until the watermark drops a row).",
+            ),
+        ],
+        compute=ride_pickup_joins,
+        config=RidePickupJoinsConfig,
+        config_defaults=lambda settings: {
+            "join_max_gap": settings.join_max_gap,
+            "watermark_delay": settings.ride_watermark_delay,
+        },
+        live_query=lambda inputs, config: ride_pickup_joins_query(
+            inputs.spark,
+            inputs.lakehouse,
+            join_max_gap=config.interval("join_max_gap"),
+            watermark_delay=config.interval("watermark_delay"),
+            run_id=inputs.run_id,
+            log=inputs.log,
         ),
-        dg.AssetSpec(
-            JOIN_LATE_ROWS.name,
-            description="Per micro-batch of the ride_pickup_joins query that dropped rows: how many rides and "
-            "pickups arrived behind its watermark and were dropped (never joined), so that they are counted, not "
-            "lost silently. The first run of the join creates it (empty until the watermark drops a row).",
-            **table_args(JOIN_LATE_ROWS, kinds=SPARK_KINDS, deps=[RAW_RIDES.name, RAW_PICKUP_LOCATIONS.name]),
-        ),
-    ],
-    **stream_step_args(RIDE_PICKUP_JOINS.name, priority=20),
-)
+        priority=20,
+    )
+
+
 def ride_pickup_joins(
     context: dg.AssetExecutionContext, config: RidePickupJoinsConfig, spark: SparkResource, lakehouse: LakehouseResource
 ):

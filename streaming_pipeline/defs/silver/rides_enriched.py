@@ -3,24 +3,25 @@ once."""
 
 import dagster as dg
 
-from streaming_pipeline.asset_metadata import (
-    SPARK_KINDS,
-    delta_table_metadata,
-    position_against_raw_rides,
-    stream_step_args,
-    table_args,
-)
+from streaming_pipeline.asset_metadata import delta_table_metadata, position_against_raw_rides
 from streaming_pipeline.engine.delta_tables import count_duplicate_keys, count_rows, table_exists
 from streaming_pipeline.resources import LakehouseResource, SparkResource
-from streaming_pipeline.silver.enrichment import update_rides_enriched
+from streaming_pipeline.silver.enrichment import rides_enriched_query, update_rides_enriched
+from streaming_pipeline.streamed_table import StreamedTable, WrittenTable
 from streaming_pipeline.tables import KAFKA_KEY, RAW_RIDES, RIDES_ENRICHED, TAXI_ZONES
 
 
-@dg.asset(
-    name=RIDES_ENRICHED.name,
-    **table_args(RIDES_ENRICHED, kinds=SPARK_KINDS, deps=[RAW_RIDES.name, TAXI_ZONES.name]),
-    **stream_step_args(RIDES_ENRICHED.name, priority=30),
-)
+@dg.component_instance
+def load(context: dg.ComponentLoadContext) -> StreamedTable:
+    return StreamedTable(
+        step=RIDES_ENRICHED.name,
+        writes=[WrittenTable(RIDES_ENRICHED, deps=[RAW_RIDES.name, TAXI_ZONES.name])],
+        compute=rides_enriched,
+        live_query=lambda inputs, config: rides_enriched_query(inputs.spark, inputs.lakehouse),
+        priority=30,
+    )
+
+
 def rides_enriched(context: dg.AssetExecutionContext, spark: SparkResource, lakehouse: LakehouseResource):
     """Every ride of raw_rides once, plus pu_borough, pu_zone, do_borough and do_zone: a stream-static join
     with a broadcast of taxi_zones. An unknown location id keeps its ride, with null zone columns, and is

@@ -8,15 +8,16 @@ from pydantic import Field, field_validator
 from streaming_pipeline.asset_metadata import SPARK_KINDS, delta_table_metadata, table_args
 from streaming_pipeline.errors import ConfigurationError
 from streaming_pipeline.resources import LakehouseResource, SparkResource
-from streaming_pipeline.settings import PipelineSettings
+from streaming_pipeline.settings import LiveSettings, PipelineSettings
 from streaming_pipeline.silver.enrichment import refresh_taxi_zones
 from streaming_pipeline.silver.taxi_zones import shipped_taxi_zones_csv
+from streaming_pipeline.streamed_table import with_config_class, with_defaults
 from streaming_pipeline.tables import TAXI_ZONES
 
 
 class TaxiZonesConfig(dg.Config):
     csv_path: str | None = Field(
-        default=PipelineSettings.from_env().taxi_zones_csv,
+        default=None,
         description="The zone lookup CSV to load (default: TAXI_ZONES_CSV, else the TLC lookup shipped).",
     )
 
@@ -28,19 +29,31 @@ class TaxiZonesConfig(dg.Config):
         return value
 
 
-@dg.asset(
-    name=TAXI_ZONES.name,
-    **table_args(
-        TAXI_ZONES,
-        kinds={"csv", *SPARK_KINDS},
-        # Loaded once by Dagster's automation sensor when missing (on_missing() fires only when a target becomes
-        # missing, never for one missing since the first tick); a failed load waits for someone to fix the CSV.
-        automation_condition=dg.AutomationCondition.missing()
-        & ~dg.AutomationCondition.in_progress()
-        & ~dg.AutomationCondition.execution_failed(),
-        streamed=False,
-    ),
-)
+def taxi_zones_asset(live: LiveSettings, settings: PipelineSettings) -> dg.AssetsDefinition:
+    """The lookup's asset, its csv_path defaulting to the settings' TAXI_ZONES_CSV."""
+    config = with_defaults(TaxiZonesConfig, {"csv_path": settings.taxi_zones_csv})
+    return dg.asset(
+        name=TAXI_ZONES.name,
+        **table_args(
+            TAXI_ZONES,
+            kinds={"csv", *SPARK_KINDS},
+            live=live,
+            # Loaded once by Dagster's automation sensor when missing (on_missing() fires only when a target becomes
+            # missing, never for one missing since the first tick); a failed load waits for someone to fix the CSV.
+            automation_condition=dg.AutomationCondition.missing()
+            & ~dg.AutomationCondition.in_progress()
+            & ~dg.AutomationCondition.execution_failed(),
+            streamed=False,
+        ),
+    )(with_config_class(taxi_zones, config))
+
+
+@dg.definitions
+def defs(context: dg.ComponentLoadContext) -> dg.Definitions:
+    """Read when the definitions load: TAXI_ZONES_CSV."""
+    return dg.Definitions(assets=[taxi_zones_asset(LiveSettings.from_env(), PipelineSettings.from_env())])
+
+
 def taxi_zones(
     context: dg.AssetExecutionContext, config: TaxiZonesConfig, spark: SparkResource, lakehouse: LakehouseResource
 ):
