@@ -198,7 +198,7 @@ def test_recreated_topic_is_reported_by_run_and_sensor_and_replay_reads_the_new_
     from streaming_pipeline.defs.bronze.offset_sensors import build_offset_sensor, live_job
 
     key = dg.AssetKey("raw_rides")
-    sensor = build_offset_sensor(key, RIDES_TOPIC, live_job(key), SensorSettings())
+    sensor = build_offset_sensor(key, RIDES_TOPIC, live_job(key), SensorSettings(), [RIDES.bronze_table])
     with dg.instance_for_test() as instance:
         context = dg.build_sensor_context(
             instance=instance,

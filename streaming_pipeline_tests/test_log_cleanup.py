@@ -79,7 +79,7 @@ def test_sensor_bronze_run_and_checks_go_on_exactly_after_log_cleanup(stack, sma
     _produce(stack, 7, seed=22)
     ends = end_offsets(stack.bootstrap_servers, RIDES_TOPIC)
     key = dg.AssetKey("raw_rides")
-    sensor = build_offset_sensor(key, RIDES_TOPIC, live_job(key), SensorSettings(min_records=1))
+    sensor = build_offset_sensor(key, RIDES_TOPIC, live_job(key), SensorSettings(min_records=1), [RIDES.bronze_table])
     with dg.instance_for_test() as instance:
         context = dg.build_sensor_context(
             instance=instance,
