@@ -31,6 +31,7 @@ from streaming_pipeline.engine.streams import (
     Log,
     StreamQuery,
     StreamRunReport,
+    remove_unfinished_log_writes,
     root_cause,
 )
 from streaming_pipeline.errors import BronzeStateError, StreamingRunError
@@ -284,6 +285,13 @@ class ContinuousQueries:
         if any(marker in message for marker in RESTART_MARKERS) and running.schema_restarts < MAX_SCHEMA_RESTARTS:
             running.schema_restarts += 1
             self._log.info(f"{running.spec.name}: a source table's schema changed, restarting the query")
+            return
+        removed = remove_unfinished_log_writes(message)
+        if removed:
+            self._log.warning(
+                f"{running.spec.name}: removed the unfinished write of a killed run ({', '.join(removed)}); "
+                "restarting the query at batch 0"
+            )
             return
         self._count_failure(running, root_cause(message))
 

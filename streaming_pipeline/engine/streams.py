@@ -10,7 +10,9 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
+from urllib.parse import urlparse
 
 from pyspark.errors import StreamingQueryException
 from pyspark.sql.streaming import DataStreamWriter
@@ -80,6 +82,30 @@ MAX_SCHEMA_RESTARTS = 3
 WORKER_START_MARKERS = ("Python worker failed to connect back", "waiting for the Python worker to connect back")
 MAX_WORKER_START_RETRIES = 2
 WORKER_START_RETRY_SECONDS = 10.0
+# Spark 4 refuses to start a query at batch 0 while its checkpoint's offsets log holds any file, even the empty
+# temporary file (`.0.<uuid>.tmp`) that a process killed while writing batch 0's offsets leaves before its rename.
+# Spark never reads such a file; once it is removed, the query starts at batch 0 as it should.
+UNFINISHED_WRITE_MARKER = "STATE_STORE_CHECKPOINT_LOCATION_NOT_EMPTY"
+_NOT_EMPTY_LOCATION = re.compile(r"checkpoint location (\S+) should be empty on batch 0")
+_UNFINISHED_WRITE = re.compile(r"\.{1,2}\d+\.[0-9a-f-]+\.tmp(\.crc)?")
+
+
+def remove_unfinished_log_writes(message: str) -> list[str]:
+    """When `message` is Spark's refusal to start a query at batch 0 because its checkpoint's offsets log (on the
+    local file system) is not empty, and that log holds nothing but the temporary files of a killed write, remove
+    them and return their names; else remove nothing and return []."""
+    if UNFINISHED_WRITE_MARKER not in message:
+        return []
+    match = _NOT_EMPTY_LOCATION.search(message)
+    if match is None or urlparse(match.group(1)).scheme != "file":
+        return []
+    log_dir = Path(urlparse(match.group(1)).path)
+    files = sorted(log_dir.iterdir()) if log_dir.is_dir() else []
+    if not files or not all(_UNFINISHED_WRITE.fullmatch(f.name) for f in files):
+        return []
+    for file in files:
+        file.unlink()
+    return [str(file) for file in files]
 
 
 @dataclass
@@ -155,14 +181,16 @@ def run_available_now(
 ) -> StreamRunReport:
     """Start the query built by `start_writer()` with availableNow, wait until it has drained, report.
 
-    A Delta source whose schema changed makes Spark stop and ask for a restart: the query is started
-    again (the checkpoint resumes where it stopped), at most MAX_SCHEMA_RESTARTS times. A start whose
+    A Delta source whose schema changed makes Spark stop and ask for a restart: the query is started again (the
+    checkpoint resumes where it stopped), at most MAX_SCHEMA_RESTARTS times. A checkpoint that a killed run left
+    with an unfinished write of batch 0's offsets is cleared of it, and the query started again, once. A start whose
     foreachBatch worker did not connect back in time is tried again, at most MAX_WORKER_START_RETRIES times. Each
     start holds the machine's query-start lock (`engine.query_starts`).
     """
     log = log or _LOG
     report = StreamRunReport(query_name=query_name)
     worker_retries = 0
+    removed_unfinished_write = False
     while True:
         try:
             writer = start_writer().queryName(query_name).trigger(availableNow=True)
@@ -195,6 +223,14 @@ def run_available_now(
             if any(marker in message for marker in RESTART_MARKERS) and report.restarts < MAX_SCHEMA_RESTARTS:
                 report.restarts += 1
                 log.info(f"{query_name}: source schema changed, restarting the query ({report.restarts})")
+                continue
+            removed = [] if removed_unfinished_write else remove_unfinished_log_writes(message)
+            if removed:
+                removed_unfinished_write = True
+                log.warning(
+                    f"{query_name}: removed the unfinished write of a killed run ({', '.join(removed)}); "
+                    "starting the query again at batch 0"
+                )
                 continue
             raise StreamingRunError(f"streaming query {query_name!r} failed: {root_cause(message)}") from exc
         finally:
