@@ -142,14 +142,17 @@ class IntervalsConfig(dg.Config):
 PREVIEW_ROWS = 10
 
 
-def delta_table_metadata(spark: SparkSession, path: str, *, preview_order: list[str] | None = None) -> dict[str, Any]:
-    """Path, version, row count and a preview of 10 rows.
+def delta_table_metadata(
+    spark: SparkSession, lakehouse: LakehouseResource, table: tables.Table, *, preview_order: list[str] | None = None
+) -> dict[str, Any]:
+    """Path, version, row count, the columns (`current_column_schema`) and a preview of 10 rows of `table`.
 
     The count (from the files' statistics) and the preview are read with delta-rs, which costs no Spark job,
     and with Spark where delta-rs cannot tell. `preview_order` sorts the preview, which reads the whole
     table: only for tables that stay small. Large tables preview any 10 rows, so that a run's cost follows its
     new data, not the table's history.
     """
+    path = lakehouse.table_path(table.name)
     version = latest_version(path)
     if version is None:
         return {
@@ -167,7 +170,7 @@ def delta_table_metadata(spark: SparkSession, path: str, *, preview_order: list[
         "table_path": dg.MetadataValue.path(path),
         "delta_version": dg.MetadataValue.int(version),
         "dagster/row_count": dg.MetadataValue.int(rows),
-        "dagster/column_schema": current_column_schema(spark, path, version),
+        "dagster/column_schema": current_column_schema(spark, path, version, table),
         "preview": dg.MetadataValue.md(markdown_table(sample)),
     }
 
@@ -175,17 +178,18 @@ def delta_table_metadata(spark: SparkSession, path: str, *, preview_order: list[
 EVOLVED_COLUMN = "Added by schema evolution: a later version of the source's value schema has this field."
 
 
-def current_column_schema(spark: SparkSession | None, path: str, version: int) -> dg.TableSchema | None:
-    """The table's columns as its Delta metadata holds them at `version`, which schema evolution may have widened
-    beyond the declared ones, with the declared descriptions (`tables`); read with delta-rs, else with Spark (None
-    when neither can: no session given)."""
+def current_column_schema(
+    spark: SparkSession | None, path: str, version: int, declared: tables.Table
+) -> dg.TableSchema | None:
+    """The columns of the table at `path` as its Delta metadata holds them at `version`, which schema evolution may
+    have widened beyond the `declared` ones, with the declaration's descriptions (a column it does not have is
+    marked `EVOLVED_COLUMN`); read with delta-rs, else with Spark (None when neither can: no session given)."""
     found = snapshot_columns(path, version)
     if found is None:
         if spark is None:
             return None
         found = [(f.name, f.dataType.simpleString()) for f in read_table(spark, path, version).schema.fields]
-    declared = tables.declared_tables().get(path.rstrip("/").rsplit("/", 1)[-1])
-    descriptions = {c.name: c.description for c in declared.columns} if declared else {}
+    descriptions = {c.name: c.description for c in declared.columns}
     return dg.TableSchema(
         columns=[
             dg.TableColumn(name, type_, description=descriptions[name] if name in descriptions else EVOLVED_COLUMN)

@@ -1,32 +1,24 @@
 """A source: a Kafka topic of Avro records (key and value in the Confluent wire format) and the bronze table it lands
 in. Plain Python: the foreachBatch handlers and the command line read it without Dagster.
 
-A source is declared by a `defs.yaml` of type `streaming_pipeline.components.KafkaDeltaSource` (docs/extending.md):
-the component builds its Dagster definitions from `SourceTopic.declared(...)`, and the functions of the library
-that work on sources receive them. `read_declaration` reads such a file without Dagster, for the project's own
-sources that its silver and gold tables read (`tables.py`) and for the command line (`project_sources`).
+A source is declared as a `streaming_pipeline.components.KafkaDeltaSource` component, in a `defs.yaml` or in Python
+(docs/extending.md): the component builds its Dagster definitions from `SourceTopic.declared(...)`, and the
+functions of the library that work on sources receive them. The project's own two sources, which its silver and
+gold tables read, are declared in Python in `tables.py`.
 """
 
 from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from importlib import resources
-from pathlib import Path
-from typing import TYPE_CHECKING, Any
-
-import yaml
+from typing import TYPE_CHECKING
 
 from streaming_pipeline.errors import ConfigurationError
 from streaming_pipeline.schemas import avro_columns, load_schema
+from streaming_pipeline.table_model import BRONZE, KAFKA_COLUMNS, Table
 
 if TYPE_CHECKING:
     from collections.abc import Iterable
-
-    from streaming_pipeline.tables import Table
-
-#: The `type` of a source's defs.yaml.
-COMPONENT_TYPE = "streaming_pipeline.components.KafkaDeltaSource"
 
 
 @dataclass(frozen=True)
@@ -70,8 +62,6 @@ class SourceTopic:
     @property
     def table(self) -> Table:
         """The bronze table: the value schema's fields, then the Kafka coordinates."""
-        from streaming_pipeline.tables import BRONZE, KAFKA_COLUMNS, Table  # tables names its bronze tables from here
-
         return Table(self.bronze_table, BRONZE, (*avro_columns(load_schema(self.value_schema)), *KAFKA_COLUMNS))
 
     @property
@@ -82,39 +72,6 @@ class SourceTopic:
     @property
     def value_subject(self) -> str:
         return f"{self.topic}-value"
-
-
-def read_declaration(defs_yaml: Path) -> SourceTopic:
-    """The source a `KafkaDeltaSource` defs.yaml declares, read without Dagster: its attributes as written (no
-    templates), the schema paths relative to the file. Dagster's own loading of the same file validates it fully."""
-    document: Any = yaml.safe_load(defs_yaml.read_text())
-    if not isinstance(document, dict) or document.get("type") != COMPONENT_TYPE:
-        raise ConfigurationError(f"{defs_yaml}: not a {COMPONENT_TYPE} declaration")
-    attributes = dict(document.get("attributes") or {})
-    for field in ("value_schema", "key_schema"):
-        if attributes.get(field) is not None:
-            attributes[field] = str((defs_yaml.parent / attributes[field]).resolve())
-    try:
-        return SourceTopic.declared(**attributes)
-    except TypeError as exc:
-        raise ConfigurationError(f"{defs_yaml}: {exc}") from exc
-
-
-def project_defs_yaml(*parts: str) -> Path:
-    """A defs.yaml of this project's code location (`streaming_pipeline/defs/<parts>/defs.yaml`)."""
-    return Path(str(resources.files("streaming_pipeline").joinpath("defs", *parts, "defs.yaml")))
-
-
-def project_sources() -> tuple[SourceTopic, ...]:
-    """The sources declared in this project's code location, in path order (what the command line works on)."""
-    root = project_defs_yaml().parent
-    found = [
-        read_declaration(path)
-        for path in sorted(root.rglob("defs.yaml"))
-        if (yaml.safe_load(path.read_text()) or {}).get("type") == COMPONENT_TYPE
-    ]
-    check_declared_once(found)
-    return tuple(found)
 
 
 def check_declared_once(sources: Iterable[SourceTopic]) -> None:

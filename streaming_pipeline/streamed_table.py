@@ -26,6 +26,7 @@ import pydantic
 
 from streaming_pipeline.asset_metadata import SPARK_KINDS, stream_step_args, table_args
 from streaming_pipeline.settings import LiveSettings, PipelineSettings
+from streaming_pipeline.tables import DEAD_LETTER_RECORDS
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -206,4 +207,14 @@ def writing_steps(sources: Sequence[SourceTopic], steps: Sequence[StreamedTable]
     return {
         **{source.bronze_table: source.bronze_table for source in sources},
         **{name: step.step for step in steps for name in step.table_names},
+    }
+
+
+def declared_tables(sources: Sequence[SourceTopic], steps: Sequence[StreamedTable]) -> dict[str, Table]:
+    """The declaration of every table the sources' and the steps' queries write, by name: each bronze table, the
+    dead letters (every bronze query writes them) and each step's tables."""
+    return {
+        **{source.bronze_table: source.table for source in sources},
+        DEAD_LETTER_RECORDS.name: DEAD_LETTER_RECORDS,
+        **{written.table.name: written.table for step in steps for written in step.writes},
     }

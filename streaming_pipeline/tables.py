@@ -1,7 +1,8 @@
 """Every Delta table of the lakehouse, defined once: its name (the Dagster asset key), its layer (the asset
 group) and its columns (name, Spark SQL type, description), as docs/design.md documents them. A bronze table is
-derived from its source's declaration (a `KafkaDeltaSource` defs.yaml, `streaming_pipeline.sources`); the others
-are declared here.
+derived from its source's declaration (`streaming_pipeline.sources.SourceTopic`): the project's two sources are
+declared here, and the code location makes each a `KafkaDeltaSource` (`defs/bronze/<source>.py`); the other tables
+are declared here too.
 
 Plain Python, importing neither Dagster nor Spark: the foreachBatch handlers, which run in a Spark worker that
 must not import Dagster, take their DDL from here. The Dagster wiring derives the schemas the UI shows
@@ -10,7 +11,7 @@ must not import Dagster, take their DDL from here. The Dagster wiring derives th
 
 from __future__ import annotations
 
-from streaming_pipeline.sources import project_defs_yaml, read_declaration
+from streaming_pipeline.sources import SourceTopic
 from streaming_pipeline.table_model import (
     BRONZE,
     GOLD,
@@ -27,9 +28,25 @@ __all__ = ["BRONZE", "GOLD", "KAFKA_COLUMN_NAMES", "KAFKA_COLUMNS", "KAFKA_KEY",
 
 # ------------------------------------------------------------------------------------------------ bronze
 
-#: The two sources the silver and gold tables read, as their defs.yaml declare them.
-RIDES = read_declaration(project_defs_yaml("bronze", "rides"))
-PICKUP_LOCATIONS = read_declaration(project_defs_yaml("bronze", "pickup_locations"))
+#: NYC yellow-taxi trips, keyed by vendor: the source the silver and gold tables read.
+RIDES = SourceTopic.declared(
+    topic="rides",
+    value_schema="ride_value.avsc",
+    key_schema="ride_key.avsc",
+    key_field="vendor_id",
+    table="raw_rides",
+    description="Every ride from the `rides` topic, decoded with its writer schema and resolved to the latest "
+    "registered schema, with its Kafka coordinates. Exactly once across re-runs and crashes.",
+)
+#: A taxi picking up a passenger, keyed by taxi zone: joined with the rides.
+PICKUP_LOCATIONS = SourceTopic.declared(
+    topic="pickup_locations",
+    value_schema="pickup_location_value.avsc",
+    key_schema="pickup_location_key.avsc",
+    key_field="pu_location_id",
+    table="raw_pickup_locations",
+    description="Every pickup event from the `pickup_locations` topic with its Kafka coordinates.",
+)
 RIDES_TOPIC = RIDES.topic
 PICKUPS_TOPIC = PICKUP_LOCATIONS.topic
 RAW_RIDES = RIDES.table
@@ -140,8 +157,3 @@ RIDE_WINDOW_AGGREGATES = Table(
         Column("max_pickup_datetime", "timestamp", "Latest on-time pickup in the window."),
     ),
 )
-
-
-def declared_tables() -> dict[str, Table]:
-    """Every table declared in this module, by name."""
-    return {value.name: value for value in globals().values() if isinstance(value, Table)}

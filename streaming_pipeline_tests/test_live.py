@@ -155,7 +155,7 @@ def test_produced_rides_reach_raw_rides_and_vendor_counts_with_no_manual_step(li
     wait_until(live, f"vendor_counts == {expected}", lambda: live.vendor_counts() == expected)
     # One sensor run carried them from Kafka to gold: it selected bronze and everything downstream.
     runs = live.instance().get_runs(filters=dg.RunsFilter(tags={"dagster/sensor_name": SENSOR_NAME}))
-    assert runs and all(run.job_name == "raw_rides_to_gold_job" for run in runs)
+    assert runs and all(run.job_name == "raw_rides_downstream_job" for run in runs)
     # The windows are the run's last step (vendor_counts comes right after bronze): they follow in the same run.
     wait_until(live, "windows in ride_window_aggregates", lambda: live.count("ride_window_aggregates") > 0)
     # The automation sensor loaded taxi_zones (missing in a new lakehouse), so the rides are enriched live too.
@@ -238,7 +238,7 @@ def test_steps_of_a_manual_run_and_a_sensor_run_never_work_on_the_same_checkpoin
 
     wait_until(live, "the sensor launches a run", new_sensor_run_started)
     client = DagsterGraphQLClient("127.0.0.1", port_number=live.webserver_port)
-    manual_run_id = client.submit_job_execution("raw_rides_to_gold_job")
+    manual_run_id = client.submit_job_execution("raw_rides_downstream_job")
 
     def finished(run_id: str) -> bool:
         run = live.instance().get_run_by_id(run_id)
@@ -327,7 +327,7 @@ def test_the_continuous_mode_streams_produced_rides_to_gold_and_terminating_it_s
     live_helpers.wait_until(
         "the sensor launches the continuous run", lambda: continuous_run() is not None, log=dagster_dev.log_file
     )
-    triggered_before = len(live.instance().get_runs(filters=dg.RunsFilter(job_name="raw_rides_to_gold_job")))
+    triggered_before = _live_job_runs(live)
     rides = list(synthetic_rides(LOAD, SyntheticOptions(seed=404)))
     result = produce(kafka, registry, RIDES_TOPIC, rows_from_records(rides), rate=400, show_progress=False)
     assert (result.sent, result.failed) == (LOAD, 0)
@@ -344,7 +344,7 @@ def test_the_continuous_mode_streams_produced_rides_to_gold_and_terminating_it_s
     distinct = live.spark.read.format("delta").load(str(live.lakehouse / "raw_rides"))
     assert distinct.select("kafka_partition", "kafka_offset").distinct().count() == len(PRODUCED)
     # The offset sensors stood aside: no triggered run took any of them.
-    assert len(live.instance().get_runs(filters=dg.RunsFilter(job_name="raw_rides_to_gold_job"))) == (triggered_before)
+    assert _live_job_runs(live) == (triggered_before)
     # The run reports the tables it streams as materializations of their assets, at its report interval (5 s
     # here), so the report of vendor_counts' last commit may come a little after the counts are exact.
     run_id = continuous_run().run_id
@@ -444,12 +444,12 @@ def test_switching_to_triggered_and_back_to_continuous_loses_and_duplicates_noth
 
     # Counted before the sensor can launch anything: its first run may start at once, for the rides the terminated
     # continuous run left, and take the new ones too.
-    sensor_runs_before = len(live.instance().get_runs(filters=dg.RunsFilter(job_name="raw_rides_to_gold_job")))
+    sensor_runs_before = _live_job_runs(live)
     dagster_dev = live.restart_dagster_dev(live.env, tmp_path / "dagster-dev-triggered.log")
     _set_sensor(dagster_dev, SENSOR_NAME, running=True)  # paused since the replay
     produce_and_check(408, dagster_dev.log_file)
     # The offset sensor's runs carried them: triggered mode is back, with no continuous run.
-    assert len(live.instance().get_runs(filters=dg.RunsFilter(job_name="raw_rides_to_gold_job"))) > sensor_runs_before
+    assert _live_job_runs(live) > sensor_runs_before
     assert _continuous_run(live) is None
 
     dagster_dev = live.restart_dagster_dev(_continuous_env(live), tmp_path / "dagster-dev-continuous-again.log")
@@ -735,3 +735,8 @@ def _freshness(live: Live, table: str) -> str | None:
     records = live.instance().get_freshness_state_records([dg.AssetKey(table)])
     record = records.get(dg.AssetKey(table))
     return record.freshness_state.value if record is not None else None
+
+
+def _live_job_runs(live: Live) -> int:
+    """How many runs raw_rides' live job has had (the offset sensor's)."""
+    return len(live.instance().get_runs(filters=dg.RunsFilter(job_name="raw_rides_downstream_job")))

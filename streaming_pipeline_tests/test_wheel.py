@@ -18,7 +18,7 @@ import pytest
 from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
 
-from streaming_pipeline.sources import project_sources
+from streaming_pipeline.devstack.project import project_sources
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -63,10 +63,11 @@ import dagster as dg
 import streaming_pipeline
 from streaming_pipeline.definitions import defs
 from streaming_pipeline.engine.spark import read_profile
+from streaming_pipeline.components.kafka_delta_source import declared_sources
 from streaming_pipeline.schemas import load_schema
-from streaming_pipeline.sources import project_sources
 
 dg.Definitions.validate_loadable(defs)
+sources = declared_sources(defs.component_tree)
 package = resources.files("streaming_pipeline")
 print(json.dumps({
     "package_file": streaming_pipeline.__file__,
@@ -74,9 +75,9 @@ print(json.dumps({
     "asset_keys": sorted(key.to_user_string() for key in defs.resolve_asset_graph().get_all_asset_keys()),
     "sources": {
         s.topic: {Path(name).name: load_schema(name) for name in (s.key_schema, s.value_schema)}
-        for s in project_sources()
+        for s in sources
     },
-    "bronze_columns": {s.bronze_table: s.table.column_names for s in project_sources()},
+    "bronze_columns": {s.bronze_table: s.table.column_names for s in sources},
     "profiles": {name: read_profile(name) for name in ("local", "cluster")},
     "package_data": {
         name: (package / name).is_file()

@@ -1,10 +1,13 @@
 """`KafkaDeltaSource`: one Kafka topic of Avro records (Confluent wire format) ingested exactly once into a bronze
-Delta table, declared by a `defs.yaml` in any `dg` project that has this package installed.
+Delta table, declared by a `defs.yaml` (or in Python, `KafkaDeltaSource.of`) in any `dg` project that has this
+package installed.
 
 The component turns its YAML into the library's plain declaration (`streaming_pipeline.sources.SourceTopic`) and
 builds from it what the project builds for each of its own sources (`defs/bronze/sources.py`): the bronze asset
 with its columns from the Avro `doc`s, its checks, its live job and offset sensor, and the four resources,
-configured from the same environment variables as the project (docs/configuration.md).
+configured from the same environment variables as the project (docs/configuration.md). The project's first source
+(by path) also builds the dead-letter table's asset, downstream of every source's bronze table: a project that
+declares sources gets it without declaring anything more.
 """
 
 from __future__ import annotations
@@ -20,7 +23,7 @@ from pydantic import BaseModel, Field, PrivateAttr
 
 from streaming_pipeline.errors import ConfigurationError
 from streaming_pipeline.resources.from_settings import build_resources
-from streaming_pipeline.schemas import avro_columns
+from streaming_pipeline.schemas import avro_columns, load_schema
 from streaming_pipeline.settings import LiveSettings, PipelineSettings, SensorSettings
 from streaming_pipeline.sources import SourceTopic
 from streaming_pipeline.streamed_table import fast_run_tables, streamed_tables
@@ -186,6 +189,21 @@ class KafkaDeltaSource(dg.Component, dg.Model, dg.Resolvable):
         component._declared_at = context.path
         return component
 
+    @classmethod
+    def of(cls, source: SourceTopic, context: dg.ComponentLoadContext) -> Self:
+        """The component of a source declared in Python, for a `@dg.component_instance` function in a module of the
+        defs folder (schema paths absolute, or file names of this package's `schemas/`)."""
+        component = cls(
+            topic=source.topic,
+            value_schema=source.value_schema,
+            key_schema=source.key_schema,
+            key_field=source.key_field,
+            table=source.bronze_table,
+            description=source.description,
+        )
+        component._declared_at = context.path
+        return component
+
     @property
     def source(self) -> SourceTopic:
         """The library's declaration of this source (plain Python, what the foreachBatch handlers receive)."""
@@ -199,31 +217,40 @@ class KafkaDeltaSource(dg.Component, dg.Model, dg.Resolvable):
         )
 
     def build_defs(self, context: dg.ComponentLoadContext) -> dg.Definitions:
-        from streaming_pipeline.defs.bronze.sources import source_definitions  # the project's wiring, shared
+        from streaming_pipeline.defs.bronze.sources import dead_letter_asset, source_definitions  # shared wiring
 
         _check_declared_once(self, context)
         _check_key_field(self, context)
-        fast_run = fast_run_tables(self.source.bronze_table, streamed_tables(context.component_tree))
+        tree, live = context.component_tree, LiveSettings.from_env()
+        fast_run = fast_run_tables(self.source.bronze_table, streamed_tables(tree))
+        components = _in_path_order(tree)
+        # One dead-letter table for every source of the project: its asset comes with the first one.
+        dead_letters = [dead_letter_asset([c.source for c in components], live)] if components[0] is self else []
         return dg.Definitions.merge(
-            source_definitions(self.source, SensorSettings.from_env(), LiveSettings.from_env(), fast_run),
-            dg.Definitions(resources=build_resources(PipelineSettings.from_env())),
+            source_definitions(self.source, SensorSettings.from_env(), live, fast_run),
+            dg.Definitions(assets=dead_letters, resources=build_resources(PipelineSettings.from_env())),
         )
 
 
+def _declaration_file(context: dg.ComponentLoadContext) -> Path:
+    """The file that declares the component: its defs.yaml, or the Python module of a `@dg.component_instance`."""
+    return context.path if context.path.suffix == ".py" else context.path / "defs.yaml"
+
+
 def _check_key_field(component: KafkaDeltaSource, context: dg.ComponentLoadContext) -> None:
-    """A ConfigurationError naming this defs.yaml when `key_field` is not a field of the value schema."""
+    """A ConfigurationError naming the declaration when `key_field` is not a field of the value schema."""
     if not component.key_field:
         return
-    fields = [column.name for column in avro_columns(Path(component.value_schema).read_text())]
+    fields = [column.name for column in avro_columns(load_schema(component.value_schema))]
     if component.key_field not in fields:
         raise ConfigurationError(
-            f"{context.path}/defs.yaml: key_field {component.key_field!r} is not a field of the value schema "
+            f"{_declaration_file(context)}: key_field {component.key_field!r} is not a field of the value schema "
             f"{component.value_schema} (its fields: {', '.join(fields)})"
         )
 
 
 def _check_declared_once(component: KafkaDeltaSource, context: dg.ComponentLoadContext) -> None:
-    """A ConfigurationError naming this defs.yaml when another KafkaDeltaSource of the project declares its topic
+    """A ConfigurationError naming the declaration when another KafkaDeltaSource of the project declares its topic
     or its table."""
     others = [c for c in context.component_tree.get_all_components(of_type=KafkaDeltaSource) if c is not component]
     for field, value_of in (("topic", lambda c: c.topic), ("table", lambda c: c.source.bronze_table)):
@@ -231,12 +258,15 @@ def _check_declared_once(component: KafkaDeltaSource, context: dg.ComponentLoadC
         twice = sorted(str(c._declared_at) for c in others if value_of(c) == value)
         if twice:
             raise ConfigurationError(
-                f"{context.path}/defs.yaml: {field} {value!r} is declared by another KafkaDeltaSource too "
+                f"{_declaration_file(context)}: {field} {value!r} is declared by another KafkaDeltaSource too "
                 f"({', '.join(twice)}); each topic and each table has one source"
             )
 
 
+def _in_path_order(tree: dg.ComponentTree) -> list[KafkaDeltaSource]:
+    return sorted(tree.get_all_components(of_type=KafkaDeltaSource), key=lambda c: str(c._declared_at))
+
+
 def declared_sources(tree: dg.ComponentTree) -> tuple[SourceTopic, ...]:
-    """Every source the project declares (its `KafkaDeltaSource` instances), in the order of their folders."""
-    components = tree.get_all_components(of_type=KafkaDeltaSource)
-    return tuple(c.source for c in sorted(components, key=lambda c: str(c._declared_at)))
+    """Every source the project declares (its `KafkaDeltaSource` instances), in the order of their paths."""
+    return tuple(c.source for c in _in_path_order(tree))

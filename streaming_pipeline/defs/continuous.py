@@ -13,7 +13,7 @@ termination is taken between two rounds of calls to the engine, never inside one
 """
 
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import dagster as dg
@@ -44,11 +44,13 @@ from streaming_pipeline.sources import SourceTopic
 from streaming_pipeline.streamed_table import (
     LiveQueryInputs,
     StreamedTable,
+    declared_tables,
     latency_critical_query_names,
     live_query_names,
     streamed_tables,
     with_config_class,
 )
+from streaming_pipeline.table_model import Table
 
 CONTINUOUS_SENSOR = "continuous_streams_sensor"
 #: The run tag naming the Spark Connect session a continuous run streams in.
@@ -261,7 +263,14 @@ def _stream(
         log=context.log,
         active_ids=lambda: {str(query.id) for query in session.streams.active},
     )
-    reporter = TableReporter(kafka, lakehouse, queries, sources, caught_up_every=config.caught_up_report_seconds)
+    reporter = TableReporter(
+        kafka,
+        lakehouse,
+        queries,
+        sources,
+        declared_tables(sources, steps),
+        caught_up_every=config.caught_up_report_seconds,
+    )
     lent: set[str] = set()
     next_report = next_lending_check = time.monotonic()
     next_report += config.report_every_seconds
@@ -338,6 +347,7 @@ class TableReporter:
         lakehouse: LakehouseResource,
         queries: Sequence[StreamQuery],
         sources: Sequence[SourceTopic],
+        declared: Mapping[str, Table],
         *,
         caught_up_every: float,
         clock: Callable[[], float] = time.monotonic,
@@ -351,6 +361,7 @@ class TableReporter:
         self._caught_up_every = caught_up_every
         self._clock = clock
         self._sources = {source.bronze_table: source for source in sources}
+        self._declared = declared
         self._versions = {t: latest_version(lakehouse.table_path(t)) for ts in self._tables.values() for t in ts}
         self._reported_at: dict[str, float] = {}
         self._lags: dict[str, int] = {}
@@ -445,8 +456,8 @@ class TableReporter:
         rows = row_count(path, version)
         if rows is not None:
             metadata["dagster/row_count"] = dg.MetadataValue.int(rows)
-        if version != previous:  # the columns as they are now: a new field of the source's schema joins them
-            schema = current_column_schema(None, path, version)
+        if version != previous and table in self._declared:  # the columns as they are now: a new field joins them
+            schema = current_column_schema(None, path, version, self._declared[table])
             if schema is not None:
                 metadata["dagster/column_schema"] = schema
         if consumed is not None:

@@ -197,8 +197,8 @@ def bench_stack(
     from dataclasses import replace
 
     from streaming_pipeline.devstack.embedded.stack import EmbeddedStack, running_stack
+    from streaming_pipeline.devstack.project import project_sources
     from streaming_pipeline.resources import KafkaResource
-    from streaming_pipeline.sources import project_sources
 
     with contextlib.ExitStack() as stop:
         if stack_dir is None:

@@ -3,7 +3,7 @@
 `dagster_home_bytes` is the size of a DAGSTER_HOME on disk (the soak benchmark uses it too). `measure` builds a
 temporary DAGSTER_HOME with the stack's dagster.yaml and plays live mode into it, cheaply and without Spark:
 
-- `runs` finished runs of a job shaped like `raw_rides_to_gold_job` (the same asset keys and dependencies, one step
+- `runs` finished runs of a job shaped like `raw_rides_downstream_job` (the same asset keys and dependencies, one step
   per asset, executed in process on the instance), each materializing its assets with metadata of the size the
   real assets write (counts, offsets, a 10-row preview, the windows' chart), tagged as the offset sensor tags them;
 - after each run, the automation sensor's evaluation of the code location's real automation conditions, stored as
@@ -43,7 +43,7 @@ from streaming_pipeline.defs.run_retention import RetentionReport, delete_expire
 from streaming_pipeline.devstack.embedded.dagster_home import write_dagster_yaml
 from streaming_pipeline.settings import RunRetentionSettings
 
-LIVE_JOB = "raw_rides_to_gold_job"
+LIVE_JOB = "raw_rides_downstream_job"
 BRONZE = "raw_rides"
 RIDES_SENSOR = "raw_rides_offset_sensor"
 PICKUPS_SENSOR = "raw_pickup_locations_offset_sensor"

@@ -14,9 +14,9 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from streaming_pipeline.devstack.project import project_sources
 from streaming_pipeline.engine.maintenance import check_retention, lakehouse_table_names
 from streaming_pipeline.errors import MaintenanceError
-from streaming_pipeline.sources import project_sources
 from streaming_pipeline.tables import DEAD_LETTER_RECORDS
 
 if TYPE_CHECKING:  # Dagster is imported when a command runs, not when the command line is parsed

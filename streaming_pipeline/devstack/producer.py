@@ -14,13 +14,14 @@ from typing import TYPE_CHECKING, Any, cast
 from confluent_kafka import KafkaError, KafkaException, Producer
 from confluent_kafka.serialization import MessageField, SerializationContext
 
+from streaming_pipeline.devstack.project import project_sources
 from streaming_pipeline.devstack.records import CsvRow, Record
 from streaming_pipeline.errors import ConfigurationError
 from streaming_pipeline.progress import Progress
 from streaming_pipeline.registry_client import RegistryClient
 from streaming_pipeline.resources.kafka import KafkaResource
 from streaming_pipeline.schemas import load_schema
-from streaming_pipeline.sources import project_sources, source_for_topic
+from streaming_pipeline.sources import source_for_topic
 
 if TYPE_CHECKING:
     from confluent_kafka.schema_registry.avro import AvroSerializer

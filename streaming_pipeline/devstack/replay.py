@@ -30,13 +30,15 @@ import dagster as dg
 
 from streaming_pipeline.bronze.decode import reader_schema_of
 from streaming_pipeline.bronze.offsets import Offsets, replay_app_id
+from streaming_pipeline.defs.bronze.offset_sensors import live_job_names
+from streaming_pipeline.devstack.project import project_sources
 from streaming_pipeline.engine.delta_log import filesystem, latest_version
 from streaming_pipeline.engine.delta_tables import read_table
 from streaming_pipeline.errors import ConfigurationError, ReplayError
 from streaming_pipeline.resources.kafka import KafkaResource
 from streaming_pipeline.resources.lakehouse import LakehouseResource
 from streaming_pipeline.schemas import avro_columns
-from streaming_pipeline.sources import SourceTopic, project_sources
+from streaming_pipeline.sources import SourceTopic
 from streaming_pipeline.tables import DEAD_LETTER_RECORDS, KAFKA_COLUMNS, ddl
 
 if TYPE_CHECKING:
@@ -156,7 +158,7 @@ def _runs_in_flight(instance: dg.DagsterInstance, names: set[str]) -> list[str]:
     or the continuous mode's run, which streams every table."""
     from streaming_pipeline.live_runs import CONTINUOUS_JOB, IN_FLIGHT
 
-    jobs = {CONTINUOUS_JOB, *(f"{name}_to_gold_job" for name in names)}
+    jobs = {CONTINUOUS_JOB, *(job for name in names for job in live_job_names(dg.AssetKey(name)))}
     found = []
     for run in instance.get_runs(filters=dg.RunsFilter(statuses=IN_FLIGHT), limit=200):
         selected = {key.to_user_string() for key in (run.asset_selection or set())}
@@ -275,7 +277,7 @@ def replay(
         f"  emptied {asset_name} and {len(report.reset_tables)} downstream table(s); the old versions stay readable"
     )
 
-    job = defs.resolve_job_def(f"{asset_name}_to_gold_job")
+    job = defs.resolve_job_def(live_job_names(dg.AssetKey(asset_name))[0])
     progress(f"  running {job.name} ({1 + len(downstream)} asset(s))")
     report.run_id = _rebuild(job, instance, asset_name)
     report.rows_after = read_table(spark, table_path).count()

@@ -31,6 +31,7 @@ from typing import Any
 
 import dagster as dg
 
+from streaming_pipeline.defs.bronze.offset_sensors import live_job_names
 from streaming_pipeline.devstack.bench import (
     bench_stack,
     bench_stage,
@@ -42,10 +43,10 @@ from streaming_pipeline.devstack.bench import (
     write_json,
 )
 from streaming_pipeline.devstack.producer import produce, rows_from_records
+from streaming_pipeline.devstack.project import project_sources
 from streaming_pipeline.devstack.synthetic import SyntheticOptions, synthetic_records
 from streaming_pipeline.errors import BenchError
 from streaming_pipeline.settings import PipelineSettings
-from streaming_pipeline.sources import project_sources
 from streaming_pipeline.tables import RAW_RIDES, RIDES
 
 #: Goals of the soak: (figure, the largest allowed ratio of its last tenth to its first tenth).
@@ -174,7 +175,7 @@ class _Soak:
         """Run the source's live job as its offset sensor would; its seconds."""
         from streaming_pipeline.devstack.quiet_runs import QUIET_RUN_CONFIG
 
-        job = self.defs.resolve_job_def(f"{source.bronze_table}_to_gold_job")
+        job = self.defs.resolve_job_def(live_job_names(dg.AssetKey(source.bronze_table))[0])
         started = time.monotonic()
         result = job.execute_in_process(
             instance=self.instance,

@@ -89,9 +89,68 @@ def test_an_instance_builds_the_bronze_asset_its_checks_live_job_sensor_and_reso
             "reconciles_with_kafka_offsets",
             "unique_kafka_coordinates",
         ]
-        assert [job.name for job in defs.jobs or []] == ["raw_payments_to_gold_job"]
+        assert [job.name for job in defs.jobs or []] == ["raw_payments_downstream_job"]
         assert [sensor.name for sensor in defs.sensors or []] == ["raw_payments_offset_sensor"]
         assert sorted(defs.resources or {}) == ["kafka", "lakehouse", "schema_registry", "spark"]
+        # The project's dead letters come with its (first) source, downstream of its bronze table.
+        dead_letters = defs.resolve_asset_graph().get(dg.AssetKey("dead_letter_records"))
+        assert dead_letters.group_name == "bronze"
+        assert dead_letters.parent_keys == {dg.AssetKey("raw_payments")}
+        assert [c.name for c in dead_letters.metadata["dagster/column_schema"].columns] == [
+            "kafka_topic",
+            "kafka_partition",
+            "kafka_offset",
+            "raw_key",
+            "raw_value",
+            "error",
+            "failed_at",
+        ]
+
+
+_PYTHON_DECLARATION = """
+import dagster as dg
+
+from streaming_pipeline.components import KafkaDeltaSource
+from streaming_pipeline.sources import SourceTopic
+
+PAYMENTS = SourceTopic.declared(topic="payments", value_schema={schema!r}, key_field={key_field!r})
+
+
+@dg.component_instance
+def load(context: dg.ComponentLoadContext) -> KafkaDeltaSource:
+    return KafkaDeltaSource.of(PAYMENTS, context)
+"""
+
+
+@pytest.mark.parametrize("key_field", ["payment_id", "id"])
+def test_a_source_declared_in_python_builds_as_its_yaml_would_and_its_errors_name_the_module(
+    sandbox: DefsFolderSandbox, key_field: str
+) -> None:
+    schema = sandbox.defs_folder_path / "payment_value.avsc"
+    schema.write_text(json.dumps(PAYMENT_VALUE))
+    module = sandbox.defs_folder_path / "payments.py"
+    module.write_text(_PYTHON_DECLARATION.format(schema=str(schema), key_field=key_field))
+
+    if key_field == "id":
+        with pytest.raises(Exception) as raised, sandbox.build_all_defs():
+            pass
+        assert f"{module}: key_field 'id' is not a field of the value schema" in _messages(raised.value)
+        return
+    with sandbox.build_all_defs() as defs:
+        columns = (
+            defs.get_assets_def("raw_payments")
+            .specs_by_key[dg.AssetKey("raw_payments")]
+            .metadata["dagster/column_schema"]
+        )
+        assert [(c.name, c.description) for c in columns.columns[:3]] == [
+            ("payment_id", "The payment."),
+            ("paid_at", None),
+            ("amount", "Dollars."),
+        ]
+        assert {key.to_user_string() for key in defs.resolve_asset_graph().get_all_asset_keys()} == {
+            "raw_payments",
+            "dead_letter_records",
+        }
 
 
 def test_the_table_defaults_to_raw_topic_with_non_identifier_characters_as_underscores(
@@ -113,10 +172,17 @@ def test_two_instances_build_together_sharing_their_resources(sandbox: DefsFolde
     _declare(sandbox, "refunds", {"topic": "refunds", "value_schema": "payment_value.avsc"})
 
     with sandbox.build_all_defs() as defs:
-        assert sorted(key.to_user_string() for key in defs.resolve_asset_graph().get_all_asset_keys()) == [
+        graph = defs.resolve_asset_graph()
+        assert sorted(key.to_user_string() for key in graph.get_all_asset_keys()) == [
+            "dead_letter_records",
             "raw_payments",
             "raw_refunds",
         ]
+        # One dead-letter table for both, downstream of each.
+        assert graph.get(dg.AssetKey("dead_letter_records")).parent_keys == {
+            dg.AssetKey("raw_payments"),
+            dg.AssetKey("raw_refunds"),
+        }
 
 
 @pytest.mark.parametrize(

@@ -2,7 +2,9 @@
 `pyproject.toml`, written by `create-dagster project`, its `definitions.py` unchanged), with this package installed,
 declares a topic of its own with `dg scaffold defs` and a schema the test writes. `dg check defs` passes, and
 records produced with Confluent's serializer reach its bronze table exactly once through `dagster asset
-materialize` on the session's embedded stack; an undecodable record reaches the dead letters."""
+materialize` on the session's embedded stack; the materialization's columns carry the schema's `doc`s, and only
+the field a later schema version adds is marked as evolved; the project lists a dead-letter asset of its own, in
+which an undecodable record lands."""
 
 from __future__ import annotations
 
@@ -11,6 +13,7 @@ import os
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 import yaml
@@ -27,11 +30,25 @@ ORDER_VALUE = {
     "name": "Order",
     "namespace": "example.shop",
     "fields": [
-        {"name": "order_id", "type": "long", "doc": "The order."},
+        {"name": "order_id", "type": "long", "doc": "The shop's order number."},
         {"name": "customer", "type": "string", "doc": "Who ordered."},
-        {"name": "total", "type": ["null", "double"], "default": None, "doc": "Dollars."},
+        {"name": "total", "type": ["null", "double"], "default": None, "doc": "Total, EUR."},
     ],
 }
+#: A later version of the value schema, registered by a producer, not declared in the defs.yaml.
+ORDER_VALUE_V2 = {
+    **ORDER_VALUE,
+    "fields": [*ORDER_VALUE["fields"], {"name": "coupon", "type": ["null", "string"], "default": None}],  # type: ignore[list-item]
+}
+#: The bronze table's Kafka columns and their descriptions (streaming_pipeline.table_model.KAFKA_COLUMNS, written out).
+KAFKA_COLUMN_DOCS = {
+    "kafka_topic": "Source topic.",
+    "kafka_partition": "Source partition.",
+    "kafka_offset": "Offset within the partition; (topic, partition, offset) is unique.",
+    "kafka_timestamp": "Kafka record timestamp (UTC).",
+    "schema_id": "Registry id of the writer schema the record was encoded with.",
+}
+EVOLVED = "Added by schema evolution: a later version of the source's value schema has this field."
 BIN = Path(sys.executable).parent
 
 
@@ -42,15 +59,38 @@ def _orders(first: int, count: int) -> list[dict[str, object]]:
     ]
 
 
-def _run(command: list[str], cwd: Path, env: dict[str, str], timeout: float = 300) -> str:
+def _run(command: list[str], cwd: Path, env: dict[str, str], timeout: float = 300, stdout_only: bool = False) -> str:
     done = subprocess.run(command, cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout, check=False)
     assert done.returncode == 0, f"{' '.join(command)} exited with {done.returncode}:\n{done.stdout}\n{done.stderr}"
-    return done.stdout + done.stderr
+    return done.stdout if stdout_only else done.stdout + done.stderr
 
 
-def _produce(bootstrap_servers: str, registry_url: str, orders: list[dict[str, object]], raw: list[bytes]) -> None:
-    """`orders` with Confluent's Avro serializer (schemas registered under topic name strategy), then `raw` values
-    as they are."""
+def _latest_materialization(dagster_home: Path | None, asset: str) -> dict[str, Any]:
+    """The metadata of the asset's latest materialization, read from the project's Dagster instance."""
+    import dagster as dg
+
+    assert dagster_home is not None
+    with dg.DagsterInstance.from_config(str(dagster_home)) as instance:
+        event = instance.get_latest_materialization_event(dg.AssetKey(asset))
+    assert event is not None and event.asset_materialization is not None, f"{asset} was never materialized"
+    return dict(event.asset_materialization.metadata)
+
+
+def _column_docs(dagster_home: Path | None, asset: str) -> dict[str, str | None]:
+    """Each column's description in the asset's latest materialization (what the UI's Columns tab shows)."""
+    schema = _latest_materialization(dagster_home, asset)["dagster/column_schema"].value
+    return {column.name: column.description for column in schema.columns}
+
+
+def _produce(
+    bootstrap_servers: str,
+    registry_url: str,
+    orders: list[dict[str, object]],
+    raw: list[bytes],
+    value_schema: dict[str, object] = ORDER_VALUE,
+) -> None:
+    """`orders` with Confluent's Avro serializer and `value_schema` (schemas registered under topic name strategy),
+    then `raw` values as they are."""
     from confluent_kafka import Producer, SerializingProducer
     from confluent_kafka.schema_registry import SchemaRegistryClient
     from confluent_kafka.schema_registry.avro import AvroSerializer
@@ -60,7 +100,7 @@ def _produce(bootstrap_servers: str, registry_url: str, orders: list[dict[str, o
         {
             "bootstrap.servers": bootstrap_servers,
             "key.serializer": AvroSerializer(registry, json.dumps(ORDER_KEY)),
-            "value.serializer": AvroSerializer(registry, json.dumps(ORDER_VALUE)),
+            "value.serializer": AvroSerializer(registry, json.dumps(value_schema)),
         }
     )
     for order in orders:
@@ -112,6 +152,12 @@ def test_a_new_dg_project_ingests_its_own_topic_exactly_once_with_the_component(
     (folder / "defs.yaml").write_text(yaml.safe_dump(declaration))
     (folder / "value.avsc").unlink()
     _run([str(BIN / "dg"), "check", "defs"], project, env)
+    listed_defs = json.loads(_run([str(BIN / "dg"), "list", "defs", "--json"], project, env, stdout_only=True))
+    assets = {asset["asset_key"]: asset for asset in listed_defs["assets"]}
+    assert sorted(assets) == ["dead_letter_records", "raw_orders"]
+    assert assets["dead_letter_records"]["dependency_keys"] == ["raw_orders"]
+    assert assets["dead_letter_records"]["group_name"] == "bronze"
+    assert [job["name"] for job in listed_defs["jobs"]] == ["raw_orders_downstream_job"]
 
     materialize = [
         str(BIN / "dagster"),
@@ -127,14 +173,28 @@ def test_a_new_dg_project_ingests_its_own_topic_exactly_once_with_the_component(
     _produce(info.bootstrap_servers, info.schema_registry_url, _orders(20, 10), [b"not avro"])
     _run(materialize, project, env)
     _run(materialize, project, env)  # nothing new: nothing written twice
+    columns = _column_docs(info.dagster_home, "raw_orders")
+    assert columns == {**{f["name"]: f["doc"] for f in ORDER_VALUE["fields"]}, **KAFKA_COLUMN_DOCS}  # type: ignore[union-attr]
+
+    # A producer moves on to a later version of the value schema, with a field the declaration does not have.
+    _produce(info.bootstrap_servers, info.schema_registry_url, _orders(30, 5), [], ORDER_VALUE_V2)
+    _run([*materialize[:-1], "*"], project, env)  # every asset of the project: raw_orders, then its dead letters
+    columns = _column_docs(info.dagster_home, "raw_orders")
+    assert [name for name, doc in columns.items() if doc == EVOLVED] == ["coupon"]
+    assert {name: doc for name, doc in columns.items() if name != "coupon"} == {
+        **{f["name"]: f["doc"] for f in ORDER_VALUE["fields"]},  # type: ignore[union-attr]
+        **KAFKA_COLUMN_DOCS,
+    }
+    dead_letters = _latest_materialization(info.dagster_home, "dead_letter_records")
+    assert dead_letters["dead_letters_by_topic"].value == {"orders": 1}
 
     assert definitions.read_text() == written
     rows = DeltaTable(str(lakehouse / "raw_orders")).to_pyarrow_table().to_pylist()
     assert sorted((r["order_id"], r["customer"], r["total"]) for r in rows) == [
-        (o["order_id"], o["customer"], o["total"]) for o in _orders(0, 30)
+        (o["order_id"], o["customer"], o["total"]) for o in _orders(0, 35)
     ]
     coordinates = [(r["kafka_partition"], r["kafka_offset"]) for r in rows]
-    assert len(set(coordinates)) == 30
+    assert len(set(coordinates)) == 35
     dead = [
         r
         for r in DeltaTable(str(lakehouse / "dead_letter_records")).to_pyarrow_table().to_pylist()

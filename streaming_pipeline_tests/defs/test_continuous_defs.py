@@ -9,12 +9,14 @@ import dagster as dg
 import pytest
 
 from streaming_pipeline.asset_metadata import checkpoint_pool
+from streaming_pipeline.devstack.project import project_sources
 from streaming_pipeline.errors import ConfigurationError
 from streaming_pipeline.settings import LiveSettings
-from streaming_pipeline.sources import SourceTopic, project_sources
+from streaming_pipeline.sources import SourceTopic
 from streaming_pipeline.streamed_table import (
     StreamedTable,
     WrittenTable,
+    declared_tables,
     fast_run_tables,
     latency_critical_query_names,
     live_query_names,
@@ -135,7 +137,7 @@ def test_the_continuous_job_streams_the_checkpoint_of_every_triggered_step() -> 
     # Each name is the pool of the triggered step that runs the same query.
     steps = {
         node.name: node.definition.pool
-        for name in ("raw_rides_to_gold_job", "raw_pickup_locations_to_gold_job")
+        for name in ("raw_rides_downstream_job", "raw_pickup_locations_downstream_job")
         for node in defs.resolve_job_def(name).nodes
     }
     assert {checkpoint_pool(name) for name in live_query_names(project_sources(), _project_steps())} == {
@@ -262,6 +264,7 @@ def test_the_run_reports_new_commits_and_a_caught_up_table_now_and_then_but_not_
         lakehouse,
         queries,
         project_sources(),
+        declared_tables(project_sources(), _project_steps()),
         caught_up_every=60,
         clock=lambda: now[0],
     )

@@ -50,8 +50,8 @@ def test_in_triggered_mode_the_offset_sensors_and_the_automation_sensor_start_ru
         "continuous_streams_sensor": dg.DefaultSensorStatus.STOPPED,
     }
     assert sensors["continuous_streams_sensor"].job_name == "continuous_streams_job"
-    assert sensors["raw_rides_offset_sensor"].job_name == "raw_rides_to_gold_job"
-    assert sensors["raw_pickup_locations_offset_sensor"].job_name == "raw_pickup_locations_to_gold_job"
+    assert sensors["raw_rides_offset_sensor"].job_name == "raw_rides_downstream_job"
+    assert sensors["raw_pickup_locations_offset_sensor"].job_name == "raw_pickup_locations_downstream_job"
 
 
 def _step_order(job_name: str) -> list[str]:
@@ -69,7 +69,7 @@ def _step_order(job_name: str) -> list[str]:
 
 
 def test_live_job_reaches_vendor_counts_right_after_bronze_and_the_windows_last() -> None:
-    assert _step_order("raw_rides_to_gold_job") == [
+    assert _step_order("raw_rides_downstream_job") == [
         "raw_rides",
         "vendor_counts",
         "amount_branches",
@@ -78,11 +78,19 @@ def test_live_job_reaches_vendor_counts_right_after_bronze_and_the_windows_last(
         "dead_letter_records",
         "ride_window_aggregates",
     ]
-    assert _step_order("raw_pickup_locations_to_gold_job") == [
+    assert _step_order("raw_pickup_locations_downstream_job") == [
         "raw_pickup_locations",
         "ride_pickup_joins",
         "dead_letter_records",
     ]
+
+
+def test_the_live_jobs_keep_their_names_until_0_9_0_as_deprecated_jobs_of_the_same_assets() -> None:
+    for bronze in ("raw_rides", "raw_pickup_locations"):
+        job, renamed = defs.resolve_job_def(f"{bronze}_downstream_job"), defs.resolve_job_def(f"{bronze}_to_gold_job")
+        assert renamed.asset_layer.selected_asset_keys == job.asset_layer.selected_asset_keys
+        assert bronze in {key.to_user_string() for key in job.asset_layer.selected_asset_keys}
+        assert renamed.description is not None and renamed.description.startswith("Deprecated")
 
 
 def test_automation_loads_the_missing_taxi_zones_on_its_first_tick() -> None:

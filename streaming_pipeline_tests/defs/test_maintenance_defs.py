@@ -14,11 +14,11 @@ from streaming_pipeline.defs.maintenance import MAINTENANCE_JOB, MAINTENANCE_SCH
 from streaming_pipeline.devstack import cli
 from streaming_pipeline.devstack import maintain as maintain_module
 from streaming_pipeline.devstack.maintain import maintain, runs_writing
+from streaming_pipeline.devstack.project import project_sources
 from streaming_pipeline.engine.maintenance import lakehouse_table_names
 from streaming_pipeline.errors import ConfigurationError, MaintenanceError
 from streaming_pipeline.resources import SparkResource
 from streaming_pipeline.settings import MaintenanceSettings, PipelineSettings
-from streaming_pipeline.sources import project_sources
 
 
 def _ops_by_table(job: dg.JobDefinition) -> dict[str, dg.OpDefinition]:
@@ -107,14 +107,14 @@ def test_a_retention_below_the_minimum_is_refused_before_anything_is_done(
 
 def test_a_run_in_flight_that_writes_a_table_keeps_maintain_off_it() -> None:
     instance = dg.DagsterInstance.ephemeral()
-    live = create_run_for_test(instance, job_name="raw_rides_to_gold_job", status=dg.DagsterRunStatus.STARTED)
+    live = create_run_for_test(instance, job_name="raw_rides_downstream_job", status=dg.DagsterRunStatus.STARTED)
     branch = create_run_for_test(
         instance,
         job_name="__ASSET_JOB",
         asset_selection=frozenset({dg.AssetKey("high_amount_rides")}),
         status=dg.DagsterRunStatus.NOT_STARTED,
     )
-    create_run_for_test(instance, job_name="raw_pickup_locations_to_gold_job", status=dg.DagsterRunStatus.SUCCESS)
+    create_run_for_test(instance, job_name="raw_pickup_locations_downstream_job", status=dg.DagsterRunStatus.SUCCESS)
 
     def busy(*tables: str) -> set[str]:
         return {run.run_id for run in runs_writing(instance, defs, tables)}

@@ -22,7 +22,7 @@ from streaming_pipeline.errors import ConfigurationError
 from streaming_pipeline.settings import RunRetentionSettings
 
 REPO = Path(__file__).resolve().parents[2]
-JOB = "raw_rides_to_gold_job"
+JOB = "raw_rides_downstream_job"
 RIDES_SENSOR = {"dagster/sensor_name": "raw_rides_offset_sensor"}
 AUTOMATION_SENSOR = {"dagster/sensor_name": "default_automation_condition_sensor"}
 SCHEDULE = {"dagster/schedule_name": "dagster_run_retention_schedule"}

@@ -16,9 +16,10 @@ import yaml
 
 from streaming_pipeline.definitions import build_definitions
 from streaming_pipeline.devstack.cli import build_parser
+from streaming_pipeline.devstack.project import project_defs_folder, project_sources
 from streaming_pipeline.errors import ConfigurationError
 from streaming_pipeline.settings import PipelineSettings
-from streaming_pipeline.sources import project_defs_yaml, project_sources, source_for_topic
+from streaming_pipeline.sources import source_for_topic
 from streaming_pipeline_tests.avro_examples import PAYMENT_VALUE
 
 DECLARATION = {
@@ -43,7 +44,7 @@ def _declare(folder: Path, declaration: dict[str, object]) -> None:
 @pytest.fixture()
 def third_topic() -> Iterator[Path]:
     """The third topic's folder in the project's defs folder (the installed package is this checkout), removed after."""
-    folder = project_defs_yaml("bronze", "test_payments").parent
+    folder = project_defs_folder() / "bronze" / "test_payments"
     assert not folder.exists(), f"{folder} is left from an earlier run; remove it"
     try:
         _declare(folder, DECLARATION)
@@ -74,9 +75,9 @@ def test_a_third_topic_gets_its_asset_checks_sensor_job_and_place_in_the_shared_
     checks = {key.name for key in graph.asset_check_keys if key.asset_key == payments}
     assert checks == {"reconciles_with_kafka_offsets", "unique_kafka_coordinates", "consumer_lag_below_bound"}
     sensors = {sensor.name: sensor for sensor in defs.sensors or []}
-    assert sensors["raw_payments_offset_sensor"].job_name == "raw_payments_to_gold_job"
+    assert sensors["raw_payments_offset_sensor"].job_name == "raw_payments_downstream_job"
     assert sensors["raw_payments_offset_sensor"].default_status == dg.DefaultSensorStatus.RUNNING
-    job = defs.resolve_job_def("raw_payments_to_gold_job")
+    job = defs.resolve_job_def("raw_payments_downstream_job")
     assert job.asset_layer.executable_asset_keys == {payments, dg.AssetKey("dead_letter_records")}
     assert payments in graph.get(dg.AssetKey("dead_letter_records")).parent_keys
     # The two shipped topics are still there.
@@ -96,17 +97,19 @@ def test_a_third_topic_is_a_choice_of_produce_and_replay(third_topic: Path) -> N
 
 
 def test_the_command_line_refuses_two_declarations_of_one_topic(third_topic: Path) -> None:
-    # Dagster's loading names both folders (streaming_pipeline_tests/components); the command line reads the files.
+    # Building the definitions names both declarations (streaming_pipeline_tests/components); the command line only
+    # loads the components, so it checks the sources itself.
     rides_again = {**DECLARATION, "attributes": {**DECLARATION["attributes"], "topic": "rides"}}  # type: ignore[dict-item]
     (third_topic / "defs.yaml").write_text(yaml.safe_dump(rides_again))
     with pytest.raises(ConfigurationError, match="more than one source declares the topic rides"):
         project_sources()
 
 
-def test_the_command_line_reads_each_declaration_as_the_component_does() -> None:
-    """`project_sources` (no Dagster) and the component instances (Dagster's loading) give the same sources."""
-    from streaming_pipeline.components.kafka_delta_source import KafkaDeltaSource, declared_sources
+def test_the_command_line_works_on_the_sources_the_definitions_are_built_from() -> None:
+    """`project_sources` (the command line's) are the sources of the code location's components, the library's
+    declarations of the project's two."""
+    from streaming_pipeline import tables
+    from streaming_pipeline.components.kafka_delta_source import declared_sources
+    from streaming_pipeline.definitions import defs
 
-    tree = dg.ComponentTree.for_project(project_defs_yaml().parent)
-    assert len(tree.get_all_components(of_type=KafkaDeltaSource)) == 2
-    assert declared_sources(tree) == project_sources()
+    assert declared_sources(defs.component_tree) == project_sources() == (tables.PICKUP_LOCATIONS, tables.RIDES)

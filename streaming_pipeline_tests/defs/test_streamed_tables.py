@@ -11,8 +11,8 @@ import dagster as dg
 import pytest
 
 from streaming_pipeline.definitions import build_definitions
+from streaming_pipeline.devstack.project import project_defs_folder, project_sources
 from streaming_pipeline.settings import PipelineSettings
-from streaming_pipeline.sources import project_defs_yaml, project_sources
 from streaming_pipeline.streamed_table import fast_run_tables, latency_critical_query_names, streamed_tables
 
 MODULE = '''
@@ -51,7 +51,7 @@ def load(context: dg.ComponentLoadContext) -> StreamedTable:
 @pytest.fixture()
 def ride_totals_module() -> Iterator[Path]:
     """The new table's module in the project's defs folder (the installed package is this checkout), removed after."""
-    module = project_defs_yaml("gold", "scratch_ride_totals").parent.with_suffix(".py")
+    module = project_defs_folder() / "gold" / "scratch_ride_totals.py"
     assert not module.exists(), f"{module} is left from an earlier run; remove it"
     try:
         module.write_text(MODULE)

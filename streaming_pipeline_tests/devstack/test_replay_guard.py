@@ -34,7 +34,8 @@ def test_replay_refuses_while_the_continuous_run_streams_and_says_how_to_stop_it
     assert not (tmp_path / "lakehouse").exists()  # nothing moved or emptied
 
 
-def test_replay_refuses_while_the_sources_live_job_runs(tmp_path):
-    instance, run_id = _instance_with("raw_rides_to_gold_job", dg.DagsterRunStatus.STARTING)
+@pytest.mark.parametrize("job_name", ["raw_rides_downstream_job", "raw_rides_to_gold_job"])  # its name until 0.9.0
+def test_replay_refuses_while_the_sources_live_job_runs(tmp_path, job_name):
+    instance, run_id = _instance_with(job_name, dg.DagsterRunStatus.STARTING)
     with pytest.raises(ReplayError, match=run_id):
         replay("raw_rides", ReplayStart(), defs=_defs(tmp_path), instance=instance, progress=lambda _: None)

@@ -91,7 +91,7 @@ class CheckpointRuns:
 
 
 def checkpoint_runs(
-    instance: dg.DagsterInstance, asset_key: dg.AssetKey, job_name: str, fast_run_keys: frozenset[dg.AssetKey]
+    instance: dg.DagsterInstance, asset_key: dg.AssetKey, fast_run_keys: frozenset[dg.AssetKey]
 ) -> CheckpointRuns:
     """Whether a new run would have to wait for the bronze checkpoint: a continuous run streams it, or a run that
     materializes the bronze asset (whoever started it) is queued or has not finished its bronze step; and whether a
@@ -101,7 +101,7 @@ def checkpoint_runs(
     for run in runs_in_flight(instance, dg.RunsFilter(statuses=IN_FLIGHT), limit=100):
         if run.job_name == CONTINUOUS_JOB:
             return CheckpointRuns(f"the continuous run {run.run_id} streams this topic", False)
-        if (run.job_name == job_name and not run.asset_selection) or (
+        if (run.job_name in live_job_names(asset_key) and not run.asset_selection) or (
             run.asset_selection and asset_key in run.asset_selection
         ):
             on_checkpoint.append(run)
@@ -226,7 +226,7 @@ def build_offset_sensor(
         failures, since_failure = recent_failures(context.instance, sensor_name) if waiting else (0, None)
         runs = CheckpointRuns(None, False)
         if waiting:
-            runs = checkpoint_runs(context.instance, asset_key, job.name, fast_keys)
+            runs = checkpoint_runs(context.instance, asset_key, fast_keys)
         decision = decide(
             waiting=waiting,
             oldest_age_seconds=oldest_age,
@@ -249,8 +249,24 @@ def build_offset_sensor(
 
 def live_job(asset_key: dg.AssetKey) -> dg.UnresolvedAssetJobDefinition:
     """The bronze asset and everything downstream of it, without asset checks (they scan whole tables)."""
+    name = asset_key.to_user_string()
+    return downstream_job(
+        live_job_names(asset_key)[0],
+        asset_key,
+        f"New records from Kafka through bronze {name} to every table downstream.",
+    )
+
+
+def live_job_names(asset_key: dg.AssetKey) -> tuple[str, str]:
+    """The names of a bronze asset's live job: its own, and the one this project's sources had until 0.9.0
+    (`defs/bronze/renamed_live_jobs.py`), which a run in the history may have."""
+    name = asset_key.to_user_string()
+    return f"{name}_downstream_job", f"{name}_to_gold_job"
+
+
+def downstream_job(name: str, asset_key: dg.AssetKey, description: str) -> dg.UnresolvedAssetJobDefinition:
     return dg.define_asset_job(
-        name=f"{asset_key.to_user_string()}_to_gold_job",
+        name=name,
         selection=dg.AssetSelection.assets(asset_key).downstream().without_checks(),
-        description=f"New records from Kafka through bronze {asset_key.to_user_string()} to every table downstream.",
+        description=description,
     )

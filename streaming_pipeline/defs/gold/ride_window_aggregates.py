@@ -80,7 +80,7 @@ def ride_window_aggregates(
     path = lakehouse.table_path(RIDE_WINDOW_AGGREGATES.name)
     metadata = {
         **stream_metadata(result.report),
-        **delta_table_metadata(session, path, preview_order=["window_start", "vendor_id"]),
+        **delta_table_metadata(session, lakehouse, RIDE_WINDOW_AGGREGATES, preview_order=["window_start", "vendor_id"]),
     }
     if table_exists(path):
         from pyspark.sql import functions as F

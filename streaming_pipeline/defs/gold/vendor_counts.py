@@ -38,7 +38,7 @@ def vendor_counts(
     return dg.MaterializeResult(
         metadata={
             **stream_metadata(report),
-            **delta_table_metadata(session, lakehouse.table_path(VENDOR_COUNTS.name), preview_order=["vendor_id"]),
+            **delta_table_metadata(session, lakehouse, VENDOR_COUNTS, preview_order=["vendor_id"]),
         }
     )
 

@@ -81,13 +81,13 @@ def amount_branches(
         "threshold": dg.MetadataValue.float(config.high_amount_threshold),
         "null_amount_rides": dg.MetadataValue.int(result.null_amount_rides),
     }
-    for name, written in ((HIGH_AMOUNT_RIDES.name, result.high_rows), (LOW_AMOUNT_RIDES.name, result.low_rows)):
+    for table, written in ((HIGH_AMOUNT_RIDES, result.high_rows), (LOW_AMOUNT_RIDES, result.low_rows)):
         yield dg.MaterializeResult(
-            asset_key=name,
+            asset_key=table.name,
             metadata={
                 **common,
                 "rows_written": dg.MetadataValue.int(written),
-                **delta_table_metadata(session, lakehouse.table_path(name)),
+                **delta_table_metadata(session, lakehouse, table),
             },
         )
 

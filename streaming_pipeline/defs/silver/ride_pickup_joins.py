@@ -104,7 +104,7 @@ def ride_pickup_joins(
         metadata={
             **stream_metadata(result.report),
             **late,
-            **delta_table_metadata(session, lakehouse.table_path(RIDE_PICKUP_JOINS.name)),
+            **delta_table_metadata(session, lakehouse, RIDE_PICKUP_JOINS),
         },
     )
     yield dg.MaterializeResult(
@@ -112,7 +112,7 @@ def ride_pickup_joins(
         metadata={
             **late,
             "micro_batches_recorded": dg.MetadataValue.int(result.batches_recorded),
-            **delta_table_metadata(session, late_path, preview_order=["query_id", "batch_id"]),
+            **delta_table_metadata(session, lakehouse, JOIN_LATE_ROWS, preview_order=["query_id", "batch_id"]),
         },
     )
 

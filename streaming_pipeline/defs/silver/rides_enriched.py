@@ -43,7 +43,7 @@ def rides_enriched(context: dg.AssetExecutionContext, spark: SparkResource, lake
             "micro_batches": dg.MetadataValue.int(result.report.batches),
             "unknown_pickup_zones": dg.MetadataValue.int(result.unknown_pickup_zones),
             "unknown_dropoff_zones": dg.MetadataValue.int(result.unknown_dropoff_zones),
-            **delta_table_metadata(session, lakehouse.table_path(RIDES_ENRICHED.name)),
+            **delta_table_metadata(session, lakehouse, RIDES_ENRICHED),
         }
     )
 

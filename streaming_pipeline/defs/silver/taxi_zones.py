@@ -68,6 +68,6 @@ def taxi_zones(
         metadata={
             "source_csv": dg.MetadataValue.path(csv_path),
             "changed": dg.MetadataValue.bool(changed),
-            **delta_table_metadata(session, lakehouse.table_path(TAXI_ZONES.name), preview_order=["location_id"]),
+            **delta_table_metadata(session, lakehouse, TAXI_ZONES, preview_order=["location_id"]),
         }
     )

@@ -31,7 +31,7 @@ from streaming_pipeline_tests.live_helpers import delta_count, delta_vendor_coun
 from streaming_pipeline_tests.session_stack import SessionStack
 
 SENSOR_NAME = "raw_rides_offset_sensor"
-JOB_NAME = "raw_rides_to_gold_job"
+JOB_NAME = "raw_rides_downstream_job"
 # A bound, not a measurement: the whole job (bronze to every gold table) took 5 minutes on 2 cores shared with
 # other Spark work (load average 8), within pytest's 900 s per-test timeout.
 RUN_WAIT_SECONDS = 600

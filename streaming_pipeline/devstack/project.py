@@ -1,0 +1,25 @@
+"""This project's code location as the command line sees it: its defs folder and the sources declared there (each
+`KafkaDeltaSource`, in a defs.yaml or in Python), found through Dagster's component tree as the definitions find
+them."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import dagster as dg
+
+import streaming_pipeline.defs
+from streaming_pipeline.components.kafka_delta_source import declared_sources
+from streaming_pipeline.sources import SourceTopic, check_declared_once
+
+
+def project_defs_folder() -> Path:
+    """`streaming_pipeline/defs/`, in a checkout or an installed package."""
+    return Path(streaming_pipeline.defs.__file__).parent
+
+
+def project_sources() -> tuple[SourceTopic, ...]:
+    """The sources declared in this project's code location, in path order (what the command line works on)."""
+    found = declared_sources(dg.ComponentTree.for_project(project_defs_folder()))
+    check_declared_once(found)
+    return found
