@@ -58,9 +58,9 @@ DEAD_LETTER_RECORDS = Table(
     "dead_letter_records",
     BRONZE,
     (
-        Column("kafka_topic", "string"),
-        Column("kafka_partition", "int"),
-        Column("kafka_offset", "bigint"),
+        Column("kafka_topic", "string", "The source topic of the record."),
+        Column("kafka_partition", "int", "Its partition."),
+        Column("kafka_offset", "bigint", "Its offset; (topic, partition, offset) is unique."),
         Column("raw_key", "binary", "Key bytes exactly as received."),
         Column("raw_value", "binary", "Value bytes exactly as received."),
         Column("error", "string", "Why the record could not be decoded."),
