@@ -249,12 +249,8 @@ def build_offset_sensor(
 
 def live_job(asset_key: dg.AssetKey) -> dg.UnresolvedAssetJobDefinition:
     """The bronze asset and everything downstream of it, without asset checks (they scan whole tables)."""
-    name = asset_key.to_user_string()
-    return downstream_job(
-        live_job_names(asset_key)[0],
-        asset_key,
-        f"New records from Kafka through bronze {name} to every table downstream.",
-    )
+    description = f"New records from Kafka through bronze {asset_key.to_user_string()} to every table downstream."
+    return downstream_job(live_job_names(asset_key)[0], asset_key, description)
 
 
 def live_job_names(asset_key: dg.AssetKey) -> tuple[str, str]:
