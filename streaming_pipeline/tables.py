@@ -1,5 +1,5 @@
 """Every Delta table of the lakehouse, defined once: its name (the Dagster asset key), its layer (the asset
-group) and its columns (name, Spark SQL type, description), as docs/design.md documents them. A bronze table is
+group) and its columns (name, Spark SQL type, description), as docs/tables.md documents them. A bronze table is
 derived from its source's declaration (`streaming_pipeline.sources.SourceTopic`): the project's two sources are
 declared here, and the code location makes each a `KafkaDeltaSource` (`defs/bronze/<source>.py`); the other tables
 are declared here too.

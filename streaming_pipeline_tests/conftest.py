@@ -16,7 +16,7 @@ if TYPE_CHECKING:
 
 SHARED_DATA = Path(__file__).resolve().parents[2] / "shared" / "data"
 
-# The TLC CSV header of rides.csv -> the raw_rides column it becomes (docs/design.md), written out here so
+# The TLC CSV header of rides.csv -> the raw_rides column it becomes (docs/tables.md), written out here so
 # that tests compute their expectations independently of the package's own CSV reader.
 TLC_RIDE_COLUMNS = {
     "VendorID": "vendor_id",

@@ -1,5 +1,5 @@
-"""The continuous mode (`LIVE_MODE=continuous`, docs/live-mode.md): one long-running run keeps every streaming query
-of the pipeline running on the warm engine, and a sensor keeps that run alive.
+"""The continuous mode (`LIVE_MODE=continuous`, docs/continuous-mode.md): one long-running run keeps every streaming
+query of the pipeline running on the warm engine, and a sensor keeps that run alive.
 
 The run's one op claims the concurrency pool of every checkpoint it streams when it starts (`CheckpointPools`), so
 no second continuous run works on them meanwhile, and lends one to a step of another run that waits for it (a

@@ -835,7 +835,7 @@ def run_live_bench(
 
     With `repeat` > 1 the whole measurement runs that many times, each on a fresh stack and lakehouse with the same
     load and probe moments, and the figures are summed up as the median and the range of the runs: two runs of the
-    same code on this kind of machine differ by 1 to 3 s at the median (docs/performance.md).
+    same code on this kind of machine differ by 1 to 3 s at the median (docs/freshness.md).
 
     `env` (`--env KEY=VALUE`): pipeline settings for `dagster dev` (`CONTINUOUS_RECONCILE_SECONDS=60`), recorded
     with the figures; `engine_conf` (`--engine-conf KEY=VALUE`): Spark settings of the bench's own engine
@@ -979,7 +979,7 @@ def _live_run(
                 measure_floor(stack, work, events=None)  # a stack of --stack-dir is shared: the floor runs on it too
         if floor and stack_dir is None:
             # On a fresh stack of its own, as the pipeline's first mode had: an engine that has already worked for
-            # some minutes runs the same queries 1.3 to 1.5x faster (docs/performance.md), which would favour the
+            # some minutes runs the same queries 1.3 to 1.5x faster (docs/freshness.md), which would favour the
             # floor measured last.
             floor_work = work / "floor-stack"
             floor_events = floor_work / "spark-events"
