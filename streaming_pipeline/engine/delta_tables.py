@@ -10,12 +10,15 @@ from __future__ import annotations
 import json
 from typing import TYPE_CHECKING, Any
 
+from streaming_pipeline.engine import table_snapshot
 from streaming_pipeline.engine.delta_log import commits, latest_version
 from streaming_pipeline.errors import SchemaEvolutionError
 
 if TYPE_CHECKING:
     import pandas as pd
-    from pyspark.sql import Column, DataFrame, SparkSession
+    from pyspark.sql import DataFrame, SparkSession
+
+    from streaming_pipeline.engine.row_filters import RowFilter
 
 
 def delta_path_sql(path: str) -> str:
@@ -109,19 +112,57 @@ def markdown_table(sample: pd.DataFrame) -> str:
     return str(sample.to_markdown(index=False))
 
 
-def count_rows(spark: SparkSession, path: str, condition: Column | None = None, *, version: int | None = None) -> int:
+def count_rows(
+    spark: SparkSession, path: str, condition: RowFilter | None = None, *, version: int | None = None
+) -> int:
     """Rows of the table at `path` (those matching `condition`), as it is now or at `version`; 0 when there is no
-    table, or at version -1 (before its first commit)."""
-    if not table_exists(path) or (version is not None and version < 0):
+    table, or at version -1 (before its first commit). Without a condition, from the files' `numRecords`
+    statistics; with one, from the columns it names (`table_snapshot`); by a Spark job where delta-rs cannot tell."""
+    at = _version(path, version)
+    if at is None:
         return 0
-    frame = read_table(spark, path, version)
-    return (frame.where(condition) if condition is not None else frame).count()
+    if condition is None:
+        found = table_snapshot.row_count(path, at)
+    else:
+        found = table_snapshot.matching_rows(path, at, condition)
+    if found is not None:
+        return found
+    frame = read_table(spark, path, at)
+    return (frame.where(condition.spark()) if condition is not None else frame).count()
 
 
-def count_duplicate_keys(spark: SparkSession, path: str, key: list[str]) -> int:
-    """Values of `key` that more than one row of the table at `path` holds; 0 when there is no table."""
+def count_duplicate_keys(spark: SparkSession, path: str, key: list[str], *, version: int | None = None) -> int:
+    """Values of `key` that more than one row of the table at `path` holds (now, or at `version`); 0 when there
+    is no table."""
     from pyspark.sql import functions as F
 
-    if not table_exists(path):
+    at = _version(path, version)
+    if at is None:
         return 0
-    return read_table(spark, path).groupBy(*key).count().where(F.col("count") > 1).count()
+    found = table_snapshot.duplicate_keys(path, at, key)
+    if found is not None:
+        return found
+    return read_table(spark, path, at).groupBy(*key).count().where(F.col("count") > 1).count()
+
+
+def sum_columns(spark: SparkSession, path: str, columns: list[str], *, version: int | None = None) -> dict[str, int]:
+    """The sum of each integer column of `columns` over the table at `path` (now, or at `version`); zeros when
+    there is no table."""
+    from pyspark.sql import functions as F
+
+    at = _version(path, version)
+    if at is None:
+        return dict.fromkeys(columns, 0)
+    found = table_snapshot.column_sums(path, at, columns)
+    if found is not None:
+        return found
+    row = read_table(spark, path, at).agg(*(F.sum(c).alias(c) for c in columns)).collect()[0]
+    return {column: int(row[column] or 0) for column in columns}
+
+
+def _version(path: str, version: int | None) -> int | None:
+    """The version to read: `version`, or the latest; None when there is nothing to read (no table, or version -1,
+    before its first commit)."""
+    if version is not None:
+        return version if version >= 0 and table_exists(path) else None
+    return latest_version(path)

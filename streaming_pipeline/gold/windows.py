@@ -13,7 +13,7 @@ from pyspark.sql import functions as F
 from pyspark.sql.types import StructType
 
 from streaming_pipeline.engine.delta_log import DeltaLog
-from streaming_pipeline.engine.delta_tables import delta_path_sql, read_table, table_exists
+from streaming_pipeline.engine.delta_tables import delta_path_sql, read_table, sum_columns, table_exists
 from streaming_pipeline.engine.sink_position import delta_source_version
 from streaming_pipeline.engine.streams import (
     Log,
@@ -269,8 +269,7 @@ def windows_count(spark: SparkSession, lakehouse: Lakehouse, *, commits_back: in
             return None
         pinned = _newest_reconcile_commit(log, position, latest, commits_back)
         version, rides_version = pinned if pinned is not None else (latest, position.version)
-        counts = read_table(spark, path, version).agg(F.sum(F.col("trip_count") + F.col("late_trip_count")))
-        counted = int(counts.collect()[0][0] or 0)
+        counted = sum(sum_columns(spark, path, ["trip_count", "late_trip_count"], version=version).values())
         if pinned is not None:
             return WindowsCount(version, rides_version, counted, reconciled=True)
         if stream_position(spark, lakehouse.checkpoint_path(WINDOWS)) == position and log.latest_version() == latest:

@@ -2,25 +2,20 @@
 consumed, exactly once (unique Kafka coordinates), consumer lag. Each holds while a query writes the table (the
 continuous mode's scheduled checks): the reconciliation counts the records below the settled offsets only."""
 
-from typing import TYPE_CHECKING
-
 import dagster as dg
 
 from streaming_pipeline.bronze.offsets import (
-    Offsets,
     consumed_offsets,
     consumer_lag,
     settled_offsets,
     table_start_offsets,
 )
 from streaming_pipeline.engine.delta_tables import count_duplicate_keys, count_rows
+from streaming_pipeline.engine.row_filters import all_of, equal_to, kafka_offsets_below
 from streaming_pipeline.errors import BronzeStateError, StreamingPipelineError
 from streaming_pipeline.resources import KafkaResource, LakehouseResource, SparkResource
 from streaming_pipeline.sources import SourceTopic
 from streaming_pipeline.tables import DEAD_LETTER_RECORDS, KAFKA_KEY
-
-if TYPE_CHECKING:
-    from pyspark.sql import Column
 
 DEFAULT_MAX_LAG = 100_000
 
@@ -36,8 +31,6 @@ def bronze_checks(source: SourceTopic) -> list[dg.AssetChecksDefinition]:
         "micro-batches consumed (up to the newest one whose dead letters are written too).",
     )
     def reconciles(spark: SparkResource, lakehouse: LakehouseResource) -> dg.AssetCheckResult:
-        from pyspark.sql import functions as F
-
         session = spark.get_session()
         table, checkpoint = lakehouse.table_path(asset_name), lakehouse.checkpoint_path(asset_name)
         try:
@@ -46,9 +39,10 @@ def bronze_checks(source: SourceTopic) -> list[dg.AssetChecksDefinition]:
         except BronzeStateError as exc:
             return dg.AssetCheckResult(passed=False, metadata={"error": str(exc)})
         expected = sum(settled.values()) - sum(start.get(p, 0) for p in settled)
-        rows = count_rows(session, table, _below(settled))
+        below = kafka_offsets_below(settled)
+        rows = count_rows(session, table, below)
         dead_letters = lakehouse.table_path(DEAD_LETTER_RECORDS.name)
-        dead = count_rows(session, dead_letters, (F.col("kafka_topic") == topic) & _below(settled))
+        dead = count_rows(session, dead_letters, all_of(equal_to("kafka_topic", topic), below))
         return dg.AssetCheckResult(
             passed=rows + dead == expected,
             metadata={
@@ -94,13 +88,3 @@ def bronze_checks(source: SourceTopic) -> list[dg.AssetChecksDefinition]:
         )
 
     return [reconciles, unique, lag]
-
-
-def _below(offsets: Offsets) -> "Column":
-    """The records of the partitions in `offsets` below their offset there (no record when `offsets` is empty)."""
-    from pyspark.sql import functions as F
-
-    condition = F.lit(False)
-    for partition, offset in sorted(offsets.items()):
-        condition = condition | ((F.col("kafka_partition") == partition) & (F.col("kafka_offset") < offset))
-    return condition

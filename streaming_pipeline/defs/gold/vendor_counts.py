@@ -8,7 +8,7 @@ from streaming_pipeline.asset_metadata import (
     position_against_raw_rides,
     stream_metadata,
 )
-from streaming_pipeline.engine.delta_tables import count_rows, read_table
+from streaming_pipeline.engine.delta_tables import count_rows, sum_columns
 from streaming_pipeline.gold.vendor_counts import update_vendor_counts, vendor_counts_query
 from streaming_pipeline.resources import LakehouseResource, SparkResource
 from streaming_pipeline.streamed_table import StreamedTable, WrittenTable
@@ -50,14 +50,12 @@ def vendor_counts(
     "version the vendor_counts query had read when it wrote them).",
 )
 def vendor_counts_match_raw_rides(spark: SparkResource, lakehouse: LakehouseResource) -> dg.AssetCheckResult:
-    from pyspark.sql import functions as F
-
     session = spark.get_session()
     position = position_against_raw_rides(session, lakehouse, VENDOR_COUNTS.name, empty_metadata={"sum_trip_count": 0})
     if isinstance(position, dg.AssetCheckResult):
         return position
-    counts = read_table(session, lakehouse.table_path(VENDOR_COUNTS.name), position.table_version)
-    counted = int(counts.agg(F.sum("trip_count")).collect()[0][0] or 0)
+    path = lakehouse.table_path(VENDOR_COUNTS.name)
+    counted = sum_columns(session, path, ["trip_count"], version=position.table_version)["trip_count"]
     rides = count_rows(session, lakehouse.table_path(RAW_RIDES.name), version=position.source_version)
     return dg.AssetCheckResult(
         passed=counted == rides,

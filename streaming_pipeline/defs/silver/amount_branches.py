@@ -10,6 +10,7 @@ from streaming_pipeline.asset_metadata import (
     unpinned_check_result,
 )
 from streaming_pipeline.engine.delta_tables import count_duplicate_keys, count_rows, table_exists
+from streaming_pipeline.engine.row_filters import not_null
 from streaming_pipeline.resources import LakehouseResource, SparkResource
 from streaming_pipeline.settings import DEFAULT_HIGH_AMOUNT_THRESHOLD
 from streaming_pipeline.silver.branches import (
@@ -99,12 +100,10 @@ def amount_branches(
     "(of the raw_rides version the branch query had read when it wrote them).",
 )
 def branches_add_up_to_rides_with_an_amount(spark: SparkResource, lakehouse: LakehouseResource) -> dg.AssetCheckResult:
-    from pyspark.sql import functions as F
-
     session = spark.get_session()
     high_path, low_path = lakehouse.table_path(HIGH_AMOUNT_RIDES.name), lakehouse.table_path(LOW_AMOUNT_RIDES.name)
     rides_path = lakehouse.table_path(RAW_RIDES.name)
-    with_amount = F.col("total_amount").isNotNull()
+    with_amount = not_null("total_amount")
     duplicates = count_duplicate_keys(session, high_path, KAFKA_KEY) + count_duplicate_keys(
         session, low_path, KAFKA_KEY
     )
