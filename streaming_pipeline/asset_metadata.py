@@ -207,10 +207,13 @@ def missing_sources(context: dg.AssetExecutionContext, lakehouse: LakehouseResou
 
 
 def stream_metadata(report: StreamRunReport) -> dict[str, Any]:
-    """Rows read and micro-batches of a stream run."""
+    """Rows read and micro-batches of a stream run, and where its time went: starting the query (planning, and a
+    foreachBatch query's Python worker) and running its micro-batches."""
     return {
         "rows_read": dg.MetadataValue.int(report.input_rows),
         "micro_batches": dg.MetadataValue.int(report.batches),
+        "query_start_seconds": dg.MetadataValue.float(round(report.start_seconds, 3)),
+        "streaming_seconds": dg.MetadataValue.float(round(report.trigger_seconds(), 3)),
     }
 
 

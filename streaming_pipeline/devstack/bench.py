@@ -737,7 +737,7 @@ class _Sampler:
             self.peak_rss_mib = max(self.peak_rss_mib, process_memory_bytes(self._rss_pid, "VmRSS") / 2**20)
 
 
-def _process_tree(pid: int | None) -> list[int]:
+def process_tree(pid: int | None) -> list[int]:
     """`pid` and its descendants (from /proc)."""
     if not pid:
         return []
@@ -783,7 +783,7 @@ class _CpuMeter:
         self.read()
 
     def read(self) -> float:
-        pids = [pid for root in self._roots() for pid in _process_tree(root)]
+        pids = [pid for root in self._roots() for pid in process_tree(root)]
         for pid in pids:
             now = _cpu_seconds([pid])
             self._used += now - self._seen.get(pid, now)

@@ -9,7 +9,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from streaming_pipeline.devstack.project import project_sources
-from streaming_pipeline.errors import ConfigurationError, exit_code
+from streaming_pipeline.errors import BenchError, ConfigurationError, exit_code
 from streaming_pipeline.sources import SourceTopic
 
 #: `streaming-pipeline produce <name>`: the topic's name, or a shorter one.
@@ -156,11 +156,22 @@ def _add_bench_parser(subparsers: argparse._SubParsersAction) -> None:
     )
     bench.add_argument("--live", action="store_true", help="measure produce -> visible through `dagster dev` instead")
     bench.add_argument(
+        "--run",
+        action="store_true",
+        help="measure what a whole run of every asset and check costs on the warm engine (wall, engine CPU, by step), "
+        "after --rides new rides each, --runs times",
+    )
+    bench.add_argument(
+        "--baseline-ref",
+        metavar="REF",
+        help="--run: measure a git worktree of REF too, on the same rides in the same run, and print the ratios",
+    )
+    bench.add_argument(
         "--rides",
         type=int,
         nargs="+",
-        default=[300_000, 1_000_000],
-        help="throughput: the sizes to measure, in synthetic rides on one growing topic (default 300000 1000000)",
+        help="throughput: the sizes to measure, in synthetic rides on one growing topic (default 300000 1000000); "
+        "--run: new rides before each run (default 200)",
     )
     bench.add_argument("--rounds", type=int, default=2, help="throughput: timed rounds per job and size (default 2)")
     bench.add_argument(
@@ -253,7 +264,9 @@ def _add_bench_parser(subparsers: argparse._SubParsersAction) -> None:
         help="--windows: rides already in raw_rides (default 10000 1000000)",
     )
     bench.add_argument("--new-rides", type=int, default=1_000, help="--windows: new rides per timed run (default 1000)")
-    bench.add_argument("--runs", type=int, default=5, help="--windows: timed runs per history size (default 5)")
+    bench.add_argument(
+        "--runs", type=int, default=5, help="--windows: timed runs per history size; --run: timed runs (default 5)"
+    )
     bench.add_argument(
         "--soak",
         action="store_true",
@@ -300,6 +313,13 @@ def _run_bench(args: argparse.Namespace) -> int:
             maintain_every=args.maintain_every,
             stack_dir=args.stack_dir,
         )
+    elif args.run:
+        from streaming_pipeline.devstack.run_cost import run_cost_bench
+
+        rides = args.rides or [200]
+        if len(rides) != 1:
+            raise BenchError("--run takes one --rides size")
+        run_cost_bench(rides[0], args.repeat or 3, args.json, baseline_ref=args.baseline_ref, stack_dir=args.stack_dir)
     elif args.windows:
         run_windows_bench(tuple(args.history), args.new_rides, args.runs, args.json, stack_dir=args.stack_dir)
     elif args.live:
@@ -321,7 +341,7 @@ def _run_bench(args: argparse.Namespace) -> int:
             stack_dir=args.stack_dir,
         )
     else:
-        run_bench(args.rides, args.json, rounds=args.rounds, stack_dir=args.stack_dir)
+        run_bench(args.rides or [300_000, 1_000_000], args.json, rounds=args.rounds, stack_dir=args.stack_dir)
     return 0
 
 

@@ -160,6 +160,16 @@ def sum_columns(spark: SparkSession, path: str, columns: list[str], *, version: 
     return {column: int(row[column] or 0) for column in columns}
 
 
+def small_table(spark: SparkSession, path: str, *, version: int | None = None) -> pd.DataFrame | None:
+    """Every row of the table at `path` (now, or at `version`) as pandas, for a table that stays small (a few
+    rows per window or key); None when there is no table."""
+    at = _version(path, version)
+    if at is None:
+        return None
+    found = table_snapshot.all_rows(path, at)
+    return found if found is not None else read_table(spark, path, at).toPandas()
+
+
 def _version(path: str, version: int | None) -> int | None:
     """The version to read: `version`, or the latest; None when there is nothing to read (no table, or version -1,
     before its first commit)."""

@@ -117,6 +117,7 @@ class StreamRunReport:
     input_rows: int = 0
     progresses: list[dict[str, Any]] = field(default_factory=list)
     restarts: int = 0
+    start_seconds: float = 0.0  # in the query's start() calls: planning, and a foreachBatch query's Python worker
 
     def add(self, progress: dict[str, Any]) -> None:
         progress["observedMetrics"] = {
@@ -195,7 +196,11 @@ def run_available_now(
         try:
             writer = start_writer().queryName(query_name).trigger(availableNow=True)
             with one_query_start_at_a_time(query_name, log):
-                query = writer.start()
+                starting = time.monotonic()
+                try:
+                    query = writer.start()
+                finally:
+                    report.start_seconds += time.monotonic() - starting
         except Exception as exc:
             if not is_worker_start_timeout(str(exc)) or worker_retries >= MAX_WORKER_START_RETRIES:
                 raise

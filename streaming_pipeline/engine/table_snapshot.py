@@ -89,6 +89,19 @@ def first_rows(path: str, version: int, rows: int, order: list[str] | None = Non
         frame = everything.sort_values(order, na_position="first", kind="stable").head(rows).reset_index(drop=True)
     else:
         frame = dataset.head(rows).to_pandas()
+    return _as_spark_gives_it(frame)
+
+
+def all_rows(path: str, version: int) -> pd.DataFrame | None:
+    """Every row of the table at `version` as pandas, as Spark's toPandas gives them: for tables that stay small."""
+    table = _local_table(path, version)
+    if table is None:
+        return None
+    return _as_spark_gives_it(table.to_pyarrow_dataset().to_table().to_pandas())
+
+
+def _as_spark_gives_it(frame: pd.DataFrame) -> pd.DataFrame:
+    """Timestamps naive in UTC, as Spark's toPandas gives them."""
     for column in frame.columns:
         if getattr(frame[column].dtype, "tz", None) is not None:
             frame[column] = frame[column].dt.tz_convert("UTC").dt.tz_localize(None)

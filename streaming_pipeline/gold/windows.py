@@ -4,6 +4,7 @@ and finality). Upserts are SQL MERGE INTO delta.`path`, which works over Spark C
 from __future__ import annotations
 
 import json
+import time
 import uuid
 from dataclasses import dataclass, field
 from functools import reduce
@@ -12,7 +13,7 @@ from typing import TYPE_CHECKING, Any
 from pyspark.sql import functions as F
 from pyspark.sql.types import StructType
 
-from streaming_pipeline.engine.delta_log import DeltaLog
+from streaming_pipeline.engine.delta_log import DeltaLog, filesystem, numbered_files, read_text
 from streaming_pipeline.engine.delta_tables import delta_path_sql, read_table, sum_columns, table_exists
 from streaming_pipeline.engine.sink_position import delta_source_version
 from streaming_pipeline.engine.streams import (
@@ -93,6 +94,7 @@ class WindowReconcile:
     late_rides_found: int = 0  # rides newly counted as late
     watermark: Any = None
     reason: str = ""
+    seconds: float = 0.0  # how long it took
 
 
 @dataclass
@@ -121,7 +123,9 @@ def update_ride_window_aggregates(
     report = stream_ride_windows(
         spark, lakehouse, window_duration=window_duration, watermark_delay=watermark_delay, log=log
     )
+    started = time.monotonic()
     reconcile = reconcile_ride_windows(spark, lakehouse, window_duration=window_duration, log=log)
+    reconcile.seconds = time.monotonic() - started
     return WindowRunResult(report, reconcile.watermark, reconcile.windows, reconcile)
 
 
@@ -134,7 +138,7 @@ def ride_windows_query(
 
     def start_writer() -> DataStreamWriter:
         # The windows final when this run of the query starts are frozen for it (see WindowUpsert).
-        before = stream_position(spark, lakehouse.checkpoint_path(WINDOWS))
+        before = stream_position(lakehouse.checkpoint_path(WINDOWS))
         handler = WindowUpsert(lakehouse.table_path(WINDOWS), before.watermark_micros if before else None)
         windows = ride_window_aggregates(
             delta_stream(spark, lakehouse, RAW_RIDES.name), window_duration, watermark_delay
@@ -189,34 +193,23 @@ class StreamPosition:
     watermark_micros: int  # the query's event-time watermark for its next micro-batch (epoch microseconds)
 
 
-def stream_position(spark: SparkSession, checkpoint_dir: str) -> StreamPosition | None:
-    """Read through Spark (any storage): the commit log's last entry, then that batch's offsets and the query id.
-    None when the checkpoint has no committed micro-batch."""
-    from pyspark.errors import AnalysisException
-
-    try:
-        commits = (
-            spark.read.text(f"{checkpoint_dir}/commits")
-            .select(F.col("_metadata.file_name").alias("name"), "value")
-            .where(F.col("name").rlike("^[0-9]+$") & F.col("value").contains("nextBatchWatermarkMs"))
-            .select(F.col("name").cast("long").alias("batch"), "value")
-            .orderBy(F.col("batch").desc())
-            .limit(1)
-            .collect()
-        )
-        if not commits:
-            return None
-        batch = int(commits[0]["batch"])
-        lines = (
-            spark.read.text([f"{checkpoint_dir}/offsets/{batch}", f"{checkpoint_dir}/metadata"])
-            .select(F.col("_metadata.file_name").alias("name"), "value")
-            .collect()
-        )
-    except AnalysisException:
+def stream_position(checkpoint_dir: str) -> StreamPosition | None:
+    """Read from the checkpoint's files (any storage fsspec reaches, no Spark job): the commit log's last entry,
+    then that batch's offsets and the query id. None when the checkpoint has no committed micro-batch."""
+    fs, root = filesystem(checkpoint_dir)
+    watermark_ms = batch = None
+    for number in reversed(numbered_files(fs, f"{root}/commits")):
+        text = read_text(f"{checkpoint_dir}/commits/{number}") or ""
+        entry = next((json.loads(line) for line in text.splitlines() if "nextBatchWatermarkMs" in line), None)
+        if entry is not None:
+            watermark_ms, batch = int(entry["nextBatchWatermarkMs"]), number
+            break
+    if batch is None or watermark_ms is None:
         return None
-    watermark_ms = int(json.loads(commits[0]["value"])["nextBatchWatermarkMs"])
-    offsets = [json.loads(r["value"]) for r in lines if r["name"] == str(batch) and '"reservoirVersion"' in r["value"]]
-    query = [json.loads(r["value"]) for r in lines if r["name"] == "metadata"]
+    offsets_text = read_text(f"{checkpoint_dir}/offsets/{batch}") or ""
+    metadata_text = read_text(f"{checkpoint_dir}/metadata") or ""
+    offsets = [json.loads(line) for line in offsets_text.splitlines() if '"reservoirVersion"' in line]
+    query = [json.loads(line) for line in metadata_text.splitlines() if line.strip().startswith("{")]
     if len(offsets) != 1 or not query:
         return None
     offset = offsets[0]
@@ -262,7 +255,7 @@ def windows_count(spark: SparkSession, lakehouse: Lakehouse, *, commits_back: in
     None before the stream has read a whole version of raw_rides, or when it kept writing through each attempt."""
     path = lakehouse.table_path(WINDOWS)
     for _ in range(3):
-        position = stream_position(spark, lakehouse.checkpoint_path(WINDOWS))
+        position = stream_position(lakehouse.checkpoint_path(WINDOWS))
         log = DeltaLog(path)
         latest = log.latest_version()
         if position is None or position.version is None or latest is None:
@@ -272,7 +265,7 @@ def windows_count(spark: SparkSession, lakehouse: Lakehouse, *, commits_back: in
         counted = sum(sum_columns(spark, path, ["trip_count", "late_trip_count"], version=version).values())
         if pinned is not None:
             return WindowsCount(version, rides_version, counted, reconciled=True)
-        if stream_position(spark, lakehouse.checkpoint_path(WINDOWS)) == position and log.latest_version() == latest:
+        if stream_position(lakehouse.checkpoint_path(WINDOWS)) == position and log.latest_version() == latest:
             return WindowsCount(version, rides_version, counted, reconciled=False)
     return None
 
@@ -295,50 +288,50 @@ def _newest_reconcile_commit(
     return None
 
 
-def _appended_files(spark: SparkSession, path: str, after: int, until: int) -> list[str] | None:
+def _appended_files(path: str, after: int, until: int) -> list[str] | None:
     """The data files that the commits (after, until] of the Delta table at `path` added; None unless those
-    commits only appended rows (or rewrote files without changing rows, as OPTIMIZE does) and the log still
-    holds them. Read from the commits themselves (Delta's log protocol): the cost follows the new commits."""
+    commits only appended rows (or rewrote files without changing rows, as OPTIMIZE does), the table maps no
+    column names (the files hold its columns under their own names) and the log still holds the commits. Read
+    from the commits themselves (Delta's log protocol), no Spark job: the cost follows the new commits."""
     from urllib.parse import unquote
 
-    from pyspark.errors import AnalysisException
-
+    log = DeltaLog(path)
     root = path.rstrip("/")
-    commits = [f"{root}/_delta_log/{version:020d}.json" for version in range(after + 1, until + 1)]
-    schema = (
-        "add STRUCT<path: STRING, dataChange: BOOLEAN, deletionVector: STRUCT<storageType: STRING>>, "
-        "remove STRUCT<path: STRING, dataChange: BOOLEAN>, metaData STRUCT<configuration: MAP<STRING, STRING>>"
-    )
-    try:
-        actions = (
-            spark.read.schema(schema)
-            .json(commits)
-            .select(F.col("_metadata.file_name").alias("commit"), "add", "remove", "metaData")
-            .collect()
-        )
-    except AnalysisException:
-        return None  # a commit file is gone (log clean-up) or not where the protocol puts it
-    if len({a["commit"] for a in actions}) != len(commits):
+    if _column_mapping(log, until):
         return None
     files = []
-    for action in actions:
-        add, remove, metadata = action["add"], action["remove"], action["metaData"]
-        if remove is not None and remove["dataChange"] is not False:
-            return None  # rows deleted or rewritten
-        if metadata is not None and (metadata["configuration"] or {}).get("delta.columnMapping.mode", "none") != "none":
-            return None
-        if add is not None and add["dataChange"] is not False:
-            if add["deletionVector"] is not None:
+    for version in range(after + 1, until + 1):
+        actions = log.actions(version)
+        if actions is None:
+            return None  # a commit file is gone (log clean-up)
+        for action in actions:
+            add, remove, metadata = action.get("add"), action.get("remove"), action.get("metaData")
+            if remove is not None and remove.get("dataChange") is not False:
+                return None  # rows deleted or rewritten
+            if metadata is not None and _maps_columns(metadata):
                 return None
-            relative = unquote(add["path"])
-            files.append(relative if "://" in relative or relative.startswith("/") else f"{root}/{relative}")
+            if add is not None and add.get("dataChange") is not False:
+                if add.get("deletionVector") is not None:
+                    return None
+                relative = unquote(add["path"])
+                files.append(relative if "://" in relative or relative.startswith("/") else f"{root}/{relative}")
     return sorted(files)
 
 
-def _files_readable_alone(spark: SparkSession, path: str) -> bool:
-    """Whether the table's data files hold its columns under their own names (no column mapping)."""
-    properties = spark.sql(f"DESCRIBE DETAIL {delta_path_sql(path)}").select("properties").collect()[0][0] or {}
-    return properties.get("delta.columnMapping.mode") in (None, "none")
+def _column_mapping(log: DeltaLog, version: int) -> bool:
+    """Whether the table maps its column names at `version` (its files then name columns otherwise)."""
+    from deltalake import DeltaTable
+    from deltalake.exceptions import DeltaError
+
+    try:
+        configuration = DeltaTable(log.table_uri, version=version).metadata().configuration
+    except DeltaError:  # delta-rs cannot read this table here (storage, protocol): assume the worst
+        return True
+    return _maps_columns({"configuration": configuration})
+
+
+def _maps_columns(metadata: dict[str, Any]) -> bool:
+    return (metadata.get("configuration") or {}).get("delta.columnMapping.mode", "none") not in ("none", None)
 
 
 def _covering_ranges(windows: list[tuple[int, int]], limit: int) -> list[tuple[int, int]]:
@@ -422,7 +415,7 @@ def _reconcile_point(
     """Where the window stream is and the raw_rides version it has consumed (sets `result.previous_version`, the
     version the previous reconcile recorded); None, with `result.reason` saying why, when there is nothing to
     reconcile."""
-    position = stream_position(spark, lakehouse.checkpoint_path(WINDOWS))
+    position = stream_position(lakehouse.checkpoint_path(WINDOWS))
     if position is None or position.version is None:
         result.reason = "the window stream has not consumed a whole version of raw_rides yet"
         return None
@@ -455,12 +448,11 @@ def _counts_to_reconcile(
     files: list[str] | None = None
     if previous is None or previous > version:
         full_reason = "no earlier reconcile of this window stream"
-    elif not _files_readable_alone(spark, rides_path):
-        full_reason = "the files of raw_rides cannot be read on their own (column mapping)"
-    elif (files := _appended_files(spark, rides_path, previous, version)) is None:
+    elif (files := _appended_files(rides_path, previous, version)) is None:
         full_reason = (
-            f"raw_rides changed other than by appends after version {previous}, or log cleanup removed its commits "
-            f"since (the windows were last reconciled more than delta.logRetentionDuration ago)"
+            f"raw_rides changed other than by appends after version {previous}, maps its column names, or log "
+            "cleanup removed its commits since (the windows were last reconciled more than "
+            "delta.logRetentionDuration ago)"
         )
     if full_reason is not None:
         result.full, result.reason = True, full_reason

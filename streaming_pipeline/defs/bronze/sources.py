@@ -13,6 +13,7 @@ from streaming_pipeline.asset_metadata import (
     checkpoint_pool,
     delta_table_metadata,
     step_priority,
+    stream_metadata,
     table_args,
 )
 from streaming_pipeline.bronze.ingestion import BronzeRunResult, ingest_topic
@@ -69,11 +70,9 @@ def _bronze_result(
         context.log.warning(f"{asset_name}: {run.dead_letters} record(s) sent to {DEAD_LETTER_RECORDS.name}")
     return dg.MaterializeResult(
         metadata={
-            "rows_read": dg.MetadataValue.int(run.report.input_rows),
+            **stream_metadata(run.report),
             "rows_written": dg.MetadataValue.int(run.rows_written),
             "dead_letters": dg.MetadataValue.int(run.dead_letters),
-            "micro_batches": dg.MetadataValue.int(run.report.batches),
-            "streaming_seconds": dg.MetadataValue.float(round(run.report.trigger_seconds(), 3)),
             "kafka_offsets": dg.MetadataValue.json(offsets),
             "consumed_offsets": dg.MetadataValue.json(
                 {

@@ -1,7 +1,5 @@
 """Trips and revenue per vendor in event-time tumbling windows, with late rides and finality; its checks."""
 
-from typing import TYPE_CHECKING
-
 import dagster as dg
 from pydantic import Field
 
@@ -11,15 +9,12 @@ from streaming_pipeline.asset_metadata import (
     missing_sources,
     stream_metadata,
 )
-from streaming_pipeline.engine.delta_tables import count_duplicate_keys, count_rows, read_table, table_exists
+from streaming_pipeline.engine.delta_tables import count_duplicate_keys, count_rows, small_table, table_exists
 from streaming_pipeline.gold.windows import ride_windows_query, update_ride_window_aggregates
 from streaming_pipeline.resources import LakehouseResource, SparkResource
 from streaming_pipeline.settings import DEFAULT_RIDE_WATERMARK_DELAY, DEFAULT_RIDE_WINDOW_DURATION
 from streaming_pipeline.streamed_table import StreamedTable, WrittenTable
 from streaming_pipeline.tables import RAW_RIDES, RIDE_WINDOW_AGGREGATES
-
-if TYPE_CHECKING:
-    import pandas as pd
 
 MAX_CHART_WINDOWS = 200
 
@@ -82,31 +77,27 @@ def ride_window_aggregates(
         **stream_metadata(result.report),
         **delta_table_metadata(session, lakehouse, RIDE_WINDOW_AGGREGATES, preview_order=["window_start", "vendor_id"]),
     }
-    if table_exists(path):
-        from pyspark.sql import functions as F
-
+    windows = small_table(session, path)
+    if windows is not None:
         from streaming_pipeline.gold.charts import png_markdown, window_chart_png  # matplotlib: only when drawing
 
-        frame = read_table(session, path)
-        totals = frame.agg(
-            F.sum("late_trip_count").alias("late"), F.sum(F.col("is_final").cast("int")).alias("final")
-        ).collect()[0]
-        recent: pd.DataFrame = frame.orderBy(F.col("window_start").desc()).limit(MAX_CHART_WINDOWS * 3).toPandas()
+        recent = windows.sort_values("window_start", ascending=False).head(MAX_CHART_WINDOWS * 3)
         png = window_chart_png(recent.sort_values("window_start"))
         reconcile = result.reconcile
         metadata.update(
             {
                 "watermark": dg.MetadataValue.text(str(result.watermark)),
-                "late_rides_total": dg.MetadataValue.int(int(totals["late"] or 0)),
+                "late_rides_total": dg.MetadataValue.int(int(windows["late_trip_count"].fillna(0).sum())),
                 "late_rides_found_this_run": dg.MetadataValue.int(reconcile.late_rides_found),
                 "late_rides_dropped_by_watermark_this_run": dg.MetadataValue.int(
                     result.report.rows_dropped_by_watermark()
                 ),
-                "final_windows": dg.MetadataValue.int(int(totals["final"] or 0)),
+                "final_windows": dg.MetadataValue.int(int(windows["is_final"].fillna(False).astype(bool).sum())),
                 "windows_reconciled": dg.MetadataValue.int(result.windows_changed_by_reconcile),
                 "reconciled_raw_rides_version": dg.MetadataValue.text(str(reconcile.raw_rides_version)),
                 "reconcile": dg.MetadataValue.text(reconcile.reason or "-"),
                 "reconcile_full_recount": dg.MetadataValue.bool(reconcile.full),
+                "reconcile_seconds": dg.MetadataValue.float(round(reconcile.seconds, 3)),
                 "chart": dg.MetadataValue.md(png_markdown(png, "trips per window and vendor")),
             }
         )

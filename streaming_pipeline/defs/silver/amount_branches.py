@@ -7,6 +7,7 @@ from pydantic import Field
 from streaming_pipeline.asset_metadata import (
     delta_table_metadata,
     missing_table_result,
+    stream_metadata,
     unpinned_check_result,
 )
 from streaming_pipeline.engine.delta_tables import count_duplicate_keys, count_rows, table_exists
@@ -77,8 +78,7 @@ def amount_branches(
         f"{result.null_amount_rides} with no total_amount (in neither)"
     )
     common = {
-        "rows_read": dg.MetadataValue.int(result.report.input_rows),
-        "micro_batches": dg.MetadataValue.int(result.report.batches),
+        **stream_metadata(result.report),
         "threshold": dg.MetadataValue.float(config.high_amount_threshold),
         "null_amount_rides": dg.MetadataValue.int(result.null_amount_rides),
     }

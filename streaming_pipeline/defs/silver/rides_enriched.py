@@ -3,7 +3,7 @@ once."""
 
 import dagster as dg
 
-from streaming_pipeline.asset_metadata import delta_table_metadata, position_against_raw_rides
+from streaming_pipeline.asset_metadata import delta_table_metadata, position_against_raw_rides, stream_metadata
 from streaming_pipeline.engine.delta_tables import count_duplicate_keys, count_rows, table_exists
 from streaming_pipeline.resources import LakehouseResource, SparkResource
 from streaming_pipeline.silver.enrichment import rides_enriched_query, update_rides_enriched
@@ -39,8 +39,7 @@ def rides_enriched(context: dg.AssetExecutionContext, spark: SparkResource, lake
         )
     return dg.MaterializeResult(
         metadata={
-            "rows_read": dg.MetadataValue.int(result.report.input_rows),
-            "micro_batches": dg.MetadataValue.int(result.report.batches),
+            **stream_metadata(result.report),
             "unknown_pickup_zones": dg.MetadataValue.int(result.unknown_pickup_zones),
             "unknown_dropoff_zones": dg.MetadataValue.int(result.unknown_dropoff_zones),
             **delta_table_metadata(session, lakehouse, RIDES_ENRICHED),
