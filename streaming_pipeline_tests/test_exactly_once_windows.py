@@ -256,6 +256,37 @@ def test_rerunning_with_no_new_ride_changes_nothing(spark, lakehouse):
         assert windows(spark, lakehouse) == rows
 
 
+def test_a_run_that_can_find_no_late_ride_and_closes_no_window_skips_the_reconcile(spark, lakehouse):
+    bronze = Bronze(spark, lakehouse)
+    first_version = bronze.append((1, at(8, 1), 10.0), (2, at(9, 0), 1.5))
+    first = update_ride_window_aggregates(spark, lakehouse, **WINDOWS)
+    assert first.reconcile.full and reconciled_versions(spark, lakehouse) == [first_version]
+
+    # 09:03 falls in [09:00, 09:10), which ends after the watermark (09:03 - 15 min = 08:48): it cannot be late,
+    # and no window that is not final has ended by 08:48. Nothing to write: no reconcile commit.
+    bronze.append((2, at(9, 3), 2.0))
+    skipped = update_ride_window_aggregates(spark, lakehouse, **WINDOWS)
+    assert skipped.reconcile.reason.startswith("skipped: ") and skipped.reconcile.windows == 0
+    assert reconciled_versions(spark, lakehouse) == [first_version]
+    assert windows(spark, lakehouse) == {(epoch(8, 0), 1): (1, 10.0, 0, True), (epoch(9, 0), 2): (2, 3.5, 0, False)}
+    assert f"no ride of the 1 file(s) added after raw_rides version {first_version} " in skipped.reconcile.reason
+
+    # A late ride for the final (08:00, 1), and 09:30 moves the watermark to 09:15, closing (09:00, 2): the
+    # reconcile runs over every file since the last one it made, the skipped run's too.
+    third_version = bronze.append((1, at(8, 5), 3.0), (1, at(9, 30), 4.0))
+    third = update_ride_window_aggregates(spark, lakehouse, **WINDOWS)
+    assert (third.reconcile.full, third.reconcile.new_rides, third.reconcile.late_rides_found) == (False, 3, 1)
+    assert reconciled_versions(spark, lakehouse) == [first_version, third_version]
+    expected = {
+        (epoch(8, 0), 1): (1, 10.0, 1, True),
+        (epoch(9, 0), 2): (2, 3.5, 0, True),
+        (epoch(9, 30), 1): (1, 4.0, 0, False),
+    }
+    assert windows(spark, lakehouse) == expected
+    rides = spark.read.format("delta").load(lakehouse.table_path("raw_rides")).count()
+    assert rides == 5 == sum(trips + late for trips, _, late, _ in expected.values())
+
+
 # ------------------------------------------------------------------------- joins: rows the watermark drops
 
 

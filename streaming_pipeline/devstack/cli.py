@@ -319,7 +319,7 @@ def _run_bench(args: argparse.Namespace) -> int:
         rides = args.rides or [200]
         if len(rides) != 1:
             raise BenchError("--run takes one --rides size")
-        run_cost_bench(rides[0], args.repeat or 3, args.json, baseline_ref=args.baseline_ref, stack_dir=args.stack_dir)
+        run_cost_bench(rides[0], args.runs, args.json, baseline_ref=args.baseline_ref, stack_dir=args.stack_dir)
     elif args.windows:
         run_windows_bench(tuple(args.history), args.new_rides, args.runs, args.json, stack_dir=args.stack_dir)
     elif args.live:

@@ -14,9 +14,10 @@ from pyspark.sql import functions as F
 from pyspark.sql.types import StructType
 
 from streaming_pipeline.engine.delta_log import DeltaLog, filesystem, numbered_files, read_text
-from streaming_pipeline.engine.delta_tables import delta_path_sql, read_table, sum_columns, table_exists
+from streaming_pipeline.engine.delta_tables import delta_path_sql, read_table, small_table, sum_columns, table_exists
 from streaming_pipeline.engine.sink_position import delta_source_version
 from streaming_pipeline.engine.streams import (
+    EPOCH,
     Log,
     StreamQuery,
     StreamRunReport,
@@ -288,7 +289,15 @@ def _newest_reconcile_commit(
     return None
 
 
-def _appended_files(path: str, after: int, until: int) -> list[str] | None:
+@dataclass(frozen=True)
+class AddedFile:
+    """A data file a commit added, with the statistics Delta wrote for it (None: none)."""
+
+    path: str
+    stats: dict[str, Any] | None
+
+
+def _appended_files(path: str, after: int, until: int) -> list[AddedFile] | None:
     """The data files that the commits (after, until] of the Delta table at `path` added; None unless those
     commits only appended rows (or rewrote files without changing rows, as OPTIMIZE does), the table maps no
     column names (the files hold its columns under their own names) and the log still holds the commits. Read
@@ -314,8 +323,9 @@ def _appended_files(path: str, after: int, until: int) -> list[str] | None:
                 if add.get("deletionVector") is not None:
                     return None
                 relative = unquote(add["path"])
-                files.append(relative if "://" in relative or relative.startswith("/") else f"{root}/{relative}")
-    return sorted(files)
+                absolute = relative if "://" in relative or relative.startswith("/") else f"{root}/{relative}"
+                files.append(AddedFile(absolute, json.loads(add["stats"]) if add.get("stats") else None))
+    return sorted(files, key=lambda f: f.path)
 
 
 def _column_mapping(log: DeltaLog, version: int) -> bool:
@@ -382,9 +392,18 @@ def reconcile_ride_windows(
     if point is None:
         return result
     position, version = point
+    files = _files_to_reconcile(lakehouse, version, result)
+    if files is not None and _nothing_can_change(spark, lakehouse, window_duration, position, files):
+        result.reason = (
+            f"skipped: no ride of the {len(files)} file(s) added after raw_rides version {result.previous_version} "
+            "falls in a window the watermark has passed, and no window closed"
+        )
+        if log is not None:
+            log.info(f"{WINDOWS}: reconcile at raw_rides version {version} {result.reason}")
+        return result
     windows = read_table(spark, table_path)
     is_final = F.col("window_end") <= _micros(position.watermark_micros)
-    counts, current = _counts_to_reconcile(spark, lakehouse, window_duration, version, windows, result)
+    counts, current = _counts_to_reconcile(spark, lakehouse, window_duration, version, windows, files, result)
     changed = _changed_windows(counts, current, windows, is_final, broadcast=not result.full)
     result.windows, result.late_rides_found = len(changed), sum(int(r["late_found"]) for r in changed)
     if changed:
@@ -431,24 +450,14 @@ def _reconcile_point(
     return position, version
 
 
-def _counts_to_reconcile(
-    spark: SparkSession,
-    lakehouse: Lakehouse,
-    window_duration: str,
-    version: int,
-    windows: DataFrame,
-    result: WindowReconcile,
-) -> tuple[DataFrame, DataFrame]:
-    """(the windows' counts of the rides in raw_rides at the stream's version, the table's windows to compare them
-    with). Every window on a full recount; otherwise only the windows that the rides added since the previous
-    reconcile fall in."""
-    rides_path = lakehouse.table_path(RAW_RIDES.name)
-    rides = spark.read.format("delta").option("versionAsOf", version).load(rides_path)
+def _files_to_reconcile(lakehouse: Lakehouse, version: int, result: WindowReconcile) -> list[AddedFile] | None:
+    """The files raw_rides gained after the previous reconcile, up to `version`; None when every window must be
+    recounted instead (`result.full` and `result.reason` say why)."""
     previous, full_reason = result.previous_version, None
-    files: list[str] | None = None
+    files: list[AddedFile] | None = None
     if previous is None or previous > version:
         full_reason = "no earlier reconcile of this window stream"
-    elif (files := _appended_files(rides_path, previous, version)) is None:
+    elif (files := _appended_files(lakehouse.table_path(RAW_RIDES.name), previous, version)) is None:
         full_reason = (
             f"raw_rides changed other than by appends after version {previous}, maps its column names, or log "
             "cleanup removed its commits since (the windows were last reconciled more than "
@@ -456,10 +465,71 @@ def _counts_to_reconcile(
         )
     if full_reason is not None:
         result.full, result.reason = True, full_reason
+        return None
+    return files
+
+
+def _nothing_can_change(
+    spark: SparkSession, lakehouse: Lakehouse, window_duration: str, position: StreamPosition, files: list[AddedFile]
+) -> bool:
+    """Whether a reconcile would write nothing: no ride of `files` can be late (by their statistics, the earliest
+    pickup of each falls in a window ending after the watermark, which only grows, so no ride of theirs met a
+    passed watermark) and no window that is not final has ended by the watermark. Unknown statistics: False."""
+    from streaming_pipeline.settings import interval_seconds
+
+    duration = interval_seconds(window_duration, name="window_duration") * 1_000_000
+    for file in files:
+        stats = file.stats or {}
+        earliest = (stats.get("minValues") or {}).get("pickup_datetime")
+        if earliest is None or (stats.get("nullCount") or {}).get("pickup_datetime") != 0:
+            return False
+        start = _epoch_micros(earliest) // duration * duration  # Spark's tumbling windows start at the epoch
+        if start + duration <= position.watermark_micros:
+            return False
+    windows = small_table(spark, lakehouse.table_path(WINDOWS))
+    if windows is None:
+        return False
+    watermark = _naive_utc_timestamp(position.watermark_micros)
+    return not bool(((~windows["is_final"].astype(bool)) & (windows["window_end"] <= watermark)).any())
+
+
+def _epoch_micros(text: str) -> int:
+    """A timestamp of Delta's statistics ('2026-01-01T00:00:00.000Z', milliseconds at most) in epoch
+    microseconds."""
+    from datetime import datetime
+
+    moment = datetime.fromisoformat(text.replace("Z", "+00:00"))
+    return int((moment - EPOCH).total_seconds() * 1_000_000)
+
+
+def _naive_utc_timestamp(micros: int) -> Any:
+    """Epoch microseconds as a pandas timestamp, naive in UTC (as `small_table` gives timestamps)."""
+    import pandas as pd
+
+    return pd.Timestamp(micros, unit="us")
+
+
+def _counts_to_reconcile(
+    spark: SparkSession,
+    lakehouse: Lakehouse,
+    window_duration: str,
+    version: int,
+    windows: DataFrame,
+    files: list[AddedFile] | None,
+    result: WindowReconcile,
+) -> tuple[DataFrame, DataFrame]:
+    """(the windows' counts of the rides in raw_rides at the stream's version, the table's windows to compare them
+    with). Every window on a full recount (`files` None); otherwise only the windows that the rides of `files`
+    (added since the previous reconcile) fall in."""
+    rides = spark.read.format("delta").option("versionAsOf", version).load(lakehouse.table_path(RAW_RIDES.name))
+    if files is None:
         return ride_window_aggregates(rides, window_duration), windows
-    assert previous is not None and files is not None
-    counts, current = _counts_of_touched_windows(spark, window_duration, rides, windows, files, result)
-    result.reason = f"{result.new_rides} ride(s) in {len(files)} file(s) added after raw_rides version {previous}"
+    counts, current = _counts_of_touched_windows(
+        spark, window_duration, rides, windows, [f.path for f in files], result
+    )
+    result.reason = (
+        f"{result.new_rides} ride(s) in {len(files)} file(s) added after raw_rides version {result.previous_version}"
+    )
     return counts, current
 
 
