@@ -1,9 +1,9 @@
 """The asset checks of the streaming tables on a schedule, for the continuous mode (docs/live-mode.md).
 
-The live jobs of the triggered mode leave the checks out (they scan whole tables), and a continuous run
-materializes nothing itself: its queries write all the time. So this schedule runs every check in a run of its
-own, beside them, every `CONTINUOUS_CHECKS_CRON` (running by default with LIVE_MODE=continuous; it can be started
-in triggered mode too). Each check reads versions of its tables that belong together (the settled offsets of a
+The live jobs of the triggered mode leave the checks out (the duplicate-key checks read every row's key), and a
+continuous run materializes nothing itself: its queries write all the time. So this schedule runs every check in a
+run of its own, beside them, every `CONTINUOUS_CHECKS_CRON` (running by default with LIVE_MODE=continuous; it can be
+started in triggered mode too). Each check reads versions of its tables that belong together (the settled offsets of a
 bronze table, the raw_rides version vendor_counts, the enrichment, the branches and the windows were computed
 from), so a check never fails because a micro-batch committed while it read. The run holds no checkpoint pool: it
 only reads, and never waits for the continuous run.

@@ -4,11 +4,12 @@ KStream-GlobalKTable join): every ride with the names of its zones."""
 from __future__ import annotations
 
 from dataclasses import dataclass
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 from pyspark.sql import functions as F
 
-from streaming_pipeline.engine.delta_tables import read_table, table_exists
+from streaming_pipeline.engine.delta_tables import read_table
 from streaming_pipeline.engine.streams import Log, StreamQuery, StreamRunReport, delta_stream, run_available_now
 from streaming_pipeline.tables import RAW_RIDES, RIDES_ENRICHED, TAXI_ZONES
 
@@ -19,20 +20,35 @@ if TYPE_CHECKING:
     from streaming_pipeline.connections import Lakehouse
 
 
-def refresh_taxi_zones(spark: SparkSession, lakehouse: Lakehouse, csv_path: str) -> bool:
-    """Load the zone lookup at `csv_path` into its Delta table when the table differs from it; True when it changed.
+#: Who wrote a version of taxi_zones, in its commit's userMetadata, with the SHA-256 of the lookup file it loaded.
+TAXI_ZONES_WRITER = "taxi_zones"
 
-    An unchanged lookup writes nothing, so re-running leaves the table's version as it is.
+
+def refresh_taxi_zones(spark: SparkSession, lakehouse: Lakehouse, csv_path: str) -> bool:
+    """Load the zone lookup at `csv_path` into its Delta table unless the table's newest version was loaded from a
+    file of the same content (the SHA-256 its commit records); True when it wrote.
+
+    An unchanged lookup writes nothing and costs no Spark job, so re-running leaves the table's version as it is.
     """
+    import hashlib
+    import json
+
+    from streaming_pipeline.engine.delta_log import commits
     from streaming_pipeline.silver.taxi_zones import read_taxi_zones
 
     path = lakehouse.table_path(TAXI_ZONES.name)
+    marker = {"writer": TAXI_ZONES_WRITER, "source_sha256": hashlib.sha256(Path(csv_path).read_bytes()).hexdigest()}
+    newest = next(iter(commits(path) or []), None)
+    if newest is not None and newest.user_metadata == marker:
+        return False
     zones = read_taxi_zones(spark, csv_path)
-    if table_exists(path):
-        current = read_table(spark, path)
-        if current.exceptAll(zones).isEmpty() and zones.exceptAll(current).isEmpty():
-            return False
-    zones.write.format("delta").mode("overwrite").option("overwriteSchema", "true").save(path)
+    (
+        zones.write.format("delta")
+        .mode("overwrite")
+        .option("overwriteSchema", "true")
+        .option("userMetadata", json.dumps(marker, sort_keys=True))
+        .save(path)
+    )
     return True
 
 

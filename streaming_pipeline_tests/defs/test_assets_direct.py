@@ -41,7 +41,9 @@ def _metadata_value(result: dg.MaterializeResult, key: str) -> Any:
     return value.value if isinstance(value, dg.MetadataValue) else value
 
 
-def test_taxi_zones_loads_the_shipped_lookup_once_and_then_reports_it_unchanged(resources, spark) -> None:
+def test_taxi_zones_loads_the_shipped_lookup_once_reports_it_unchanged_and_loads_another(
+    resources, spark, tmp_path: Path
+) -> None:
     with SHIPPED_ZONES.open(newline="") as handle:
         expected = sorted(
             (int(row["locationid"]), row["borough"], row["zone"], row["service_zone"]) for row in csv.DictReader(handle)
@@ -57,6 +59,18 @@ def test_taxi_zones_loads_the_shipped_lookup_once_and_then_reports_it_unchanged(
     again = taxi_zones(dg.build_asset_context(), TaxiZonesConfig(), **resources)
     assert _metadata_value(again, "changed") is False
     assert _metadata_value(again, "delta_version") == _metadata_value(first, "delta_version")
+
+    # Another lookup (one zone renamed) is loaded; then the shipped one again.
+    renamed = tmp_path / "zones.csv"
+    renamed.write_text(SHIPPED_ZONES.read_text().replace('"Newark Airport"', '"Newark Liberty"', 1))
+    assert renamed.read_text() != SHIPPED_ZONES.read_text()
+    other = taxi_zones(dg.build_asset_context(), TaxiZonesConfig(csv_path=str(renamed)), **resources)
+    assert _metadata_value(other, "changed") is True
+    zones = {r.location_id: r.zone for r in spark.read.format("delta").load(path).collect()}
+    assert zones[1] == "Newark Liberty" and len(zones) == 265
+    back = taxi_zones(dg.build_asset_context(), TaxiZonesConfig(), **resources)
+    assert _metadata_value(back, "changed") is True
+    assert sorted(spark.read.format("delta").load(path).collect()) == sorted(rows)
 
 
 def _write_raw_rides(spark: Any, rides_csv: Path, path: str) -> list[dict[str, str]]:
