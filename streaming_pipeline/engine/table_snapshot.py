@@ -4,7 +4,7 @@ every file it adds, and pyarrow reads the few columns a count needs from the fil
 
 For the metadata of every materialization and for the checks: a Spark job costs about a second of the warm
 engine, this costs milliseconds. Each function returns None when delta-rs cannot answer exactly (an object-store
-URI, a file written without statistics, deletion vectors), and the caller asks Spark instead.
+URI, a file written without statistics, deletion vectors, column mapping), and the caller asks Spark instead.
 """
 
 from __future__ import annotations
@@ -20,7 +20,8 @@ if TYPE_CHECKING:
 
 
 def _local_table(path: str, version: int) -> DeltaTable | None:
-    """The table at `path` as of `version`, when `path` is on the local filesystem and has no deletion vectors."""
+    """The table at `path` as of `version`, when `path` is on the local filesystem and the table has no deletion
+    vectors and maps no column names."""
     from deltalake import DeltaTable
 
     parsed = urlparse(path)
@@ -29,6 +30,8 @@ def _local_table(path: str, version: int) -> DeltaTable | None:
     table = DeltaTable(parsed.path if parsed.scheme else path, version=version)
     if "deletionVectors" in (table.protocol().reader_features or []):
         return None
+    if table.metadata().configuration.get("delta.columnMapping.mode", "none") != "none":
+        return None  # its files name the columns otherwise
     return table
 
 

@@ -297,7 +297,7 @@ class AddedFile:
     stats: dict[str, Any] | None
 
 
-def _appended_files(path: str, after: int, until: int) -> list[AddedFile] | None:
+def _appended_files(spark: SparkSession, path: str, after: int, until: int) -> list[AddedFile] | None:
     """The data files that the commits (after, until] of the Delta table at `path` added; None unless those
     commits only appended rows (or rewrote files without changing rows, as OPTIMIZE does), the table maps no
     column names (the files hold its columns under their own names) and the log still holds the commits. Read
@@ -306,7 +306,7 @@ def _appended_files(path: str, after: int, until: int) -> list[AddedFile] | None
 
     log = DeltaLog(path)
     root = path.rstrip("/")
-    if _column_mapping(log, until):
+    if _column_mapping(spark, path, until):
         return None
     files = []
     for version in range(after + 1, until + 1):
@@ -328,16 +328,16 @@ def _appended_files(path: str, after: int, until: int) -> list[AddedFile] | None
     return sorted(files, key=lambda f: f.path)
 
 
-def _column_mapping(log: DeltaLog, version: int) -> bool:
-    """Whether the table maps its column names at `version` (its files then name columns otherwise)."""
-    from deltalake import DeltaTable
-    from deltalake.exceptions import DeltaError
-
-    try:
-        configuration = DeltaTable(log.table_uri, version=version).metadata().configuration
-    except DeltaError:  # delta-rs cannot read this table here (storage, protocol): assume the worst
-        return True
-    return _maps_columns({"configuration": configuration})
+def _column_mapping(spark: SparkSession, path: str, version: int) -> bool:
+    """Whether the table at `path` maps its column names at `version` (its files then name columns otherwise): from
+    the version's checksum file (`.crc`, which Delta writes with every commit, with the table's metadata), else
+    from Spark."""
+    text = read_text(f"{path.rstrip('/')}/_delta_log/{version:020d}.crc")
+    metadata = (json.loads(text) if text else {}).get("metadata")
+    if isinstance(metadata, dict):
+        return _maps_columns(metadata)
+    properties = spark.sql(f"DESCRIBE DETAIL {delta_path_sql(path)}").select("properties").collect()[0][0] or {}
+    return _maps_columns({"configuration": properties})
 
 
 def _maps_columns(metadata: dict[str, Any]) -> bool:
@@ -392,7 +392,7 @@ def reconcile_ride_windows(
     if point is None:
         return result
     position, version = point
-    files = _files_to_reconcile(lakehouse, version, result)
+    files = _files_to_reconcile(spark, lakehouse, version, result)
     if files is not None and _nothing_can_change(spark, lakehouse, window_duration, position, files):
         result.reason = (
             f"skipped: no ride of the {len(files)} file(s) added after raw_rides version {result.previous_version} "
@@ -450,14 +450,16 @@ def _reconcile_point(
     return position, version
 
 
-def _files_to_reconcile(lakehouse: Lakehouse, version: int, result: WindowReconcile) -> list[AddedFile] | None:
+def _files_to_reconcile(
+    spark: SparkSession, lakehouse: Lakehouse, version: int, result: WindowReconcile
+) -> list[AddedFile] | None:
     """The files raw_rides gained after the previous reconcile, up to `version`; None when every window must be
     recounted instead (`result.full` and `result.reason` say why)."""
     previous, full_reason = result.previous_version, None
     files: list[AddedFile] | None = None
     if previous is None or previous > version:
         full_reason = "no earlier reconcile of this window stream"
-    elif (files := _appended_files(lakehouse.table_path(RAW_RIDES.name), previous, version)) is None:
+    elif (files := _appended_files(spark, lakehouse.table_path(RAW_RIDES.name), previous, version)) is None:
         full_reason = (
             f"raw_rides changed other than by appends after version {previous}, maps its column names, or log "
             "cleanup removed its commits since (the windows were last reconciled more than "
@@ -499,6 +501,8 @@ def _epoch_micros(text: str) -> int:
     from datetime import datetime
 
     moment = datetime.fromisoformat(text.replace("Z", "+00:00"))
+    if moment.tzinfo is None:  # a timestamp without time zone: the session's, UTC
+        moment = moment.replace(tzinfo=EPOCH.tzinfo)
     return int((moment - EPOCH).total_seconds() * 1_000_000)
 
 
