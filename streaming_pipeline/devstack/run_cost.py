@@ -139,8 +139,10 @@ def run_cost_bench(
     baseline_ref: str | None = None,
     stack_dir: Path | None = None,
 ) -> RunCostResult:
+    """`repeat` measured runs after `rides` new rides each (and a warm-up run), of this checkout and, with
+    `baseline_ref`, of a worktree of that commit; printed, and written to `json_path`."""
     if rides < 1 or repeat < 1:
-        raise BenchError("--rides takes a positive size, and --repeat at least 1")
+        raise BenchError("--rides takes a positive size, and --runs at least 1")
     with tempfile.TemporaryDirectory(prefix="bench-run-") as tmp:
         work = Path(tmp)
         with _checkouts(work, baseline_ref) as checkouts, bench_stack(work, stack_dir) as stack:
@@ -222,7 +224,8 @@ def _measured_run(root: Path, env: dict[str, str], engine_pid: int, log_file: Pa
         finished = subprocess.run([*command, "--select", "*"], cwd=root, env=environment, stdout=log, stderr=log)
         ended = time.time()
     if finished.returncode != 0:
-        raise BenchError(f"the run in {root} failed (exit {finished.returncode}); its output: {log_file}")
+        tail = log_file.read_text(errors="replace")[-3000:]
+        raise BenchError(f"the run of {root} failed (exit {finished.returncode}); the end of its output:\n{tail}")
     steps = _step_costs(Path(env["DAGSTER_HOME"]), cpu)
     return RunCost(round(ended - started, 3), round(cpu.used(), 3), steps)
 
