@@ -757,8 +757,9 @@ def process_tree(pid: int | None) -> list[int]:
     return tree
 
 
-def _cpu_seconds(pids: list[int]) -> float:
-    """User + system CPU seconds of the processes (those gone count 0)."""
+def cpu_seconds(pids: list[int], *, reaped_children: bool = False) -> float:
+    """User + system CPU seconds of the processes (those gone count 0); with `reaped_children`, also those of the
+    children each has waited for (a process that ended and was reaped leaves its time with its parent)."""
     import os
 
     total = 0
@@ -767,7 +768,7 @@ def _cpu_seconds(pids: list[int]) -> float:
             fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
         except OSError:
             continue
-        total += int(fields[11]) + int(fields[12])
+        total += sum(int(f) for f in fields[11 : 15 if reaped_children else 13])  # utime, stime, cutime, cstime
     return total / os.sysconf("SC_CLK_TCK")
 
 
@@ -785,7 +786,7 @@ class _CpuMeter:
     def read(self) -> float:
         pids = [pid for root in self._roots() for pid in process_tree(root)]
         for pid in pids:
-            now = _cpu_seconds([pid])
+            now = cpu_seconds([pid])
             self._used += now - self._seen.get(pid, now)
             self._seen[pid] = now
         elapsed = time.monotonic() - self._started

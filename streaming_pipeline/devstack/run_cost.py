@@ -30,7 +30,14 @@ from typing import Any
 
 import dagster as dg
 
-from streaming_pipeline.devstack.bench import bench_stack, bench_stage, machine_description, process_tree, say
+from streaming_pipeline.devstack.bench import (
+    bench_stack,
+    bench_stage,
+    cpu_seconds,
+    machine_description,
+    process_tree,
+    say,
+)
 from streaming_pipeline.devstack.producer import produce, rows_from_records
 from streaming_pipeline.devstack.synthetic import DEFAULT_START, SyntheticOptions, synthetic_pickups, synthetic_rides
 from streaming_pipeline.errors import BenchError
@@ -110,14 +117,7 @@ class EngineCpu:
             self.samples.append((time.time(), self.seconds()))
 
     def seconds(self) -> float:
-        ticks = 0
-        for pid in process_tree(self.pid):
-            try:
-                fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-            except OSError:
-                continue
-            ticks += sum(int(f) for f in fields[11:15])  # utime, stime, cutime, cstime
-        return ticks / os.sysconf("SC_CLK_TCK")
+        return cpu_seconds(process_tree(self.pid), reaped_children=True)
 
     def at(self, moment: float) -> float:
         """The CPU seconds at `moment` (a Unix time), interpolated between the samples around it."""
