@@ -106,12 +106,24 @@ def stack(session_stack: SessionStack, tmp_path_factory: pytest.TempPathFactory)
 @pytest.fixture(scope="session")
 def materialized_lakehouse(
     session_stack: SessionStack, spark: object, rides_csv: Path, tmp_path_factory: pytest.TempPathFactory
-) -> MaterializedLakehouse:
+) -> Iterator[MaterializedLakehouse]:
     """Every asset materialized for the session from a fixed data set (materialized_lakehouse.py: two runs that
-    take records, a third with none), for the tests that only read tables."""
+    take records, a third with none), for the tests that only read tables. Its registry is its own, kept for the
+    session: the schema ids start at 1, so a fresh stack given the same records holds the same bytes."""
+    import dataclasses
+
+    from streaming_pipeline.devstack.embedded.registry_process import SchemaRegistryProcess
     from streaming_pipeline_tests import materialized_lakehouse
 
-    return materialized_lakehouse.build(session_stack.clear(), rides_csv, tmp_path_factory.mktemp("materialized"))
+    root = tmp_path_factory.mktemp("materialized")
+    with SchemaRegistryProcess(root / "registry", log_dir=root / "logs") as registry:
+        stack = dataclasses.replace(
+            session_stack.clear(),
+            schema_registry_url=registry.url,
+            registry_pid=registry.pid,
+            registry_log_file=registry.log_file,
+        )
+        yield materialized_lakehouse.build(stack, rides_csv, root)
 
 
 @pytest.fixture()

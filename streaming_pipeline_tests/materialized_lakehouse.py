@@ -31,6 +31,7 @@ from streaming_pipeline.devstack.records import read_rides_csv
 from streaming_pipeline.devstack.synthetic import SyntheticOptions, synthetic_rides
 from streaming_pipeline.engine.delta_log import latest_version
 from streaming_pipeline.registry_client import RegistryClient
+from streaming_pipeline.resources import KafkaResource
 from streaming_pipeline.tables import PICKUPS_TOPIC, RIDES_TOPIC
 from streaming_pipeline_tests.conftest import TLC_RIDE_COLUMNS, pipeline_resources_for
 from streaming_pipeline_tests.kafka_helpers import avro_frame, end_offsets, produce_raw
@@ -67,6 +68,7 @@ class MaterializedLakehouse:
     bad: list[BadRecord]
     end_offsets: dict[str, dict[int, int]]  # per topic, after everything was produced
     runs: list[dg.ExecuteInProcessResult]  # the two runs that took the records
+    after_first_run: dict[str, int | None]  # every table's version after the first run
     versions: tuple[dict[str, int | None], dict[str, int | None]]  # every table's, before and after a third run
 
     def table_path(self, name: str) -> str:
@@ -111,7 +113,12 @@ def _bad_records(stack: StackInfo, rides_csv: Path) -> list[BadRecord]:
         "wrong_magic": (b"\x00\x00\x00\x00\x01\x02", b"\x01" + valid[1:], "magic byte 1"),
         "truncated": (b"k4", valid[:8], "truncated"),
     }
-    placed = produce_raw(stack.bootstrap_servers, RIDES_TOPIC, [(k, v) for k, v, _ in rides.values()])
+    # The keyless record goes to partition 0 (a keyless record's partition is otherwise random): the same records
+    # are at the same coordinates on every fresh broker.
+    placed = [
+        produce_raw(stack.bootstrap_servers, RIDES_TOPIC, [(k, v)], partition=0 if k is None else None)[0]
+        for k, v, _ in rides.values()
+    ]
     bad = [
         BadRecord(name, RIDES_TOPIC, p, o, key, value, error)
         for (p, o), (name, (key, value, error)) in zip(placed, rides.items(), strict=True)
@@ -132,22 +139,26 @@ def materialize_every_asset(resources: dict[str, Any], instance: dg.DagsterInsta
     return result
 
 
-def build(stack: StackInfo, rides_csv: Path, root: Path) -> MaterializedLakehouse:
-    """Produce the data set to `stack` (cleared) and materialize every asset twice into `root`/lakehouse."""
-    lakehouse, dagster_home = root / "lakehouse", root / "dagster_home"
-    dagster_home.mkdir(parents=True)
-    # No "join the community" dialog over the UI's pages (test_ui.py), no telemetry.
-    (dagster_home / "dagster.yaml").write_text("nux:\n  enabled: false\ntelemetry:\n  enabled: false\n")
-    resources: dict[str, Any] = pipeline_resources_for(stack, lakehouse)
-    instance = dg.DagsterInstance.from_config(str(dagster_home))
+@dataclass(frozen=True)
+class FirstRecords:
+    rides: pd.DataFrame
+    pickups: pd.DataFrame
+    bad: list[BadRecord]
 
+
+def produce_first_records(stack: StackInfo, rides_csv: Path, root: Path) -> FirstRecords:
+    """The first run's records, produced to `stack` (no topic yet): the sample, pickups near its dropoffs, the
+    undecodable records. On a fresh registry and broker they are the same bytes at the same coordinates every time
+    (test_cluster_vs_local.py produces them again to compare a cluster's tables with these)."""
     rides = sample_rides(rides_csv)
     pickups = _write_pickups_csv(rides, root / "pickups.csv")
     _cli_produce(stack, "rides", rides_csv)
     _cli_produce(stack, "pickups", root / "pickups.csv")
-    bad = _bad_records(stack, rides_csv)
-    runs = [materialize_every_asset(resources, instance)]
+    return FirstRecords(rides, pickups, _bad_records(stack, rides_csv))
 
+
+def produce_later_records(stack: StackInfo) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """The second run's records, produced to `stack`: (rides, pickups), as produced."""
     options = SyntheticOptions(
         seed=7, start=datetime(2020, 7, 1, 2, 0, tzinfo=UTC), mean_gap_seconds=30, late_fraction=0.1
     )
@@ -156,10 +167,28 @@ def build(stack: StackInfo, rides_csv: Path, root: Path) -> MaterializedLakehous
         {"pu_location_id": r["do_location_id"], "pickup_datetime": r["dropoff_datetime"] + timedelta(minutes=2)}
         for r in later[::4]
     ]
-    kafka, registry = resources["kafka"], resources["schema_registry"].get_client()
+    kafka = KafkaResource(bootstrap_servers=stack.bootstrap_servers)
+    registry = RegistryClient(stack.schema_registry_url)
     for topic, records in ((RIDES_TOPIC, later), (PICKUPS_TOPIC, later_pickups)):
         result = produce(kafka, registry, topic, rows_from_records(records), show_progress=False)
         assert (result.sent, result.failed) == (len(records), 0)
+    return later, later_pickups
+
+
+def build(stack: StackInfo, rides_csv: Path, root: Path) -> MaterializedLakehouse:
+    """Produce the data set to `stack` (cleared, its registry new) and materialize every asset twice into
+    `root`/lakehouse."""
+    lakehouse, dagster_home = root / "lakehouse", root / "dagster_home"
+    dagster_home.mkdir(parents=True)
+    # No "join the community" dialog over the UI's pages (test_ui.py), no telemetry.
+    (dagster_home / "dagster.yaml").write_text("nux:\n  enabled: false\ntelemetry:\n  enabled: false\n")
+    resources: dict[str, Any] = pipeline_resources_for(stack, lakehouse)
+    instance = dg.DagsterInstance.from_config(str(dagster_home))
+
+    first = produce_first_records(stack, rides_csv, root)
+    runs = [materialize_every_asset(resources, instance)]
+    after_first_run = table_versions(lakehouse)
+    later, later_pickups = produce_later_records(stack)
     runs.append(materialize_every_asset(resources, instance))
     # A third run with nothing new, while the topics still hold what the tables were built from (later tests delete
     # every topic): it must change no table.
@@ -171,11 +200,12 @@ def build(stack: StackInfo, rides_csv: Path, root: Path) -> MaterializedLakehous
         lakehouse=lakehouse,
         resources=resources,
         dagster_home=dagster_home,
-        rides=pd.concat([rides, _naive_utc(pd.DataFrame(later))], ignore_index=True),
-        pickups=pd.concat([pickups, _naive_utc(pd.DataFrame(later_pickups))], ignore_index=True),
-        bad=bad,
+        rides=pd.concat([first.rides, _naive_utc(pd.DataFrame(later))], ignore_index=True),
+        pickups=pd.concat([first.pickups, _naive_utc(pd.DataFrame(later_pickups))], ignore_index=True),
+        bad=first.bad,
         end_offsets={topic: end_offsets(stack.bootstrap_servers, topic) for topic in (RIDES_TOPIC, PICKUPS_TOPIC)},
         runs=runs,
+        after_first_run=after_first_run,
         versions=versions,
     )
 

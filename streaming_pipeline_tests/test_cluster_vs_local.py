@@ -1,25 +1,21 @@
 """The whole pipeline on a Spark standalone cluster (2 workers, executors in their own JVMs) gives the same tables
-as in local mode, row for row, on the same Kafka records.
+as local mode, row for row, on the same Kafka records.
 
-One embedded stack runs Kafka, the registry, a master with 2 workers and the Spark Connect server that drives
-them; the session's Spark Connect server runs in local mode (`local[*]`, the local profile). The records are
-produced once: the real TLC sample (`../shared/data/rides.csv`, skipped when absent), pickups at the dropoff zones
-of some of its rides (so that the stream-stream join has rows), synthetic rides with late and out-of-order ones
-(so that windows get late counts), synthetic pickups, and a few undecodable records (dead letters). Both engines
-materialize every asset at once, each into its own LAKEHOUSE_DIR, with Dagster's CLI as a user does; then more records
-arrive and both run again, so that the second runs restore the streaming state (windows, join, counts) from
-their checkpoints, which on the cluster the executors read from the shared path. After each round every Delta
-table is compared as a multiset of rows.
+Local mode's tables are the session's materialized lakehouse (materialized_lakehouse.py: the TLC sample, pickups
+near its dropoffs, undecodable records, then later rides with late ones, in two runs on the in-process engine). The
+test produces the same records, the same bytes at the same coordinates, to a stack of its own, whose Spark Connect
+server drives a master with 2 workers, and materializes every asset with Dagster's CLI as a user does, in the same
+two rounds: the second run restores the streaming state (windows, join, counts) from the checkpoints, which the
+executors read from the lakehouse's path. After each round every Delta table is compared as a multiset of rows
+with local mode's at the same point (its version after the first run, then its newest).
 
 The same stack is where `stack up --spark-workers 2` is checked as a user sees it, before the runs: its status
 (human and JSON), a second `stack up` and a query whose rows say which executor JVM computed them; and after them,
-`stack down` leaving no process behind, executors included. Starting a 2-worker stack of their own took these
-checks about a minute.
+`stack down` leaving no process behind, executors included.
 """
 
 from __future__ import annotations
 
-import csv
 import json
 import os
 import re
@@ -29,7 +25,6 @@ import sys
 import time
 from collections import Counter
 from collections.abc import Iterator
-from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -38,16 +33,14 @@ import pytest
 from streaming_pipeline.devstack.embedded.processes import pid_alive
 from streaming_pipeline.devstack.embedded.stack import EmbeddedStack, StackInfo, running_stack
 from streaming_pipeline.errors import StackError
+from streaming_pipeline_tests import materialized_lakehouse as local_mode
 from streaming_pipeline_tests.cli_helpers import (
     environment_without_pipeline_settings,
-    produce_with_cli,
     run_stack_cli,
     start_materializing_every_asset,
 )
-from streaming_pipeline_tests.depth import scaled
 from streaming_pipeline_tests.devstack.embedded.helpers import processes_mentioning
-from streaming_pipeline_tests.kafka_helpers import produce_raw
-from streaming_pipeline_tests.session_stack import SessionStack
+from streaming_pipeline_tests.materialized_lakehouse import MaterializedLakehouse
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
@@ -66,34 +59,28 @@ TABLES = {
     "rides_enriched",
 }
 # The only columns left out of the comparison: those that name a run or a wall-clock time.
+#   kafka_timestamp                   every table with the Kafka columns: when the producer sent the record (the
+#                                     same records, sent again to the cluster's broker, carry later times)
 #   dead_letter_records.failed_at     when the micro-batch that set the record aside ran (wall clock)
 #   join_late_rows.query_id           the random id Spark gave the join's streaming query in its checkpoint
 #   join_late_rows.run_id             the Dagster run
 #   join_late_rows.recorded_at        when the row was written (wall clock)
+CLOCK_COLUMNS = {"kafka_timestamp"}
 RUN_OR_CLOCK_COLUMNS = {"dead_letter_records": {"failed_at"}, "join_late_rows": {"query_id", "run_id", "recorded_at"}}
-PER_TRIGGER = 200  # several bronze micro-batches per run: state carries across batches and across runs
-# Synthetic records beside the sample (STREAMING_PIPELINE_TEST_DEPTH multiplies them): rides and pickups of the first
-# round, then of the second.
-FIRST_RIDES, FIRST_PICKUPS, SECOND_RIDES, SECOND_PICKUPS = scaled(120), scaled(50), scaled(60), scaled(25)
-RUN_TIMEOUT_S = 1200  # one round: both engines' runs
+RUN_TIMEOUT_S = 900  # one round's run on the cluster
 WORKERS = 2
 
 
 @pytest.fixture(scope="module")
-def engines(
-    session_stack: SessionStack, tmp_path_factory: pytest.TempPathFactory
-) -> Iterator[tuple[StackInfo, str, Path]]:
-    """(the stack whose engine drives a 2-worker cluster, the URL of a local-mode engine, a scratch dir). The
-    cluster's stack is the test's own (the point of the test) and stopped after it, also when it fails to start or a
-    test fails; the local-mode engine is the session's."""
+def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[StackInfo, Path]]:
+    """(the stack whose engine drives a 2-worker cluster, a scratch dir): the test's own (the point of the test),
+    stopped after it, also when it fails to start or a test fails."""
     root = tmp_path_factory.mktemp("cluster-vs-local")
-    local_remote = session_stack.up(engine=True).spark_remote
-    assert local_remote
     with running_stack(
         root / "stack", timeout=420, spark=True, spark_workers=WORKERS, spark_worker_cores=1, spark_worker_memory="1g"
     ) as stack:
         assert stack.spark_remote and stack.spark_master_url and stack.spark_workers == WORKERS
-        yield stack, local_remote, root
+        yield stack, root
 
 
 # A Connect client in its own process (pytest's process stays a classic driver for the other tests). Each row
@@ -236,77 +223,49 @@ def _check_down_leaves_no_process(stack: StackInfo, executor_pids: set[int]) -> 
     assert (after["spark_master_url"], after["spark_workers"], after["running"]) == (None, 0, False)
 
 
-def _pickups_near_dropoffs(rides_csv: Path, path: Path) -> Path:
-    """A pickup at the dropoff zone of every third ride of the sample, within, on and just outside the join's
-    10-minute bound."""
-    offsets = [timedelta(minutes=-10), timedelta(minutes=3), timedelta(minutes=10, seconds=1), timedelta(0)]
-    with rides_csv.open(newline="") as source, path.open("w", newline="") as target:
-        writer = csv.writer(target)
-        writer.writerow(["PULocationID", "tpep_pickup_datetime"])
-        for index, ride in enumerate(list(csv.DictReader(source))[::3]):
-            dropoff = datetime.strptime(ride["tpep_dropoff_datetime"], "%Y-%m-%d %H:%M:%S")
-            pickup = dropoff + offsets[index % len(offsets)]
-            writer.writerow([ride["DOLocationID"], pickup.strftime("%Y-%m-%d %H:%M:%S")])
-    return path
-
-
 # Spark gives a new Python worker (the foreachBatch handlers run in one) a fixed 10 s to connect back. On 2 cores
-# shared by a 2-worker cluster and two engines that can pass; the run then fails with this message, and a rerun
-# resumes from the checkpoints, exactly once, as the offset sensor's retry does live. Any other failure fails the
-# test.
+# shared by a 2-worker cluster, its Connect server and the test session's engine that can pass; the run then fails
+# with this message, and a rerun resumes from the checkpoints, exactly once, as the offset sensor's retry does live.
+# Any other failure fails the test.
 WORKER_START_TIMED_OUT = "Python worker failed to connect back"
 
 
-def _materialize_both(stack: StackInfo, remotes: dict[str, str], lakehouses: dict[str, Path], root: Path) -> None:
-    """`dagster asset materialize -m streaming_pipeline.definitions --select '*'` on each engine into its own
-    lakehouse, both at once (each is a Spark Connect client; the engines do the work). Each run's whole process
-    group is killed if it outlives the timeout or the test."""
-    base = environment_without_pipeline_settings()
-    runs: dict[str, tuple[subprocess.Popen[bytes], Path, int]] = {}
-
-    def start(mode: str) -> None:
-        dagster_home = root / f"dagster-{mode}"
-        dagster_home.mkdir(parents=True, exist_ok=True)
-        (dagster_home / "dagster.yaml").touch()
-        env = {
-            **base,
-            "SPARK_REMOTE": remotes[mode],
-            "KAFKA_BOOTSTRAP_SERVERS": stack.bootstrap_servers,
-            "SCHEMA_REGISTRY_URL": stack.schema_registry_url,
-            "LAKEHOUSE_DIR": str(lakehouses[mode]),
-            "DAGSTER_HOME": str(dagster_home),
-            "MAX_OFFSETS_PER_TRIGGER": str(PER_TRIGGER),
-        }
-        log = root / f"run-{mode}.log"
+def _materialize_on_the_cluster(stack: StackInfo, lakehouse: Path, root: Path) -> None:
+    """`dagster asset materialize -m streaming_pipeline.definitions --select '*'` over the cluster's engine into
+    `lakehouse`, with the settings local mode's runs had (the defaults). The run's whole process group is killed
+    if it outlives the timeout or the test."""
+    dagster_home = root / "dagster"
+    dagster_home.mkdir(parents=True, exist_ok=True)
+    (dagster_home / "dagster.yaml").touch()
+    assert stack.spark_remote
+    env = {
+        **environment_without_pipeline_settings(),
+        "SPARK_REMOTE": stack.spark_remote,
+        "KAFKA_BOOTSTRAP_SERVERS": stack.bootstrap_servers,
+        "SCHEMA_REGISTRY_URL": stack.schema_registry_url,
+        "LAKEHOUSE_DIR": str(lakehouse),
+        "DAGSTER_HOME": str(dagster_home),
+    }
+    log = root / "runs.log"
+    deadline = time.monotonic() + RUN_TIMEOUT_S
+    for attempt in (1, 2):
         with log.open("ab") as out:
             start_of_run = out.tell()
             proc = start_materializing_every_asset(env, out)
-        runs[mode] = (proc, log, start_of_run)
-
-    def finish(mode: str, deadline: float) -> tuple[int | None, str]:
-        proc, log, start_of_run = runs[mode]
         try:
-            code = proc.wait(timeout=max(1.0, deadline - time.monotonic()))
+            code: int | None = proc.wait(timeout=max(1.0, deadline - time.monotonic()))
         except subprocess.TimeoutExpired:
             code = None
-        return code, log.read_bytes()[start_of_run:].decode(errors="replace")
-
-    try:
-        for mode in remotes:
-            start(mode)
-        deadline = time.monotonic() + RUN_TIMEOUT_S
-        for mode in remotes:
-            code, output = finish(mode, deadline)
-            if code != 0 and WORKER_START_TIMED_OUT in output:
-                print(f"{mode}: the run failed with {WORKER_START_TIMED_OUT!r}; running it again")
-                start(mode)
-                code, output = finish(mode, deadline)
-            assert code == 0, f"materialize on the {mode} engine ({remotes[mode]}) ended with {code}:\n{output[-8000:]}"
-    finally:
-        for proc, _log, _start in runs.values():
+        finally:
             if proc.poll() is None:
                 os.killpg(proc.pid, signal.SIGKILL)
                 proc.wait(timeout=30)
+        output = log.read_bytes()[start_of_run:].decode(errors="replace")
+        if code != 0 and WORKER_START_TIMED_OUT in output and attempt == 1:
+            print(f"the run failed with {WORKER_START_TIMED_OUT!r}; running it again")
+            continue
+        assert code == 0, f"materialize on the cluster ({stack.spark_remote}) ended with {code}:\n{output[-8000:]}"
+        return
 
 
 def _plain(value: Any) -> Any:
@@ -320,29 +279,28 @@ def _plain(value: Any) -> Any:
     return value
 
 
-def _tables(lakehouse: Path) -> set[str]:
-    return {p.name for p in lakehouse.iterdir() if (p / "_delta_log").is_dir()}
-
-
-def _content(spark: Any, path: Path, left_out: set[str]) -> tuple[list[tuple[str, str]], Counter]:
-    frame = spark.read.format("delta").load(str(path))
+def _content(spark: Any, path: Path, left_out: set[str], version: int | None) -> tuple[list[tuple[str, str]], Counter]:
+    reader = spark.read.format("delta")
+    frame = (reader if version is None else reader.option("versionAsOf", version)).load(str(path))
     columns = sorted(c for c in frame.columns if c not in left_out)
     schema = [(f.name, f.dataType.simpleString()) for f in frame.schema.fields if f.name in columns]
     rows = Counter(_plain(tuple(row)) for row in frame.select(*columns).collect())
     return sorted(schema), rows
 
 
-def _assert_identical(spark: Any, local: Path, cluster: Path, when: str) -> dict[str, int]:
-    tables = _tables(local)
+def _assert_identical(
+    spark: Any, local: Path, local_versions: dict[str, int | None], cluster: Path, when: str, *, newest: bool
+) -> dict[str, int]:
+    """Every table of local mode (at `local_versions`, or its newest when `newest`) equals the cluster's."""
+    tables = set(local_versions)
     assert tables >= TABLES, f"{when}: local mode wrote only {sorted(tables)}"
-    assert _tables(cluster) == tables, (
-        f"{when}: tables differ: local {sorted(tables)}, cluster {sorted(_tables(cluster))}"
-    )
+    on_cluster = local_mode.table_versions(cluster)
+    assert set(on_cluster) == tables, f"{when}: tables differ: local {sorted(tables)}, cluster {sorted(on_cluster)}"
     sizes = {}
     for name in sorted(tables):
-        left_out = RUN_OR_CLOCK_COLUMNS.get(name, set())
-        local_schema, local_rows = _content(spark, local / name, left_out)
-        cluster_schema, cluster_rows = _content(spark, cluster / name, left_out)
+        left_out = CLOCK_COLUMNS | RUN_OR_CLOCK_COLUMNS.get(name, set())
+        local_schema, local_rows = _content(spark, local / name, left_out, None if newest else local_versions[name])
+        cluster_schema, cluster_rows = _content(spark, cluster / name, left_out, None)
         assert cluster_schema == local_schema, f"{when}: {name}: columns differ"
         only_local, only_cluster = local_rows - cluster_rows, cluster_rows - local_rows
         assert not only_local and not only_cluster, (
@@ -353,49 +311,35 @@ def _assert_identical(spark: Any, local: Path, cluster: Path, when: str) -> dict
     return sizes
 
 
-@pytest.mark.timeout(3000)  # four whole-pipeline runs (two at a time) on 2 shared cores
+@pytest.mark.timeout(2400)  # two whole-pipeline runs on the cluster, on 2 cores shared with its 2 workers
 def test_a_two_worker_cluster_shows_its_workers_gives_every_table_of_local_mode_and_stops_with_no_process_left(
-    engines: tuple[StackInfo, str, Path], rides_csv: Path, spark: Any
+    cluster: tuple[StackInfo, Path], materialized_lakehouse: MaterializedLakehouse, rides_csv: Path, spark: Any
 ) -> None:
-    stack, local_remote, root = engines
+    stack, root = cluster
+    local = materialized_lakehouse
     executor_pids = _check_status_and_executors(stack, root)
-    lakehouses = {"local": root / "lakehouse-local", "cluster": root / "lakehouse-cluster"}
-    remotes = {"local": local_remote, "cluster": stack.spark_remote}
+    lakehouse = root / "lakehouse"
 
-    # Round 1: the sample, pickups near its dropoffs, synthetic rides (late and out of order) and pickups,
-    # and records no schema decodes.
-    produce_with_cli(stack, "rides", "--csv", str(rides_csv))
-    produce_with_cli(stack, "pickups", "--csv", str(_pickups_near_dropoffs(rides_csv, root / "pickups.csv")))
-    produce_with_cli(
-        stack,
-        "rides",
-        "--synthetic",
-        str(FIRST_RIDES),
-        "--seed",
-        "11",
-        "--late-fraction",
-        "0.05",
-        "--out-of-order-fraction",
-        "0.1",
+    # Round 1: local mode's first records (the sample, pickups near its dropoffs, undecodable records).
+    first = local_mode.produce_first_records(stack, rides_csv, root)
+    assert [(b.partition, b.offset) for b in first.bad] == [(b.partition, b.offset) for b in local.bad]
+    _materialize_on_the_cluster(stack, lakehouse, root)
+    sizes = _assert_identical(
+        spark, local.lakehouse, local.after_first_run, lakehouse, "after the first runs", newest=False
     )
-    produce_with_cli(stack, "pickups", "--synthetic", str(FIRST_PICKUPS), "--seed", "11")
-    produce_raw(stack.bootstrap_servers, "rides", [(b"1", b"\x01not avro"), (b"2", b"\x00\x00\x00\x03\xe7\x02")])
-    produce_raw(stack.bootstrap_servers, "pickup_locations", [(b"7", b"\x00\x00")])
-    _materialize_both(stack, remotes, lakehouses, root)
-    sizes = _assert_identical(spark, lakehouses["local"], lakehouses["cluster"], "after the first runs")
     # The input reached every table (so the comparison compares something): every ride and pickup, the joins,
     # the dead letters, both branches.
-    assert sizes["raw_rides"] == 266 + FIRST_RIDES and sizes["raw_pickup_locations"] == 89 + FIRST_PICKUPS
-    assert sizes["dead_letter_records"] == 3
+    assert sizes["raw_rides"] == len(first.rides) and sizes["raw_pickup_locations"] == len(first.pickups)
+    assert sizes["dead_letter_records"] == len(first.bad)
     assert min(sizes[t] for t in TABLES) > 0, sizes
 
-    # Round 2: more records; both engines restore their streaming state from the checkpoints.
-    produce_with_cli(stack, "rides", "--synthetic", str(SECOND_RIDES), "--seed", "12", "--late-fraction", "0.1")
-    produce_with_cli(stack, "pickups", "--synthetic", str(SECOND_PICKUPS), "--seed", "12")
-    _materialize_both(stack, remotes, lakehouses, root)
-    sizes = _assert_identical(spark, lakehouses["local"], lakehouses["cluster"], "after the second runs")
-    assert sizes["raw_rides"] == 266 + FIRST_RIDES + SECOND_RIDES
-    assert sizes["raw_pickup_locations"] == 89 + FIRST_PICKUPS + SECOND_PICKUPS
+    # Round 2: local mode's later rides and pickups; the cluster restores its streaming state from the checkpoints.
+    local_mode.produce_later_records(stack)
+    _materialize_on_the_cluster(stack, lakehouse, root)
+    sizes = _assert_identical(
+        spark, local.lakehouse, local.versions[1], lakehouse, "after the second runs", newest=True
+    )
+    assert sizes["raw_rides"] == len(local.rides) and sizes["raw_pickup_locations"] == len(local.pickups)
 
     # The cluster's work ran on executors under both workers (standalone: the driver runs no tasks itself).
     for worker in range(1, WORKERS + 1):
