@@ -1,5 +1,6 @@
 """One materialized lakehouse for the tests that only read tables: a fixed data set produced once, on the session's
-broker and registry, and every asset materialized (with its checks) in two runs, as Dagster's CLI would.
+broker and a registry of its own (conftest.py), and every asset materialized (with its checks) in two runs, as
+Dagster's CLI would. test_cluster_vs_local.py produces the same records to a cluster's stack and compares.
 
 - First run: the real NYC TLC sample (266 rides, `../shared/data/rides.csv`), a pickup at the dropoff zone of every
   fifth ride (on the join's inclusive 10-minute bound, just outside it, and between), four ride records no schema
