@@ -289,9 +289,9 @@ def _content(spark: Any, path: Path, left_out: set[str], version: int | None) ->
 
 
 def _assert_identical(
-    spark: Any, local: Path, local_versions: dict[str, int | None], cluster: Path, when: str, *, newest: bool
+    spark: Any, local: Path, local_versions: dict[str, int | None], cluster: Path, when: str
 ) -> dict[str, int]:
-    """Every table of local mode (at `local_versions`, or its newest when `newest`) equals the cluster's."""
+    """Every table of local mode, at `local_versions`, equals the cluster's newest."""
     tables = set(local_versions)
     assert tables >= TABLES, f"{when}: local mode wrote only {sorted(tables)}"
     on_cluster = local_mode.table_versions(cluster)
@@ -299,7 +299,7 @@ def _assert_identical(
     sizes = {}
     for name in sorted(tables):
         left_out = CLOCK_COLUMNS | RUN_OR_CLOCK_COLUMNS.get(name, set())
-        local_schema, local_rows = _content(spark, local / name, left_out, None if newest else local_versions[name])
+        local_schema, local_rows = _content(spark, local / name, left_out, local_versions[name])
         cluster_schema, cluster_rows = _content(spark, cluster / name, left_out, None)
         assert cluster_schema == local_schema, f"{when}: {name}: columns differ"
         only_local, only_cluster = local_rows - cluster_rows, cluster_rows - local_rows
@@ -324,9 +324,7 @@ def test_a_two_worker_cluster_shows_its_workers_gives_every_table_of_local_mode_
     first = local_mode.produce_first_records(stack, rides_csv, root)
     assert [(b.partition, b.offset) for b in first.bad] == [(b.partition, b.offset) for b in local.bad]
     _materialize_on_the_cluster(stack, lakehouse, root)
-    sizes = _assert_identical(
-        spark, local.lakehouse, local.after_first_run, lakehouse, "after the first runs", newest=False
-    )
+    sizes = _assert_identical(spark, local.lakehouse, local.after_first_run, lakehouse, "after the first runs")
     # The input reached every table (so the comparison compares something): every ride and pickup, the joins,
     # the dead letters, both branches.
     assert sizes["raw_rides"] == len(first.rides) and sizes["raw_pickup_locations"] == len(first.pickups)
@@ -336,9 +334,8 @@ def test_a_two_worker_cluster_shows_its_workers_gives_every_table_of_local_mode_
     # Round 2: local mode's later rides and pickups; the cluster restores its streaming state from the checkpoints.
     local_mode.produce_later_records(stack)
     _materialize_on_the_cluster(stack, lakehouse, root)
-    sizes = _assert_identical(
-        spark, local.lakehouse, local.versions[1], lakehouse, "after the second runs", newest=True
-    )
+    # versions[1]: every table's newest version (the third run, with nothing new, changed none).
+    sizes = _assert_identical(spark, local.lakehouse, local.versions[1], lakehouse, "after the second runs")
     assert sizes["raw_rides"] == len(local.rides) and sizes["raw_pickup_locations"] == len(local.pickups)
 
     # The cluster's work ran on executors under both workers (standalone: the driver runs no tasks itself).
