@@ -1,9 +1,8 @@
 """How deep the long scenarios go: one setting, STREAMING_PIPELINE_TEST_DEPTH (a whole number, default 1).
 
 At 1 (the suite's default, sized for its budget) each scenario runs once through every assertion on a small load:
-the kill fuzz kills twice (once in each live mode), the cluster comparison runs its two rounds on a few hundred
-records, the live fault scenarios load a few hundred rides. A larger value runs the same tests deeper, the sizes
-multiplied by it: `STREAMING_PIPELINE_TEST_DEPTH=10 python -m pytest -m slow` kills 20 times.
+the kill fuzz kills twice (once in each live mode) and the live scenarios load 800 to 1,000 rides. A larger value
+runs the same tests deeper, the sizes multiplied by it: `STREAMING_PIPELINE_TEST_DEPTH=10 python -m pytest -m slow` kills 20 times.
 """
 
 from __future__ import annotations
