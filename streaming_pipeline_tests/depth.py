@@ -2,7 +2,8 @@
 
 At 1 (the suite's default, sized for its budget) each scenario runs once through every assertion on a small load:
 the kill fuzz kills twice (once in each live mode) and the live scenarios load 800 to 1,000 rides. A larger value
-runs the same tests deeper, the sizes multiplied by it: `STREAMING_PIPELINE_TEST_DEPTH=10 python -m pytest -m slow` kills 20 times.
+runs the same tests deeper, the sizes multiplied by it: `STREAMING_PIPELINE_TEST_DEPTH=10 python -m pytest -m slow`
+kills 20 times.
 """
 
 from __future__ import annotations
