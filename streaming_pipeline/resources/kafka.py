@@ -23,6 +23,9 @@ _LIBRDKAFKA_LOG = logging.getLogger("streaming_pipeline.resources.kafka.librdkaf
 _LIBRDKAFKA_LOG.addHandler(logging.NullHandler())
 _LIBRDKAFKA_LOG.propagate = False
 
+# What a partition answers for the moment its leader is being elected (a topic just created, a broker restarted).
+_LEADER_ELECTION = frozenset({KafkaError.NOT_LEADER_FOR_PARTITION, KafkaError.LEADER_NOT_AVAILABLE})
+
 
 class KafkaResource(dg.ConfigurableResource):
     """Connection to a Kafka cluster (embedded broker, compose, or Confluent Cloud via SASL_SSL).
@@ -194,15 +197,22 @@ class KafkaResource(dg.ConfigurableResource):
         consumer = self.consumer(group_id="streaming-pipeline-offset-probe")
         try:
             offsets: dict[int, tuple[int, int]] = {}
+            deadline = time.monotonic() + self.timeout_seconds
             for partition in partitions:
-                try:
-                    low, high = consumer.get_watermark_offsets(
-                        TopicPartition(topic, partition), timeout=self.timeout_seconds, cached=False
-                    )
-                except KafkaException as exc:
-                    raise BrokerUnavailableError(
-                        f"could not read the offsets of {topic}[{partition}] from {self.bootstrap_servers}: {exc}"
-                    ) from exc
+                while True:
+                    try:
+                        low, high = consumer.get_watermark_offsets(
+                            TopicPartition(topic, partition), timeout=self.timeout_seconds, cached=False
+                        )
+                        break
+                    except KafkaException as exc:
+                        # While its leader is being elected, within the timeout: ask again.
+                        if exc.args and exc.args[0].code() in _LEADER_ELECTION and time.monotonic() < deadline:
+                            time.sleep(0.2)
+                            continue
+                        raise BrokerUnavailableError(
+                            f"could not read the offsets of {topic}[{partition}] from {self.bootstrap_servers}: {exc}"
+                        ) from exc
                 offsets[partition] = (low, high)
             return offsets
         finally:

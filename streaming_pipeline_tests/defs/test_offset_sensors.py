@@ -136,6 +136,56 @@ def test_asking_a_broker_that_is_away_raises_and_writes_nothing_to_stderr(capfd:
     assert "rdkafka" not in capfd.readouterr().err
 
 
+class _ElectingConsumer:
+    """A consumer whose partition answers `errors` in turn before its watermarks (0, 5)."""
+
+    def __init__(self, errors: list[int]) -> None:
+        self.errors = errors
+        self.asked = 0
+
+    def get_watermark_offsets(self, partition: object, timeout: float, cached: bool) -> tuple[int, int]:
+        from confluent_kafka import KafkaError, KafkaException
+
+        self.asked += 1
+        if self.errors:
+            raise KafkaException(KafkaError(self.errors.pop(0)))
+        return 0, 5
+
+    def close(self) -> None:
+        pass
+
+
+def test_the_offsets_are_asked_again_while_a_partitions_leader_is_elected_and_other_errors_raise_at_once(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A broker just started (a bench's fresh stack) or a topic just created answers NOT_LEADER_FOR_PARTITION or
+    LEADER_NOT_AVAILABLE for a moment; that is no outage."""
+    from confluent_kafka import KafkaError
+
+    monkeypatch.setattr(KafkaResource, "topic_partitions", lambda self, topic: [0])
+    kafka = KafkaResource(bootstrap_servers="127.0.0.1:1", timeout_seconds=5)
+
+    electing = _ElectingConsumer([KafkaError.NOT_LEADER_FOR_PARTITION, KafkaError.LEADER_NOT_AVAILABLE])
+    monkeypatch.setattr(KafkaResource, "consumer", lambda self, group_id: electing)
+    assert kafka.watermark_offsets(RIDES_TOPIC) == {0: (0, 5)}
+    assert electing.asked == 3
+
+    away = _ElectingConsumer([KafkaError._TRANSPORT])
+    monkeypatch.setattr(KafkaResource, "consumer", lambda self, group_id: away)
+    with pytest.raises(BrokerUnavailableError, match=rf"offsets of {RIDES_TOPIC}\[0\] from 127.0.0.1:1: .*TRANSPORT"):
+        kafka.watermark_offsets(RIDES_TOPIC)
+    assert away.asked == 1
+
+    # A leader that never comes: the error once the timeout has passed.
+    never = _ElectingConsumer([KafkaError.NOT_LEADER_FOR_PARTITION] * 1000)
+    monkeypatch.setattr(KafkaResource, "consumer", lambda self, group_id: never)
+    kafka = KafkaResource(bootstrap_servers="127.0.0.1:1", timeout_seconds=0.5)
+    started = time.monotonic()
+    with pytest.raises(BrokerUnavailableError, match="NOT_LEADER_FOR_PARTITION"):
+        kafka.watermark_offsets(RIDES_TOPIC)
+    assert 0.5 <= time.monotonic() - started < 2 and never.asked > 1
+
+
 @pytest.mark.integration
 def test_sensor_requests_a_run_per_tick_with_unique_keys_while_records_wait(pipeline_resources) -> None:
     # A topic no other client of the session's broker has ever named: a metadata request naming a missing topic
