@@ -472,7 +472,7 @@ class LiveModeFigures:
     dagster_cpu_percent_under_load: float = 0.0  # dagster dev: webserver, daemon, code server and the runs
     quiet_after_seconds: float = 0.0  # the catch-up -> the idle window measured (no commit for `quiet_seconds`)
     idle_cpu_percent: float = 0.0  # the Connect server and the runs in flight, once the pipeline is quiet, of one core
-    idle_windows_discarded: list[str] = field(default_factory=list)  # the tables that committed inside each
+    idle_windows_discarded: list[str] = field(default_factory=list)  # the work inside each (tables that committed)
     runs: int = 0  # runs the pipeline's sensors launched in this mode (not automation's taxi_zones, not schedules)
     # Where the work goes, from the load's start until the pipeline is quiet (every table has taken the load). The
     # CPU of the Connect server and its Python workers, less what the idle engine takes over as long (measured after):
@@ -882,6 +882,8 @@ def run_live_bench(
                 engine_settings=engine_settings,
                 floor=floor,
                 stack_dir=stack_dir,
+                # One run: its JSON holds each mode as soon as it is measured, so a later mode's failure keeps it.
+                on_mode=(lambda partial: write_json(json_path, partial)) if repeat == 1 else lambda partial: None,
             )
         )
         _print_live(results[-1])
@@ -909,9 +911,11 @@ def _live_run(
     engine_settings: dict[str, str],
     floor: bool,
     stack_dir: Path | None,
+    on_mode: Callable[[LiveResult], object],
 ) -> LiveResult:
     """One measurement of `run_live_bench`, on a stack of its own (and the floor on a second one), or on the stack
-    in `stack_dir` (the floor too), each with a lakehouse of its own."""
+    in `stack_dir` (the floor too), each with a lakehouse of its own; `on_mode` is given the result so far after
+    each mode."""
     from streaming_pipeline.devstack.embedded.spark_connect import driver_memory_for
     from streaming_pipeline.registry_client import RegistryClient
     from streaming_pipeline.resources import KafkaResource
@@ -943,6 +947,7 @@ def _live_run(
             events=events,
         )
         result.modes.append(figures)
+        on_mode(result)
 
     # The stack starts in the first mode measured, as `stack up --live-mode` would: the engine's heap follows it.
     with tempfile.TemporaryDirectory(prefix="bench-live-") as tmp:
@@ -976,6 +981,7 @@ def _live_run(
                     events=events,
                 )
                 result.modes.append(figures)
+                on_mode(result)
             if floor and stack_dir is not None:
                 measure_floor(stack, work, events=None)  # a stack of --stack-dir is shared: the floor runs on it too
         if floor and stack_dir is None:
@@ -1175,8 +1181,23 @@ def _live_mode(
                 quiet.update(cpu_seconds=engine_cpu.seconds(), at=time.time())
                 quiet["idle"] = _CpuMeter(lambda: [stack.spark_pid])
 
+            def engine_at_work() -> str | None:
+                # Idle, the engine cannot be busier than it was on average under the load: if it is, something
+                # ran through the window (a micro-batch longer than the quiet) and would make the CPU per ride
+                # below less than the engine's own idle share.
+                idle_percent = quiet["idle"].read()
+                loaded_percent = 100 * quiet["cpu_seconds"] / max(quiet["at"] - load_started, 1e-9)
+                if idle_percent < loaded_percent:
+                    return None
+                return f"the engine at {idle_percent:.0f}% of a core, {loaded_percent:.0f}% under the load"
+
             idle = _measure_idle(
-                watcher.raw_path.parent, pipeline.idle_cpu_roots, timing, mode=figures.mode, on_quiet=at_quiet
+                watcher.raw_path.parent,
+                pipeline.idle_cpu_roots,
+                timing,
+                mode=figures.mode,
+                on_quiet=at_quiet,
+                at_work=engine_at_work,
             )
             figures.engine_idle_cpu_percent = quiet["idle"].read()
         figures.idle_cpu_percent = idle.cpu_percent
@@ -1211,13 +1232,15 @@ def _measure_idle(
     mode: str,
     sleep: Callable[[float], object] = time.sleep,
     on_quiet: Callable[[], object] = lambda: None,
+    at_work: Callable[[], str | None] = lambda: None,
 ) -> _IdleWindow:
     """The CPU of the process trees of `roots` over `timing.idle_seconds` in which no table of `lakehouse` has a
     commit, starting once none has had one for `timing.quiet_seconds`. A commit inside the window (a downstream
     trigger taking the load's last rides, the window reconcile that follows them) means the pipeline was still at
-    work: that window is discarded and a new one starts after the next quiet. It gives up `timing.timeout` seconds
-    after the quiet could first have come. `on_quiet` is called when each window starts (the last call: the one
-    measured)."""
+    work: that window is discarded and a new one starts after the next quiet. So is a window after which `at_work`
+    names work the commits do not show (an engine busier than under load: a micro-batch that outlasted the quiet).
+    It gives up `timing.timeout` seconds after the quiet could first have come. `on_quiet` is called when each
+    window starts (the last call: the one measured)."""
     started = time.monotonic()
     deadline = started + timing.quiet_seconds + timing.timeout
     discarded: list[str] = []
@@ -1232,15 +1255,15 @@ def _measure_idle(
             sleep(min(1.0, left))
             logs_now = _log_times(lakehouse)
             committed = sorted(table for table, when in logs_now.items() if logs_before.get(table) != when)
-        if not committed:
+        if not committed and (busy := at_work()) is None:
             return _IdleWindow(meter.read(), quiet_after, discarded)
-        discarded.append(", ".join(committed))
+        discarded.append(", ".join(committed) + " committed" if committed else str(busy))
         if time.monotonic() > deadline:
             raise BenchError(
                 f"no idle window of {timing.idle_seconds:g} s in the {timing.quiet_seconds + timing.timeout:.0f} s "
-                f"after the catch-up: {'; then '.join(discarded)} committed during each"
+                f"after the catch-up, each with work in it: {'; then '.join(discarded)}"
             )
-        say(f"{mode}: {discarded[-1]} committed during the idle window; measuring a new one after the next quiet")
+        say(f"{mode}: the idle window had work in it ({discarded[-1]}); measuring a new one after the next quiet")
 
 
 def bronze_handler_steps(raw_rides: str, after: int | None) -> tuple[dict[str, float], int]:
@@ -1408,7 +1431,7 @@ def _print_live(result: LiveResult) -> None:
                 f"{m.mode}: CPU idle, engine + runs (% of a core)",
                 f"{m.idle_cpu_percent:.1f} (from {m.quiet_after_seconds:.0f} s after the catch-up"
                 + (
-                    f"; {len(m.idle_windows_discarded)} earlier window(s) discarded for commits"
+                    f"; {len(m.idle_windows_discarded)} earlier window(s) discarded for work in them"
                     if m.idle_windows_discarded
                     else ""
                 )

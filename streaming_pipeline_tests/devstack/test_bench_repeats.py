@@ -225,7 +225,7 @@ def test_an_idle_window_that_a_commit_interrupts_is_measured_again_after_the_nex
 
     timing = _Timing(probe_every=1.0, idle_seconds=2.0, quiet_seconds=1.0, timeout=30.0)
     idle = _measure_idle(tmp_path, lambda: [], timing, mode="continuous", sleep=sleep)
-    assert idle.discarded == ["ride_windows"]
+    assert idle.discarded == ["ride_windows committed"]
     # The first window was quiet at once and ended at its first nap; the second waited 1 s of quiet after the commit.
     assert idle.quiet_after_seconds >= 1.0 and idle.cpu_percent == 0.0
     # One nap of the first window, then the whole second one in naps of at most 1 s.
@@ -245,7 +245,19 @@ def test_the_idle_measurement_gives_up_naming_the_tables_that_committed_in_every
     timing = _Timing(probe_every=1.0, idle_seconds=5.0, quiet_seconds=0.5, timeout=1.0)
     with pytest.raises(
         BenchError,
-        match=r"^no idle window of 5 s in the 2 s after the catch-up: raw_rides; then raw_rides(; then raw_rides)* "
-        r"committed during each$",
+        match=r"^no idle window of 5 s in the 2 s after the catch-up, each with work in it: raw_rides committed; then "
+        r"raw_rides committed(; then raw_rides committed)*$",
     ):
         _measure_idle(tmp_path, lambda: [], timing, mode="continuous", sleep=sleep)
+
+
+def test_an_idle_window_after_which_the_engine_was_busier_than_under_load_is_measured_again(tmp_path: Path) -> None:
+    """No commit shows a micro-batch still running through the window; the engine's CPU does."""
+    raw = tmp_path / "raw_rides" / "_delta_log"
+    raw.mkdir(parents=True)
+    past = time.time() - 3600
+    os.utime(raw, (past, past))
+    verdicts = ["the engine at 150% of a core, 90% under the load", None]
+    timing = _Timing(probe_every=1.0, idle_seconds=0.2, quiet_seconds=0.1, timeout=30.0)
+    idle = _measure_idle(tmp_path, lambda: [], timing, mode="floor", at_work=lambda: verdicts.pop(0))
+    assert idle.discarded == ["the engine at 150% of a core, 90% under the load"] and verdicts == []
