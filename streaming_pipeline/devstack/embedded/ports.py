@@ -3,11 +3,22 @@
 from __future__ import annotations
 
 import contextlib
+import random
 import socket
 import time
 from collections.abc import Iterable
+from pathlib import Path
 
 LOOPBACK = "127.0.0.1"
+
+#: The lowest port `free_ports` picks: above the registered ports most services listen on.
+LOWEST_PICKED_PORT = 20000
+
+#: Where Linux keeps the range it takes the local ports of outgoing connections from.
+_PORT_RANGE_FILE = Path("/proc/sys/net/ipv4/ip_local_port_range")
+
+#: Linux's default range, for a system that does not say.
+_DEFAULT_EPHEMERAL_RANGE = (32768, 60999)
 
 
 def is_port_free(port: int, host: str = LOOPBACK) -> bool:
@@ -26,10 +37,45 @@ def is_port_free(port: int, host: str = LOOPBACK) -> bool:
     return True
 
 
-def free_ports(count: int, host: str = LOOPBACK, exclude: Iterable[int] = ()) -> list[int]:
-    """``count`` distinct ports that the OS reports free on ``host`` (all held open until chosen)."""
+def ephemeral_port_range(range_file: Path = _PORT_RANGE_FILE) -> tuple[int, int]:
+    """The first and last port the OS gives outgoing connections as their local port."""
+    with contextlib.suppress(OSError, ValueError):
+        low, high = (int(field) for field in range_file.read_text().split())
+        return low, high
+    return _DEFAULT_EPHEMERAL_RANGE
+
+
+def _bindable(port: int, host: str) -> bool:
+    """True when nothing holds ``host:port`` at all: no listener, no connection (not even in TIME_WAIT)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        try:
+            sock.bind((host, port))
+        except OSError:
+            return False
+    return True
+
+
+def free_ports(
+    count: int, host: str = LOOPBACK, exclude: Iterable[int] = (), range_file: Path = _PORT_RANGE_FILE
+) -> list[int]:
+    """``count`` distinct ports that are free on ``host`` now, picked at random below the ephemeral range.
+
+    A port the OS picks itself (bind to port 0) lies inside the range that outgoing connections take their
+    local ports from: a server restarted later on its recorded port can then find it held by a client's
+    connection (a short PostgreSQL or Kafka client one, say). Below the range no client takes it. When there
+    is no room below the range (a system whose range starts low), the OS picks.
+    """
     excluded = set(exclude)
     chosen: list[int] = []
+    low = LOWEST_PICKED_PORT
+    high = ephemeral_port_range(range_file)[0]  # exclusive
+    candidates = list(range(low, high)) if high > low else []
+    random.shuffle(candidates)
+    for port in candidates:
+        if len(chosen) == count:
+            return chosen
+        if port not in excluded and _bindable(port, host):
+            chosen.append(port)
     held: list[socket.socket] = []
     try:
         while len(chosen) < count:
