@@ -832,7 +832,7 @@ def run_live_bench(
     tables, and `idle_seconds` of the idle pipeline with no commit in them, from when no table has had a commit for
     `quiet_seconds` (longer than the continuous mode's downstream trigger interval, 2 minutes by default, so that its
     branches, enrichment, join and windows took the last rides too); a window a commit interrupts (the window
-    reconcile after the load) is discarded for a new one.
+    reconcile after the load), or after which the engine was busier than under the load, is discarded for a new one.
 
     With `repeat` > 1 the whole measurement runs that many times, each on a fresh stack and lakehouse with the same
     load and probe moments, and the figures are summed up as the median and the range of the runs: two runs of the
