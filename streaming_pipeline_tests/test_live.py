@@ -1,21 +1,25 @@
 """The live path as a user runs it: the embedded stack (the session's, with the Spark Connect engine) and `dagster
-dev` (webserver + daemon, sensors as they start by default) as subprocesses. Nothing is materialized by hand.
+dev` (webserver + daemon, sensors as they start by default) as subprocesses, its Dagster storage in an embedded
+PostgreSQL server (what `stack up --dagster-postgres` gives). Nothing is materialized by hand.
 
 The tests share the stack, a lakehouse and a `dagster dev` (started again only to switch modes), in file order:
-rides reach gold; a run that fails while the registry is down is retried once it is back; no two steps ever worked on
-a checkpoint at once; the README's replay, with the sensor paused, rebuilds raw_rides and gold over the engine;
-`dagster dev` restarted with LIVE_MODE=continuous streams what is produced next, exactly once, with its tables
-fresh, through a SIGKILL of its run, until its run is terminated; switching back to triggered and again to
-continuous is exact, and a new field registered while the continuous queries run reaches the branches and
-rides_enriched; and, last, that continuous run goes on exactly once after the engine dies and is started again, and
-after the broker, then the registry, were away.
+rides reach gold, and PostgreSQL's own tables record the sensor's runs and their events; a run that fails while
+the registry is down is retried once it is back; no two steps ever worked on a checkpoint at once; the README's
+replay, with the sensor paused, rebuilds raw_rides and gold over the engine; `dagster dev` restarted with
+LIVE_MODE=continuous streams what is produced next, exactly once, with its tables fresh, through a SIGKILL of its
+run, until its run is terminated; switching back to triggered and again to continuous is exact, and a new field
+registered while the continuous queries run reaches the branches and rides_enriched; and, last, that continuous
+run goes on exactly once after the engine dies and is started again, and after the broker, then the registry, were
+away.
 No test asserts a time: waits are bounded only so that a broken path fails instead of hanging.
 """
 
 from __future__ import annotations
 
 import csv
+import functools
 import itertools
+import json
 import os
 import random
 import signal
@@ -32,6 +36,9 @@ import dagster as dg
 import pytest
 
 from streaming_pipeline.devstack.embedded.dagster_dev import DagsterDev
+from streaming_pipeline.devstack.embedded.dagster_home import write_dagster_yaml
+from streaming_pipeline.devstack.embedded.ports import free_port
+from streaming_pipeline.devstack.embedded.postgres import PostgresServer, connect
 from streaming_pipeline.devstack.embedded.processes import stop_pid
 from streaming_pipeline.devstack.embedded.stack import EmbeddedStack, StackInfo
 from streaming_pipeline.devstack.producer import produce, rows_from_records
@@ -79,6 +86,7 @@ class Live:
     spark: Any
     env: dict[str, str]  # what `dagster dev` runs with: the stack's `stack env` and LAKEHOUSE_DIR
     dagster_dev: DagsterDev  # the one running now (the module's fixture stops it)
+    postgres: PostgresServer  # Dagster's run, event-log and schedule storage
 
     def restart_dagster_dev(self, env: dict[str, str], log: Path) -> DagsterDev:
         """Stop the running `dagster dev` (one daemon per instance), then start one with `env`."""
@@ -86,8 +94,23 @@ class Live:
         self.dagster_dev = DagsterDev(env, log).start()
         return self.dagster_dev
 
-    def instance(self) -> dg.DagsterInstance:
+    @functools.cached_property
+    def _instance(self) -> dg.DagsterInstance:
         return dg.DagsterInstance.from_config(str(self.dagster_home))
+
+    def instance(self) -> dg.DagsterInstance:
+        """Dagster's view of the storage `dagster dev` writes (one instance: its connections are reused)."""
+        return self._instance
+
+    def query(self, sql: str, params: tuple[Any, ...] = ()) -> list[tuple[Any, ...]]:
+        """``sql`` in the `dagster` database with psycopg2, not through Dagster."""
+        connection = connect(self.postgres.host, self.postgres.port, self.postgres.passfile)
+        try:
+            with connection.cursor() as cursor:
+                cursor.execute(sql, params)
+                return list(cursor.fetchall())
+        finally:
+            connection.close()
 
     def count(self, table: str) -> int:
         return delta_count(self.spark, self.lakehouse / table)
@@ -102,9 +125,10 @@ def wait_until(live: Live, what: str, condition: Callable[[], bool]) -> None:
 
 @pytest.fixture(scope="module")
 def live(session_stack: SessionStack, tmp_path_factory: pytest.TempPathFactory, spark: Any) -> Iterator[Live]:
-    """The session's stack with its engine, cleared, and a DAGSTER_HOME and lakehouse of the module's own. The
-    tables are read with the test session's own in-process Spark (pytest's process stays a classic driver: pyspark
-    does not mix Connect and classic sessions in one process)."""
+    """The session's stack with its engine, cleared, a lakehouse of the module's own and a DAGSTER_HOME whose
+    storage is a PostgreSQL server of the module's own. The tables are read with the test session's own in-process
+    Spark (pytest's process stays a classic driver: pyspark does not mix Connect and classic sessions in one
+    process)."""
     root = tmp_path_factory.mktemp("live")
     stack = session_stack.clear(engine=True, dagster_home=root / "dagster_home")
     assert stack.spark_remote and stack.dagster_home
@@ -116,21 +140,25 @@ def live(session_stack: SessionStack, tmp_path_factory: pytest.TempPathFactory, 
         "OFFSET_SENSOR_RETRY_BACKOFF_SECONDS": "2",
         "OFFSET_SENSOR_MAX_BACKOFF_SECONDS": "4",
     }
-    dagster_dev = DagsterDev(env, root / "dagster-dev.log").start()  # the README's `dagster dev -w workspace.yaml`
-    live = Live(
-        stack,
-        root / "lakehouse",
-        stack.dagster_home,
-        dagster_dev.port,
-        dagster_dev.log_file,
-        spark,
-        dict(dagster_dev.env),
-        dagster_dev,
-    )
-    try:
-        yield live
-    finally:
-        live.dagster_dev.stop()
+    with PostgresServer(root / "postgres", free_port(), log_dir=root / "logs") as postgres:
+        write_dagster_yaml(stack.dagster_home, postgres.storage_config())  # as `stack up --dagster-postgres` does
+        dagster_dev = DagsterDev(env, root / "dagster-dev.log").start()  # the README's `dagster dev -w workspace.yaml`
+        live = Live(
+            stack,
+            root / "lakehouse",
+            stack.dagster_home,
+            dagster_dev.port,
+            dagster_dev.log_file,
+            spark,
+            dict(dagster_dev.env),
+            dagster_dev,
+            postgres,
+        )
+        try:
+            yield live
+        finally:
+            live.dagster_dev.stop()
+            live.instance().dispose()
 
 
 PRODUCED: list[dict[str, Any]] = []
@@ -170,6 +198,60 @@ def test_produced_rides_reach_raw_rides_and_vendor_counts_with_no_manual_step(li
         return sorted((r.pu_zone, r.do_zone) for r in rows)
 
     wait_until(live, f"rides_enriched == {expected_zones}", lambda: enriched_zones() == expected_zones)
+    _check_the_runs_are_recorded_in_postgres(live)
+
+
+SENSOR_RUNS = """
+SELECT r.run_id, r.status, r.pipeline_name
+FROM runs r JOIN run_tags t ON t.run_id = r.run_id
+WHERE t.key = 'dagster/sensor_name' AND t.value = %s
+ORDER BY r.id
+"""
+
+
+def _check_the_runs_are_recorded_in_postgres(live: Live) -> None:
+    """PostgreSQL's own tables, read with psycopg2: every run the sensor requested is the live job, finished; the
+    event log agrees with the runs table run by run; a run that succeeded materialized everything the job selects.
+    Dagster reads the same storage, and nothing went to the SQLite files it uses by default."""
+    from dagster_postgres import PostgresEventLogStorage, PostgresRunStorage
+
+    from streaming_pipeline.definitions import defs
+
+    job = "raw_rides_downstream_job"
+    wait_until(
+        live,
+        "no sensor run in flight",
+        lambda: {status for _, status, _ in live.query(SENSOR_RUNS, (SENSOR_NAME,))} <= {"SUCCESS", "FAILURE"},
+    )
+    runs = live.query(SENSOR_RUNS, (SENSOR_NAME,))
+    assert {name for _, _, name in runs} == {job}, runs
+    run_ids = [run_id for run_id, _, _ in runs]
+    succeeded = [run_id for run_id, status, _ in runs if status == "SUCCESS"]
+    failed = [run_id for run_id, status, _ in runs if status == "FAILURE"]
+    assert succeeded, runs
+
+    def events(event_type: dg.DagsterEventType) -> list[tuple[Any, ...]]:
+        return live.query(
+            "SELECT run_id, asset_key FROM event_logs WHERE dagster_event_type = %s AND run_id = ANY(%s)",
+            (event_type.value, run_ids),
+        )
+
+    assert sorted(r for r, _ in events(dg.DagsterEventType.RUN_SUCCESS)) == sorted(succeeded)
+    assert sorted(r for r, _ in events(dg.DagsterEventType.RUN_FAILURE)) == sorted(failed)
+    materialized = events(dg.DagsterEventType.ASSET_MATERIALIZATION)
+    keys_by_run = {
+        run_id: {"/".join(json.loads(key)) for rid, key in materialized if rid == run_id} for run_id in run_ids
+    }
+    job_assets = {k.to_user_string() for k in defs.resolve_job_def(job).asset_layer.selected_asset_keys}
+    assert {"raw_rides", "vendor_counts"} <= job_assets
+    assert any(keys_by_run[run_id] == job_assets for run_id in succeeded), keys_by_run
+
+    instance = live.instance()
+    assert isinstance(instance.run_storage, PostgresRunStorage)
+    assert isinstance(instance.event_log_storage, PostgresEventLogStorage)
+    seen = instance.get_runs(filters=dg.RunsFilter(tags={"dagster/sensor_name": SENSOR_NAME}))
+    assert sorted(run.run_id for run in seen) == sorted(run_ids)
+    assert sorted(p.relative_to(live.dagster_home) for p in live.dagster_home.rglob("*.db")) == []
 
 
 def test_a_run_that_failed_while_the_registry_was_down_is_retried_once_it_is_back(live: Live) -> None:

@@ -1,6 +1,7 @@
-"""Dagster on PostgreSQL: the embedded PostgreSQL server (`embedded.postgres`), the stack's
-`--dagster-postgres` option, and the live path (sensor -> run -> materializations) with that storage, checked
-in PostgreSQL itself. Every process a test starts is stopped by a fixture, also when the test fails."""
+"""Dagster on PostgreSQL: the embedded PostgreSQL server (`embedded.postgres`) and the stack's `--dagster-postgres`
+option. The live path on that storage (sensor -> run -> materializations, checked in PostgreSQL itself) is
+test_live.py's, whose `dagster dev` keeps its storage there. Every process a test starts is stopped by a fixture,
+also when the test fails."""
 
 from __future__ import annotations
 
@@ -12,7 +13,6 @@ import stat
 import subprocess
 import sys
 from collections.abc import Iterator
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -20,22 +20,12 @@ import pytest
 import yaml
 
 from streaming_pipeline.devstack.embedded import postgres as postgres_module
-from streaming_pipeline.devstack.embedded.dagster_dev import DagsterDev
 from streaming_pipeline.devstack.embedded.ports import free_port, is_port_free
-from streaming_pipeline.devstack.embedded.postgres import PostgresServer, connect, find_binaries, server_children
+from streaming_pipeline.devstack.embedded.postgres import PostgresServer, find_binaries, server_children
 from streaming_pipeline.devstack.embedded.processes import pid_alive
-from streaming_pipeline.devstack.embedded.stack import EmbeddedStack, StackInfo, running_stack
+from streaming_pipeline.devstack.embedded.stack import EmbeddedStack
 from streaming_pipeline.errors import StackError
 from streaming_pipeline_tests.devstack.embedded.helpers import FAKE_REGISTRY_MODULE, processes_mentioning
-from streaming_pipeline_tests.live_helpers import delta_count, delta_vendor_counts, expected_vendor_counts, wait_until
-from streaming_pipeline_tests.session_stack import SessionStack
-
-SENSOR_NAME = "raw_rides_offset_sensor"
-JOB_NAME = "raw_rides_downstream_job"
-# A bound, not a measurement: the whole job (bronze to every gold table) took 5 minutes on 2 cores shared with
-# other Spark work (load average 8), within pytest's 900 s per-test timeout.
-RUN_WAIT_SECONDS = 600
-
 
 # --------------------------------------------------------------------------- helpers
 
@@ -322,146 +312,3 @@ def test_stack_up_whose_postgres_cannot_start_stops_the_broker_and_registry_it_s
     state = json.loads(stack.state_file.read_text())
     assert [state[name]["pid"] for name in ("kafka", "registry")] == [None, None]
     assert not stack.status().running
-
-
-# --------------------------------------------------------------------------- the live path
-
-
-def _pg_query(stack_dir: Path, port: int, sql: str, params: tuple[Any, ...] = ()) -> list[tuple[Any, ...]]:
-    """Run ``sql`` in the stack's `dagster` database with psycopg2 (not through Dagster)."""
-    connection = connect("127.0.0.1", port, stack_dir / "postgres" / "pgpass")
-    try:
-        with connection.cursor() as cursor:
-            cursor.execute(sql, params)
-            return list(cursor.fetchall())
-    finally:
-        connection.close()
-
-
-SENSOR_RUNS = """
-SELECT r.run_id, r.status, r.pipeline_name
-FROM runs r JOIN run_tags t ON t.run_id = r.run_id
-WHERE t.key = 'dagster/sensor_name' AND t.value = %s
-ORDER BY r.id
-"""
-
-
-@dataclass
-class LiveOnPostgres:
-    stack: StackInfo
-    postgres_port: int
-    lakehouse: Path
-    log: Path  # dagster dev's
-
-
-@pytest.fixture
-def live_on_postgres(session_stack: SessionStack, tmp_path: Path, spark: Any) -> Iterator[LiveOnPostgres]:
-    """A stack with PostgreSQL storage, and `dagster dev -w workspace.yaml` with its DAGSTER_HOME, as the README
-    runs them; both stopped at teardown, also when the test failed. The engine is the session's (PostgreSQL is
-    the point here, not the engine)."""
-    engine = session_stack.up(engine=True).spark_remote
-    assert engine
-    with running_stack(tmp_path / "stack", spark=False, dagster_postgres=True) as stack:
-        assert stack.dagster_home and stack.postgres_url
-        port = int(json.loads((stack.directory / "stack.json").read_text())["postgres"]["port"])
-        lakehouse = tmp_path / "lakehouse"
-        env = {
-            **stack.env(),
-            "SPARK_REMOTE": engine,
-            "LAKEHOUSE_DIR": str(lakehouse),
-            "OFFSET_SENSOR_RETRY_BACKOFF_SECONDS": "2",
-        }
-        with DagsterDev(env, tmp_path / "dagster-dev.log") as dagster_dev:
-            yield LiveOnPostgres(stack, port, lakehouse, dagster_dev.log_file)
-
-
-@pytest.mark.integration
-@pytest.mark.slow
-def test_sensor_runs_and_materializations_are_recorded_in_postgres(
-    live_on_postgres: LiveOnPostgres, spark: Any
-) -> None:
-    import dagster as dg
-    from dagster_postgres import PostgresRunStorage
-
-    from streaming_pipeline.definitions import defs
-    from streaming_pipeline.devstack.producer import produce, rows_from_records
-    from streaming_pipeline.devstack.synthetic import SyntheticOptions, synthetic_rides
-    from streaming_pipeline.registry_client import RegistryClient
-    from streaming_pipeline.resources import KafkaResource
-    from streaming_pipeline.tables import RIDES_TOPIC
-
-    stack, port, lakehouse, log = (
-        live_on_postgres.stack,
-        live_on_postgres.postgres_port,
-        live_on_postgres.lakehouse,
-        live_on_postgres.log,
-    )
-    assert stack.dagster_home is not None
-    rides = list(synthetic_rides(6, SyntheticOptions(seed=606)))
-    result = produce(
-        KafkaResource(bootstrap_servers=stack.bootstrap_servers),
-        RegistryClient(stack.schema_registry_url),
-        RIDES_TOPIC,
-        rows_from_records(rides),
-        show_progress=False,
-    )
-    assert (result.sent, result.failed) == (6, 0)
-
-    def sensor_runs() -> list[tuple[Any, ...]]:
-        return _pg_query(stack.directory, port, SENSOR_RUNS, (SENSOR_NAME,))
-
-    def done() -> bool:
-        statuses = [status for _, status, _ in sensor_runs()]
-        in_flight = any(status not in ("SUCCESS", "FAILURE", "CANCELED") for status in statuses)
-        return "SUCCESS" in statuses and not in_flight and delta_count(spark, lakehouse / "raw_rides") == 6
-
-    wait_until(
-        "a sensor run succeeded, none is in flight, raw_rides has the 6 produced rides",
-        done,
-        log=log,
-        seconds=RUN_WAIT_SECONDS,
-    )
-    expected = expected_vendor_counts(rides)
-    wait_until(
-        f"vendor_counts == {expected}",
-        lambda: delta_vendor_counts(spark, lakehouse / "vendor_counts") == expected,
-        log=log,
-    )
-
-    # The runs table: every run the sensor requested is the live job, finished. A run may have failed before
-    # (the engine under load, say) and been retried by the sensor: the retry is the run that succeeded.
-    runs = sensor_runs()
-    assert {job for _, _, job in runs} == {JOB_NAME}, runs
-    assert {status for _, status, _ in runs} <= {"SUCCESS", "FAILURE"}, runs
-    run_ids = [run_id for run_id, _, _ in runs]
-    succeeded = [run_id for run_id, status, _ in runs if status == "SUCCESS"]
-    failed = [run_id for run_id, status, _ in runs if status == "FAILURE"]
-    assert succeeded, runs
-
-    # The event_logs table agrees with the runs table, run by run.
-    def events(event_type: dg.DagsterEventType, ids: list[str]) -> list[tuple[Any, ...]]:
-        return _pg_query(
-            stack.directory,
-            port,
-            "SELECT run_id, asset_key FROM event_logs WHERE dagster_event_type = %s AND run_id = ANY(%s)",
-            (event_type.value, ids),
-        )
-
-    assert sorted(r for r, _ in events(dg.DagsterEventType.RUN_SUCCESS, run_ids)) == sorted(succeeded)
-    assert sorted(r for r, _ in events(dg.DagsterEventType.RUN_FAILURE, run_ids)) == sorted(failed)
-    materialized = events(dg.DagsterEventType.ASSET_MATERIALIZATION, run_ids)
-    keys_by_run = {
-        run_id: {"/".join(json.loads(key)) for rid, key in materialized if rid == run_id} for run_id in run_ids
-    }
-    # The run that took the rides materialized raw_rides and everything the job selects downstream of it.
-    job_assets = {k.to_user_string() for k in defs.resolve_job_def(JOB_NAME).asset_layer.selected_asset_keys}
-    assert {"raw_rides", "vendor_counts"} <= job_assets
-    assert any(keys_by_run[run_id] == job_assets for run_id in succeeded), keys_by_run
-
-    # Dagster's own view is the same storage, and nothing went to the SQLite files it uses by default.
-    with dg.DagsterInstance.from_config(str(stack.dagster_home)) as instance:
-        assert isinstance(instance.run_storage, PostgresRunStorage)
-        seen = instance.get_runs(filters=dg.RunsFilter(tags={"dagster/sensor_name": SENSOR_NAME}))
-        assert sorted(run.run_id for run in seen) == sorted(run_ids)
-    assert not (stack.dagster_home / "history" / "runs.db").exists()
-    assert sorted(p.relative_to(stack.dagster_home) for p in stack.dagster_home.rglob("*.db")) == []
