@@ -21,15 +21,18 @@ _PORT_RANGE_FILE = Path("/proc/sys/net/ipv4/ip_local_port_range")
 _DEFAULT_EPHEMERAL_RANGE = (32768, 60999)
 
 
-def is_port_free(port: int, host: str = LOOPBACK) -> bool:
+def is_port_free(port: int, host: str = LOOPBACK, *, time_wait_is_free: bool = True) -> bool:
     """True when a server could bind ``host:port`` right now.
 
     SO_REUSEADDR is set like the JVM and uvicorn do, so a port whose last
     connections are in TIME_WAIT (a server that just stopped) counts as free,
     while one with a live listener (on this address or on 0.0.0.0) does not.
+    With ``time_wait_is_free=False`` nothing may hold the port at all, not
+    even a connection in TIME_WAIT.
     """
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        if time_wait_is_free:
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         try:
             sock.bind((host, port))
         except OSError:
@@ -43,16 +46,6 @@ def ephemeral_port_range(range_file: Path = _PORT_RANGE_FILE) -> tuple[int, int]
         low, high = (int(field) for field in range_file.read_text().split())
         return low, high
     return _DEFAULT_EPHEMERAL_RANGE
-
-
-def _bindable(port: int, host: str) -> bool:
-    """True when nothing holds ``host:port`` at all: no listener, no connection (not even in TIME_WAIT)."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        try:
-            sock.bind((host, port))
-        except OSError:
-            return False
-    return True
 
 
 def free_ports(
@@ -74,7 +67,7 @@ def free_ports(
     for port in candidates:
         if len(chosen) == count:
             return chosen
-        if port not in excluded and _bindable(port, host):
+        if port not in excluded and is_port_free(port, host, time_wait_is_free=False):
             chosen.append(port)
     held: list[socket.socket] = []
     try:

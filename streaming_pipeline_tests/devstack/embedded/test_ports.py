@@ -16,7 +16,7 @@ def _consecutive_free_ports(count: int) -> int:
     """The first of `count` consecutive ports below the ephemeral range that nothing holds now."""
     first, _ = ports.ephemeral_port_range()
     for start in range(ports.LOWEST_PICKED_PORT, first - count):
-        if all(ports._bindable(port, ports.LOOPBACK) for port in range(start, start + count)):
+        if all(ports.is_port_free(port, time_wait_is_free=False) for port in range(start, start + count)):
             return start
     raise AssertionError(f"no {count} free consecutive ports between {ports.LOWEST_PICKED_PORT} and {first}")
 
@@ -45,7 +45,7 @@ def test_free_ports_are_distinct_bindable_and_below_the_ephemeral_range() -> Non
     chosen = ports.free_ports(5, exclude=[ports.LOWEST_PICKED_PORT])
     assert len(set(chosen)) == 5
     assert all(ports.LOWEST_PICKED_PORT < port < first for port in chosen)
-    assert all(ports._bindable(port, ports.LOOPBACK) for port in chosen)
+    assert all(ports.is_port_free(port, time_wait_is_free=False) for port in chosen)
 
 
 def test_a_port_held_by_a_listener_or_by_a_clients_connection_is_not_picked(
@@ -77,4 +77,4 @@ def test_with_no_room_below_the_ephemeral_range_the_os_picks(tmp_path: Path) -> 
     range_file.write_text("1024 65535\n")
     chosen = ports.free_ports(3, range_file=range_file)
     assert len(set(chosen)) == 3
-    assert all(ports._bindable(port, ports.LOOPBACK) for port in chosen)
+    assert all(ports.is_port_free(port, time_wait_is_free=False) for port in chosen)
