@@ -888,8 +888,7 @@ def run_live_bench(
         )
         _print_live(results[-1])
     if repeat == 1:
-        write_json(json_path, results[0])
-        return results[0]
+        return results[0]  # its JSON was written after its last mode
     repeats = live_repeats(results)
     _print_spreads(repeats)
     write_json(json_path, repeats)
