@@ -60,11 +60,12 @@ ENV DAGSTER_HOME=/opt/dagster/home \
     LAKEHOUSE_DIR=/lakehouse \
     STREAMING_PIPELINE_CACHE_DIR=/opt/streaming-pipeline/cache
 
-# Every Java artifact, resolved now (Apache Ivy from pyspark's jars/, Maven Central) into the image's
-# cache, so that nothing resolves when a container starts and the containers need no Maven access.
+# The broker's and the engine's Java artifacts, resolved now (Apache Ivy from pyspark's jars/, Maven Central) into
+# the image's cache (a lakehouse on S3 adds `s3a`, about 690 MB), so that nothing resolves when a container
+# starts and the containers need no Maven access.
 # Only the retrieved jars (jars/<set>/lib, listed by classpath.txt) are used: Ivy's download cache goes.
 # The cache stays root-owned and read-only for uid 185.
-RUN streaming-pipeline jars fetch \
+RUN streaming-pipeline jars fetch kafka spark \
     && rm -rf "$STREAMING_PIPELINE_CACHE_DIR/jars/ivy-cache" "$STREAMING_PIPELINE_CACHE_DIR/jars/ivy-home" \
     && streaming-pipeline jars path spark | tr ':' '\n' | xargs ls -l
 

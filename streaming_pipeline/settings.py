@@ -408,6 +408,13 @@ def dagster_home() -> str | None:
     return os.environ.get("DAGSTER_HOME") or None
 
 
+def s3_client_settings() -> tuple[str | None, str | None]:
+    """(AWS_ENDPOINT_URL, AWS_REGION or else AWS_DEFAULT_REGION): the S3 store the lakehouse's files are read from
+    outside Spark, as every AWS SDK reads them. The keys are the SDK's to read (AWS_ACCESS_KEY_ID, ...), not ours."""
+    region = os.environ.get("AWS_REGION") or os.environ.get("AWS_DEFAULT_REGION") or None
+    return os.environ.get("AWS_ENDPOINT_URL") or None, region
+
+
 # pyspark's own switch: once set, its functions build Spark Connect expressions (see engine.spark.connect_session).
 _SPARK_CONNECT_MODE = "SPARK_CONNECT_MODE_ENABLED"
 

@@ -58,14 +58,14 @@ def start_in_a_group_of_its_own(command: list[str], env: Mapping[str, str], out:
     )
 
 
-def run_stack_cli(*args: str) -> subprocess.CompletedProcess[str]:
+def run_stack_cli(*args: str, timeout: float = 300) -> subprocess.CompletedProcess[str]:
     """`streaming-pipeline stack <args>` in a process of its own, from the repository; its output captured."""
     return subprocess.run(
         [sys.executable, "-m", "streaming_pipeline.devstack.embedded.stack_cli", "stack", *args],
         cwd=REPO_ROOT,
         capture_output=True,
         text=True,
-        timeout=300,
+        timeout=timeout,
         check=False,
     )
 

@@ -125,7 +125,15 @@ def _add_demo_parser(subparsers: argparse._SubParsersAction) -> None:
     demo.add_argument("--seed", type=int, default=42)
     demo.add_argument("--dir", type=Path, default=None, help="embedded stack directory (default .stack/)")
     demo.add_argument(
-        "--lakehouse-dir", type=Path, default=None, help="Delta tables (default LAKEHOUSE_DIR or .lakehouse/)"
+        "--lakehouse-dir",
+        default=None,
+        help="Delta tables: a path or a URI (default LAKEHOUSE_DIR or .lakehouse/; with --object-store the store's "
+        "bucket, s3a://lakehouse)",
+    )
+    demo.add_argument(
+        "--object-store",
+        action="store_true",
+        help="the lakehouse on the stack's S3-compatible object store (`stack up --object-store`)",
     )
     demo.add_argument("--output-dir", type=Path, default=Path("demo-output"), help="where the chart PNG goes")
     demo.set_defaults(handler=_run_demo)
@@ -134,12 +142,12 @@ def _add_demo_parser(subparsers: argparse._SubParsersAction) -> None:
 def _run_demo(args: argparse.Namespace) -> int:
     from streaming_pipeline.devstack.demo import DemoOptions, run_demo
     from streaming_pipeline.devstack.embedded.stack import default_stack_dir
-    from streaming_pipeline.settings import PipelineSettings
 
     return run_demo(
         DemoOptions(
             stack_dir=args.dir or default_stack_dir(),
-            lakehouse_dir=args.lakehouse_dir or Path(PipelineSettings.from_env().lakehouse_dir),
+            lakehouse_dir=args.lakehouse_dir,
+            object_store=args.object_store,
             output_dir=args.output_dir,
             rides=args.rides,
             csv=args.csv,
@@ -473,10 +481,14 @@ def _add_jars_parser(subparsers: argparse._SubParsersAction) -> None:
         "Apache Ivy into the project cache ($STREAMING_PIPELINE_CACHE_DIR or ~/.cache/streaming-pipeline).",
     )
     commands = jars.add_subparsers(dest="jars_command", required=True)
-    fetch = commands.add_parser("fetch", help="resolve every artifact set now (later runs work offline)")
+    sets = ["kafka", "spark", "object-store", "s3a"]
+    fetch = commands.add_parser("fetch", help="resolve artifact sets now (later runs work offline)")
+    fetch.add_argument(
+        "sets", nargs="*", choices=sets, metavar="SET", help=f"the sets to resolve: {', '.join(sets)} (default: all)"
+    )
     fetch.add_argument("--force", action="store_true", help="resolve again even when the cache is complete")
     path = commands.add_parser("path", help="print the classpath of one artifact set")
-    path.add_argument("set", choices=["kafka", "spark"])
+    path.add_argument("set", choices=sets)
     jars.set_defaults(handler=_run_jars)
 
 
@@ -488,13 +500,15 @@ def _run_jars(args: argparse.Namespace) -> int:
         print(":".join(str(jar) for jar in jars.resolve(sets[args.set])))
         return 0
     resolved = {}
-    for name, artifacts in sets.items():
+    for name in args.sets or sets:
+        artifacts = sets[name]
         resolved[name] = jars.resolve(artifacts, force=args.force)
         print(f"{artifacts.name}: {len(resolved[name])} jars in {jars.set_dir(artifacts)}")
-    from streaming_pipeline.engine.log_store import LOG_STORE_CLASS, log_store_jar
+    if "spark" in resolved:
+        from streaming_pipeline.engine.log_store import LOG_STORE_CLASS, log_store_jar
 
-    store_jar = log_store_jar(resolved["spark"], jars.pyspark_home() / "jars")
-    print(f"{LOG_STORE_CLASS}: {store_jar or 'not built (no javac; Delta keeps its own log store)'}")
+        store_jar = log_store_jar(resolved["spark"], jars.pyspark_home() / "jars")
+        print(f"{LOG_STORE_CLASS}: {store_jar or 'not built (no javac; Delta keeps its own log store)'}")
     return 0
 
 

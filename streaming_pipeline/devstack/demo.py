@@ -7,6 +7,7 @@ prints each table, writes the window chart, and leaves the stack as it found it.
 
 from __future__ import annotations
 
+import os
 import sys
 import time
 from collections.abc import Mapping
@@ -81,11 +82,12 @@ SHOWN_ROWS = 5
 @dataclass
 class DemoOptions:
     stack_dir: Path
-    lakehouse_dir: Path
+    lakehouse_dir: str | None  # a path or a URI; None: LAKEHOUSE_DIR, else .lakehouse/ (the store's bucket with it)
     output_dir: Path
     rides: int = 5000
     csv: Path | None = None
     seed: int = 42
+    object_store: bool = False  # the lakehouse on the stack's object store (stack up --object-store)
 
 
 class _Stages:
@@ -216,12 +218,17 @@ def run_demo(options: DemoOptions) -> int:
     from streaming_pipeline.resources.from_settings import build_resources
 
     stages = _Stages()
-    stack = EmbeddedStack(options.stack_dir)
+    stack = EmbeddedStack(options.stack_dir, object_store=options.object_store)
     was_running = stack.status().running
     info = stack.up(progress=lambda message: stages.say(message))
     stages.say(f"embedded stack {'was already running' if was_running else 'started'} in {info.directory}")
+    # This process reads the tables outside Spark too (the checks, delta-rs): it needs the store's variables.
+    os.environ.update(info.object_store_env)
+    lakehouse_dir = options.lakehouse_dir or info.lakehouse_dir or PipelineSettings.from_env().lakehouse_dir
+    if info.lakehouse_dir:
+        stages.say(f"the lakehouse is {lakehouse_dir}, on the object store {info.object_store_url}")
     try:
-        settings = PipelineSettings.from_env({**info.env(), "LAKEHOUSE_DIR": str(options.lakehouse_dir.resolve())})
+        settings = PipelineSettings.from_env({**info.env(), "LAKEHOUSE_DIR": lakehouse_dir})
         resources = build_resources(settings)
         _produce(options, resources["kafka"], resources["schema_registry"].get_client(), stages)
         result = _materialize(resources, stages)

@@ -1,7 +1,8 @@
 """Every Java artifact the project needs, resolved once from Maven Central by one resolver into a project cache.
 
-Two artifact sets: the Kafka broker's classpath, and Spark's Delta/Kafka/Avro packages (for the Spark
-Connect server and for in-process sessions). Both are resolved by Apache Ivy, whose standalone jar ships
+Four artifact sets: the Kafka broker's classpath; Spark's Delta/Kafka/Avro packages (for the Spark Connect server
+and for in-process sessions); the development stack's object store (s3proxy); and Hadoop's S3A connector, which a
+Spark JVM adds only for a lakehouse on `s3a://`. Each is resolved by Apache Ivy, whose standalone jar ships
 in pyspark's ``jars/`` folder, with settings of our own: Maven Central only (or
 $STREAMING_PIPELINE_MAVEN_REPOSITORY) and a private Ivy cache. No foreign local repository (``~/.m2``,
 ``~/.ivy2``) is consulted, so a POM without its jar left there by another tool cannot break resolution.
@@ -17,7 +18,7 @@ Layout of the cache ($STREAMING_PIPELINE_CACHE_DIR, else $XDG_CACHE_HOME/streami
 A set counts as resolved only when ``classpath.txt`` lists jars that all exist and are valid jar files;
 anything less is resolved again. Every JVM the project starts gets these paths explicitly.
 
-    streaming-pipeline jars fetch       # pre-fetch both sets (then everything works offline)
+    streaming-pipeline jars fetch       # pre-fetch every set (then everything works offline)
     streaming-pipeline jars path spark  # print a classpath
 """
 
@@ -87,6 +88,37 @@ def kafka_broker_artifacts(kafka_version: str = KAFKA_VERSION) -> ArtifactSet:
             ("org.apache.logging.log4j", "log4j-slf4j2-impl", LOG4J_VERSION),
             ("org.slf4j", "slf4j-api", SLF4J_VERSION),
         ),
+    )
+
+
+S3PROXY_VERSION = "4.1.0"
+OBJECT_STORE_MAIN_CLASS = "org.gaul.s3proxy.Main"
+
+
+def object_store_artifacts(s3proxy_version: str = S3PROXY_VERSION) -> ArtifactSet:
+    """s3proxy, the development stack's S3-compatible object store (embedded.object_store). Ivy's conflict manager
+    takes the newest jackson-annotations its dependencies ask for (2.2x), which its Jackson 3 needs; Maven's
+    nearest-wins would take 2.18 and fail at start with NoClassDefFoundError (JsonSerializeAs)."""
+    return ArtifactSet(name=f"s3proxy-{s3proxy_version}", coordinates=(("org.gaul", "s3proxy", s3proxy_version),))
+
+
+def pyspark_hadoop_version() -> str:
+    """The Hadoop client version pyspark ships (`jars/hadoop-client-api-<version>.jar`)."""
+    for jar in (pyspark_home() / "jars").glob("hadoop-client-api-*.jar"):
+        match = _JAR_NAME.match(jar.name)
+        if match:
+            return match.group("version")
+    raise ArtifactResolutionError(f"pyspark's jars ({pyspark_home() / 'jars'}) have no hadoop-client-api jar")
+
+
+def s3a_artifacts() -> ArtifactSet:
+    """Hadoop's S3A connector for the Hadoop client pyspark ships, with the AWS SDK bundle its POM names (about
+    690 MB): resolved only for a lakehouse on `s3a://`."""
+    hadoop_version = pyspark_hadoop_version()
+    return ArtifactSet(
+        name=f"hadoop-aws-{hadoop_version}",
+        coordinates=(("org.apache.hadoop", "hadoop-aws", hadoop_version),),
+        provided_modules=tuple(sorted(pyspark_jar_modules())),
     )
 
 
@@ -366,7 +398,7 @@ def resolve(artifacts: ArtifactSet, *, force: bool = False, progress: Progress |
         lib = directory / "lib"
         say(
             f"Resolving the {artifacts.name} jars from {repository_url()} into {directory} "
-            "(first time only; a few tens of MB)..."
+            "(first time only)..."
         )
         started = time.monotonic()
         command = [
@@ -413,5 +445,19 @@ def spark_jars(*, progress: Progress | None = _stderr_progress) -> list[Path]:
     return resolve(spark_artifacts(), progress=progress)
 
 
+def object_store_classpath(*, progress: Progress | None = _stderr_progress) -> list[Path]:
+    return resolve(object_store_artifacts(), progress=progress)
+
+
+def s3a_jars(*, progress: Progress | None = _stderr_progress) -> list[Path]:
+    """The jars a Spark JVM adds for tables and checkpoints on `s3a://`."""
+    return resolve(s3a_artifacts(), progress=progress)
+
+
 def artifact_sets() -> dict[str, ArtifactSet]:
-    return {"kafka": kafka_broker_artifacts(), "spark": spark_artifacts()}
+    return {
+        "kafka": kafka_broker_artifacts(),
+        "spark": spark_artifacts(),
+        "object-store": object_store_artifacts(),
+        "s3a": s3a_artifacts(),
+    }

@@ -49,13 +49,35 @@ def read_profile(profile: str) -> dict[str, str]:
     return conf
 
 
+S3A_PREFIX = "spark.hadoop.fs.s3a."
+
+
+def s3a_conf(endpoint_url: str, region: str) -> dict[str, str]:
+    """Hadoop S3A's settings for an S3-compatible store at `endpoint_url`: path-style requests (a bucket is not a
+    host name), its region, TLS as the URL says. The keys are not among them: S3A reads AWS_ACCESS_KEY_ID and
+    AWS_SECRET_ACCESS_KEY from the JVM's environment, so that no secret is on a command line or in Spark's UI."""
+    return {
+        f"{S3A_PREFIX}endpoint": endpoint_url,
+        f"{S3A_PREFIX}endpoint.region": region,
+        f"{S3A_PREFIX}path.style.access": "true",
+        f"{S3A_PREFIX}connection.ssl.enabled": str(endpoint_url.startswith("https://")).lower(),
+        # Uploads buffer in memory, not in local temporary files: S3A's local buffer asks Hadoop for a checksummed
+        # LocalFileSystem, which the profiles' RawLocalFileSystem for `file:` is not (a ClassCastException).
+        f"{S3A_PREFIX}fast.upload.buffer": "bytebuffer",
+        # A store that is away fails a request within seconds, not after S3A's default of 10 retries with back-off.
+        f"{S3A_PREFIX}attempts.maximum": "3",
+        f"{S3A_PREFIX}retry.limit": "3",
+    }
+
+
 def engine_conf(profile: str, master: str | None = None, extra: dict[str, str] | None = None) -> dict[str, str]:
     """The settings a Spark driver of this project starts with: the profile, the master, the project's jars.
 
     With a JDK at hand they include Delta's log store for local disks whose listing does not grow with the log
-    (engine/log_store.py), unless the profile or `extra` name a store for `file:` of their own.
+    (engine/log_store.py), unless the profile or `extra` name a store for `file:` of their own. Settings of S3A
+    (`spark.hadoop.fs.s3a.*`, from `s3a_conf`) bring Hadoop's S3A connector onto the classpath.
     """
-    from streaming_pipeline.engine.jars import pyspark_home, spark_jars
+    from streaming_pipeline.engine.jars import pyspark_home, s3a_jars, spark_jars
     from streaming_pipeline.engine.log_store import LOG_STORE_CLASS, LOG_STORE_CONF, log_store_jar
 
     conf = read_profile(profile)
@@ -66,6 +88,8 @@ def engine_conf(profile: str, master: str | None = None, extra: dict[str, str] |
     jars = spark_jars()
     conf["spark.jars"] = ",".join(str(jar) for jar in jars)
     conf.update(extra or {})
+    if any(key.startswith(S3A_PREFIX) for key in conf):
+        conf["spark.jars"] += "".join(f",{jar}" for jar in s3a_jars())
     if LOG_STORE_CONF not in conf and (store_jar := log_store_jar(jars, pyspark_home() / "jars")) is not None:
         conf["spark.jars"] += f",{store_jar}"
         conf[LOG_STORE_CONF] = LOG_STORE_CLASS

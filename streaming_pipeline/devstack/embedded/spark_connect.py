@@ -98,6 +98,7 @@ class SparkConnectServer(ManagedProcess):
         master: str | None = None,
         conf: dict[str, str] | None = None,
         driver_memory: str = DEFAULT_DRIVER_MEMORY,
+        env: dict[str, str] | None = None,
     ) -> None:
         super().__init__()
         self.work_dir = Path(work_dir).resolve()
@@ -108,6 +109,8 @@ class SparkConnectServer(ManagedProcess):
         self.master = master
         self.conf = dict(conf or {})
         self.driver_memory = driver_memory
+        # More variables of the server's environment: an object store's keys, which S3A reads from there.
+        self.env = dict(env or {})
 
     @property
     def remote_url(self) -> str:
@@ -155,6 +158,7 @@ class SparkConnectServer(ManagedProcess):
     def environment(self) -> dict[str, str]:
         env = spark_environment(self.host)
         env["PYSPARK_DRIVER_PYTHON"] = sys.executable
+        env.update(self.env)
         return env
 
     def start(self, timeout: float = 120.0) -> Self:

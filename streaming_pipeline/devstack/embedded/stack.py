@@ -16,6 +16,12 @@ configured earlier keep working.
 `embedded.postgres`) holding Dagster's run, event-log and schedule storage, and dagster.yaml points at it. The
 choice is recorded in stack.json: later ``up``, ``status`` and ``down`` keep it; ``down`` stops PostgreSQL last.
 
+``object_store=True`` (``stack up --object-store``) adds an S3-compatible object store (``object-store/``, see
+`embedded.object_store`) with a bucket for the lakehouse: ``stack env`` then exports LAKEHOUSE_DIR=s3a://lakehouse
+and the variables every S3 client reads (AWS_ENDPOINT_URL, the store's own keys, AWS_REGION), and the engine starts
+with Hadoop's S3A connector and the matching settings (its keys in its environment only). Recorded in stack.json;
+``down`` stops it after the engine and keeps its data.
+
 ``spark_workers=N`` (``stack up --spark-workers N``) adds a Spark standalone master and N workers
 (``spark-cluster/``, see `embedded.spark_cluster`), each with its share of the cores and memory, and the Spark
 Connect server becomes the driver of that cluster (the ``cluster`` profile): executors run in JVMs of their own.
@@ -32,13 +38,20 @@ import contextlib
 import json
 import time
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from streaming_pipeline import settings
 from streaming_pipeline.devstack.embedded.dagster_home import write_dagster_yaml
 from streaming_pipeline.devstack.embedded.kafka_broker import DEFAULT_HEAP, EmbeddedKafkaBroker
+from streaming_pipeline.devstack.embedded.object_store import (
+    DEFAULT_BUCKET,
+    REGION,
+    EmbeddedObjectStore,
+    client_env,
+    read_or_make_credentials,
+)
 from streaming_pipeline.devstack.embedded.ports import LOOPBACK, free_port, is_port_free
 from streaming_pipeline.devstack.embedded.postgres import STANDARD_PORT as STANDARD_POSTGRES_PORT
 from streaming_pipeline.devstack.embedded.postgres import PostgresServer, server_url, stop_postgres, storage_config
@@ -62,6 +75,7 @@ STATE_FILE = "stack.json"
 STANDARD_KAFKA_PORT = 9092
 STANDARD_CONTROLLER_PORT = 9093
 STANDARD_REGISTRY_PORT = 8081
+STANDARD_OBJECT_STORE_PORT = 9000  # MinIO's and most S3-compatible stores' default
 
 Progress = Callable[[str], None]
 State = dict[str, Any]  # what stack.json holds
@@ -95,6 +109,12 @@ class StackInfo:
     spark_master_url: str | None = None  # spark://host:port when the Connect server drives a standalone cluster
     spark_workers: int = 0  # workers of that cluster (0: a local driver)
     live_mode: str = "triggered"  # LIVE_MODE of the code location (stack up --live-mode)
+    object_store_url: str | None = None  # the S3 endpoint (stack up --object-store)
+    object_store_pid: int | None = None
+    object_store_log_file: Path | None = None
+    lakehouse_dir: str | None = None  # s3a://<bucket> on the object store
+    # AWS_ENDPOINT_URL, the store's keys, AWS_REGION: what `stack env` exports, never shown otherwise.
+    object_store_env: dict[str, str] = field(default_factory=dict, repr=False)
 
     def env(self) -> dict[str, str]:
         env = {"KAFKA_BOOTSTRAP_SERVERS": self.bootstrap_servers, "SCHEMA_REGISTRY_URL": self.schema_registry_url}
@@ -102,6 +122,9 @@ class StackInfo:
             env["SPARK_REMOTE"] = self.spark_remote
         if self.dagster_home:
             env["DAGSTER_HOME"] = str(self.dagster_home)
+        if self.lakehouse_dir:
+            env["LAKEHOUSE_DIR"] = self.lakehouse_dir
+            env.update(self.object_store_env)
         env["LIVE_MODE"] = self.live_mode
         return env
 
@@ -124,11 +147,14 @@ class StackStatus:
     spark: ComponentStatus
     postgres: ComponentStatus | None = None  # present when the stack keeps Dagster's storage in PostgreSQL
     spark_cluster: SparkClusterStatus | None = None  # present when the Connect server drives a standalone cluster
+    object_store: ComponentStatus | None = None  # present when the lakehouse is on the stack's object store
+    lakehouse_dir: str | None = None  # s3a://<bucket> then
 
     @property
     def components(self) -> tuple[ComponentStatus, ...]:
         return (
             (self.kafka, self.registry, self.spark)
+            + ((self.object_store,) if self.object_store else ())
             + ((self.postgres,) if self.postgres else ())
             + (self._spark_cluster_components())
         )
@@ -168,6 +194,7 @@ class StackStatus:
             "spark_workers": self.spark_cluster.alive_workers if self.spark_cluster else 0,
             "spark_cluster": self.spark_cluster.as_json() if self.spark_cluster else None,
             "dagster_storage": "postgres" if self.postgres else "sqlite",
+            "lakehouse_dir": self.lakehouse_dir,
         }
 
 
@@ -189,6 +216,7 @@ class EmbeddedStack:
         kafka_heap: str = DEFAULT_HEAP,
         spark: bool = True,
         dagster_postgres: bool = False,
+        object_store: bool = False,
         spark_workers: int | None = None,
         spark_worker_cores: int | None = None,
         spark_worker_memory: str | None = None,
@@ -202,6 +230,7 @@ class EmbeddedStack:
         self.kafka_heap = kafka_heap
         self.spark = spark
         self.dagster_postgres = dagster_postgres
+        self.object_store = object_store
         # None: as recorded in stack.json (0, a local driver, for a new stack); N > 0: a standalone cluster.
         self.spark_workers = spark_workers
         self.spark_worker_cores = spark_worker_cores
@@ -261,12 +290,21 @@ class EmbeddedStack:
     def spark_cluster_dir(self) -> Path:
         return self.directory / "spark-cluster"
 
+    @property
+    def object_store_dir(self) -> Path:
+        return self.directory / "object-store"
+
+    @property
+    def object_store_log_file(self) -> Path:
+        return self.logs_dir / "object-store.log"
+
     def _log_files(self) -> dict[str, Path]:
         return {
             "kafka": self.kafka_log_file,
             "registry": self.registry_log_file,
             "spark": self.spark_log_file,
             "postgres": self.postgres_log_file,
+            "object_store": self.object_store_log_file,
         }
 
     # Strings that appear in each component's command line (guards against a reused pid).
@@ -276,6 +314,7 @@ class EmbeddedStack:
             "registry": str(self.registry_dir),
             "spark": str(self.spark_dir / "log4j2.properties"),
             "postgres": str(self.postgres_dir / "data"),
+            "object_store": str(self.object_store_dir / "s3proxy.properties"),
         }
 
     # ------------------------------------------------------------------ state
@@ -353,6 +392,23 @@ class EmbeddedStack:
         port = state.get("postgres", {}).get("port")
         return server_url(self._host(state), port) if port else None
 
+    def _object_store_enabled(self, state: State) -> bool:
+        return bool(state.get("object_store", {}).get("enabled", self.object_store))
+
+    def _object_store_url(self, state: State) -> str | None:
+        port = state.get("object_store", {}).get("port")
+        return f"http://{self._host(state)}:{port}" if port else None
+
+    def _object_store_env(self, state: State) -> dict[str, str]:
+        """What an S3 client needs to reach the stack's store: its endpoint, keys and region."""
+        url = self._object_store_url(state)
+        if url is None:
+            return {}
+        return client_env(url, *read_or_make_credentials(self.object_store_dir / "credentials"))
+
+    def _lakehouse_dir(self, state: State) -> str:
+        return f"s3a://{state.get('object_store', {}).get('bucket') or DEFAULT_BUCKET}"
+
     def _write_dagster_yaml(self, state: State) -> None:
         port = state.get("postgres", {}).get("port")
         postgres_db = None
@@ -378,6 +434,7 @@ class EmbeddedStack:
     def _info(self, state: State, *, already_running: bool) -> StackInfo:
         spark_up = self._spark_enabled(state) and self._running(state, "spark")
         postgres_up = self._postgres_enabled(state) and self._running(state, "postgres")
+        store_up = self._object_store_enabled(state) and self._running(state, "object_store")
         return StackInfo(
             directory=self.directory,
             bootstrap_servers=self._bootstrap(state) or "",
@@ -395,6 +452,11 @@ class EmbeddedStack:
             postgres_url=self._postgres_url(state) if postgres_up else None,
             postgres_pid=state.get("postgres", {}).get("pid") if postgres_up else None,
             postgres_log_file=self.postgres_log_file if postgres_up else None,
+            object_store_url=self._object_store_url(state) if store_up else None,
+            object_store_pid=state.get("object_store", {}).get("pid") if store_up else None,
+            object_store_log_file=self.object_store_log_file if store_up else None,
+            lakehouse_dir=self._lakehouse_dir(state) if store_up else None,
+            object_store_env=self._object_store_env(state) if store_up else {},
             **self._spark_cluster_info(state, spark_up),
         )
 
@@ -479,7 +541,10 @@ class EmbeddedStack:
     def _wanted(self, state: State, say: Progress) -> list[str]:
         """The components this stack runs, in start order; the choices made now are recorded in ``state``."""
         state.setdefault("spark", {})["enabled"] = self.spark or bool(state.get("spark", {}).get("enabled"))
-        wanted = ["kafka", "registry"] + (["spark"] if self._spark_enabled(state) else [])
+        if self.object_store:  # recorded only when asked for, as PostgreSQL is
+            state.setdefault("object_store", {})["enabled"] = True
+        wanted = ["kafka", "registry"] + (["object_store"] if self._object_store_enabled(state) else [])
+        wanted += ["spark"] if self._spark_enabled(state) else []
         if self.dagster_postgres:  # recorded only when asked for: without it stack.json stays as it was
             state.setdefault("postgres", {})["enabled"] = True
         if self._postgres_enabled(state):
@@ -507,6 +572,11 @@ class EmbeddedStack:
             # A driver cannot move to a new master: the engine starts again with the cluster.
             self._stop_recorded("spark", "Spark Connect server", state, 15.0, say)
             missing.append("spark")
+        if "object_store" in wanted and "spark" in wanted and "spark" not in missing:
+            if not state["spark"].get("object_store"):  # an engine started before the store has no S3A settings
+                say("The Spark Connect server starts again, with the object store's S3A settings")
+                self._stop_recorded("spark", "Spark Connect server", state, 15.0, say)
+                missing.append("spark")
         return missing
 
     @staticmethod
@@ -528,6 +598,7 @@ class EmbeddedStack:
             "spark": self._start_spark,
             "postgres": self._start_postgres,
             "spark_cluster": self._start_spark_cluster,
+            "object_store": self._start_object_store,
         }
         started: list[Component] = []
         try:
@@ -586,11 +657,33 @@ class EmbeddedStack:
                 profile="cluster", master=cluster.master_url, conf={**cluster.driver_conf(), **self.engine_conf}
             )
             say(f"The Spark Connect server drives the standalone cluster {cluster.master_url}")
+        store_env = self._object_store_env(state) if self._object_store_enabled(state) else {}
+        if store_env:  # the lakehouse on the stack's object store: S3A's settings; its keys in the environment only
+            from streaming_pipeline.engine.spark import s3a_conf
+
+            driver["conf"] = {**s3a_conf(store_env["AWS_ENDPOINT_URL"], REGION), **driver["conf"]}
+            # S3A reads the keys from there, and the handlers' Python workers (which read checkpoints and logs with
+            # pyarrow and delta-rs) the whole of it.
+            driver["env"] = store_env
         server = SparkConnectServer(self.spark_dir, port, self.host, log_dir=self.logs_dir, **driver)
         say(f"Starting the Spark Connect server on {server.remote_url} (log: {server.log_file})")
         self._start_server(server, "Spark Connect server", server.remote_url, 30.0, deadline, say)
-        state["spark"] = _started(server.pid, server.port, enabled=True, driver_memory=server.driver_memory)
+        state["spark"] = _started(
+            server.pid, server.port, enabled=True, driver_memory=server.driver_memory, object_store=bool(store_env)
+        )
         return server
+
+    def _start_object_store(
+        self, state: State, taken: list[int], deadline: float, say: Progress
+    ) -> EmbeddedObjectStore:
+        port = self._take_client_port(state, "object_store", "object store", STANDARD_OBJECT_STORE_PORT, taken, say)
+        bucket = state.get("object_store", {}).get("bucket") or DEFAULT_BUCKET
+        store = EmbeddedObjectStore(self.object_store_dir, port, self.host, bucket=bucket, log_dir=self.logs_dir)
+        version = jars.S3PROXY_VERSION
+        say(f"Starting the object store (s3proxy {version}) on {store.endpoint_url} (log: {store.log_file})")
+        self._start_server(store, "Object store", store.endpoint_url, 20.0, deadline, say)
+        state["object_store"] = _started(store.pid, store.port, enabled=True, bucket=bucket)
+        return store
 
     def _start_postgres(self, state: State, taken: list[int], deadline: float, say: Progress) -> PostgresServer:
         port = self._take_client_port(state, "postgres", "PostgreSQL server", STANDARD_POSTGRES_PORT, taken, say)
@@ -688,6 +781,16 @@ class EmbeddedStack:
                 log_file=logs[name],
                 enabled=name != "spark" or self._spark_enabled(state),
             )
+        object_store = None
+        if self._object_store_enabled(state):
+            running = self._running(state, "object_store")
+            object_store = ComponentStatus(
+                name="object_store",
+                running=running,
+                pid=state.get("object_store", {}).get("pid") if running else None,
+                address=self._object_store_url(state),
+                log_file=self.object_store_log_file,
+            )
         postgres = None
         if self._postgres_enabled(state):
             running = self._running(state, "postgres")
@@ -704,6 +807,8 @@ class EmbeddedStack:
             **components,
             postgres=postgres,
             spark_cluster=cluster.status() if cluster else None,
+            object_store=object_store,
+            lakehouse_dir=self._lakehouse_dir(state) if object_store else None,
         )
 
     def info(self) -> StackInfo:
@@ -723,8 +828,9 @@ class EmbeddedStack:
         return [f"export {key}={value}" for key, value in info.env().items()]
 
     def down(self, timeout: float = 30.0, progress: Progress | None = None) -> bool:
-        """Stop the engine, the registry and the broker (SIGTERM, SIGKILL after ``timeout``), then PostgreSQL
-        when the stack has it (SIGINT); data and ports are kept. Returns True when something was running.
+        """Stop the engine, the registry and the broker (SIGTERM, SIGKILL after ``timeout``), then the object store
+        and PostgreSQL when the stack has them (PostgreSQL with SIGINT); data and ports are kept. Returns True when
+        something was running.
         """
         say = progress or _quiet
         with exclusive_lock(self._lock_file):
@@ -743,6 +849,8 @@ class EmbeddedStack:
             if cluster is not None:
                 stopped = cluster.stop(timeout=timeout, progress=say) or stopped
                 state["spark_cluster"].update(pid=None, worker_pids=[None] * cluster.workers)
+            # The object store after the engine, which writes the lakehouse to it.
+            stopped = self._stop_recorded("object_store", "object store", state, timeout, say) or stopped
             # Last: PostgreSQL, after whatever may still write to it. SIGINT (fast shutdown), see embedded.postgres.
             stopped = self._stop_recorded("postgres", "PostgreSQL", state, timeout, say, stop_postgres) or stopped
             self._save(state)

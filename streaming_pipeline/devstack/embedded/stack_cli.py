@@ -73,6 +73,14 @@ def add_stack_parser(subparsers: Any) -> argparse.ArgumentParser:
         "recorded in stack.json, so later `stack up` keeps it",
     )
     up.add_argument(
+        "--object-store",
+        action="store_true",
+        help="keep the lakehouse on an S3-compatible object store started with the stack (s3proxy from Maven "
+        "Central, on 127.0.0.1, standard port 9000, data under the stack directory, keys of its own): `stack env` "
+        "exports LAKEHOUSE_DIR=s3a://lakehouse and the AWS_* variables S3 clients read; recorded in stack.json, so "
+        "later `stack up` keeps it",
+    )
+    up.add_argument(
         "--spark-workers",
         type=_non_negative_int,
         default=None,
@@ -141,6 +149,11 @@ def _print_info(info: StackInfo, stack: EmbeddedStack) -> None:
         print(
             f"  Spark master: {info.spark_master_url} ({info.spark_workers} worker(s) alive; `stack status` shows them)"
         )
+    if info.lakehouse_dir:
+        print(
+            f"  LAKEHOUSE_DIR={info.lakehouse_dir} on the object store {info.object_store_url} "
+            f"(its keys: `stack env`, {stack.object_store_dir / 'credentials'})"
+        )
     if info.postgres_url:
         print(f"  Dagster storage: PostgreSQL {info.postgres_url} (password file {stack.postgres_dir / 'pgpass'})")
     print(f"  logs: {stack.logs_dir}")
@@ -204,6 +217,7 @@ def _up(args: argparse.Namespace, directory: Path) -> int:
         prefer_standard_ports=not args.free_ports,
         spark=not args.no_spark,
         dagster_postgres=args.dagster_postgres,
+        object_store=args.object_store,
         spark_workers=args.spark_workers,
         spark_worker_cores=args.spark_worker_cores,
         spark_worker_memory=args.spark_worker_memory,

@@ -181,13 +181,16 @@ def test_stack_dir_default(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> N
 @pytest.mark.integration
 @pytest.mark.slow
 def test_cli_with_real_registry_and_spark_connect(tmp_path: Path) -> None:
-    """`stack up` in a separate process: the components (the Spark Connect engine too) outlive the command;
-    a later command stops them."""
+    """`stack up --object-store` in a separate process: the components (the Spark Connect engine and the object
+    store too) outlive the command; the engine writes Delta to the store's bucket, which S3 clients read with what
+    `stack env` exports; a later command stops them and the bucket's data stays."""
     directory = str(tmp_path / "stack")
     try:
-        up = run_stack_cli("up", "--dir", directory, "--free-ports")
+        # The first start resolves s3proxy's jars and Hadoop's S3A connector into an empty cache (CI): minutes.
+        up = run_stack_cli("up", "--dir", directory, "--free-ports", "--object-store", timeout=900)
         assert up.returncode == 0, up.stderr + up.stdout
         assert "Kafka broker ready" in up.stdout and "SCHEMA_REGISTRY_URL=" in up.stdout
+        assert "Object store ready" in up.stdout and "LAKEHOUSE_DIR=s3a://lakehouse" in up.stdout
 
         env = run_stack_cli("env", "--dir", directory)
         assert env.returncode == 0, env.stderr
@@ -197,6 +200,12 @@ def test_cli_with_real_registry_and_spark_connect(tmp_path: Path) -> None:
             "export SCHEMA_REGISTRY_URL",
             "export SPARK_REMOTE",
             "export DAGSTER_HOME",
+            "export LAKEHOUSE_DIR",
+            "export AWS_ENDPOINT_URL",
+            "export AWS_ACCESS_KEY_ID",
+            "export AWS_SECRET_ACCESS_KEY",
+            "export AWS_REGION",
+            "export AWS_ALLOW_HTTP",
             "export LIVE_MODE",
         ]
         values = dict(line.removeprefix("export ").split("=", 1) for line in lines)
@@ -204,24 +213,43 @@ def test_cli_with_real_registry_and_spark_connect(tmp_path: Path) -> None:
         url = values["SCHEMA_REGISTRY_URL"]
         assert values["DAGSTER_HOME"] == str(tmp_path / "stack" / "dagster")
         assert "granularity: op" in (tmp_path / "stack" / "dagster" / "dagster.yaml").read_text()
+        assert values["LAKEHOUSE_DIR"] == "s3a://lakehouse"
+        assert values["AWS_ENDPOINT_URL"].startswith("http://127.0.0.1:") and values["AWS_ALLOW_HTTP"] == "true"
+        secret = values["AWS_SECRET_ACCESS_KEY"]
+        assert len(secret) >= 30 and secret not in up.stdout + up.stderr
 
         status = run_stack_cli("status", "--dir", directory)
-        assert status.returncode == 0 and status.stdout.count("running") == 3, status.stdout
+        assert status.returncode == 0 and status.stdout.count("running") == 4, status.stdout
+        assert values["AWS_ENDPOINT_URL"] in status.stdout
         as_json = json.loads(run_stack_cli("status", "--dir", directory, "--json").stdout)
         assert as_json["running"] and as_json["spark_remote"] == values["SPARK_REMOTE"]
         assert (as_json["spark_master_url"], as_json["spark_workers"]) == (None, 0)
+        assert as_json["lakehouse_dir"] == "s3a://lakehouse"
         spark_pid = as_json["components"]["spark"]["pid"]
-        assert "spark.driver.memory=3g" in str(process_command_line(spark_pid)).split()  # the triggered mode's heap
+        engine_command = str(process_command_line(spark_pid))
+        assert "spark.driver.memory=3g" in engine_command.split()  # the triggered mode's heap
+        assert f"spark.hadoop.fs.s3a.endpoint={values['AWS_ENDPOINT_URL']}" in engine_command.split()
+        assert secret not in engine_command  # S3A reads the keys from the engine's environment
 
-        # the engine answers a client, and runs Delta (in a subprocess: pytest's own process stays a classic driver)
+        # the engine answers a client, and runs Delta on the object store (in a subprocess: pytest's own process
+        # stays a classic driver)
+        table = f"{values['LAKEHOUSE_DIR']}/probe"
         client = subprocess.run(
-            [sys.executable, "-c", CONNECT_CLIENT, values["SPARK_REMOTE"], str(tmp_path / "delta")],
+            [sys.executable, "-c", CONNECT_CLIENT, values["SPARK_REMOTE"], table],
             capture_output=True,
             text=True,
             timeout=180,
             check=False,
         )
         assert client.returncode == 0 and client.stdout.strip() == "5", client.stderr[-3000:]
+        s3_env = {key: value for key, value in values.items() if key.startswith("AWS_")}
+        assert _ids_read_by_delta_rs(table, s3_env) == [0, 1, 2, 3, 4]
+        # The store checks the signature: a wrong secret is refused, as on AWS.
+        refused = _refused_to_delta_rs(table, {**s3_env, "AWS_SECRET_ACCESS_KEY": "not-" + secret})
+        assert "403" in refused and secret not in refused, refused[-2000:]
+        assert (tmp_path / "stack" / "object-store" / "buckets" / "lakehouse" / "probe" / "_delta_log").is_dir()
+        for log in (tmp_path / "stack" / "logs").glob("*.log"):
+            assert secret not in log.read_text(errors="replace"), f"the store's secret is in {log}"
 
         # the registry keeps what it was given across down/up
         schema = {"type": "record", "name": "Ping", "fields": [{"name": "n", "type": "int"}]}
@@ -242,7 +270,7 @@ def test_cli_with_real_registry_and_spark_connect(tmp_path: Path) -> None:
         down = run_stack_cli("down", "--dir", directory)
         assert down.returncode == 0 and "stopped" in down.stdout, down.stderr
         status = run_stack_cli("status", "--dir", directory)
-        assert status.stdout.count("stopped") == 3, status.stdout
+        assert status.stdout.count("stopped") == 4, status.stdout
         assert not pid_alive(spark_pid)
 
         up = run_stack_cli("up", "--dir", directory)
@@ -258,5 +286,42 @@ def test_cli_with_real_registry_and_spark_connect(tmp_path: Path) -> None:
         with urllib.request.urlopen(f"{url}/schemas/ids/{schema_id}", timeout=10) as response:
             assert json.loads(json.load(response)["schema"]) == schema
         assert consume(values["KAFKA_BOOTSTRAP_SERVERS"], "pings", 1) == [("k", "v")]
+        assert _ids_read_by_delta_rs(table, s3_env) == [0, 1, 2, 3, 4]  # the bucket kept its table, same keys
     finally:
         run_stack_cli("down", "--dir", directory)
+
+
+def _ids_read_by_delta_rs(table: str, s3_env: dict[str, str]) -> list[int]:
+    """The `id`s of a Delta table on the object store, read by delta-rs with only the S3 variables given (in a
+    process of its own, whose environment has no other AWS setting)."""
+    code = (
+        "import sys, deltalake; table = deltalake.DeltaTable(sys.argv[1]); "
+        "rows = deltalake.QueryBuilder().register('t', table).execute('select id from t').read_all(); "
+        "print(sorted(rows.column('id').to_pylist()))"
+    )
+    clean = {key: value for key, value in os.environ.items() if not key.startswith("AWS_")}
+    done = subprocess.run(
+        [sys.executable, "-c", code, table],
+        env={**clean, **s3_env},
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    return [int(value) for value in done.stdout.strip().strip("[]").split(", ")]
+
+
+def _refused_to_delta_rs(table: str, s3_env: dict[str, str]) -> str:
+    """What delta-rs says when it cannot read `table` with `s3_env`."""
+    clean = {key: value for key, value in os.environ.items() if not key.startswith("AWS_")}
+    done = subprocess.run(
+        [sys.executable, "-c", "import sys, deltalake; deltalake.DeltaTable(sys.argv[1])", table],
+        env={**clean, **s3_env},
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert done.returncode != 0, done.stdout
+    return done.stderr
