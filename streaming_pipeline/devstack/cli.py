@@ -483,8 +483,19 @@ def _add_jars_parser(subparsers: argparse._SubParsersAction) -> None:
     commands = jars.add_subparsers(dest="jars_command", required=True)
     sets = ["kafka", "spark", "object-store", "s3a"]
     fetch = commands.add_parser("fetch", help="resolve artifact sets now (later runs work offline)")
+
+    def artifact_set(name: str) -> str:
+        if name not in sets:
+            raise argparse.ArgumentTypeError(f"{name!r} is no artifact set; choose from {', '.join(sets)}")
+        return name
+
+    # A type, not choices: argparse checks an empty `*` list against choices and refuses it (Python 3.11).
     fetch.add_argument(
-        "sets", nargs="*", choices=sets, metavar="SET", help=f"the sets to resolve: {', '.join(sets)} (default: all)"
+        "sets",
+        nargs="*",
+        type=artifact_set,
+        metavar="SET",
+        help=f"the sets to resolve: {', '.join(sets)} (default: all)",
     )
     fetch.add_argument("--force", action="store_true", help="resolve again even when the cache is complete")
     path = commands.add_parser("path", help="print the classpath of one artifact set")

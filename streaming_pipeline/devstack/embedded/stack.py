@@ -781,26 +781,8 @@ class EmbeddedStack:
                 log_file=logs[name],
                 enabled=name != "spark" or self._spark_enabled(state),
             )
-        object_store = None
-        if self._object_store_enabled(state):
-            running = self._running(state, "object_store")
-            object_store = ComponentStatus(
-                name="object_store",
-                running=running,
-                pid=state.get("object_store", {}).get("pid") if running else None,
-                address=self._object_store_url(state),
-                log_file=self.object_store_log_file,
-            )
-        postgres = None
-        if self._postgres_enabled(state):
-            running = self._running(state, "postgres")
-            postgres = ComponentStatus(
-                name="postgres",
-                running=running,
-                pid=state.get("postgres", {}).get("pid") if running else None,
-                address=self._postgres_url(state),
-                log_file=self.postgres_log_file,
-            )
+        object_store = self._optional_status(state, "object_store", self._object_store_url(state))
+        postgres = self._optional_status(state, "postgres", self._postgres_url(state))
         cluster = self._spark_cluster(state) if self._spark_workers(state) else None
         return StackStatus(
             directory=self.directory,
@@ -809,6 +791,21 @@ class EmbeddedStack:
             spark_cluster=cluster.status() if cluster else None,
             object_store=object_store,
             lakehouse_dir=self._lakehouse_dir(state) if object_store else None,
+        )
+
+    def _optional_status(self, state: State, name: str, address: str | None) -> ComponentStatus | None:
+        """The status of a component the stack runs only when asked to (PostgreSQL, the object store); None when
+        it does not have it."""
+        enabled = {"postgres": self._postgres_enabled, "object_store": self._object_store_enabled}[name](state)
+        if not enabled:
+            return None
+        running = self._running(state, name)
+        return ComponentStatus(
+            name=name,
+            running=running,
+            pid=state.get(name, {}).get("pid") if running else None,
+            address=address,
+            log_file=self._log_files()[name],
         )
 
     def info(self) -> StackInfo:
