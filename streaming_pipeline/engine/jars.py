@@ -396,10 +396,7 @@ def resolve(artifacts: ArtifactSet, *, force: bool = False, progress: Progress |
         (directory / "ivy.xml").write_text(_ivy_module(artifacts))
         (directory / "classpath.txt").unlink(missing_ok=True)
         lib = directory / "lib"
-        say(
-            f"Resolving the {artifacts.name} jars from {repository_url()} into {directory} "
-            "(first time only)..."
-        )
+        say(f"Resolving the {artifacts.name} jars from {repository_url()} into {directory} (first time only)...")
         started = time.monotonic()
         command = [
             str(java),
