@@ -1,8 +1,8 @@
 """What a bronze table has consumed from Kafka, and whether its table, checkpoint and topic still agree.
 
 Spark-free, for the sensors, the checks and the start of every bronze run. Files are read through fsspec
-(`engine.delta_log`), so a lakehouse given as a plain path, a `file://` URI or an object-store URI (`s3a://`, with
-s3fs installed) reads the same way.
+(`engine.delta_log`), so a lakehouse given as a plain path, a `file://` URI or an object-store URI (`s3a://`, through
+pyarrow's S3 client) reads the same way.
 
 Two records of consumption exist, and together they say it exactly for as long as the pipeline runs:
 - the bronze table's Delta transactions: every bronze batch is appended atomically with a `txn` action

@@ -16,7 +16,7 @@ has committed) is read from the transactions, and `userMetadata` only serves wha
 commits) or is history.
 
 Files are read through fsspec, so a lakehouse given as a plain path, a `file://` URI or an object-store URI
-(`s3a://`, with s3fs installed) reads the same way. Used by the sensors and checks, by the bronze runs and by the
+(`s3a://` through pyarrow's S3 client) reads the same way. Used by the sensors and checks, by the bronze runs and by the
 foreachBatch handlers (which run in a Python worker of the Spark Connect server, next to the engine).
 """
 
@@ -48,7 +48,7 @@ def filesystem(uri: str) -> tuple[Any, str]:
         protocol = uri.split("://", 1)[0]
         raise StorageError(
             f"cannot read {uri}: no filesystem for '{protocol}://' ({exc}); install the fsspec backend for it "
-            f"(for example s3fs for s3a://), fsspec {fsspec.__version__}"
+            f"(for example gcsfs for gs://), fsspec {fsspec.__version__}"
         ) from exc
 
 
