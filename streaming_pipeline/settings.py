@@ -415,6 +415,12 @@ def s3_client_settings() -> tuple[str | None, str | None]:
     return os.environ.get("AWS_ENDPOINT_URL") or None, region
 
 
+def s3_keys() -> tuple[str | None, str | None]:
+    """(AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY), each None when unset: the keys the code location's S3 client
+    signs with. Handed to the client only, never printed."""
+    return os.environ.get("AWS_ACCESS_KEY_ID") or None, os.environ.get("AWS_SECRET_ACCESS_KEY") or None
+
+
 # pyspark's own switch: once set, its functions build Spark Connect expressions (see engine.spark.connect_session).
 _SPARK_CONNECT_MODE = "SPARK_CONNECT_MODE_ENABLED"
 

@@ -22,13 +22,12 @@ foreachBatch handlers (which run in a Python worker of the Spark Connect server,
 
 from __future__ import annotations
 
-import functools
 import json
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
-from streaming_pipeline import settings
+from streaming_pipeline.engine.object_store import is_object_store, s3_filesystem
 from streaming_pipeline.errors import StorageError
 
 
@@ -38,8 +37,8 @@ def filesystem(uri: str) -> tuple[Any, str]:
     import fsspec
     from fsspec.core import url_to_fs
 
-    if uri.startswith(("s3://", "s3a://", "s3n://")):
-        return _s3_filesystem(*settings.s3_client_settings()), uri.split("://", 1)[1]
+    if is_object_store(uri):
+        return s3_filesystem(), uri.split("://", 1)[1]
     if uri.startswith("file:") and not uri.startswith("file://"):
         uri = uri.removeprefix("file:")
     try:
@@ -50,19 +49,6 @@ def filesystem(uri: str) -> tuple[Any, str]:
             f"cannot read {uri}: no filesystem for '{protocol}://' ({exc}); install the fsspec backend for it "
             f"(for example gcsfs for gs://), fsspec {fsspec.__version__}"
         ) from exc
-
-
-@functools.lru_cache(maxsize=4)
-def _s3_filesystem(endpoint_url: str | None, region: str | None) -> Any:
-    """pyarrow's S3 file system as fsspec's: the keys from AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY (or the
-    AWS SDK's other sources), path-style requests to a custom endpoint."""
-    from fsspec.implementations.arrow import ArrowFSWrapper
-    from pyarrow import fs
-
-    options: dict[str, Any] = {"region": region} if region else {}
-    if endpoint_url:
-        options.update(endpoint_override=endpoint_url, force_virtual_addressing=False)
-    return ArrowFSWrapper(fs.S3FileSystem(**options))
 
 
 def read_text(uri: str) -> str | None:

@@ -6,6 +6,7 @@ from __future__ import annotations
 import dagster as dg
 from pydantic import Field
 
+from streaming_pipeline.engine.object_store import check_reachable
 from streaming_pipeline.settings import DEFAULT_MAX_OFFSETS_PER_TRIGGER
 
 
@@ -19,6 +20,11 @@ class LakehouseResource(dg.ConfigurableResource):
         description="MAX_OFFSETS_PER_TRIGGER: upper bound of Kafka records per micro-batch.",
     )
     max_files_per_trigger: int = Field(default=1000, gt=0, description="Upper bound of Delta files per micro-batch.")
+
+    def setup_for_execution(self, context: dg.InitResourceContext) -> None:
+        """A run's step or a sensor's tick starts by reaching the lakehouse's object store, if it is on one: a store
+        away, refused keys or a missing bucket is a StorageError naming the setting, before anything is read."""
+        check_reachable(self.root)
 
     def _join(self, *parts: str) -> str:
         return "/".join([self.root.rstrip("/"), *parts])

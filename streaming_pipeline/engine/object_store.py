@@ -1,0 +1,81 @@
+"""The lakehouse's object store as this process reaches it, Spark-free: pyarrow's S3 file system set up from the
+variables every S3 client reads (AWS_ENDPOINT_URL, AWS_REGION, the keys), and the check a run and a sensor tick
+start with, so that a store away, refused keys or a missing bucket is one error naming the setting instead of a
+stack trace in a micro-batch.
+
+The check covers this process's keys (the code location's); the engine reads its own from its environment, so a
+wrong key there fails the run's first write, naming the query and the store (docs/object-store.md).
+"""
+
+from __future__ import annotations
+
+import functools
+from typing import Any
+
+from streaming_pipeline import settings
+from streaming_pipeline.errors import StorageError
+
+#: The URI schemes served by the S3 client.
+S3_SCHEMES = ("s3://", "s3a://", "s3n://")
+
+
+def is_object_store(uri: str) -> bool:
+    return uri.startswith(S3_SCHEMES)
+
+
+def bucket_and_key(uri: str) -> tuple[str, str]:
+    """(bucket, key prefix) of an `s3a://bucket/key` URI."""
+    bucket, _, key = uri.split("://", 1)[1].partition("/")
+    return bucket, key.strip("/")
+
+
+def s3_filesystem() -> Any:
+    """pyarrow's S3 file system as fsspec's, for the store the variables name now: AWS_ENDPOINT_URL (path-style
+    requests to it), AWS_REGION, and the keys AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY (without them, the AWS
+    SDK's other sources: a profile, an instance role)."""
+    endpoint_url, region = settings.s3_client_settings()
+    return _s3_filesystem(endpoint_url, region, *settings.s3_keys())
+
+
+@functools.lru_cache(maxsize=4)
+def _s3_filesystem(endpoint_url: str | None, region: str | None, key_id: str | None, secret: str | None) -> Any:
+    from fsspec.implementations.arrow import ArrowFSWrapper
+    from pyarrow import fs
+
+    options: dict[str, Any] = {"region": region} if region else {}
+    if endpoint_url:
+        options.update(endpoint_override=endpoint_url, force_virtual_addressing=False)
+    if key_id and secret:
+        options.update(access_key=key_id, secret_key=secret)
+    return ArrowFSWrapper(fs.S3FileSystem(**options))
+
+
+def check_reachable(root: str) -> None:
+    """Nothing for a local lakehouse; for one on an object store, that the store answers, takes this process's
+    keys and has the bucket of `root` (LAKEHOUSE_DIR). Else StorageError naming the setting to look at; no
+    secret is in the message. One request: a HEAD of the bucket."""
+    if not is_object_store(root):
+        return
+    from pyarrow import fs
+
+    endpoint_url, region = settings.s3_client_settings()
+    store = f"AWS_ENDPOINT_URL={endpoint_url}" if endpoint_url else f"AWS S3 (region {region or 'from the SDK'})"
+    bucket, _ = bucket_and_key(root)
+    try:
+        info = s3_filesystem().fs.get_file_info(bucket)
+    except OSError as exc:
+        reason = str(exc)
+        if "ACCESS_DENIED" in reason or "INVALID_ACCESS_KEY" in reason or "SIGNATURE" in reason.upper():
+            raise StorageError(
+                f"the object store at {store} refused the keys for LAKEHOUSE_DIR={root}: check AWS_ACCESS_KEY_ID "
+                f"and AWS_SECRET_ACCESS_KEY ({reason}); nothing was read or written"
+            ) from exc
+        raise StorageError(
+            f"the object store of LAKEHOUSE_DIR={root} does not answer at {store}: {reason}. Is it running "
+            "(`streaming-pipeline stack status`)? Nothing was read or written"
+        ) from exc
+    if info.type == fs.FileType.NotFound:
+        raise StorageError(
+            f"LAKEHOUSE_DIR={root} names bucket {bucket!r}, which does not exist at {store}: create it, or point "
+            "LAKEHOUSE_DIR at a bucket that exists; nothing was read or written"
+        )
