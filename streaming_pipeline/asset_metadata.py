@@ -11,6 +11,7 @@ import dagster as dg
 from pydantic import model_validator
 
 from streaming_pipeline import tables
+from streaming_pipeline.engine.catalog import has_persistent_catalog, register
 from streaming_pipeline.engine.delta_log import latest_version
 from streaming_pipeline.engine.delta_tables import count_rows, markdown_table, read_table, table_exists
 from streaming_pipeline.engine.sink_position import (
@@ -73,7 +74,11 @@ def table_args(
         kinds=kinds,
         owners=OWNERS,
         tags=layer_tags(table.layer),
-        metadata={"dagster/column_schema": column_schema(table), **(metadata or {})},
+        metadata={
+            "dagster/column_schema": column_schema(table),
+            "dagster/table_name": table.catalog_name,
+            **(metadata or {}),
+        },
         automation_condition=automation_condition,
         freshness_policy=continuous_freshness_policy(live) if streamed and live.continuous else None,
     )
@@ -145,7 +150,8 @@ PREVIEW_ROWS = 10
 def delta_table_metadata(
     spark: SparkSession, lakehouse: LakehouseResource, table: tables.Table, *, preview_order: list[str] | None = None
 ) -> dict[str, Any]:
-    """Path, version, row count, the columns (`current_column_schema`) and a preview of 10 rows of `table`.
+    """Path, version, row count, the columns (`current_column_schema`) and a preview of 10 rows of `table`; an
+    engine with a persistent catalog gets the table's name (`engine.catalog`) the first time it exists.
 
     The count (from the files' statistics) and the preview are read with delta-rs, which costs no Spark job,
     and with Spark where delta-rs cannot tell. `preview_order` sorts the preview, which reads the whole
@@ -160,6 +166,8 @@ def delta_table_metadata(
             "delta_version": dg.MetadataValue.text("table not created yet"),
             "dagster/row_count": 0,
         }
+    if spark is not None and has_persistent_catalog(spark):  # None: a caller that reads with delta-rs only
+        register(spark, table.catalog_name, path)
     rows = row_count(path, version)
     sample = first_rows(path, version, PREVIEW_ROWS, preview_order)
     if rows is None or sample is None:

@@ -1,4 +1,5 @@
-"""SQL over the lakehouse (the course's ksqlDB role): every Delta table under its asset name, answers formatted.
+"""SQL over the lakehouse (the course's ksqlDB role): every Delta table under its catalog name (`gold.vendor_counts`,
+`engine.catalog`) and under its asset name, answers formatted.
 
 `streaming-pipeline sql "SELECT ..." [--format table|csv|json]` runs on the engine (SPARK_REMOTE when set).
 Nothing here uses Py4J or DeltaTable, so it works the same on a classic session and over Spark Connect.
@@ -15,6 +16,7 @@ from datetime import date, datetime
 from decimal import Decimal
 from typing import TYPE_CHECKING, Any
 
+from streaming_pipeline.engine.catalog import register
 from streaming_pipeline.errors import QueryError, first_line
 
 if TYPE_CHECKING:
@@ -25,8 +27,12 @@ NULL_IN_TABLE = "NULL"
 NON_FINITE_FLOATS = {"nan": "NaN", "inf": "Infinity", "-inf": "-Infinity"}  # as Spark prints them
 
 
-def register_tables(spark: SparkSession, table_paths: Mapping[str, str]) -> list[str]:
-    """A temporary view per existing Delta table, named by its asset; the names registered, in order.
+def register_tables(
+    spark: SparkSession, table_paths: Mapping[str, str], catalog_names: Mapping[str, str] | None = None
+) -> list[str]:
+    """A temporary view per existing Delta table, named by its asset, and its name in the catalog (`catalog_names`:
+    asset name -> `layer.table`) registered if the catalog lacks it or has it elsewhere; the asset names
+    registered, in order.
 
     A table that was never materialized is skipped, so a query naming it fails with Spark's own "table or view
     not found" rather than this step failing for every query; a view of that name left in the session by an
@@ -42,12 +48,17 @@ def register_tables(spark: SparkSession, table_paths: Mapping[str, str]) -> list
         except AnalysisException:
             spark.catalog.dropTempView(name)
             continue
+        if catalog_names and name in catalog_names:
+            register(spark, catalog_names[name], path)
         registered.append(name)
     return registered
 
 
-def run_sql(spark: SparkSession, table_paths: Mapping[str, str], query: str) -> tuple[list[str], list[tuple[Any, ...]]]:
-    """(column names, rows) of `query` over the tables of `table_paths`; QueryError with Spark's reason on one line.
+def run_sql(
+    spark: SparkSession, table_paths: Mapping[str, str], query: str, catalog_names: Mapping[str, str] | None = None
+) -> tuple[list[str], list[tuple[Any, ...]]]:
+    """(column names, rows) of `query` over the tables of `table_paths` (`register_tables`); QueryError with
+    Spark's reason on one line.
 
     Top-level timestamps come back as the session time zone's wall clock (UTC in this project): a classic session
     would otherwise convert them to the client machine's local time, and Spark Connect would not.
@@ -56,7 +67,7 @@ def run_sql(spark: SparkSession, table_paths: Mapping[str, str], query: str) -> 
     from pyspark.sql import functions as F
     from pyspark.sql.types import TimestampType
 
-    register_tables(spark, table_paths)
+    register_tables(spark, table_paths, catalog_names)
     try:
         frame = spark.sql(query)
         columns = list(frame.columns)

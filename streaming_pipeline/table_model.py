@@ -24,6 +24,11 @@ class Table:
     columns: tuple[Column, ...]
 
     @property
+    def catalog_name(self) -> str:
+        """Its name in Spark's catalog: `<layer>.<table>` (`bronze.raw_rides`, `gold.vendor_counts`)."""
+        return f"{self.layer}.{self.name}"
+
+    @property
     def column_names(self) -> list[str]:
         return [c.name for c in self.columns]
 

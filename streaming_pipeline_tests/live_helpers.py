@@ -55,3 +55,35 @@ def expected_vendor_counts(rides: Iterable[Mapping[str, Any]]) -> dict[int, int]
     for ride in rides:
         counts[ride["vendor_id"]] = counts.get(ride["vendor_id"], 0) + 1
     return counts
+
+
+_ENGINE_CATALOG = """
+import json, sys
+from streaming_pipeline.engine.catalog import registered_location
+from streaming_pipeline.engine.spark import open_remote_session
+
+spark = open_remote_session(sys.argv[1])
+names = {}
+for layer in ("bronze", "silver", "gold"):
+    if spark.catalog.databaseExists(layer):
+        for table in spark.catalog.listTables(layer):
+            names[f"{layer}.{table.name}"] = registered_location(spark, f"{layer}.{table.name}")
+answers = [[list(row) for row in spark.sql(query).collect()] for query in sys.argv[2:]]
+print(json.dumps({"names": names, "answers": answers}))
+"""
+
+
+def engine_catalog(remote: str, *queries: str) -> tuple[dict[str, str | None], list[list[list[Any]]]]:
+    """(every `layer.table` in the catalog of the engine at `remote` -> its location, the rows of each query), read
+    by a Spark Connect session of a process of its own (pytest's process stays a classic driver), which registers
+    nothing itself: what it finds, the runs registered."""
+    import json
+    import subprocess
+    import sys
+
+    done = subprocess.run(
+        [sys.executable, "-c", _ENGINE_CATALOG, remote, *queries], capture_output=True, text=True, timeout=300
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    found = json.loads(done.stdout.strip().splitlines()[-1])
+    return found["names"], found["answers"]

@@ -29,7 +29,7 @@ def test_sql_command_prints_json_rows_and_fails_in_one_line(materialized_lakehou
     counts = Counter(int(v) for v in materialized_lakehouse.rides["vendor_id"])
     command = [sys.executable, "-m", "streaming_pipeline.devstack.cli", "sql"]
     ok = subprocess.run(
-        [*command, "SELECT vendor_id, trip_count FROM vendor_counts ORDER BY vendor_id", "--format", "json"],
+        [*command, "SELECT vendor_id, trip_count FROM gold.vendor_counts ORDER BY vendor_id", "--format", "json"],
         cwd=REPO_ROOT,
         env=env,
         capture_output=True,

@@ -52,7 +52,13 @@ from streaming_pipeline_tests import live_helpers
 from streaming_pipeline_tests import test_schema_evolution as evolution
 from streaming_pipeline_tests.depth import scaled
 from streaming_pipeline_tests.kafka_helpers import REPO_ROOT, avro_frame, produce_raw
-from streaming_pipeline_tests.live_helpers import WAIT_SECONDS, delta_count, delta_vendor_counts, expected_vendor_counts
+from streaming_pipeline_tests.live_helpers import (
+    WAIT_SECONDS,
+    delta_count,
+    delta_vendor_counts,
+    engine_catalog,
+    expected_vendor_counts,
+)
 from streaming_pipeline_tests.session_stack import SessionStack
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
@@ -199,6 +205,20 @@ def test_produced_rides_reach_raw_rides_and_vendor_counts_with_no_manual_step(li
 
     wait_until(live, f"rides_enriched == {expected_zones}", lambda: enriched_zones() == expected_zones)
     _check_the_runs_are_recorded_in_postgres(live)
+    # The runs registered every table they created in the engine's catalog, as `<layer>.<table>` at its path.
+    names, (vendors, rides_by_name) = _by_name(live, "SELECT count(*) FROM bronze.raw_rides")
+    assert vendors == expected and rides_by_name == [[7]]
+    for name in ("bronze.raw_rides", "silver.rides_enriched", "gold.vendor_counts", "gold.ride_window_aggregates"):
+        assert names[name] == f"file:{live.lakehouse / name.split('.')[1]}", names
+
+
+def _by_name(live: Live, query: str) -> tuple[dict[str, str | None], tuple[dict[int, int], list[list[Any]]]]:
+    """The engine's catalog, gold.vendor_counts by name, and the rows of `query`, from a session of its own."""
+    assert live.stack.spark_remote
+    names, (vendors, rows) = engine_catalog(
+        live.stack.spark_remote, "SELECT vendor_id, trip_count FROM gold.vendor_counts", query
+    )
+    return names, ({int(vendor): int(count) for vendor, count in vendors}, rows)
 
 
 SENSOR_RUNS = """
@@ -385,6 +405,9 @@ def test_replay_with_the_sensor_paused_rebuilds_raw_rides_and_gold_over_the_engi
     ), replayed.stdout
     assert live.count("raw_rides") == len(PRODUCED)
     assert live.vendor_counts() == expected_vendor_counts(PRODUCED)
+    # The catalog's names still lead to the rebuilt tables.
+    _, (vendors, rides_by_name) = _by_name(live, "SELECT count(*) FROM bronze.raw_rides")
+    assert vendors == expected_vendor_counts(PRODUCED) and rides_by_name == [[len(PRODUCED)]]
     # The replay's run is in the UI's instance, and the old content stays readable.
     runs = live.instance().get_runs(filters=dg.RunsFilter(tags={"streaming-pipeline/replay": "raw_rides"}))
     assert [run.status for run in runs] == [dg.DagsterRunStatus.SUCCESS]

@@ -13,6 +13,7 @@ from decimal import Decimal
 
 import pytest
 
+from streaming_pipeline.engine.catalog import register, registered_location, unregister
 from streaming_pipeline.errors import QueryError
 from streaming_pipeline.sql import format_rows, register_tables, run_sql
 
@@ -45,6 +46,30 @@ def lakehouse(spark, tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]
 
 def test_only_materialized_tables_are_registered(spark, lakehouse: dict[str, str]) -> None:
     assert register_tables(spark, lakehouse) == ["vendor_counts", "ride_window_aggregates", "dead_letter_records"]
+
+
+def test_tables_are_queried_by_catalog_name_and_a_name_follows_its_table_to_another_path(
+    spark, lakehouse: dict[str, str], tmp_path
+) -> None:
+    names = {"vendor_counts": "gold.vendor_counts", "raw_rides": "bronze.raw_rides"}
+    assert register_tables(spark, lakehouse, names)[0] == "vendor_counts"
+    assert run_sql(spark, lakehouse, "SELECT * FROM gold.vendor_counts ORDER BY vendor_id", names)[1] == [
+        (1, 87),
+        (2, 179),
+    ]
+    assert not spark.catalog.tableExists("bronze.raw_rides")  # never materialized: no name for it
+    assert registered_location(spark, "gold.vendor_counts") == "file:" + lakehouse["vendor_counts"]
+    assert not register(spark, "gold.vendor_counts", lakehouse["vendor_counts"])  # registered once
+
+    moved = str(tmp_path / "vendor_counts")
+    spark.createDataFrame([(3, 5)], "vendor_id INT, trip_count BIGINT").write.format("delta").save(moved)
+    try:
+        assert register(spark, "gold.vendor_counts", moved)
+        assert run_sql(spark, {}, "SELECT * FROM gold.vendor_counts")[1] == [(3, 5)]
+    finally:
+        unregister(spark, "gold.vendor_counts")
+    assert not spark.catalog.tableExists("gold.vendor_counts")
+    assert spark.read.format("delta").load(moved).count() == 1  # dropping the name deleted no file
 
 
 def test_sql_answers_in_each_format(spark, lakehouse: dict[str, str]) -> None:

@@ -25,6 +25,7 @@ from streaming_pipeline.bronze.ingestion import bronze_query
 from streaming_pipeline.bronze.offsets import consumed_offsets, consumer_lag
 from streaming_pipeline.components.kafka_delta_source import declared_sources
 from streaming_pipeline.defs.bronze.offset_sensors import lag_observation
+from streaming_pipeline.engine.catalog import has_persistent_catalog, register
 from streaming_pipeline.engine.continuous import ContinuousQueries
 from streaming_pipeline.engine.delta_log import commits, latest_version
 from streaming_pipeline.engine.interrupts import interrupts_held
@@ -263,13 +264,19 @@ def _stream(
         log=context.log,
         active_ids=lambda: {str(query.id) for query in session.streams.active},
     )
+    declared = declared_tables(sources, steps)
+
+    def name_table(table: str) -> bool:
+        return table in declared and register(session, declared[table].catalog_name, lakehouse.table_path(table))
+
     reporter = TableReporter(
         kafka,
         lakehouse,
         queries,
         sources,
-        declared_tables(sources, steps),
+        declared,
         caught_up_every=config.caught_up_report_seconds,
+        name_table=name_table if has_persistent_catalog(session) else None,
     )
     lent: set[str] = set()
     next_report = next_lending_check = time.monotonic()
@@ -351,8 +358,11 @@ class TableReporter:
         *,
         caught_up_every: float,
         clock: Callable[[], float] = time.monotonic,
+        name_table: Callable[[str], object] | None = None,
     ) -> None:
         self._kafka = kafka
+        self._name_table = name_table  # gives a table its catalog name, once per run, when it is first seen
+        self._named: set[str] = set()
         self._lakehouse = lakehouse
         self._tables = {q.name: q.tables for q in queries}
         by_path = {lakehouse.table_path(t): t for q in queries for t in q.tables}
@@ -436,6 +446,9 @@ class TableReporter:
         version, previous = latest_version(path), self._versions.get(table)
         if version is None:
             return None
+        if self._name_table is not None and table not in self._named:
+            self._name_table(table)
+            self._named.add(table)
         description = None
         if version == previous:
             reported_at = self._reported_at.get(table)

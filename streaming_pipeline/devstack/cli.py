@@ -356,11 +356,12 @@ def _run_bench(args: argparse.Namespace) -> int:
 def _add_sql_parser(subparsers: argparse._SubParsersAction) -> None:
     sql = subparsers.add_parser(
         "sql",
-        help="run Spark SQL over the lakehouse: every table is a view named by its asset",
+        help="run Spark SQL over the lakehouse: every table by its catalog name (gold.vendor_counts) or its asset's",
         description='Runs on SPARK_REMOTE when set (`eval "$(streaming-pipeline stack env)"`), else an in-process '
-        "Spark. Tables: every asset of the lakehouse that exists, e.g. raw_rides, rides_enriched, vendor_counts.",
+        "Spark. Tables: every asset of the lakehouse that exists, by its name in the catalog (bronze.raw_rides, "
+        "silver.rides_enriched, gold.vendor_counts) or by its asset's (raw_rides, vendor_counts).",
     )
-    sql.add_argument("query", help='e.g. "SELECT vendor_id, trip_count FROM vendor_counts"')
+    sql.add_argument("query", help='e.g. "SELECT vendor_id, trip_count FROM gold.vendor_counts"')
     sql.add_argument("--format", choices=["table", "csv", "json"], default="table", help="table (default), csv, json")
     sql.set_defaults(handler=_run_sql)
 
@@ -382,10 +383,17 @@ def _run_sql(args: argparse.Namespace) -> int:
         # Attaching the jobs to the sensors, Dagster 1.13 passes each sensor's `owners` on and warns that the
         # parameter is in beta, though no sensor here has owners: not the user's concern.
         warnings.simplefilter("ignore", dg.BetaWarning)
-        names = [key.to_user_string() for key in defs.resolve_asset_graph().get_all_asset_keys()]
+        graph = defs.resolve_asset_graph()
+    names = [key.to_user_string() for key in graph.get_all_asset_keys()]
+    catalog_names = {  # the `dagster/table_name` each table's asset declares
+        key.to_user_string(): str(graph.get(key).metadata["dagster/table_name"])
+        for key in graph.get_all_asset_keys()
+        if "dagster/table_name" in graph.get(key).metadata
+    }
     spark = resources["spark"].get_session()
     try:
-        columns, rows = run_sql(spark, {name: lakehouse.table_path(name) for name in names}, args.query)
+        table_paths = {name: lakehouse.table_path(name) for name in names}
+        columns, rows = run_sql(spark, table_paths, args.query, catalog_names)
     finally:
         spark.stop()
     sys.stdout.write(format_rows(columns, rows, args.format))

@@ -259,6 +259,7 @@ def test_the_run_reports_new_commits_and_a_caught_up_table_now_and_then_but_not_
         ),
     ]
     now = [1000.0]
+    named: list[str] = []
     reporter = TableReporter(
         _NoKafka(),  # type: ignore[arg-type]
         lakehouse,
@@ -267,6 +268,7 @@ def test_the_run_reports_new_commits_and_a_caught_up_table_now_and_then_but_not_
         declared_tables(project_sources(), _project_steps()),
         caught_up_every=60,
         clock=lambda: now[0],
+        name_table=named.append,
     )
 
     def reported(caught_up: set[str]) -> dict[str, tuple[int, str | None]]:
@@ -279,6 +281,7 @@ def test_the_run_reports_new_commits_and_a_caught_up_table_now_and_then_but_not_
 
     caught_up_note = "No new rows: the table is caught up with its sources."
     assert reported(set()) == {}
+    assert named == ["raw_rides", "vendor_counts"]  # each existing table gets its catalog name when first seen
     # vendor_counts waits for data, but raw_rides' query does not: vendor_counts may be behind what Kafka holds.
     assert reported({"vendor_counts"}) == {}
     # Both caught up (taxi_zones is no query's): both existing tables are current; dead_letter_records has no table.
@@ -297,3 +300,4 @@ def test_the_run_reports_new_commits_and_a_caught_up_table_now_and_then_but_not_
         "raw_rides": (1, caught_up_note),
         "vendor_counts": (0, caught_up_note),
     }
+    assert named == ["raw_rides", "vendor_counts"]  # once per run

@@ -27,6 +27,24 @@ def test_every_table_is_an_asset_in_its_layer_group() -> None:
     assert {key: graph.get(dg.AssetKey(key)).group_name for key in GROUPS} == GROUPS
 
 
+def test_every_table_asset_names_its_table_in_the_catalog() -> None:
+    graph = defs.resolve_asset_graph()
+    names = {key: graph.get(dg.AssetKey(key)).metadata.get("dagster/table_name") for key in GROUPS}
+    assert names == {
+        "raw_rides": "bronze.raw_rides",
+        "raw_pickup_locations": "bronze.raw_pickup_locations",
+        "dead_letter_records": "bronze.dead_letter_records",
+        "taxi_zones": "silver.taxi_zones",
+        "rides_enriched": "silver.rides_enriched",
+        "ride_pickup_joins": "silver.ride_pickup_joins",
+        "join_late_rows": "silver.join_late_rows",
+        "high_amount_rides": "silver.high_amount_rides",
+        "low_amount_rides": "silver.low_amount_rides",
+        "vendor_counts": "gold.vendor_counts",
+        "ride_window_aggregates": "gold.ride_window_aggregates",
+    }
+
+
 def test_checks_guard_the_streaming_tables() -> None:
     graph = defs.resolve_asset_graph()
     checked = {key.asset_key.to_user_string() for key in graph.asset_check_keys}

@@ -59,9 +59,16 @@ logger.own.level = info
 """
 
 
-_LOG4J2 = spark_log4j2(
-    "Written by streaming_pipeline.devstack.embedded.spark_connect: warnings, plus the server's own start-up lines.",
-    "org.apache.spark.sql.connect.service",
+_LOG4J2 = (
+    spark_log4j2(
+        "Written by streaming_pipeline.devstack.embedded.spark_connect: warnings, plus the server's own start-up "
+        "lines.",
+        "org.apache.spark.sql.connect.service",
+    )
+    # The metastore warns of every lookup of a name it does not have yet (`Failed to get database`), of its first
+    # start on an empty database, and of Hive settings Spark sets that Hive 2.3 does not know.
+    + "logger.metastore.name = org.apache.hadoop.hive.metastore.ObjectStore\nlogger.metastore.level = error\n"
+    + "logger.hiveconf.name = org.apache.hadoop.hive.conf.HiveConf\nlogger.hiveconf.level = error\n"
 )
 
 
@@ -121,9 +128,10 @@ class SparkConnectServer(ManagedProcess):
         return self.log_dir / "spark-connect.log"
 
     def settings(self) -> dict[str, str]:
+        from streaming_pipeline.engine.catalog import embedded_metastore_conf
         from streaming_pipeline.engine.spark import engine_conf
 
-        settings = engine_conf(self.profile, self.master, self.conf)
+        settings = {**embedded_metastore_conf(self.work_dir), **engine_conf(self.profile, self.master, self.conf)}
         settings.update(
             {
                 "spark.connect.grpc.binding.address": self.host,
