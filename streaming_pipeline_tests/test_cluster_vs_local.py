@@ -1,13 +1,15 @@
-"""The whole pipeline on a Spark standalone cluster (2 workers, executors in their own JVMs) gives the same tables
-as local mode, row for row, on the same Kafka records.
+"""The whole pipeline on a Spark standalone cluster (2 workers, executors in their own JVMs, each in a working
+directory of its own) with the lake on the stack's object store, so that no disk is shared, gives the same tables as
+local mode, row for row, on the same Kafka records.
 
 Local mode's tables are the session's materialized lakehouse (materialized_lakehouse.py: the TLC sample, pickups
 near its dropoffs, undecodable records, then later rides with late ones, in two runs on the in-process engine). The
 test produces the same records, the same bytes at the same coordinates, to a stack of its own, whose Spark Connect
 server drives a master with 2 workers, and materializes every asset with Dagster's CLI as a user does, in the same
-two rounds: the second run restores the streaming state (windows, join, counts) from the checkpoints, which the
-executors read from the lakehouse's path. After each round every Delta table is compared as a multiset of rows
-with local mode's at the same point (its version after the first run, then its newest).
+two rounds: the second run restores the streaming state (windows, join, counts) from the checkpoints on the store.
+After each round every Delta table is compared as a multiset of rows with local mode's at the same point (its
+version after the first run, then its newest), both read by the test session's Spark: the cluster's from the
+files the store keeps for its objects (its filesystem backend), and raw_rides once more over S3 with delta-rs.
 
 The same stack is where `stack up --spark-workers 2` is checked as a user sees it, before the runs: its status
 (human and JSON), a second `stack up` and a query whose rows say which executor JVM computed them; and after them,
@@ -77,9 +79,16 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[StackInf
     stopped after it, also when it fails to start or a test fails."""
     root = tmp_path_factory.mktemp("cluster-vs-local")
     with running_stack(
-        root / "stack", timeout=420, spark=True, spark_workers=WORKERS, spark_worker_cores=1, spark_worker_memory="1g"
+        root / "stack",
+        timeout=900,  # a fresh jar cache resolves s3proxy and the S3 connector first
+        spark=True,
+        spark_workers=WORKERS,
+        spark_worker_cores=1,
+        spark_worker_memory="1g",
+        object_store=True,
     ) as stack:
         assert stack.spark_remote and stack.spark_master_url and stack.spark_workers == WORKERS
+        assert stack.lakehouse_dir == "s3a://lakehouse" and stack.object_store_env
         yield stack, root
 
 
@@ -138,6 +147,7 @@ def _check_status_and_executors(stack: StackInfo, root: Path) -> set[int]:
         "spark-master",
         "spark-worker-1",
         "spark-worker-2",
+        "object_store",
     }
     worker_addresses = {w["address"] for w in status["spark_cluster"]["workers"]}
     assert {status["components"][f"spark-worker-{i}"]["address"] for i in (1, 2)} == worker_addresses
@@ -230,10 +240,10 @@ def _check_down_leaves_no_process(stack: StackInfo, executor_pids: set[int]) -> 
 WORKER_START_TIMED_OUT = "Python worker failed to connect back"
 
 
-def _materialize_on_the_cluster(stack: StackInfo, lakehouse: Path, root: Path) -> None:
+def _materialize_on_the_cluster(stack: StackInfo, lakehouse: str, root: Path) -> None:
     """`dagster asset materialize -m streaming_pipeline.definitions --select '*'` over the cluster's engine into
-    `lakehouse`, with the settings local mode's runs had (the defaults). The run's whole process group is killed
-    if it outlives the timeout or the test."""
+    `lakehouse` on the store, with the settings local mode's runs had (the defaults) and the store's variables, as
+    `stack env` exports them. The run's whole process group is killed if it outlives the timeout or the test."""
     dagster_home = root / "dagster"
     dagster_home.mkdir(parents=True, exist_ok=True)
     (dagster_home / "dagster.yaml").touch()
@@ -243,7 +253,8 @@ def _materialize_on_the_cluster(stack: StackInfo, lakehouse: Path, root: Path) -
         "SPARK_REMOTE": stack.spark_remote,
         "KAFKA_BOOTSTRAP_SERVERS": stack.bootstrap_servers,
         "SCHEMA_REGISTRY_URL": stack.schema_registry_url,
-        "LAKEHOUSE_DIR": str(lakehouse),
+        **stack.object_store_env,
+        "LAKEHOUSE_DIR": lakehouse,
         "DAGSTER_HOME": str(dagster_home),
     }
     log = root / "runs.log"
@@ -266,6 +277,31 @@ def _materialize_on_the_cluster(stack: StackInfo, lakehouse: Path, root: Path) -
             continue
         assert code == 0, f"materialize on the cluster ({stack.spark_remote}) ended with {code}:\n{output[-8000:]}"
         return
+
+
+# delta-rs over S3, in a process of its own whose environment holds only the store's variables (what `stack env`
+# exports); s3a:// is the engine's scheme, delta-rs reads the same objects as s3://.
+RAW_RIDES_OVER_S3 = """
+import json, sys, deltalake
+table = deltalake.DeltaTable(sys.argv[1].replace("s3a://", "s3://", 1))
+query = "select count(*) as n, count(distinct concat(kafka_partition, '/', kafka_offset)) as d from t"
+answer = deltalake.QueryBuilder().register("t", table).execute(query).read_all()
+print(json.dumps([answer.column("n").to_pylist()[0], answer.column("d").to_pylist()[0]]))
+"""
+
+
+def _rows_and_distinct_coordinates_over_s3(stack: StackInfo, uri: str) -> list[int]:
+    clean = {key: value for key, value in os.environ.items() if not key.startswith("AWS_")}
+    done = subprocess.run(
+        [sys.executable, "-c", RAW_RIDES_OVER_S3, uri],
+        env={**clean, **stack.object_store_env},
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    return list(json.loads(done.stdout.strip().splitlines()[-1]))
 
 
 def _plain(value: Any) -> Any:
@@ -318,13 +354,14 @@ def test_a_two_worker_cluster_shows_its_workers_gives_every_table_of_local_mode_
     stack, root = cluster
     local = materialized_lakehouse
     executor_pids = _check_status_and_executors(stack, root)
-    lakehouse = root / "lakehouse"
+    lakehouse = f"{stack.lakehouse_dir}/cluster-lakehouse"
+    stored = stack.directory / "object-store" / "buckets" / "lakehouse" / "cluster-lakehouse"  # its objects' files
 
     # Round 1: local mode's first records (the sample, pickups near its dropoffs, undecodable records).
     first = local_mode.produce_first_records(stack, rides_csv, root)
     assert [(b.partition, b.offset) for b in first.bad] == [(b.partition, b.offset) for b in local.bad]
     _materialize_on_the_cluster(stack, lakehouse, root)
-    sizes = _assert_identical(spark, local.lakehouse, local.after_first_run, lakehouse, "after the first runs")
+    sizes = _assert_identical(spark, local.lakehouse, local.after_first_run, stored, "after the first runs")
     # The input reached every table (so the comparison compares something): every ride and pickup, the joins,
     # the dead letters, both branches.
     assert sizes["raw_rides"] == len(first.rides) and sizes["raw_pickup_locations"] == len(first.pickups)
@@ -335,8 +372,11 @@ def test_a_two_worker_cluster_shows_its_workers_gives_every_table_of_local_mode_
     local_mode.produce_later_records(stack)
     _materialize_on_the_cluster(stack, lakehouse, root)
     # versions[1]: every table's newest version (the third run, with nothing new, changed none).
-    sizes = _assert_identical(spark, local.lakehouse, local.versions[1], lakehouse, "after the second runs")
+    sizes = _assert_identical(spark, local.lakehouse, local.versions[1], stored, "after the second runs")
     assert sizes["raw_rides"] == len(local.rides) and sizes["raw_pickup_locations"] == len(local.pickups)
+    assert _rows_and_distinct_coordinates_over_s3(stack, f"{lakehouse}/raw_rides") == [len(local.rides)] * 2
+    # Nothing of the lake is on a disk the executors see: their working directories hold no table file.
+    assert not list((stack.directory / "spark-cluster").rglob("*.parquet"))
 
     # The cluster's work ran on executors under both workers (standalone: the driver runs no tasks itself).
     for worker in range(1, WORKERS + 1):

@@ -61,6 +61,8 @@ def registered_location(spark: SparkSession, name: str) -> str | None:
 def register(spark: SparkSession, name: str, path: str) -> bool:
     """Make `name` (`layer.table`) the catalog's name of the Delta table at `path`; True when it was (re)registered,
     False when it already named that table."""
+    from pyspark.errors import AnalysisException
+
     location = registered_location(spark, name)
     if location is not None and same_location(location, path):
         return False
@@ -70,7 +72,13 @@ def register(spark: SparkSession, name: str, path: str) -> bool:
     if location is not None:
         spark.sql(f"DROP TABLE IF EXISTS {quoted_name(name)}")  # an external table: its files stay where they are
     quoted_path = path.replace("\\", "\\\\").replace("'", "\\'")
-    spark.sql(f"CREATE TABLE {quoted_name(name)} USING DELTA LOCATION '{quoted_path}'")
+    try:
+        spark.sql(f"CREATE TABLE {quoted_name(name)} USING DELTA LOCATION '{quoted_path}'")
+    except AnalysisException as exc:  # another session registered it in between: fine if at the same path
+        now = registered_location(spark, name) if "ALREADY_EXISTS" in str(exc) else None
+        if now is None or not same_location(now, path):
+            raise
+        return False
     return True
 
 

@@ -5,7 +5,8 @@ On every snapshot update (each query, stream trigger and commit) Delta-Spark ask
 directory, which stats every file in it, about 30 µs per file on this project's machine: the cost grew with every
 commit the log keeps (7 days of them, docs/maintenance.md). `FastListFromLocalLogStore` (jvm/, some 40 lines of
 Java) reads the directory's names, keeps those from the requested one on and stats only those: the same files in
-the same order. Delta has this for S3 (`delta.enableFastS3AListFrom`); for local disks it is delta-io/delta#2684.
+the same order. Delta has this for S3 (`delta.enableFastS3AListFrom`, broken on Hadoop 3.5: spark_conf/cluster.conf);
+for local disks it is delta-io/delta#2684.
 
 The class is compiled once with the JDK's `javac`, against the engine's own Delta and Hadoop jars, into the project
 cache (jars/log-store-<fingerprint>/), and every Spark driver of the project registers it for `file:` paths

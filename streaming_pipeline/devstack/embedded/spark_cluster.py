@@ -305,6 +305,7 @@ class SparkStandaloneCluster:
         webui_port: int | None = None,
         worker_cores: int | None = None,
         worker_memory: str | int | None = None,
+        worker_env: Mapping[str, str] | None = None,
     ) -> None:
         if workers < 1:
             raise ConfigurationError(f"a Spark cluster needs at least 1 worker, not {workers}")
@@ -322,6 +323,9 @@ class SparkStandaloneCluster:
             self.worker_memory_mb = parse_memory_mb(worker_memory) if worker_memory else share_memory
         self.master_port = master_port or free_port(host)
         self.webui_port = webui_port or free_port(host, exclude=[self.master_port])
+        # Added to the workers' environment, which their executors inherit: the object store's address and keys,
+        # for the executors to write the lakehouse's files (never on a command line).
+        self.worker_env = dict(worker_env or {})
         self.master_pid: int | None = None
         self.worker_pids: list[int | None] = [None] * workers
         # The processes this object started: "master", "worker-<i>".
@@ -339,6 +343,7 @@ class SparkStandaloneCluster:
             "webui_port": self.webui_port,
             "pid": self.master_pid,
             "worker_pids": list(self.worker_pids),
+            "object_store": bool(self.worker_env),
         }
 
     @classmethod
@@ -565,7 +570,10 @@ class SparkStandaloneCluster:
                 f"Spark worker {index} of {self.workers} ({self.master_url})", self.worker_log_file(index)
             )
             self.worker_pids[index - 1] = worker.launch(
-                self.worker_command(index), env, self.worker_dir(index), f"Spark worker {index} of {self.master_url}"
+                self.worker_command(index),
+                {**env, **self.worker_env},
+                self.worker_dir(index),
+                f"Spark worker {index} of {self.master_url}",
             )
             self._procs[f"worker-{index}"] = worker
 

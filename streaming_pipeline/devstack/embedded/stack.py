@@ -568,6 +568,10 @@ class EmbeddedStack:
     def _missing(self, state: State, wanted: list[str], say: Progress) -> list[str]:
         """Those of ``wanted`` that do not run, in start order."""
         missing = [name for name in wanted if not self._running(state, name)]
+        if "object_store" in wanted and "spark_cluster" in wanted and "spark_cluster" not in missing:
+            if not state["spark_cluster"].get("object_store"):  # workers started before the store lack its keys
+                say("The Spark cluster starts again, its workers with the object store's keys")
+                missing = [name for name in wanted if name == "spark_cluster" or name in missing]
         if "spark_cluster" in missing and "spark" not in missing:
             # A driver cannot move to a new master: the engine starts again with the cluster.
             self._stop_recorded("spark", "Spark Connect server", state, 15.0, say)
@@ -731,6 +735,8 @@ class EmbeddedStack:
             # Given now, else as recorded for this many workers, else each worker's share of the machine.
             worker_cores=self.spark_worker_cores or (record.get("worker_cores") if same_size else None),
             worker_memory=self.spark_worker_memory or (record.get("worker_memory_mb") if same_size else None),
+            # The lakehouse on the stack's object store: the executors write its files, with the store's keys.
+            worker_env=self._object_store_env(state) if self._object_store_enabled(state) else None,
         )
 
     def _internal_port(self, recorded: int | None, standard: int | None, taken: list[int]) -> int:
