@@ -25,8 +25,7 @@ METASTORE_URL = "spark.hadoop.javax.jdo.option.ConnectionURL"
 
 def embedded_metastore_conf(directory: Path) -> dict[str, str]:
     """The settings of an engine that keeps its catalog in a Hive metastore of its own: Spark's built-in Hive client
-    on an embedded Derby database in `directory` (pyspark ships both). One engine at a time opens it; engines that
-    share a catalog use a metastore database they all reach (docs/sql.md)."""
+    on an embedded Derby database in `directory` (pyspark ships both). One engine at a time opens it."""
     return {
         CATALOG_IMPLEMENTATION: "hive",
         METASTORE_URL: f"jdbc:derby:;databaseName={directory / 'metastore_db'};create=true",

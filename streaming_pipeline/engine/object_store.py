@@ -4,7 +4,7 @@ start with, so that a store away, refused keys or a missing bucket is one error 
 stack trace in a micro-batch.
 
 The check covers this process's keys (the code location's); the engine reads its own from its environment, so a
-wrong key there fails the run's first write, naming the query and the store (docs/object-store.md).
+wrong key there fails the step's first read or write with S3A's error (docs/object-store.md).
 """
 
 from __future__ import annotations
