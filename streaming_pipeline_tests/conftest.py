@@ -53,16 +53,37 @@ def rides_csv() -> Path:
 SPARK_TEST_CONF = {"spark.master": "local[2]", "spark.driver.memory": "2g", "spark.sql.shuffle.partitions": "2"}
 
 
+def _reads_the_materialized_lakehouse(session: pytest.Session) -> bool:
+    return any("materialized_lakehouse" in getattr(item, "fixturenames", ()) for item in session.items)
+
+
 @pytest.fixture(scope="session")
-def spark() -> Iterator[object]:
-    """One local SparkSession for the whole test session: Delta, Kafka and Avro jars, UTC, UI off."""
+def spark_test_conf(request: pytest.FixtureRequest) -> Iterator[dict[str, str]]:
+    """The session's Spark settings: SPARK_TEST_CONF and, when a collected test reads the session's materialized
+    lakehouse (which is on the session stack's object store), S3A's settings for that store. This process then has
+    the store's variables until the session ends: the JVM's S3A reads the keys from its environment, and the code
+    location's S3 client (the run-start check, the Delta log readers) and every subprocess read them there too."""
+    if not _reads_the_materialized_lakehouse(request.session):
+        yield dict(SPARK_TEST_CONF)
+        return
+    from streaming_pipeline.devstack.embedded.object_store import REGION
+    from streaming_pipeline.engine.spark import s3a_conf
+
+    store = request.getfixturevalue("session_stack").up(object_store=True)
+    assert store.object_store_url is not None
+    with pytest.MonkeyPatch.context() as environment:
+        for name, value in store.object_store_env.items():
+            environment.setenv(name, value)
+        yield {**SPARK_TEST_CONF, **s3a_conf(store.object_store_url, REGION)}
+
+
+@pytest.fixture(scope="session")
+def spark(spark_test_conf: dict[str, str]) -> Iterator[object]:
+    """One local SparkSession for the whole test session: Delta, Kafka and Avro jars (and S3A's when the session
+    reads its materialized lakehouse), UTC, UI off."""
     from streaming_pipeline.resources import SparkResource
 
-    resource = SparkResource(
-        stop_on_teardown=False,
-        conf=SPARK_TEST_CONF,
-    )
-    session = resource.get_session()
+    session = SparkResource(stop_on_teardown=False, conf=spark_test_conf).get_session()
     yield session
     session.stop()
 
@@ -105,11 +126,17 @@ def stack(session_stack: SessionStack, tmp_path_factory: pytest.TempPathFactory)
 
 @pytest.fixture(scope="session")
 def materialized_lakehouse(
-    session_stack: SessionStack, spark: object, rides_csv: Path, tmp_path_factory: pytest.TempPathFactory
+    session_stack: SessionStack,
+    spark: object,
+    spark_test_conf: dict[str, str],
+    rides_csv: Path,
+    tmp_path_factory: pytest.TempPathFactory,
 ) -> Iterator[MaterializedLakehouse]:
     """Every asset materialized for the session from a fixed data set (materialized_lakehouse.py: two runs that
-    take records, a third with none), for the tests that only read tables. Its registry is its own, kept for the
-    session: the schema ids start at 1, so a fresh stack given the same records holds the same bytes."""
+    take records, a third with none), for the tests that only read tables. The tables are on the session stack's
+    object store (`s3a://lakehouse/materialized`), so every test that reads them reads S3. Its registry is its own,
+    kept for the session: the schema ids start at 1, so a fresh stack given the same records holds the same
+    bytes."""
     import dataclasses
 
     from streaming_pipeline.devstack.embedded.registry_process import SchemaRegistryProcess
@@ -123,7 +150,8 @@ def materialized_lakehouse(
             registry_pid=registry.pid,
             registry_log_file=registry.log_file,
         )
-        yield materialized_lakehouse.build(stack, rides_csv, root)
+        assert stack.lakehouse_dir is not None, "the session stack has no object store (spark_test_conf starts it)"
+        yield materialized_lakehouse.build(stack, rides_csv, root, spark_test_conf)
 
 
 @pytest.fixture()
@@ -131,9 +159,11 @@ def lakehouse_dir(tmp_path: Path) -> Path:
     return tmp_path / "lakehouse"
 
 
-def pipeline_resources_for(stack: StackInfo, lakehouse_dir: Path) -> dict[str, object]:
-    """The resources `definitions.py` builds, pointed at `stack` and `lakehouse_dir`, sharing the session-wide
-    SparkSession."""
+def pipeline_resources_for(
+    stack: StackInfo, lakehouse_dir: Path | str, spark_conf: dict[str, str] = SPARK_TEST_CONF
+) -> dict[str, object]:
+    """The resources `definitions.py` builds, pointed at `stack` and `lakehouse_dir` (a path or an s3a:// URI),
+    sharing the session-wide SparkSession."""
     from streaming_pipeline.resources import SparkResource
     from streaming_pipeline.resources.from_settings import build_resources
     from streaming_pipeline.settings import PipelineSettings
@@ -146,11 +176,13 @@ def pipeline_resources_for(stack: StackInfo, lakehouse_dir: Path) -> dict[str, o
         }
     )
     resources: dict[str, object] = dict(build_resources(settings))
-    resources["spark"] = SparkResource(stop_on_teardown=False, conf=SPARK_TEST_CONF)
+    resources["spark"] = SparkResource(stop_on_teardown=False, conf=spark_conf)
     return resources
 
 
 @pytest.fixture()
-def pipeline_resources(stack: StackInfo, lakehouse_dir: Path, spark: object) -> dict[str, object]:
+def pipeline_resources(
+    stack: StackInfo, lakehouse_dir: Path, spark: object, spark_test_conf: dict[str, str]
+) -> dict[str, object]:
     """`pipeline_resources_for` the test's stack and lakehouse."""
-    return pipeline_resources_for(stack, lakehouse_dir)
+    return pipeline_resources_for(stack, lakehouse_dir, spark_test_conf)

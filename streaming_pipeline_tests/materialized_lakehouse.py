@@ -1,6 +1,8 @@
 """One materialized lakehouse for the tests that only read tables: a fixed data set produced once, on the session's
 broker and a registry of its own (conftest.py), and every asset materialized (with its checks) in two runs, as
-Dagster's CLI would. test_cluster_vs_local.py produces the same records to a cluster's stack and compares.
+Dagster's CLI would. The tables are on the session stack's object store (`s3a://lakehouse/materialized`): every
+test that reads them reads S3. test_cluster_vs_local.py produces the same records to a cluster's stack and
+compares.
 
 - First run: the real NYC TLC sample (266 rides, `../shared/data/rides.csv`), a pickup at the dropoff zone of every
   fifth ride (on the join's inclusive 10-minute bound, just outside it, and between), four ride records no schema
@@ -30,7 +32,7 @@ from streaming_pipeline.devstack.embedded.stack import StackInfo
 from streaming_pipeline.devstack.producer import produce, rows_from_records
 from streaming_pipeline.devstack.records import read_rides_csv
 from streaming_pipeline.devstack.synthetic import SyntheticOptions, synthetic_rides
-from streaming_pipeline.engine.delta_log import latest_version
+from streaming_pipeline.engine.delta_log import filesystem, latest_version
 from streaming_pipeline.registry_client import RegistryClient
 from streaming_pipeline.resources import KafkaResource
 from streaming_pipeline.tables import PICKUPS_TOPIC, RIDES_TOPIC
@@ -61,7 +63,7 @@ class BadRecord:
 
 @dataclass
 class MaterializedLakehouse:
-    lakehouse: Path
+    lakehouse: str  # s3a://<bucket>/materialized
     resources: dict[str, Any]
     dagster_home: Path
     rides: pd.DataFrame  # every ride produced, columns as in raw_rides, datetimes naive UTC
@@ -73,7 +75,7 @@ class MaterializedLakehouse:
     versions: tuple[dict[str, int | None], dict[str, int | None]]  # every table's, before and after a third run
 
     def table_path(self, name: str) -> str:
-        return str(self.lakehouse / name)
+        return f"{self.lakehouse}/{name}"
 
 
 def sample_rides(rides_csv: Path) -> pd.DataFrame:
@@ -176,14 +178,15 @@ def produce_later_records(stack: StackInfo) -> tuple[list[dict[str, Any]], list[
     return later, later_pickups
 
 
-def build(stack: StackInfo, rides_csv: Path, root: Path) -> MaterializedLakehouse:
+def build(stack: StackInfo, rides_csv: Path, root: Path, spark_conf: dict[str, str]) -> MaterializedLakehouse:
     """Produce the data set to `stack` (cleared, its registry new) and materialize every asset twice into
-    `root`/lakehouse."""
-    lakehouse, dagster_home = root / "lakehouse", root / "dagster_home"
+    `materialized` on the stack's object store (this process has its variables), with `spark_conf`."""
+    assert stack.lakehouse_dir is not None
+    lakehouse, dagster_home = f"{stack.lakehouse_dir}/materialized", root / "dagster_home"
     dagster_home.mkdir(parents=True)
     # No "join the community" dialog over the UI's pages (test_ui.py), no telemetry.
     (dagster_home / "dagster.yaml").write_text("nux:\n  enabled: false\ntelemetry:\n  enabled: false\n")
-    resources: dict[str, Any] = pipeline_resources_for(stack, lakehouse)
+    resources: dict[str, Any] = pipeline_resources_for(stack, lakehouse, spark_conf)
     instance = dg.DagsterInstance.from_config(str(dagster_home))
 
     first = produce_first_records(stack, rides_csv, root)
@@ -211,9 +214,11 @@ def build(stack: StackInfo, rides_csv: Path, root: Path) -> MaterializedLakehous
     )
 
 
-def table_versions(lakehouse: Path) -> dict[str, int | None]:
-    """The newest Delta version of every table in `lakehouse`."""
-    return {p.name: latest_version(str(p)) for p in sorted(lakehouse.iterdir()) if (p / "_delta_log").is_dir()}
+def table_versions(lakehouse: Path | str) -> dict[str, int | None]:
+    """The newest Delta version of every table in `lakehouse` (a directory, or a URI the Delta log reader takes)."""
+    fs, root = filesystem(str(lakehouse))
+    names = sorted(entry.rstrip("/").rsplit("/", 1)[-1] for entry in fs.ls(root, detail=False))
+    return {name: latest_version(f"{lakehouse}/{name}") for name in names if fs.isdir(f"{root}/{name}/_delta_log")}
 
 
 def _naive_utc(frame: pd.DataFrame) -> pd.DataFrame:

@@ -1,5 +1,6 @@
 """The test session's one embedded stack: a Kafka broker and a schema registry for every test that needs them, and
-the warm Spark Connect engine, added the first time a test asks for it (tests of Kafka alone never wait for it).
+the warm Spark Connect engine, added the first time a test asks for it (tests of Kafka alone never wait for it), and
+the object store, added before the engine when the session's materialized lakehouse is on it (conftest.py).
 
 Tests isolate themselves by names and by clearing what they use, not by processes of their own: each takes the
 stack with `clear()` (no topic, no subject) and its own DAGSTER_HOME and lakehouse. A test that stops a server on
@@ -23,12 +24,18 @@ class SessionStack:
     def __init__(self, directory: Path) -> None:
         self.directory = directory
         self._engine = False
+        self._object_store = False
 
-    def up(self, *, engine: bool = False) -> StackInfo:
-        """The stack's addresses, with the engine when `engine` (it stays up once started); starts whatever is not
-        running (the first call, or after a test stopped a server)."""
+    def up(self, *, engine: bool = False, object_store: bool = False) -> StackInfo:
+        """The stack's addresses, with the engine when `engine` and the object store when `object_store` (each
+        stays up once started); starts whatever is not running (the first call, or after a test stopped a
+        server)."""
         self._engine = self._engine or engine
-        return EmbeddedStack(self.directory, prefer_standard_ports=False, spark=self._engine).up(timeout=240)
+        self._object_store = self._object_store or object_store
+        stack = EmbeddedStack(
+            self.directory, prefer_standard_ports=False, spark=self._engine, object_store=self._object_store
+        )
+        return stack.up(timeout=240)
 
     def clear(self, *, engine: bool = False, dagster_home: Path | None = None) -> StackInfo:
         """`up()`, then no topic on the broker and no subject in the registry (deleted for good, so that their

@@ -3,13 +3,15 @@ directory of its own) with the lake on the stack's object store, so that no disk
 local mode, row for row, on the same Kafka records.
 
 Local mode's tables are the session's materialized lakehouse (materialized_lakehouse.py: the TLC sample, pickups
-near its dropoffs, undecodable records, then later rides with late ones, in two runs on the in-process engine). The
+near its dropoffs, undecodable records, then later rides with late ones, in two runs on the in-process engine, on
+the session stack's object store). The
 test produces the same records, the same bytes at the same coordinates, to a stack of its own, whose Spark Connect
 server drives a master with 2 workers, and materializes every asset with Dagster's CLI as a user does, in the same
 two rounds: the second run restores the streaming state (windows, join, counts) from the checkpoints on the store.
 After each round every Delta table is compared as a multiset of rows with local mode's at the same point (its
-version after the first run, then its newest), both read by the test session's Spark: the cluster's from the
-files the store keeps for its objects (its filesystem backend), and raw_rides once more over S3 with delta-rs.
+version after the first run, then its newest), both read by the test session's Spark: local mode's over S3, the
+cluster's from the files its store keeps for its objects (its filesystem backend: the session's Spark has the
+session store's keys), and raw_rides once more over S3 with delta-rs.
 
 The same stack is where `stack up --spark-workers 2` is checked as a user sees it, before the runs: its status
 (human and JSON), a second `stack up` and a query whose rows say which executor JVM computed them; and after them,
@@ -315,7 +317,9 @@ def _plain(value: Any) -> Any:
     return value
 
 
-def _content(spark: Any, path: Path, left_out: set[str], version: int | None) -> tuple[list[tuple[str, str]], Counter]:
+def _content(
+    spark: Any, path: Path | str, left_out: set[str], version: int | None
+) -> tuple[list[tuple[str, str]], Counter]:
     reader = spark.read.format("delta")
     frame = (reader if version is None else reader.option("versionAsOf", version)).load(str(path))
     columns = sorted(c for c in frame.columns if c not in left_out)
@@ -325,9 +329,10 @@ def _content(spark: Any, path: Path, left_out: set[str], version: int | None) ->
 
 
 def _assert_identical(
-    spark: Any, local: Path, local_versions: dict[str, int | None], cluster: Path, when: str
+    spark: Any, local: str, local_versions: dict[str, int | None], cluster: Path, when: str
 ) -> dict[str, int]:
-    """Every table of local mode, at `local_versions`, equals the cluster's newest."""
+    """Every table of local mode (on the session's object store), at `local_versions`, equals the cluster's newest
+    (read from the files of its store's objects)."""
     tables = set(local_versions)
     assert tables >= TABLES, f"{when}: local mode wrote only {sorted(tables)}"
     on_cluster = local_mode.table_versions(cluster)
@@ -335,7 +340,7 @@ def _assert_identical(
     sizes = {}
     for name in sorted(tables):
         left_out = CLOCK_COLUMNS | RUN_OR_CLOCK_COLUMNS.get(name, set())
-        local_schema, local_rows = _content(spark, local / name, left_out, local_versions[name])
+        local_schema, local_rows = _content(spark, f"{local}/{name}", left_out, local_versions[name])
         cluster_schema, cluster_rows = _content(spark, cluster / name, left_out, None)
         assert cluster_schema == local_schema, f"{when}: {name}: columns differ"
         only_local, only_cluster = local_rows - cluster_rows, cluster_rows - local_rows

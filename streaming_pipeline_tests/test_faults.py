@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
 
 import dagster as dg
 import pandas as pd
@@ -333,6 +334,10 @@ def test_registry_down_fails_run_clearly_and_loses_nothing(stack, pipeline_resou
     coordinates = _coordinates(_read(spark, pipeline_resources, "raw_rides"))
     assert len(coordinates) == len(set(coordinates)) == 266
     assert set(coordinates) == all_coordinates(TOPIC, offsets)
+    # On a local disk the engine writes no Hadoop checksum twins (spark_conf/local.conf): each commit is its JSON
+    # and Delta's .crc.
+    log = Path(lakehouse.table_path("raw_rides")) / "_delta_log"
+    assert [f.name for f in log.iterdir() if f.name.startswith(".")] == []
     dead_path = lakehouse.table_path("dead_letter_records")
     if delta_log_versions(dead_path):
         assert spark.read.format("delta").load(dead_path).count() == 0

@@ -70,6 +70,19 @@ def s3a_conf(endpoint_url: str, region: str) -> dict[str, str]:
     }
 
 
+def lakehouse_s3a_conf(lakehouse_dir: str) -> dict[str, str]:
+    """S3A's settings for an in-process driver whose lakehouse is on `s3a://`, and so its connector (`engine_conf`):
+    the store AWS_ENDPOINT_URL names (`s3a_conf`), or else AWS S3 in AWS_REGION; nothing for another lakehouse."""
+    if not lakehouse_dir.startswith("s3a://"):
+        return {}
+    endpoint_url, region = settings.s3_client_settings()
+    if endpoint_url:
+        return s3a_conf(endpoint_url, region or "us-east-1")
+    if region:
+        return {f"{S3A_PREFIX}endpoint.region": region}
+    return {f"{S3A_PREFIX}impl": "org.apache.hadoop.fs.s3a.S3AFileSystem"}  # Hadoop's default: the region from the SDK
+
+
 def engine_conf(profile: str, master: str | None = None, extra: dict[str, str] | None = None) -> dict[str, str]:
     """The settings a Spark driver of this project starts with: the profile, the master, the project's jars.
 

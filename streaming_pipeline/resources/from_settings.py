@@ -8,6 +8,7 @@ from typing import TypedDict
 
 import dagster as dg
 
+from streaming_pipeline.engine.spark import lakehouse_s3a_conf
 from streaming_pipeline.resources.kafka import KafkaResource
 from streaming_pipeline.resources.lakehouse import LakehouseResource
 from streaming_pipeline.resources.schema_registry import SchemaRegistryResource
@@ -57,6 +58,12 @@ def _resources(
                 dg.EnvVar(SCHEMA_REGISTRY_BASIC_AUTH_USER_INFO) if settings.registry_basic_auth_set else None
             ),
         ),
-        SparkResource(remote=settings.spark_remote, profile=settings.spark_profile, master=settings.spark_master),
+        SparkResource(
+            remote=settings.spark_remote,
+            profile=settings.spark_profile,
+            master=settings.spark_master,
+            # An engine of the run's own (no SPARK_REMOTE) reaches a lakehouse on s3a:// through S3A.
+            conf={} if settings.spark_remote else lakehouse_s3a_conf(settings.lakehouse_dir),
+        ),
         LakehouseResource(root=settings.lakehouse_dir, max_offsets_per_trigger=settings.max_offsets_per_trigger),
     )
