@@ -25,6 +25,7 @@ import dagster as dg
 import pydantic
 
 from streaming_pipeline.asset_metadata import SPARK_KINDS, stream_step_args, table_args
+from streaming_pipeline.resources.lakehouse import naming_a_store_gone_away
 from streaming_pipeline.settings import LiveSettings, PipelineSettings
 from streaming_pipeline.tables import DEAD_LETTER_RECORDS
 
@@ -119,6 +120,7 @@ class StreamedTable(dg.Component):
         ]
         config_class = self.config_class(settings)
         compute = self.compute if config_class is None else with_config_class(self.compute, config_class)
+        compute = naming_a_store_gone_away(compute)
         return dg.multi_asset(name=self.step, specs=specs, **stream_step_args(self.step, priority=self.priority))(
             compute
         )

@@ -53,23 +53,30 @@ def rides_csv() -> Path:
 SPARK_TEST_CONF = {"spark.master": "local[2]", "spark.driver.memory": "2g", "spark.sql.shuffle.partitions": "2"}
 
 
-def _reads_the_materialized_lakehouse(session: pytest.Session) -> bool:
-    return any("materialized_lakehouse" in getattr(item, "fixturenames", ()) for item in session.items)
+def _uses_the_object_store(session: pytest.Session) -> bool:
+    return any("session_object_store" in getattr(item, "fixturenames", ()) for item in session.items)
+
+
+@pytest.fixture(scope="session")
+def session_object_store(session_stack: SessionStack) -> StackInfo:
+    """The session stack with its object store (bucket `lakehouse`); tests put their lakehouses under
+    `lakehouse_dir` (s3a://lakehouse) with names of their own. The session's Spark reaches it (spark_test_conf)."""
+    return session_stack.up(object_store=True)
 
 
 @pytest.fixture(scope="session")
 def spark_test_conf(request: pytest.FixtureRequest) -> Iterator[dict[str, str]]:
-    """The session's Spark settings: SPARK_TEST_CONF and, when a collected test reads the session's materialized
-    lakehouse (which is on the session stack's object store), S3A's settings for that store. This process then has
-    the store's variables until the session ends: the JVM's S3A reads the keys from its environment, and the code
-    location's S3 client (the run-start check, the Delta log readers) and every subprocess read them there too."""
-    if not _reads_the_materialized_lakehouse(request.session):
+    """The session's Spark settings: SPARK_TEST_CONF and, when a collected test uses the session's object store
+    (the materialized lakehouse is on it), S3A's settings for that store. This process then has the store's
+    variables until the session ends: the JVM's S3A reads the keys from its environment, and the code location's
+    S3 client (the run-start check, the Delta log readers) and every subprocess read them there too."""
+    if not _uses_the_object_store(request.session):
         yield dict(SPARK_TEST_CONF)
         return
     from streaming_pipeline.devstack.embedded.object_store import REGION
     from streaming_pipeline.engine.spark import s3a_conf
 
-    store = request.getfixturevalue("session_stack").up(object_store=True)
+    store = request.getfixturevalue("session_object_store")
     assert store.object_store_url is not None
     with pytest.MonkeyPatch.context() as environment:
         for name, value in store.object_store_env.items():
@@ -127,6 +134,7 @@ def stack(session_stack: SessionStack, tmp_path_factory: pytest.TempPathFactory)
 @pytest.fixture(scope="session")
 def materialized_lakehouse(
     session_stack: SessionStack,
+    session_object_store: StackInfo,
     spark: object,
     spark_test_conf: dict[str, str],
     rides_csv: Path,
@@ -150,7 +158,6 @@ def materialized_lakehouse(
             registry_pid=registry.pid,
             registry_log_file=registry.log_file,
         )
-        assert stack.lakehouse_dir is not None, "the session stack has no object store (spark_test_conf starts it)"
         yield materialized_lakehouse.build(stack, rides_csv, root, spark_test_conf)
 
 

@@ -345,3 +345,65 @@ def test_registry_down_fails_run_clearly_and_loses_nothing(stack, pipeline_resou
     assert "registry" in product_error.lower() and stack.schema_registry_url in product_error, (
         f"the run's error does not say the schema registry is down: {product_error!r}"
     )
+
+
+# ----------------------------------------------------------------------------- the object store stopped mid-run
+
+
+def test_object_store_stopped_mid_run_fails_naming_it_and_the_next_run_is_exact(
+    stack, session_object_store, session_stack, spark, spark_test_conf, rides_csv, tmp_path
+):
+    """raw_rides on the session's object store, 50 records a micro-batch: the store is stopped once the first batch
+    has committed. The run fails with an error naming the store; once it is started again (on its port, with its
+    data), the next run leaves every record exactly once."""
+    import threading
+    import time
+    import uuid
+
+    from streaming_pipeline.devstack.embedded.processes import pid_alive, stop_pid
+    from streaming_pipeline.devstack.embedded.stack import EmbeddedStack
+    from streaming_pipeline.engine.delta_log import latest_version
+    from streaming_pipeline.resources import LakehouseResource
+    from streaming_pipeline_tests.conftest import pipeline_resources_for
+
+    _produce(stack, "--csv", str(rides_csv))
+    offsets = end_offsets(stack.bootstrap_servers, TOPIC)
+    assert sum(offsets.values()) == 266
+    lakehouse = f"{session_object_store.lakehouse_dir}/store-stopped-{uuid.uuid4().hex[:8]}"
+    resources = pipeline_resources_for(stack, lakehouse, spark_test_conf)
+    resources["lakehouse"] = LakehouseResource(root=lakehouse, max_offsets_per_trigger=50)
+    table = f"{lakehouse}/raw_rides"
+    store_pid = EmbeddedStack(session_stack.directory).info().object_store_pid
+    assert pid_alive(store_pid)
+    stopped = threading.Event()
+
+    def stop_after_the_first_commit() -> None:
+        deadline = time.monotonic() + 300
+        while time.monotonic() < deadline and not stopped.is_set():
+            if (latest_version(table) or -1) >= 1:  # version 0 creates the table, 1 is the first batch's
+                stop_pid(store_pid, timeout=15)
+                stopped.set()
+                return
+            time.sleep(0.2)
+
+    watcher = threading.Thread(target=stop_after_the_first_commit, daemon=True)
+    watcher.start()
+    try:
+        failed = dg.materialize([raw_rides], resources=resources, raise_on_error=False)
+    finally:
+        stopped.set()
+        watcher.join(timeout=30)
+        restarted = session_stack.up()  # the store again, on its port, with its data
+    assert not pid_alive(store_pid) and restarted.object_store_pid != store_pid
+    assert not failed.success, "the run went on with its object store stopped"
+    messages = _failure_messages(failed)
+    assert any(
+        f"LAKEHOUSE_DIR={lakehouse}" in m and f"AWS_ENDPOINT_URL={session_object_store.object_store_url}" in m
+        for m in messages
+    ), messages
+    assert session_object_store.object_store_env["AWS_SECRET_ACCESS_KEY"] not in "\n".join(messages)
+
+    _materialize([raw_rides], resources)
+    coordinates = _coordinates(spark.read.format("delta").load(table))
+    assert len(coordinates) == len(set(coordinates)) == 266
+    assert set(coordinates) == all_coordinates(TOPIC, offsets)

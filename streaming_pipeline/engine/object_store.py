@@ -50,12 +50,27 @@ def _s3_filesystem(endpoint_url: str | None, region: str | None, key_id: str | N
     return ArrowFSWrapper(fs.S3FileSystem(**options))
 
 
+NOTHING_DONE = "nothing was read or written"
+STOPPED_MID_STEP = (
+    "the step stopped there: what it committed before stays, and the next run resumes from its checkpoints"
+)
+
+
 def check_reachable(root: str) -> None:
     """Nothing for a local lakehouse; for one on an object store, that the store answers, takes this process's
     keys and has the bucket of `root` (LAKEHOUSE_DIR). Else StorageError naming the setting to look at; no
     secret is in the message. One request: a HEAD of the bucket."""
+    error = store_error(root, NOTHING_DONE)
+    if error is not None:
+        raise error
+
+
+def store_error(root: str, consequence: str) -> StorageError | None:
+    """The StorageError `check_reachable` raises for `root` (its message ending in `consequence`: what came of
+    it), or None when the store answers, takes the keys and has the bucket (or `root` is local). A step that failed
+    asks this to tell a store that went away from any other failure (STOPPED_MID_STEP)."""
     if not is_object_store(root):
-        return
+        return None
     from pyarrow import fs
 
     endpoint_url, region = settings.s3_client_settings()
@@ -66,16 +81,17 @@ def check_reachable(root: str) -> None:
     except OSError as exc:
         reason = str(exc)
         if "ACCESS_DENIED" in reason or "INVALID_ACCESS_KEY" in reason or "SIGNATURE" in reason.upper():
-            raise StorageError(
+            return StorageError(
                 f"the object store at {store} refused the keys for LAKEHOUSE_DIR={root}: check AWS_ACCESS_KEY_ID "
-                f"and AWS_SECRET_ACCESS_KEY ({reason}); nothing was read or written"
-            ) from exc
-        raise StorageError(
+                f"and AWS_SECRET_ACCESS_KEY ({reason}); {consequence}"
+            )
+        return StorageError(
             f"the object store of LAKEHOUSE_DIR={root} does not answer at {store}: {reason}. Is it running "
-            "(`streaming-pipeline stack status`)? Nothing was read or written"
-        ) from exc
-    if info.type == fs.FileType.NotFound:
-        raise StorageError(
-            f"LAKEHOUSE_DIR={root} names bucket {bucket!r}, which does not exist at {store}: create it, or point "
-            "LAKEHOUSE_DIR at a bucket that exists; nothing was read or written"
+            f"(`streaming-pipeline stack status`)? {consequence[:1].upper()}{consequence[1:]}"
         )
+    if info.type == fs.FileType.NotFound:
+        return StorageError(
+            f"LAKEHOUSE_DIR={root} names bucket {bucket!r}, which does not exist at {store}: create it, or point "
+            f"LAKEHOUSE_DIR at a bucket that exists; {consequence}"
+        )
+    return None

@@ -3,10 +3,15 @@ The assets' own parameters (window, watermark, join gap, amount threshold, zone 
 
 from __future__ import annotations
 
+import functools
+import inspect
+from collections.abc import Callable
+from typing import Any
+
 import dagster as dg
 from pydantic import Field
 
-from streaming_pipeline.engine.object_store import check_reachable
+from streaming_pipeline.engine.object_store import STOPPED_MID_STEP, check_reachable, store_error
 from streaming_pipeline.settings import DEFAULT_MAX_OFFSETS_PER_TRIGGER
 
 
@@ -34,3 +39,42 @@ class LakehouseResource(dg.ConfigurableResource):
 
     def checkpoint_path(self, asset_name: str) -> str:
         return self._join("_checkpoints", asset_name)
+
+
+def naming_a_store_gone_away(compute: Callable[..., Any]) -> Callable[..., Any]:
+    """An asset's `compute` (taking its `lakehouse` resource), whose failure while the lakehouse's object store is
+    away or refuses the keys is raised as the StorageError naming the store and the settings, chained to what
+    failed: not a stack trace from inside a micro-batch. Any other failure is raised as it is."""
+
+    def explained(exc: Exception, kwargs: dict[str, Any]) -> Exception:
+        lakehouse = kwargs.get("lakehouse")
+        if isinstance(lakehouse, LakehouseResource):
+            return store_error(lakehouse.root, STOPPED_MID_STEP) or exc
+        return exc
+
+    wrapper: Callable[..., Any]
+    if inspect.isgeneratorfunction(compute):
+
+        @functools.wraps(compute)
+        def wrapper(*args: Any, **kwargs: Any) -> Any:
+            try:
+                yield from compute(*args, **kwargs)
+            except Exception as exc:
+                error = explained(exc, kwargs)
+                if error is exc:
+                    raise
+                raise error from exc
+
+    else:
+
+        @functools.wraps(compute)
+        def wrapper(*args: Any, **kwargs: Any) -> Any:
+            try:
+                return compute(*args, **kwargs)
+            except Exception as exc:
+                error = explained(exc, kwargs)
+                if error is exc:
+                    raise
+                raise error from exc
+
+    return wrapper

@@ -22,6 +22,7 @@ from streaming_pipeline.defs.bronze.offset_sensors import build_offset_sensor, l
 from streaming_pipeline.defs.bronze.source_checks import bronze_checks
 from streaming_pipeline.engine.delta_tables import read_table, table_exists
 from streaming_pipeline.resources import KafkaResource, LakehouseResource, SchemaRegistryResource, SparkResource
+from streaming_pipeline.resources.lakehouse import naming_a_store_gone_away
 from streaming_pipeline.settings import LiveSettings, SensorSettings
 from streaming_pipeline.sources import SourceTopic
 from streaming_pipeline.tables import DEAD_LETTER_RECORDS, KAFKA_KEY, Table
@@ -40,6 +41,7 @@ def bronze_asset(source: SourceTopic, live: LiveSettings) -> dg.AssetsDefinition
         **table_args(table, kinds=KAFKA_KINDS, live=live, metadata={"source_topic": topic}),
         pool=checkpoint_pool(table.name),
     )
+    @naming_a_store_gone_away
     def bronze_table(
         context: dg.AssetExecutionContext,
         spark: SparkResource,
@@ -110,6 +112,7 @@ def dead_letter_asset(sources: Sequence[SourceTopic], live: LiveSettings) -> dg.
         **table_args(DEAD_LETTER_RECORDS, kinds=SPARK_KINDS, live=live, deps=[s.bronze_table for s in sources]),
         op_tags=step_priority(10),
     )
+    @naming_a_store_gone_away
     def dead_letter_records(
         context: dg.AssetExecutionContext, spark: SparkResource, lakehouse: LakehouseResource
     ) -> dg.MaterializeResult:

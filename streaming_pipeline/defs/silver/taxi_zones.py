@@ -8,6 +8,7 @@ from pydantic import Field, field_validator
 from streaming_pipeline.asset_metadata import SPARK_KINDS, delta_table_metadata, table_args
 from streaming_pipeline.errors import ConfigurationError
 from streaming_pipeline.resources import LakehouseResource, SparkResource
+from streaming_pipeline.resources.lakehouse import naming_a_store_gone_away
 from streaming_pipeline.settings import LiveSettings, PipelineSettings
 from streaming_pipeline.silver.enrichment import refresh_taxi_zones
 from streaming_pipeline.silver.taxi_zones import shipped_taxi_zones_csv
@@ -45,7 +46,7 @@ def taxi_zones_asset(live: LiveSettings, settings: PipelineSettings) -> dg.Asset
             & ~dg.AutomationCondition.execution_failed(),
             streamed=False,
         ),
-    )(with_config_class(taxi_zones, config))
+    )(naming_a_store_gone_away(with_config_class(taxi_zones, config)))
 
 
 @dg.definitions
