@@ -9,14 +9,21 @@ from typing import Any
 
 
 def clean_log(path: str | Path) -> int:
-    """Delete the commit files older than the table's newest checkpoint, as log cleanup does; its version."""
-    log_dir = Path(str(path).removeprefix("file:")) / "_delta_log"
-    checkpoint = int(json.loads((log_dir / "_last_checkpoint").read_text())["version"])
-    for commit in log_dir.glob("*.json"):
-        if int(commit.name.split(".")[0]) < checkpoint:
-            commit.unlink()
-            commit.with_name(f".{commit.name}.crc").unlink(missing_ok=True)
-            commit.with_suffix(".crc").unlink(missing_ok=True)
+    """Delete the commit files older than the table's newest checkpoint, as log cleanup does; its version. `path`
+    is a directory or a URI the Delta log reader takes (s3a://...)."""
+    from streaming_pipeline.engine.delta_log import filesystem
+
+    fs, table = filesystem(str(path))
+    log_dir = f"{table}/_delta_log"
+    with fs.open(f"{log_dir}/_last_checkpoint", "r") as handle:
+        checkpoint = int(json.load(handle)["version"])
+    for entry in fs.ls(log_dir, detail=False):
+        name = entry.rstrip("/").rsplit("/", 1)[-1]
+        if name.endswith(".json") and int(name.split(".")[0]) < checkpoint:
+            stem = name.removesuffix(".json")
+            for doomed in (name, f".{name}.crc", f"{stem}.crc"):
+                if fs.exists(f"{log_dir}/{doomed}"):
+                    fs.rm(f"{log_dir}/{doomed}")
     return checkpoint
 
 

@@ -6,6 +6,7 @@ time and explicit offsets) all still give exact answers. Expectations come from 
 from __future__ import annotations
 
 import time
+import uuid
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -22,8 +23,10 @@ from streaming_pipeline.engine.delta_log import commits
 from streaming_pipeline.resources import LakehouseResource
 from streaming_pipeline.settings import SensorSettings
 from streaming_pipeline.tables import DEAD_LETTER_RECORDS, KAFKA_COLUMNS, RIDES, RIDES_TOPIC, ddl
+from streaming_pipeline_tests.conftest import pipeline_resources_for
 from streaming_pipeline_tests.delta_helpers import checkpoint_and_clean
 from streaming_pipeline_tests.kafka_helpers import all_coordinates, end_offsets
+from streaming_pipeline_tests.materialized_lakehouse import table_versions
 
 pytestmark = pytest.mark.integration
 
@@ -58,11 +61,11 @@ def _coordinates(spark, path: str) -> list[tuple[str, int, int]]:
     return [(r[0], r[1], r[2]) for r in rows]
 
 
-def _clean_every_table(spark, lakehouse_dir: Path) -> None:
+def _clean_every_table(spark, lakehouse_dir: Path | str) -> None:
     """A checkpoint and log cleanup on every table (none is read by a stream that will restart)."""
-    for table in sorted(p for p in lakehouse_dir.iterdir() if (p / "_delta_log").is_dir()):
-        checkpoint_and_clean(spark, table)
-    markers = [c.user_metadata for c in commits(str(lakehouse_dir / "raw_rides")) or []]
+    for table in table_versions(lakehouse_dir):
+        checkpoint_and_clean(spark, f"{lakehouse_dir}/{table}")
+    markers = [c.user_metadata for c in commits(f"{lakehouse_dir}/raw_rides") or []]
     assert not any(m and "batch_id" in m for m in markers), "a bronze commit's info survived the cleanup"
 
 
@@ -154,12 +157,14 @@ def test_the_window_reconcile_stays_incremental_after_its_tables_log_is_cleaned_
 
 @pytest.mark.slow
 def test_replay_from_earliest_a_time_and_offsets_rebuilds_exactly_after_log_cleanup(
-    stack, pipeline_resources, spark, lakehouse_dir: Path
+    stack, session_object_store, spark, spark_test_conf
 ):
-    """Each replay starts after a cleanup of every table's log (the micro-batch size plays no part: each replay
-    starts every stream on a new checkpoint). The code location holds raw_rides and its dead letters only, so
-    that a replay rebuilds raw_rides alone: the tables downstream play no part in where a replay starts (a replay
-    that rebuilds them is test_exactly_once_bronze's)."""
+    """On the session's object store. Each replay starts after a cleanup of every table's log (the micro-batch
+    size plays no part: each replay starts every stream on a new checkpoint). The code location holds raw_rides and
+    its dead letters only, so that a replay rebuilds raw_rides alone: the tables downstream play no part in where a
+    replay starts (a replay that rebuilds them is test_exactly_once_bronze's)."""
+    lakehouse_dir = f"{session_object_store.lakehouse_dir}/replay-after-cleanup-{uuid.uuid4().hex[:8]}"
+    pipeline_resources = pipeline_resources_for(stack, lakehouse_dir, spark_test_conf)
     lakehouse: LakehouseResource = pipeline_resources["lakehouse"]  # type: ignore[assignment]
     table, checkpoint = lakehouse.table_path("raw_rides"), lakehouse.checkpoint_path("raw_rides")
     _produce(stack, 24, seed=23)

@@ -34,6 +34,7 @@ from streaming_pipeline.defs.bronze.offset_sensors import live_job_names
 from streaming_pipeline.devstack.project import project_sources
 from streaming_pipeline.engine.delta_log import filesystem, latest_version
 from streaming_pipeline.engine.delta_tables import read_table
+from streaming_pipeline.engine.object_store import is_object_store
 from streaming_pipeline.errors import ConfigurationError, ReplayError
 from streaming_pipeline.resources.kafka import KafkaResource
 from streaming_pipeline.resources.lakehouse import LakehouseResource
@@ -183,9 +184,20 @@ def move_checkpoints_aside(lakehouse: LakehouseResource, names: set[str]) -> dic
             continue
         target = f"{root}/_replaced/{entry}-{stamp}"
         fs.makedirs(f"{root}/_replaced", exist_ok=True)
-        fs.mv(f"{root}/{entry}", target, recursive=True)
+        if is_object_store(lakehouse.root):
+            _copy_then_delete(fs, f"{root}/{entry}", target)
+        else:
+            fs.mv(f"{root}/{entry}", target, recursive=True)
         moved[f"{root}/{entry}"] = target
     return moved
+
+
+def _copy_then_delete(fs: Any, source: str, target: str) -> None:
+    """`source`'s objects to `target` on an object store, which has no directory to rename: each copied, then
+    the originals deleted. A replay stopped in between leaves the checkpoint in place, to be replayed again."""
+    for path in fs.find(source):
+        fs.copy(path, f"{target}/{path[len(source) :].lstrip('/')}")
+    fs.rm(source, recursive=True)
 
 
 def empty_table(
