@@ -1,6 +1,8 @@
 """Kill fuzz: the whole pipeline, one process with Spark's JVM, is killed with SIGKILL at random moments, in both
 live modes, and run again each time with more records waiting. Afterwards the raw tables hold every Kafka record
-exactly once, and the silver and gold tables equal what the test computes from the records it produced.
+exactly once, and the silver and gold tables equal what the test computes from the records it produced. The
+lakehouse is on the session's object store: every run's own engine writes it over S3A, with the store's variables
+in its environment.
 
 Each round produces new rides and pickups and starts a run of the mode that has been killed less often so far
 (triggered first): a triggered run, `dagster asset materialize --select '*'`, or a continuous run, `dagster job
@@ -90,7 +92,10 @@ def _window_start(moment: datetime) -> int:
 
 
 @pytest.mark.timeout(900 + KILLS * 300)  # each round: a run's start, up to KILL_WINDOW_S, the kill
-def test_sigkill_at_random_moments_then_rerun_gives_every_record_exactly_once(stack, lakehouse_dir, spark, tmp_path):
+def test_sigkill_at_random_moments_then_rerun_gives_every_record_exactly_once(
+    stack, session_object_store, spark, tmp_path
+):
+    lakehouse_dir = f"{session_object_store.lakehouse_dir}/kill-fuzz-{tmp_path.name}"
     rng = random.Random(SEED)
     print(f"kill fuzz: seed {SEED}, {KILLS} kills")
     dagster_home = tmp_path / "dagster_home"
@@ -100,7 +105,7 @@ def test_sigkill_at_random_moments_then_rerun_gives_every_record_exactly_once(st
     env.update(
         KAFKA_BOOTSTRAP_SERVERS=stack.bootstrap_servers,
         SCHEMA_REGISTRY_URL=stack.schema_registry_url,
-        LAKEHOUSE_DIR=str(lakehouse_dir),
+        LAKEHOUSE_DIR=lakehouse_dir,
         MAX_OFFSETS_PER_TRIGGER=str(PER_TRIGGER),
         DAGSTER_HOME=str(dagster_home),
     )
@@ -174,7 +179,7 @@ def test_sigkill_at_random_moments_then_rerun_gives_every_record_exactly_once(st
     assert final.returncode == 0, f"the last run failed (seed {SEED}):\n{final_log.read_text()[-8000:]}"
 
     def table(name: str):
-        return spark.read.format("delta").load(str(lakehouse_dir / name))
+        return spark.read.format("delta").load(f"{lakehouse_dir}/{name}")
 
     # Bronze: every Kafka record exactly once, with the content that was produced.
     for name, topic, produced in (("raw_rides", "rides", rides), ("raw_pickup_locations", "pickup_locations", pickups)):
