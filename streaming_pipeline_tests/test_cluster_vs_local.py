@@ -11,7 +11,9 @@ two rounds: the second run restores the streaming state (windows, join, counts) 
 After each round every Delta table is compared as a multiset of rows with local mode's at the same point (its
 version after the first run, then its newest), both read by the test session's Spark: local mode's over S3, the
 cluster's from the files its store keeps for its objects (its filesystem backend: the session's Spark has the
-session store's keys), and raw_rides once more over S3 with delta-rs.
+session store's keys), and raw_rides once more over S3 with delta-rs. The stack has PostgreSQL, so its engine keeps
+the catalog there: a Spark session of its own (another process and JVM) configured for that metastore queries
+gold.vendor_counts and bronze.raw_rides by name.
 
 The same stack is where `stack up --spark-workers 2` is checked as a user sees it, before the runs: its status
 (human and JSON), a second `stack up` and a query whose rows say which executor JVM computed them; and after them,
@@ -88,6 +90,7 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[StackInf
         spark_worker_cores=1,
         spark_worker_memory="1g",
         object_store=True,
+        dagster_postgres=True,  # and so the engine's catalog in PostgreSQL, which other sessions share
     ) as stack:
         assert stack.spark_remote and stack.spark_master_url and stack.spark_workers == WORKERS
         assert stack.lakehouse_dir == "s3a://lakehouse" and stack.object_store_env
@@ -150,6 +153,7 @@ def _check_status_and_executors(stack: StackInfo, root: Path) -> set[int]:
         "spark-worker-1",
         "spark-worker-2",
         "object_store",
+        "postgres",
     }
     worker_addresses = {w["address"] for w in status["spark_cluster"]["workers"]}
     assert {status["components"][f"spark-worker-{i}"]["address"] for i in (1, 2)} == worker_addresses
@@ -292,6 +296,52 @@ print(json.dumps([answer.column("n").to_pylist()[0], answer.column("d").to_pylis
 """
 
 
+# A Spark session of its own (a classic driver in its own JVM, not the stack's engine), configured for the stack's
+# shared metastore and its object store as docs/sql.md tells a user: it finds the tables the cluster's runs
+# registered by name, and reads them over S3.
+SESSION_OF_ITS_OWN = """
+import json, sys
+from pathlib import Path
+from pyspark.sql import SparkSession
+from streaming_pipeline.devstack.embedded.object_store import REGION
+from streaming_pipeline.engine.catalog import shared_metastore_conf
+from streaming_pipeline.engine.jars import metastore_jdbc_jars
+from streaming_pipeline.engine.spark import engine_conf, s3a_conf, start_local_session
+
+catalog_dir, endpoint, warehouse, *queries = sys.argv[1:]
+conf = engine_conf("local", "local[1]", s3a_conf(endpoint, REGION))
+conf.update(shared_metastore_conf(Path(catalog_dir), metastore_jdbc_jars(progress=None)))
+conf["spark.sql.warehouse.dir"] = warehouse
+spark = start_local_session(conf)
+print(json.dumps([[list(row) for row in spark.sql(query).collect()] for query in queries]))
+spark.stop()
+"""
+
+
+def _by_name_in_a_session_of_its_own(stack: StackInfo, root: Path, *queries: str) -> list[list[list[Any]]]:
+    assert stack.object_store_url
+    clean = {key: value for key, value in os.environ.items() if not key.startswith(("AWS_", "SPARK_"))}
+    catalog_dir = stack.directory / "spark" / "catalog"
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            SESSION_OF_ITS_OWN,
+            str(catalog_dir),
+            stack.object_store_url,
+            str(root / "wh"),
+            *queries,
+        ],
+        env={**clean, **stack.object_store_env},
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    return list(json.loads(done.stdout.strip().splitlines()[-1]))
+
+
 def _rows_and_distinct_coordinates_over_s3(stack: StackInfo, uri: str) -> list[int]:
     clean = {key: value for key, value in os.environ.items() if not key.startswith("AWS_")}
     done = subprocess.run(
@@ -380,6 +430,16 @@ def test_a_two_worker_cluster_shows_its_workers_gives_every_table_of_local_mode_
     sizes = _assert_identical(spark, local.lakehouse, local.versions[1], stored, "after the second runs")
     assert sizes["raw_rides"] == len(local.rides) and sizes["raw_pickup_locations"] == len(local.pickups)
     assert _rows_and_distinct_coordinates_over_s3(stack, f"{lakehouse}/raw_rides") == [len(local.rides)] * 2
+    # The runs registered their tables in the metastore the engine keeps in the stack's PostgreSQL; another Spark
+    # session configured for it finds them by name.
+    vendors, rides = _by_name_in_a_session_of_its_own(
+        stack,
+        root,
+        "SELECT vendor_id, trip_count FROM gold.vendor_counts ORDER BY vendor_id",
+        "SELECT count(*), count(DISTINCT kafka_partition, kafka_offset) FROM bronze.raw_rides",
+    )
+    assert vendors == [[v, n] for v, n in sorted(Counter(int(v) for v in local.rides["vendor_id"]).items())]
+    assert rides == [[len(local.rides), len(local.rides)]]
     # Nothing of the lake is on a disk the executors see: their working directories hold no table file.
     assert not list((stack.directory / "spark-cluster").rglob("*.parquet"))
 

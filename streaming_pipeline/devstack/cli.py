@@ -489,7 +489,9 @@ def _add_jars_parser(subparsers: argparse._SubParsersAction) -> None:
         "Apache Ivy into the project cache ($STREAMING_PIPELINE_CACHE_DIR or ~/.cache/streaming-pipeline).",
     )
     commands = jars.add_subparsers(dest="jars_command", required=True)
-    sets = ["kafka", "spark", "object-store", "s3a"]
+    from streaming_pipeline.engine.jars import artifact_sets
+
+    sets = list(artifact_sets())
     fetch = commands.add_parser("fetch", help="resolve artifact sets now (later runs work offline)")
 
     def artifact_set(name: str) -> str:

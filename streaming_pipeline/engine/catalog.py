@@ -13,6 +13,7 @@ Plain Spark SQL, so the same code runs over Spark Connect and in-process.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -30,6 +31,67 @@ def embedded_metastore_conf(directory: Path) -> dict[str, str]:
         CATALOG_IMPLEMENTATION: "hive",
         METASTORE_URL: f"jdbc:derby:;databaseName={directory / 'metastore_db'};create=true",
     }
+
+
+SITE_FILE = "hive-site.xml"
+
+
+def metastore_model_classes() -> list[str]:
+    """Every class of the Hive metastore's model, as the metastore client pyspark ships declares them (the
+    `package.jdo` of its hive-metastore jar)."""
+    import re
+    import zipfile
+
+    from streaming_pipeline.engine.jars import pyspark_home
+
+    jar = next((pyspark_home() / "jars").glob("hive-metastore-*.jar"))
+    with zipfile.ZipFile(jar) as archive:
+        text = archive.read("package.jdo").decode()
+    package = re.search(r'<package name="([^"]+)"', text)
+    assert package is not None, f"{jar}: package.jdo names no package"
+    return [f"{package.group(1)}.{name}" for name in re.findall(r'<class name="([^"]+)"', text)]
+
+
+def write_shared_metastore_site(directory: Path, jdbc_url: str, user: str, password: str) -> Path:
+    """`directory/hive-site.xml` (mode 0600) for a metastore in the database at `jdbc_url`, which several engines
+    share; `directory`, which goes on each driver's classpath (`shared_metastore_conf`), so that the password is
+    in no command line and no Spark UI.
+
+    The metastore's tables are created when an engine first opens it, every one of them (DataNucleus's
+    `autoStartMechanism=Classes` over the whole model): created one by one as first needed, the one for table
+    privileges waits forever in PostgreSQL for the lock the first CREATE TABLE's own transaction holds."""
+    from xml.sax.saxutils import escape
+
+    properties = {
+        "javax.jdo.option.ConnectionURL": jdbc_url,
+        "javax.jdo.option.ConnectionDriverName": "org.postgresql.Driver",
+        "javax.jdo.option.ConnectionUserName": user,
+        "javax.jdo.option.ConnectionPassword": password,
+        "datanucleus.schema.autoCreateAll": "true",
+        "datanucleus.autoStartMechanism": "Classes",
+        "datanucleus.autoStartMechanismMode": "Checked",
+        "datanucleus.autoStartClassNames": ",".join(metastore_model_classes()),
+        "hive.metastore.schema.verification": "false",
+    }
+    body = "".join(
+        f"  <property><name>{escape(name)}</name><value>{escape(value)}</value></property>\n"
+        for name, value in properties.items()
+    )
+    directory.mkdir(parents=True, exist_ok=True)
+    site = directory / SITE_FILE
+    temporary = site.with_suffix(".tmp")
+    temporary.touch(mode=0o600)
+    temporary.chmod(0o600)
+    temporary.write_text(f'<?xml version="1.0"?>\n<configuration>\n{body}</configuration>\n')
+    temporary.replace(site)
+    return directory
+
+
+def shared_metastore_conf(site_directory: Path, jdbc_jars: Sequence[Path]) -> dict[str, str]:
+    """The settings of a driver whose catalog is the shared metastore `write_shared_metastore_site` describes: Hive's
+    catalog, with the site's directory and the JDBC driver on the driver's classpath."""
+    classpath = ":".join([str(site_directory), *(str(jar) for jar in jdbc_jars)])
+    return {CATALOG_IMPLEMENTATION: "hive", "spark.driver.extraClassPath": classpath}
 
 
 def has_persistent_catalog(spark: SparkSession) -> bool:

@@ -102,6 +102,14 @@ def object_store_artifacts(s3proxy_version: str = S3PROXY_VERSION) -> ArtifactSe
     return ArtifactSet(name=f"s3proxy-{s3proxy_version}", coordinates=(("org.gaul", "s3proxy", s3proxy_version),))
 
 
+POSTGRESQL_JDBC_VERSION = "42.7.14"
+
+
+def metastore_jdbc_artifacts(version: str = POSTGRESQL_JDBC_VERSION) -> ArtifactSet:
+    """PostgreSQL's JDBC driver, for a Hive metastore that several engines share in PostgreSQL (engine.catalog)."""
+    return ArtifactSet(name=f"postgresql-jdbc-{version}", coordinates=(("org.postgresql", "postgresql", version),))
+
+
 def pyspark_hadoop_version() -> str:
     """The Hadoop client version pyspark ships (`jars/hadoop-client-api-<version>.jar`)."""
     for jar in (pyspark_home() / "jars").glob("hadoop-client-api-*.jar"):
@@ -451,10 +459,16 @@ def s3a_jars(*, progress: Progress | None = _stderr_progress) -> list[Path]:
     return resolve(s3a_artifacts(), progress=progress)
 
 
+def metastore_jdbc_jars(*, progress: Progress | None = _stderr_progress) -> list[Path]:
+    """The jars on the driver's classpath of an engine whose metastore is in PostgreSQL."""
+    return resolve(metastore_jdbc_artifacts(), progress=progress)
+
+
 def artifact_sets() -> dict[str, ArtifactSet]:
     return {
         "kafka": kafka_broker_artifacts(),
         "spark": spark_artifacts(),
         "object-store": object_store_artifacts(),
         "s3a": s3a_artifacts(),
+        "metastore-jdbc": metastore_jdbc_artifacts(),
     }

@@ -42,4 +42,7 @@ def test_jars_fetch_takes_every_set_by_default_the_named_ones_else_and_refuses_a
     assert cli.main(["jars", "fetch", "s3a"]) == 0 and resolved == [jars.s3a_artifacts().name]
     with pytest.raises(SystemExit):
         cli.main(["jars", "fetch", "bogus"])
-    assert "'bogus' is no artifact set; choose from kafka, spark, object-store, s3a" in capsys.readouterr().err
+    assert (
+        "'bogus' is no artifact set; choose from kafka, spark, object-store, s3a, metastore-jdbc"
+        in capsys.readouterr().err
+    )

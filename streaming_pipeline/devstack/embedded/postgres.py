@@ -76,6 +76,7 @@ BINARIES_ROOT = Path("/usr/lib/postgresql")
 DEBIAN_PACKAGE = "postgresql"
 STANDARD_PORT = 5432
 DATABASE = "dagster"
+METASTORE_DATABASE = "metastore"  # the engine's catalog, when the stack has PostgreSQL (engine.catalog)
 USER = "dagster"
 SERVER_USER = "postgres"  # the system user Debian's package creates; used only when running as root
 MAX_SOCKET_PATH = 107  # sizeof(sockaddr_un.sun_path) - 1 on Linux
@@ -528,6 +529,12 @@ def connect(host: str, port: int, passfile: Path, dbname: str = DATABASE, **opti
     import psycopg2
 
     return psycopg2.connect(host=host, port=port, user=USER, dbname=dbname, passfile=str(passfile), **options)
+
+
+def password(passfile: Path) -> str:
+    """The ``dagster`` user's password, from the password file the server was made with (for a client that cannot
+    read a libpq password file: the JDBC driver of the engine's metastore)."""
+    return passfile.read_text().strip().split(":", 4)[4]
 
 
 def _write_private(path: Path, text: str) -> None:

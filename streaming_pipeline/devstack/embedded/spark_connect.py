@@ -20,6 +20,7 @@ from typing import Self
 
 from streaming_pipeline.devstack.embedded.ports import LOOPBACK, free_port, port_accepts
 from streaming_pipeline.devstack.embedded.processes import ManagedProcess, python_env_with_project
+from streaming_pipeline.engine.catalog import embedded_metastore_conf
 from streaming_pipeline.engine.jars import pyspark_home, spark_jars
 from streaming_pipeline.engine.java import find_java
 
@@ -106,6 +107,7 @@ class SparkConnectServer(ManagedProcess):
         conf: dict[str, str] | None = None,
         driver_memory: str = DEFAULT_DRIVER_MEMORY,
         env: dict[str, str] | None = None,
+        metastore_conf: dict[str, str] | None = None,
     ) -> None:
         super().__init__()
         self.work_dir = Path(work_dir).resolve()
@@ -118,6 +120,8 @@ class SparkConnectServer(ManagedProcess):
         self.driver_memory = driver_memory
         # More variables of the server's environment: an object store's keys, which S3A reads from there.
         self.env = dict(env or {})
+        # The catalog's metastore: a shared one (engine.catalog.shared_metastore_conf), else Derby in work_dir.
+        self.metastore_conf = dict(metastore_conf or embedded_metastore_conf(self.work_dir))
 
     @property
     def remote_url(self) -> str:
@@ -128,10 +132,9 @@ class SparkConnectServer(ManagedProcess):
         return self.log_dir / "spark-connect.log"
 
     def settings(self) -> dict[str, str]:
-        from streaming_pipeline.engine.catalog import embedded_metastore_conf
         from streaming_pipeline.engine.spark import engine_conf
 
-        settings = {**embedded_metastore_conf(self.work_dir), **engine_conf(self.profile, self.master, self.conf)}
+        settings = {**self.metastore_conf, **engine_conf(self.profile, self.master, self.conf)}
         settings.update(
             {
                 "spark.connect.grpc.binding.address": self.host,

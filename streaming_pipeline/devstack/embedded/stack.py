@@ -547,8 +547,8 @@ class EmbeddedStack:
         wanted += ["spark"] if self._spark_enabled(state) else []
         if self.dagster_postgres:  # recorded only when asked for: without it stack.json stays as it was
             state.setdefault("postgres", {})["enabled"] = True
-        if self._postgres_enabled(state):
-            wanted.append("postgres")
+        if self._postgres_enabled(state):  # before the engine, whose catalog is in it
+            wanted.insert(wanted.index("spark") if "spark" in wanted else len(wanted), "postgres")
         self._record_spark_workers(state, say)
         if "spark" in wanted and self._spark_workers(state):
             wanted.insert(wanted.index("spark"), "spark_cluster")
@@ -579,6 +579,11 @@ class EmbeddedStack:
         if "object_store" in wanted and "spark" in wanted and "spark" not in missing:
             if not state["spark"].get("object_store"):  # an engine started before the store has no S3A settings
                 say("The Spark Connect server starts again, with the object store's S3A settings")
+                self._stop_recorded("spark", "Spark Connect server", state, 15.0, say)
+                missing.append("spark")
+        if "postgres" in wanted and "spark" in wanted and "spark" not in missing:
+            if state["spark"].get("catalog") != "postgres":  # started before PostgreSQL: its catalog is Derby's
+                say("The Spark Connect server starts again, with its catalog in PostgreSQL")
                 self._stop_recorded("spark", "Spark Connect server", state, 15.0, say)
                 missing.append("spark")
         return missing
@@ -669,13 +674,45 @@ class EmbeddedStack:
             # S3A reads the keys from there, and the handlers' Python workers (which read checkpoints and logs with
             # pyarrow and delta-rs) the whole of it.
             driver["env"] = store_env
+        catalog = "derby"
+        if self._postgres_enabled(state):  # the catalog where other engines can share it
+            driver["metastore_conf"] = self._shared_metastore_conf(state, say)
+            catalog = "postgres"
         server = SparkConnectServer(self.spark_dir, port, self.host, log_dir=self.logs_dir, **driver)
         say(f"Starting the Spark Connect server on {server.remote_url} (log: {server.log_file})")
         self._start_server(server, "Spark Connect server", server.remote_url, 30.0, deadline, say)
         state["spark"] = _started(
-            server.pid, server.port, enabled=True, driver_memory=server.driver_memory, object_store=bool(store_env)
+            server.pid,
+            server.port,
+            enabled=True,
+            driver_memory=server.driver_memory,
+            object_store=bool(store_env),
+            catalog=catalog,
         )
         return server
+
+    @property
+    def catalog_dir(self) -> Path:
+        """The shared metastore's hive-site.xml (mode 0600), for the engine's and your own sessions' classpath."""
+        return self.spark_dir / "catalog"
+
+    def _shared_metastore_conf(self, state: State, say: Progress) -> dict[str, str]:
+        """The engine's catalog in the stack's PostgreSQL (database `metastore`, made when missing)."""
+        from streaming_pipeline.devstack.embedded.postgres import METASTORE_DATABASE, USER, connect, password
+        from streaming_pipeline.engine.catalog import shared_metastore_conf, write_shared_metastore_site
+
+        port = int(state["postgres"]["port"])
+        passfile = self.postgres_dir / "pgpass"
+        with contextlib.closing(connect(self.host, port, passfile)) as connection:
+            connection.autocommit = True
+            with connection.cursor() as cursor:
+                cursor.execute("SELECT 1 FROM pg_database WHERE datname = %s", (METASTORE_DATABASE,))
+                if cursor.fetchone() is None:
+                    cursor.execute(f'CREATE DATABASE "{METASTORE_DATABASE}"')
+        url = f"jdbc:postgresql://{self.host}:{port}/{METASTORE_DATABASE}"
+        site = write_shared_metastore_site(self.catalog_dir, url, USER, password(passfile))
+        say(f"The engine's catalog is in PostgreSQL ({url}; settings in {site / 'hive-site.xml'})")
+        return shared_metastore_conf(site, jars.metastore_jdbc_jars(progress=say))
 
     def _start_object_store(
         self, state: State, taken: list[int], deadline: float, say: Progress
