@@ -9,8 +9,10 @@
 #
 # Environment (all optional): SPARK_MASTER (spark://spark-master:7077), SPARK_PROFILE (cluster),
 # SPARK_CONNECT_PORT (15002), SPARK_CONNECT_BIND_ADDRESS (0.0.0.0), SPARK_DRIVER_HOST (this hostname: the name
-# executors connect back to), SPARK_WAREHOUSE_DIR ($LAKEHOUSE_DIR/_warehouse). Extra arguments are passed to
-# spark-submit after the generated ones, so `--conf key=value` there overrides.
+# executors connect back to), SPARK_WAREHOUSE_DIR ($LAKEHOUSE_DIR/_warehouse), SPARK_METASTORE_DIR
+# (/lakehouse/_metastore: the table catalog's Hive metastore, embedded Derby, as the embedded stack's engine keeps
+# one; on the lakehouse volume, so the names outlive the container). Extra arguments are passed to spark-submit
+# after the generated ones, so `--conf key=value` there overrides.
 set -euo pipefail
 
 # The profiles ship inside the installed package (spark_conf/ as package data).
@@ -22,6 +24,7 @@ port="${SPARK_CONNECT_PORT:-15002}"
 bind_address="${SPARK_CONNECT_BIND_ADDRESS:-0.0.0.0}"
 driver_host="${SPARK_DRIVER_HOST:-$(hostname)}"
 warehouse_dir="${SPARK_WAREHOUSE_DIR:-${LAKEHOUSE_DIR:-/lakehouse}/_warehouse}"
+metastore_dir="${SPARK_METASTORE_DIR:-/lakehouse/_metastore}"
 log4j_file="${SPARK_CONNECT_LOG4J:-$(dirname "$(readlink -f "$0")")/spark-connect-log4j2.properties}"
 python="${PYSPARK_PYTHON:-$(command -v python3)}"
 
@@ -57,6 +60,8 @@ while read -r key value || [ -n "$key" ]; do
   conf_args+=(--conf "$key=$value")
 done < "$conf_file"
 
+mkdir -p "$metastore_dir"
+
 echo "start-spark-connect: sc://$driver_host:$port on $bind_address, master $master, profile $profile," \
   "$(tr -cd ',' <<< "$jars" | wc -c | awk '{print $1 + 1}') jars" >&2
 
@@ -72,5 +77,7 @@ exec "$SPARK_HOME/bin/spark-submit" \
   --conf "spark.connect.grpc.binding.address=$bind_address" \
   --conf "spark.connect.grpc.binding.port=$port" \
   --conf "spark.sql.warehouse.dir=$warehouse_dir" \
+  --conf "spark.sql.catalogImplementation=hive" \
+  --conf "spark.hadoop.javax.jdo.option.ConnectionURL=jdbc:derby:;databaseName=$metastore_dir/metastore_db;create=true" \
   --conf "spark.connect.session.manager.defaultSessionTimeout=30m" \
   "$@"

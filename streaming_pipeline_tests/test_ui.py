@@ -210,3 +210,9 @@ def test_asset_graph_renders_and_is_saved(webserver_url: str) -> None:
     assert (width, height) >= (1200, 800), f"screenshot is only {width}x{height}"
     # A blank or spinner-only page compresses to a few kB; the rendered graph is around 100 kB.
     assert SCREENSHOT.stat().st_size > 30_000, f"screenshot is suspiciously small ({SCREENSHOT.stat().st_size} B)"
+
+
+def test_an_asset_page_names_its_table_in_the_catalog(webserver_url: str) -> None:
+    """Each table's asset carries its catalog name (`dagster/table_name`), which its page shows."""
+    _, missing = _dump_dom(webserver_url + "/assets/vendor_counts", ("gold.vendor_counts",))
+    assert not missing, "the vendor_counts asset's page does not show its catalog name gold.vendor_counts"

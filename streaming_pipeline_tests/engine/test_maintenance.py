@@ -1,6 +1,6 @@
 """Table maintenance (`engine.maintenance`): OPTIMIZE compacts without changing a row, VACUUM deletes only what no
 version within the retention needs, a missing table or a short retention is refused before anything is done, and
-maintenance beside a running stream loses and duplicates nothing."""
+maintenance beside a running stream (on the object store) loses and duplicates nothing."""
 
 from __future__ import annotations
 
@@ -45,7 +45,7 @@ def _orphan(path: Path, hours_old: float) -> Path:
     return orphan
 
 
-def _rows(spark: Any, path: Path) -> Counter[tuple[Any, ...]]:
+def _rows(spark: Any, path: Path | str) -> Counter[tuple[Any, ...]]:
     return Counter(tuple(row) for row in spark.read.format("delta").load(str(path)).collect())
 
 
@@ -143,12 +143,16 @@ def test_a_retention_below_the_tables_own_is_refused_before_optimize(spark: Any,
 
 
 @pytest.mark.slow
-def test_optimize_and_vacuum_beside_a_running_stream_lose_and_duplicate_nothing(spark: Any, tmp_path: Path) -> None:
+def test_optimize_and_vacuum_beside_a_running_stream_lose_and_duplicate_nothing(
+    spark: Any, session_object_store: Any
+) -> None:
     """A producer appends to a source table while a stream copies it, batch by batch and exactly once
     (`append_once`), into a target; the target, the source and the target again are optimized and vacuumed
     meanwhile. The stream reads the source's compaction as no new data, and its appends never conflict with the
-    compaction of its target (auto compaction is on too)."""
-    source, target = str(tmp_path / "source"), str(tmp_path / "target")
+    compaction of its target (auto compaction is on too). The tables and the checkpoint are on the session's object
+    store: OPTIMIZE rewrites its objects there and VACUUM lists them."""
+    lakehouse = f"{session_object_store.lakehouse_dir}/maintenance-{uuid.uuid4().hex[:8]}"
+    source, target = f"{lakehouse}/source", f"{lakehouse}/target"
     produced: Counter[tuple[Any, ...]] = Counter()
     spark.createDataFrame([(-1, "first")], DDL).write.format("delta").save(source)
     produced[(-1, "first")] += 1
@@ -175,7 +179,7 @@ def test_optimize_and_vacuum_beside_a_running_stream_lose_and_duplicate_nothing(
         .option("maxFilesPerTrigger", 4)
         .load(source)
         .writeStream.foreachBatch(copy)
-        .option("checkpointLocation", str(tmp_path / "checkpoint"))
+        .option("checkpointLocation", f"{lakehouse}/_checkpoints/target")
         .trigger(processingTime="300 milliseconds")
         .start()
     )
@@ -197,8 +201,8 @@ def test_optimize_and_vacuum_beside_a_running_stream_lose_and_duplicate_nothing(
         query.stop()
     assert query.exception() is None
 
-    assert _rows(spark, Path(target)) == produced
-    assert _rows(spark, Path(source)) == produced
+    assert _rows(spark, target) == produced
+    assert _rows(spark, source) == produced
     for path in (target, source):
         history = spark.sql(f"DESCRIBE HISTORY delta.`{path}`").collect()
         assert {row["operation"] for row in history} <= {"WRITE", "OPTIMIZE"}
