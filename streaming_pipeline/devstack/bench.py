@@ -188,12 +188,14 @@ def bench_stack(
     live_mode: str | None = None,
     event_log: Path | None = None,
     engine_conf: Mapping[str, str] | None = None,
+    object_store: bool = False,
 ) -> Iterator[Any]:
     """The stack a bench measures on: a new one under `work`, stopped afterwards, or with `stack_dir`
     (`--stack-dir`) the embedded stack there, started if it is not running and left running, whose topics must hold
     no record yet (the bench counts every record it reads as its own). Either way the bench's runs go to a Dagster
     instance of its own under `work`, with the stack's dagster.yaml. `event_log`: a new stack's engine writes its
-    Spark event log there (`engine_events`); `engine_conf`: Spark settings of a new stack's engine."""
+    Spark event log there (`engine_events`); `engine_conf`: Spark settings of a new stack's engine; `object_store`:
+    the stack has its S3-compatible object store (`stack up --object-store`)."""
     from dataclasses import replace
 
     from streaming_pipeline.devstack.embedded.stack import EmbeddedStack, running_stack
@@ -203,9 +205,11 @@ def bench_stack(
     with contextlib.ExitStack() as stop:
         if stack_dir is None:
             conf = {**(event_log_conf(event_log) if event_log is not None else {}), **(engine_conf or {})}
-            stack = stop.enter_context(running_stack(work / "stack", live_mode=live_mode, engine_conf=conf))
+            stack = stop.enter_context(
+                running_stack(work / "stack", live_mode=live_mode, engine_conf=conf, object_store=object_store)
+            )
         else:
-            stack = EmbeddedStack(stack_dir).up(progress=say)
+            stack = EmbeddedStack(stack_dir, object_store=object_store).up(progress=say)
             kafka = KafkaResource(bootstrap_servers=stack.bootstrap_servers)
             holding = {s.topic: n for s in project_sources() if (n := sum(kafka.end_offsets(s.topic).values()))}
             if holding:

@@ -175,6 +175,12 @@ def _add_bench_parser(subparsers: argparse._SubParsersAction) -> None:
         help="--run: measure a git worktree of REF too, on the same rides in the same run, and print the ratios",
     )
     bench.add_argument(
+        "--object-store",
+        action="store_true",
+        help="--run: measure each run with the lakehouse on the stack's S3-compatible object store too, beside the "
+        "same run on the local disk, and print the ratio",
+    )
+    bench.add_argument(
         "--rides",
         type=int,
         nargs="+",
@@ -309,6 +315,8 @@ def _add_bench_parser(subparsers: argparse._SubParsersAction) -> None:
 def _run_bench(args: argparse.Namespace) -> int:
     from streaming_pipeline.devstack.bench import run_bench, run_live_bench, run_windows_bench
 
+    if args.object_store and not args.run:
+        raise BenchError("--object-store goes with --run: the other benchmarks measure on the local disk")
     if args.soak:
         from streaming_pipeline.devstack.soak import run_soak_bench
 
@@ -327,7 +335,14 @@ def _run_bench(args: argparse.Namespace) -> int:
         rides = args.rides or [200]
         if len(rides) != 1:
             raise BenchError("--run takes one --rides size")
-        run_cost_bench(rides[0], args.runs, args.json, baseline_ref=args.baseline_ref, stack_dir=args.stack_dir)
+        run_cost_bench(
+            rides[0],
+            args.runs,
+            args.json,
+            baseline_ref=args.baseline_ref,
+            stack_dir=args.stack_dir,
+            object_store=args.object_store,
+        )
     elif args.windows:
         run_windows_bench(tuple(args.history), args.new_rides, args.runs, args.json, stack_dir=args.stack_dir)
     elif args.live:

@@ -9,6 +9,11 @@ its micro-batches, the windows' reconcile. The checks are summed as one line.
 `--baseline-ref REF` measures a second checkout (a git worktree of REF) in the same run: both read the same new
 rides, on the same stack and engine, each into a lakehouse and a Dagster instance of its own, in alternating
 order, so that the ratio compares code, not machines or moments.
+
+`--object-store` gives the bench's stack an S3-compatible object store (`stack up --object-store`) and measures
+each checkout twice per round: with its lakehouse on the store, and on the local disk as the reference, so that
+the ratio is what the store costs a run. The engine's CPU is the Connect server's; the store's own server is not
+counted (on AWS it is not the user's machine).
 """
 
 from __future__ import annotations
@@ -71,6 +76,7 @@ class RunCost:
 class CheckoutCosts:
     label: str
     root: str
+    on_object_store: bool = False
     runs: list[RunCost] = field(default_factory=list)
 
     def median(self, figure: str) -> float:
@@ -138,22 +144,32 @@ def run_cost_bench(
     *,
     baseline_ref: str | None = None,
     stack_dir: Path | None = None,
+    object_store: bool = False,
 ) -> RunCostResult:
     """`repeat` measured runs after `rides` new rides each (and a warm-up run), of this checkout and, with
-    `baseline_ref`, of a worktree of that commit; printed, and written to `json_path`."""
+    `baseline_ref`, of a worktree of that commit, each with `object_store` on the stack's object store and on the
+    local disk; printed, and written to `json_path`."""
     if rides < 1 or repeat < 1:
         raise BenchError("--rides takes a positive size, and --runs at least 1")
     with tempfile.TemporaryDirectory(prefix="bench-run-") as tmp:
         work = Path(tmp)
-        with _checkouts(work, baseline_ref) as checkouts, bench_stack(work, stack_dir) as stack:
+        with (
+            _checkouts(work, baseline_ref) as trees,
+            bench_stack(work, stack_dir, object_store=object_store) as stack,
+        ):
             from streaming_pipeline.registry_client import RegistryClient
             from streaming_pipeline.resources import KafkaResource
 
             assert stack.spark_pid and stack.dagster_home
+            checkouts = on_each_lakehouse(trees) if object_store else trees
             kafka = KafkaResource(bootstrap_servers=stack.bootstrap_servers)
             registry = RegistryClient(stack.schema_registry_url)
             homes = {c.label: _dagster_home(work / f"home-{n}", stack.dagster_home) for n, c in enumerate(checkouts)}
-            lakes = {c.label: work / f"lakehouse-{n}" for n, c in enumerate(checkouts)}
+            store_prefix = f"{stack.lakehouse_dir}/{work.name}" if object_store else ""
+            lakes = {
+                c.label: f"{store_prefix}/lakehouse-{n}" if c.on_object_store else str(work / f"lakehouse-{n}")
+                for n, c in enumerate(checkouts)
+            }
             result = RunCostResult(rides, repeat, machine_description(), checkouts)
             for round_number in range(repeat + 1):  # round 0 creates every table and checkpoint: not counted
                 _send_round(kafka, registry, rides, round_number)
@@ -163,13 +179,15 @@ def run_cost_bench(
                     with bench_stage(f"{checkout.label}: {what}"):
                         env = {
                             **stack.env(),
-                            "LAKEHOUSE_DIR": str(lakes[checkout.label]),
+                            "LAKEHOUSE_DIR": lakes[checkout.label],
                             "DAGSTER_HOME": str(homes[checkout.label]),
                         }
                         cost = _measured_run(Path(checkout.root), env, stack.spark_pid, work / "run.log")
                     if round_number:
                         checkout.runs.append(cost)
                         say(f"{checkout.label}: {what}: {cost.wall_seconds:.1f} s, {cost.engine_cpu_seconds:.1f} s CPU")
+            if store_prefix:
+                _delete_from_store(store_prefix, stack.object_store_env)
     _print_run_costs(result)
     if json_path is not None:
         json_path.write_text(_json(result))
@@ -195,6 +213,29 @@ def _checkouts(work: Path, baseline_ref: str | None) -> Iterator[list[CheckoutCo
         yield [*checkouts, CheckoutCosts(f"baseline {baseline_ref}", str(tree))]
     finally:
         subprocess.run(["git", "-C", str(PROJECT_ROOT), "worktree", "remove", "--force", str(tree)], check=False)
+
+
+def on_each_lakehouse(checkouts: list[CheckoutCosts]) -> list[CheckoutCosts]:
+    """Each checkout measured with its lakehouse on the object store, then on the local disk (the reference)."""
+    return [
+        CheckoutCosts(f"{checkout.label}{where}", checkout.root, on_object_store=on_store)
+        for checkout in checkouts
+        for where, on_store in ((", object store", True), (", local disk", False))
+    ]
+
+
+def _delete_from_store(prefix: str, store_env: dict[str, str]) -> None:
+    """The bench's lakehouses on the store, as the temporary directory takes the local ones with it."""
+    from streaming_pipeline.engine.object_store import bucket_and_key, s3_filesystem_at
+
+    fs = s3_filesystem_at(
+        store_env.get("AWS_ENDPOINT_URL"),
+        store_env.get("AWS_REGION"),
+        store_env.get("AWS_ACCESS_KEY_ID"),
+        store_env.get("AWS_SECRET_ACCESS_KEY"),
+    )
+    bucket, key = bucket_and_key(prefix)
+    fs.rm(f"{bucket}/{key}", recursive=True)
 
 
 def _dagster_home(home: Path, stack_home: Path) -> Path:
@@ -265,11 +306,11 @@ def _print_run_costs(result: RunCostResult) -> None:
     print(f"\nA whole run after {result.rides} new rides, every asset and check, medians of {result.repeat} run(s)")
     print(f"machine: {result.machine}")
     labels = [c.label for c in result.checkouts]
-    header = f"{'':<34}" + "".join(f"{label:>30}" for label in labels)
-    print(header)
+    width = max(30, *(len(label) + 2 for label in labels))
+    print(f"{'':<34}" + "".join(f"{label:>{width}}" for label in labels))
 
     def row(name: str, values: list[str]) -> None:
-        print(f"{name:<34}" + "".join(f"{v:>30}" for v in values))
+        print(f"{name:<34}" + "".join(f"{v:>{width}}" for v in values))
 
     totals = [f"{c.median('wall_seconds'):.1f} / {c.median('engine_cpu_seconds'):.1f}" for c in result.checkouts]
     row("run: wall s / engine CPU s", totals)
@@ -286,10 +327,29 @@ def _print_run_costs(result: RunCostResult) -> None:
             values = [c.part_median(step, part) for c in result.checkouts]
             if any(v is not None for v in values):
                 row(f"    {part} (wall s)", ["-" if v is None else f"{v:.2f}" for v in values])
-    if len(result.checkouts) == 2:
-        ours, base = result.checkouts
+    for measured, reference in ratio_pairs(result.checkouts):
         for figure, label in (("wall_seconds", "wall"), ("engine_cpu_seconds", "engine CPU")):
-            print(f"{label}: this checkout / {base.label} = {ours.median(figure) / base.median(figure):.2f}")
+            ratio = measured.median(figure) / reference.median(figure)
+            print(f"{label}: {measured.label} / {reference.label} = {ratio:.2f}")
+
+
+def ratio_pairs(checkouts: list[CheckoutCosts]) -> list[tuple[CheckoutCosts, CheckoutCosts]]:
+    """(measured, reference): each checkout on the object store against itself on the local disk, and this
+    checkout against the baseline on the same lakehouse."""
+    ours = checkouts[0].root
+    pairs = [
+        (store, disk)
+        for store in checkouts
+        for disk in checkouts
+        if store.on_object_store and not disk.on_object_store and store.root == disk.root
+    ]
+    pairs += [
+        (mine, base)
+        for mine in checkouts
+        for base in checkouts
+        if mine.root == ours and base.root != ours and mine.on_object_store == base.on_object_store
+    ]
+    return pairs
 
 
 def _json(result: RunCostResult) -> str:

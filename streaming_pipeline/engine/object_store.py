@@ -34,11 +34,13 @@ def s3_filesystem() -> Any:
     requests to it), AWS_REGION, and the keys AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY (without them, the AWS
     SDK's other sources: a profile, an instance role)."""
     endpoint_url, region = settings.s3_client_settings()
-    return _s3_filesystem(endpoint_url, region, *settings.s3_keys())
+    return s3_filesystem_at(endpoint_url, region, *settings.s3_keys())
 
 
 @functools.lru_cache(maxsize=4)
-def _s3_filesystem(endpoint_url: str | None, region: str | None, key_id: str | None, secret: str | None) -> Any:
+def s3_filesystem_at(endpoint_url: str | None, region: str | None, key_id: str | None, secret: str | None) -> Any:
+    """pyarrow's S3 file system as fsspec's, for the store at `endpoint_url` (path-style requests; None: AWS) with
+    these keys (None: the AWS SDK's other sources)."""
     from fsspec.implementations.arrow import ArrowFSWrapper
     from pyarrow import fs
 
@@ -48,6 +50,25 @@ def _s3_filesystem(endpoint_url: str | None, region: str | None, key_id: str | N
     if key_id and secret:
         options.update(access_key=key_id, secret_key=secret)
     return ArrowFSWrapper(fs.S3FileSystem(**options))
+
+
+def delta_rs_location(uri: str) -> tuple[str, dict[str, str]]:
+    """The `s3://bucket/key` URI delta-rs takes for an s3a:// (s3://, s3n://) table, and its storage options: the
+    store and keys the variables name now, as `s3_filesystem` takes them, with plain http allowed when the
+    endpoint is http. The options hold the keys: hand them to delta-rs only, never print them."""
+    bucket, key = bucket_and_key(uri)
+    endpoint_url, region = settings.s3_client_settings()
+    key_id, secret = settings.s3_keys()
+    named = {
+        "AWS_ENDPOINT_URL": endpoint_url,
+        "AWS_REGION": region,
+        "AWS_ACCESS_KEY_ID": key_id,
+        "AWS_SECRET_ACCESS_KEY": secret,
+    }
+    options = {name: value for name, value in named.items() if value}
+    if endpoint_url and endpoint_url.startswith("http://"):
+        options["AWS_ALLOW_HTTP"] = "true"
+    return f"s3://{bucket}/{key}" if key else f"s3://{bucket}", options
 
 
 NOTHING_DONE = "nothing was read or written"

@@ -3,8 +3,10 @@ delta-rs (`deltalake`) reads the table's snapshot (checkpoint and commits) and t
 every file it adds, and pyarrow reads the few columns a count needs from the files it lists.
 
 For the metadata of every materialization and for the checks: a Spark job costs about a second of the warm
-engine, this costs milliseconds. Each function returns None when delta-rs cannot answer exactly (an object-store
-URI, a file written without statistics, deletion vectors, column mapping), and the caller asks Spark instead.
+engine, this costs milliseconds. A table on an S3 store (s3a://) is read there with delta-rs's own S3 client, from
+the variables the code location's other S3 reads take (`engine.object_store`). Each function returns None when
+delta-rs cannot answer exactly (another object store's URI, a file written without statistics, deletion vectors,
+column mapping), and the caller asks Spark instead.
 """
 
 from __future__ import annotations
@@ -19,15 +21,21 @@ if TYPE_CHECKING:
     from streaming_pipeline.engine.row_filters import RowFilter
 
 
-def _local_table(path: str, version: int) -> DeltaTable | None:
-    """The table at `path` as of `version`, when `path` is on the local filesystem and the table has no deletion
-    vectors and maps no column names."""
+def _readable_table(path: str, version: int) -> DeltaTable | None:
+    """The table at `path` as of `version`, when `path` is on the local filesystem or an S3 store and the table has
+    no deletion vectors and maps no column names."""
     from deltalake import DeltaTable
 
+    from streaming_pipeline.engine.object_store import delta_rs_location, is_object_store
+
     parsed = urlparse(path)
-    if parsed.scheme not in ("", "file"):
+    if is_object_store(path):
+        uri, options = delta_rs_location(path)
+        table = DeltaTable(uri, version=version, storage_options=options)
+    elif parsed.scheme in ("", "file"):
+        table = DeltaTable(parsed.path if parsed.scheme else path, version=version)
+    else:
         return None
-    table = DeltaTable(parsed.path if parsed.scheme else path, version=version)
     if "deletionVectors" in (table.protocol().reader_features or []):
         return None
     if table.metadata().configuration.get("delta.columnMapping.mode", "none") != "none":
@@ -39,7 +47,7 @@ def row_count(path: str, version: int) -> int | None:
     """The table's rows at `version`, summed from its files' `numRecords` statistics."""
     import pyarrow as pa
 
-    table = _local_table(path, version)
+    table = _readable_table(path, version)
     if table is None:
         return None
     counts = pa.table(table.get_add_actions(flatten=True)).column("num_records")
@@ -50,7 +58,7 @@ def row_count(path: str, version: int) -> int | None:
 
 def matching_rows(path: str, version: int, condition: RowFilter) -> int | None:
     """The table's rows at `version` for which `condition` holds (reading only the columns it names)."""
-    table = _local_table(path, version)
+    table = _readable_table(path, version)
     if table is None:
         return None
     return int(table.to_pyarrow_dataset().count_rows(filter=condition.arrow()))
@@ -61,7 +69,7 @@ def duplicate_keys(path: str, version: int, key: list[str]) -> int | None:
     holds."""
     import pyarrow.compute as pc
 
-    table = _local_table(path, version)
+    table = _readable_table(path, version)
     if table is None:
         return None
     keys = table.to_pyarrow_dataset().to_table(columns=key)
@@ -73,7 +81,7 @@ def column_sums(path: str, version: int, columns: list[str]) -> dict[str, int] |
     """The sum of each of `columns` (integers; nulls count 0) over the table's rows at `version`."""
     import pyarrow.compute as pc
 
-    table = _local_table(path, version)
+    table = _readable_table(path, version)
     if table is None:
         return None
     values = table.to_pyarrow_dataset().to_table(columns=columns)
@@ -83,7 +91,7 @@ def column_sums(path: str, version: int, columns: list[str]) -> dict[str, int] |
 def first_rows(path: str, version: int, rows: int, order: list[str] | None = None) -> pd.DataFrame | None:
     """`rows` rows of the table at `version` as pandas, as Spark's toPandas gives them (timestamps naive UTC):
     sorted by `order` (nulls first, as Spark sorts them), which reads the whole table, or any rows otherwise."""
-    table = _local_table(path, version)
+    table = _readable_table(path, version)
     if table is None:
         return None
     dataset = table.to_pyarrow_dataset()
@@ -97,7 +105,7 @@ def first_rows(path: str, version: int, rows: int, order: list[str] | None = Non
 
 def all_rows(path: str, version: int) -> pd.DataFrame | None:
     """Every row of the table at `version` as pandas, as Spark's toPandas gives them: for tables that stay small."""
-    table = _local_table(path, version)
+    table = _readable_table(path, version)
     if table is None:
         return None
     return _as_spark_gives_it(table.to_pyarrow_dataset().to_table().to_pandas())
@@ -118,7 +126,7 @@ _SPARK_TYPE_NAMES = {"integer": "int", "long": "bigint", "short": "smallint", "b
 def columns(path: str, version: int) -> list[tuple[str, str]] | None:
     """The table's columns at `version`: name and Spark SQL type (`int`, `bigint`, `string`, ...), as the table's
     metadata holds them now (after schema evolution too)."""
-    table = _local_table(path, version)
+    table = _readable_table(path, version)
     if table is None:
         return None
     found = []

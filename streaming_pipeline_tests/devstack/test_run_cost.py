@@ -13,7 +13,15 @@ import dagster as dg
 import pytest
 
 from streaming_pipeline.devstack.cli import build_parser
-from streaming_pipeline.devstack.run_cost import CHECKS, EngineCpu, _checkouts, _step_costs
+from streaming_pipeline.devstack.run_cost import (
+    CHECKS,
+    CheckoutCosts,
+    EngineCpu,
+    _checkouts,
+    _step_costs,
+    on_each_lakehouse,
+    ratio_pairs,
+)
 from streaming_pipeline.errors import BenchError
 
 
@@ -114,3 +122,31 @@ def test_run_takes_one_size_and_its_own_defaults() -> None:
     from streaming_pipeline.devstack.cli import main
 
     assert main(["bench", "--run", "--rides", "100", "200"]) != 0
+
+
+def test_on_an_object_store_each_checkout_runs_on_the_store_and_on_the_local_disk() -> None:
+    ours, base = CheckoutCosts("this checkout", "/a"), CheckoutCosts("baseline main", "/b")
+    variants = on_each_lakehouse([ours, base])
+    assert [(c.label, c.root, c.on_object_store) for c in variants] == [
+        ("this checkout, object store", "/a", True),
+        ("this checkout, local disk", "/a", False),
+        ("baseline main, object store", "/b", True),
+        ("baseline main, local disk", "/b", False),
+    ]
+    assert build_parser().parse_args(["bench", "--run", "--object-store"]).object_store
+
+    from streaming_pipeline.devstack.cli import main
+
+    assert main(["bench", "--live", "--object-store"]) != 0  # refused before any stack starts
+
+
+def test_each_ratio_compares_one_change_the_store_or_the_code() -> None:
+    ours, base = CheckoutCosts("this checkout", "/a"), CheckoutCosts("baseline main", "/b")
+    assert [(m.label, r.label) for m, r in ratio_pairs([ours, base])] == [("this checkout", "baseline main")]
+    variants = on_each_lakehouse([ours, base])
+    assert [(m.label, r.label) for m, r in ratio_pairs(variants)] == [
+        ("this checkout, object store", "this checkout, local disk"),
+        ("baseline main, object store", "baseline main, local disk"),
+        ("this checkout, object store", "baseline main, object store"),
+        ("this checkout, local disk", "baseline main, local disk"),
+    ]
