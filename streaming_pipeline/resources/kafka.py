@@ -27,6 +27,12 @@ _LIBRDKAFKA_LOG.propagate = False
 _LEADER_ELECTION = frozenset({KafkaError.NOT_LEADER_FOR_PARTITION, KafkaError.LEADER_NOT_AVAILABLE})
 
 
+def _jaas_quoted(value: str) -> str:
+    """`value` as a quoted string of a JAAS line: Kafka's parser (java.io.StreamTokenizer) reads a backslash as an
+    escape there, so a backslash or a double quote in a secret is escaped, not the end of it."""
+    return '"' + value.replace("\\", "\\\\").replace('"', '\\"') + '"'
+
+
 class KafkaResource(dg.ConfigurableResource):
     """Connection to a Kafka cluster (embedded broker, compose, or Confluent Cloud via SASL_SSL).
 
@@ -76,9 +82,8 @@ class KafkaResource(dg.ConfigurableResource):
                     if self.sasl_mechanism.upper().startswith("SCRAM")
                     else "org.apache.kafka.common.security.plain.PlainLoginModule"
                 )
-                options["kafka.sasl.jaas.config"] = (
-                    f'{login_module} required username="{self.sasl_username}" password="{self.sasl_password}";'
-                )
+                username, password = _jaas_quoted(self.sasl_username), _jaas_quoted(self.sasl_password)
+                options["kafka.sasl.jaas.config"] = f"{login_module} required username={username} password={password};"
         return options
 
     def producer(self, **overrides: Any) -> Producer:
