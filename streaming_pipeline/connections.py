@@ -38,3 +38,9 @@ class SchemaRegistryConnection(Protocol):
 
     @property
     def basic_auth_user_info(self) -> str | None: ...
+
+    @property
+    def ssl_ca_location(self) -> str | None: ...
+
+    @property
+    def ssl_keystore_location(self) -> str | None: ...

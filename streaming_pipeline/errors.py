@@ -28,6 +28,12 @@ class ArtifactResolutionError(StackError):
     """A Java artifact (the broker's jars, Spark's packages) could not be resolved from Maven Central."""
 
 
+class CredentialsError(ConfigurationError):
+    """Kafka or the schema registry refused this client's credentials or TLS settings (a wrong password, an unknown
+    user, a CA that does not match, a plaintext client at a TLS listener): asking again cannot help. The message
+    names the settings to fix and never holds a secret."""
+
+
 class EngineVersionError(ConfigurationError):
     """The Spark engine's parts do not match: pyspark and delta-spark, or this client and the Spark Connect server."""
 

@@ -249,12 +249,26 @@ class RunRetentionSettings:
 
 @dataclass(frozen=True)
 class KafkaSecurity:
-    """How clients authenticate to Kafka. The SASL username and password are secrets: only whether they are set."""
+    """How clients authenticate to Kafka. The SASL username and password are secrets: only whether they are set.
+    The TLS files are paths (made absolute, checked to exist): the CA that signed the brokers' certificates, and
+    for mutual TLS one PEM file with the client's private key and its certificate chain."""
 
     security_protocol: str = "PLAINTEXT"
     sasl_mechanism: str | None = None
     sasl_username_set: bool = False
     sasl_password_set: bool = False
+    ssl_ca_location: str | None = None
+    ssl_keystore_location: str | None = None
+
+
+@dataclass(frozen=True)
+class RegistrySecurity:
+    """How clients reach a schema registry over HTTPS with basic auth: whether the 'user:password' secret is set,
+    the CA file for its certificate, and for mutual TLS one PEM file with the client's key and certificate chain."""
+
+    basic_auth_set: bool = False
+    ssl_ca_location: str | None = None
+    ssl_keystore_location: str | None = None
 
 
 @dataclass(frozen=True)
@@ -274,7 +288,7 @@ class PipelineSettings:
     taxi_zones_csv: str | None = None
     spark_profile: str = DEFAULT_SPARK_PROFILE
     kafka_security: KafkaSecurity = field(default_factory=KafkaSecurity)
-    registry_basic_auth_set: bool = False
+    registry_security: RegistrySecurity = field(default_factory=RegistrySecurity)
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str] | None = None) -> PipelineSettings:
@@ -299,8 +313,14 @@ class PipelineSettings:
                 sasl_mechanism=env.get("KAFKA_SASL_MECHANISM") or None,
                 sasl_username_set=bool(env.get(KAFKA_SASL_USERNAME)),
                 sasl_password_set=bool(env.get(KAFKA_SASL_PASSWORD)),
+                ssl_ca_location=_existing_file(env, "KAFKA_SSL_CA_LOCATION"),
+                ssl_keystore_location=_existing_file(env, "KAFKA_SSL_KEYSTORE_LOCATION"),
             ),
-            registry_basic_auth_set=bool(env.get(SCHEMA_REGISTRY_BASIC_AUTH_USER_INFO)),
+            registry_security=RegistrySecurity(
+                basic_auth_set=bool(env.get(SCHEMA_REGISTRY_BASIC_AUTH_USER_INFO)),
+                ssl_ca_location=_existing_file(env, "SCHEMA_REGISTRY_SSL_CA_LOCATION"),
+                ssl_keystore_location=_existing_file(env, "SCHEMA_REGISTRY_SSL_KEYSTORE_LOCATION"),
+            ),
         )
         for name, value in (
             ("RIDE_WINDOW_DURATION", settings.ride_window_duration),

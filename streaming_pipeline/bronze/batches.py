@@ -30,16 +30,18 @@ if TYPE_CHECKING:
 
     from streaming_pipeline.registry_client import RegistryClient
 
-_REGISTRIES: dict[tuple[str, str | None], RegistryClient] = {}
+_REGISTRIES: dict[tuple[str, str | None, str | None, str | None], RegistryClient] = {}
 
 
-def _registry(url: str, basic_auth_user_info: str | None) -> RegistryClient:
+def _registry(url: str, basic_auth_user_info: str | None, ca: str | None, keystore: str | None) -> RegistryClient:
     """One registry client per worker process, reused across micro-batches (its schema cache too)."""
     from streaming_pipeline.registry_client import RegistryClient
 
-    key = (url, basic_auth_user_info)
+    key = (url, basic_auth_user_info, ca, keystore)
     if key not in _REGISTRIES:
-        _REGISTRIES[key] = RegistryClient(url=url, basic_auth_user_info=basic_auth_user_info)
+        _REGISTRIES[key] = RegistryClient(
+            url=url, basic_auth_user_info=basic_auth_user_info, ssl_ca_location=ca, ssl_keystore_location=keystore
+        )
     return _REGISTRIES[key]
 
 
@@ -61,6 +63,8 @@ class BronzeBatchWriter:
     dead_letter_path: str
     asset_name: str
     checkpoint_dir: str
+    registry_ca: str | None = None  # the registry's HTTPS: its CA file, this client's key and certificates
+    registry_keystore: str | None = None
 
     def __call__(self, batch: DataFrame, batch_id: int) -> None:
         from pyspark.sql import Observation
@@ -75,7 +79,7 @@ class BronzeBatchWriter:
         )
 
         steps = _StepTimer()
-        registry = _registry(self.registry_url, self.registry_auth)
+        registry = _registry(self.registry_url, self.registry_auth, self.registry_ca, self.registry_keystore)
         cp_id = checkpoint_id(self.checkpoint_dir)
         app_id = bronze_app_id(self.asset_name, cp_id)
         kafka_offsets = checkpoint_batch_offsets(self.checkpoint_dir, batch_id)

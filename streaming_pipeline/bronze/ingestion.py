@@ -80,6 +80,8 @@ def bronze_query(
     handler = BronzeBatchWriter(
         registry_url=registry.url,
         registry_auth=registry.basic_auth_user_info,
+        registry_ca=registry.ssl_ca_location,
+        registry_keystore=registry.ssl_keystore_location,
         subject=source.value_subject,
         fallback_reader_schema=load_schema(source.value_schema),
         table_path=table_path,

@@ -43,7 +43,7 @@ def build_resources(settings: PipelineSettings) -> PipelineResources:
 def _resources(
     settings: PipelineSettings,
 ) -> tuple[KafkaResource, SchemaRegistryResource, SparkResource, LakehouseResource]:
-    security = settings.kafka_security
+    security, registry = settings.kafka_security, settings.registry_security
     return (
         KafkaResource(
             bootstrap_servers=settings.bootstrap_servers,
@@ -51,12 +51,14 @@ def _resources(
             sasl_mechanism=security.sasl_mechanism,
             sasl_username=dg.EnvVar(KAFKA_SASL_USERNAME) if security.sasl_username_set else None,
             sasl_password=dg.EnvVar(KAFKA_SASL_PASSWORD) if security.sasl_password_set else None,
+            ssl_ca_location=security.ssl_ca_location,
+            ssl_keystore_location=security.ssl_keystore_location,
         ),
         SchemaRegistryResource(
             url=settings.schema_registry_url,
-            basic_auth_user_info=(
-                dg.EnvVar(SCHEMA_REGISTRY_BASIC_AUTH_USER_INFO) if settings.registry_basic_auth_set else None
-            ),
+            basic_auth_user_info=dg.EnvVar(SCHEMA_REGISTRY_BASIC_AUTH_USER_INFO) if registry.basic_auth_set else None,
+            ssl_ca_location=registry.ssl_ca_location,
+            ssl_keystore_location=registry.ssl_keystore_location,
         ),
         SparkResource(
             remote=settings.spark_remote,

@@ -11,7 +11,7 @@ from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, Topi
 from confluent_kafka.admin import AdminClient, NewTopic
 from pydantic import Field
 
-from streaming_pipeline.errors import BrokerUnavailableError, ConfigurationError
+from streaming_pipeline.errors import BrokerUnavailableError, ConfigurationError, CredentialsError
 
 _SECURITY_PROTOCOLS = ("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL")
 
@@ -25,6 +25,47 @@ _LIBRDKAFKA_LOG.propagate = False
 
 # What a partition answers for the moment its leader is being elected (a topic just created, a broker restarted).
 _LEADER_ELECTION = frozenset({KafkaError.NOT_LEADER_FOR_PARTITION, KafkaError.LEADER_NOT_AVAILABLE})
+
+
+# What librdkafka reports, through its error callback only, when the cluster refuses this client: asking again
+# cannot help, so these fail at once instead of when the timeout runs out.
+_SASL_REFUSED = frozenset({KafkaError._AUTHENTICATION, KafkaError.SASL_AUTHENTICATION_FAILED})
+# A broker that closes the connection at the client's first request, again and again, is one whose listener wants
+# TLS or SASL of a client that speaks plain Kafka: librdkafka says so only in its log.
+_CLOSED_AT_FIRST_REQUEST = "in state APIVERSION_QUERY"
+_CLOSED_TIMES = 3
+
+
+class _Refusals(logging.Handler):
+    """A client's error callback and log handler: keeps the first sign that the cluster refused this client, as
+    (what was refused: 'sasl', 'tls' or 'protocol', librdkafka's words); librdkafka goes on trying, and its
+    exceptions say only that nothing answered."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.first: tuple[str, str] | None = None
+        self._closed = 0
+
+    def __call__(self, error: KafkaError) -> None:
+        if self.first is None and error.code() in _SASL_REFUSED:
+            self.first = ("sasl", error.str())
+        elif self.first is None and error.code() == KafkaError._SSL:
+            self.first = ("tls", error.str())
+        elif self.first is None and error.code() == KafkaError._TRANSPORT and "SSL routines" in error.str():
+            self.first = ("tls", error.str())  # the broker's TLS alert: e.g. no client certificate, mutual TLS
+
+    def emit(self, record: logging.LogRecord) -> None:
+        message = record.getMessage()
+        if "Disconnected" in message and _CLOSED_AT_FIRST_REQUEST in message:
+            self._closed += 1
+            if self.first is None and self._closed >= _CLOSED_TIMES:
+                self.first = ("protocol", message.split(": ", 1)[-1])
+
+    def logger(self) -> logging.Logger:
+        """A logger of this client alone, whose records reach this handler only."""
+        logger = logging.Logger("streaming_pipeline.resources.kafka.librdkafka")
+        logger.addHandler(self)
+        return logger
 
 
 def _jaas_quoted(value: str) -> str:
@@ -44,6 +85,16 @@ class KafkaResource(dg.ConfigurableResource):
     sasl_mechanism: str | None = Field(default=None, description="e.g. PLAIN (Confluent Cloud), SCRAM-SHA-512.")
     sasl_username: str | None = None
     sasl_password: str | None = None
+    ssl_ca_location: str | None = Field(
+        default=None,
+        description="KAFKA_SSL_CA_LOCATION: the CA file (PEM) that signed the brokers' certificates; the system's CAs "
+        "when unset.",
+    )
+    ssl_keystore_location: str | None = Field(
+        default=None,
+        description="KAFKA_SSL_KEYSTORE_LOCATION: for mutual TLS, one PEM file with the client's private key "
+        "(unencrypted) and its certificate chain.",
+    )
     timeout_seconds: float = Field(default=10.0, description="Bound on metadata and offset requests.")
 
     def _check(self) -> None:
@@ -65,6 +116,10 @@ class KafkaResource(dg.ConfigurableResource):
             config["sasl.username"] = self.sasl_username
         if self.sasl_password is not None:
             config["sasl.password"] = self.sasl_password
+        if self.ssl_ca_location:
+            config["ssl.ca.location"] = self.ssl_ca_location
+        if self.ssl_keystore_location:  # one file: librdkafka reads the certificates and the key from it
+            config["ssl.certificate.location"] = config["ssl.key.location"] = self.ssl_keystore_location
         return config
 
     def spark_options(self) -> dict[str, str]:
@@ -84,7 +139,34 @@ class KafkaResource(dg.ConfigurableResource):
                 )
                 username, password = _jaas_quoted(self.sasl_username), _jaas_quoted(self.sasl_password)
                 options["kafka.sasl.jaas.config"] = f"{login_module} required username={username} password={password};"
+        if self.ssl_ca_location:
+            options["kafka.ssl.truststore.type"] = "PEM"
+            options["kafka.ssl.truststore.location"] = self.ssl_ca_location
+        if self.ssl_keystore_location:
+            options["kafka.ssl.keystore.type"] = "PEM"
+            options["kafka.ssl.keystore.location"] = self.ssl_keystore_location
         return options
+
+    def refused(self, what: str, reason: str) -> CredentialsError:
+        """What to tell when the cluster refused this client (`what`: 'sasl', 'tls' or 'protocol'; `reason`:
+        librdkafka's words): the settings to fix, never a secret."""
+        where = f"Kafka at {self.bootstrap_servers}"
+        if what == "tls":
+            return CredentialsError(
+                f"the TLS handshake with {where} failed: check KAFKA_SSL_CA_LOCATION (the CA that signed the brokers' "
+                f"certificates), KAFKA_SSL_KEYSTORE_LOCATION for mutual TLS, and "
+                f"KAFKA_SECURITY_PROTOCOL={self.security_protocol} ({reason})"
+            )
+        if what == "protocol":
+            return CredentialsError(
+                f"{where} closes the connection at the first request: does its listener want TLS or SASL? Check "
+                f"KAFKA_SECURITY_PROTOCOL={self.security_protocol}, and for mutual TLS KAFKA_SSL_KEYSTORE_LOCATION "
+                f"({reason})"
+            )
+        return CredentialsError(
+            f"{where} refused the SASL credentials: check KAFKA_SASL_USERNAME, KAFKA_SASL_PASSWORD and "
+            f"KAFKA_SASL_MECHANISM={self.sasl_mechanism} ({reason})"
+        )
 
     def producer(self, **overrides: Any) -> Producer:
         return Producer({**self.client_config(), **overrides})
@@ -100,9 +182,11 @@ class KafkaResource(dg.ConfigurableResource):
         }
         return Consumer(config)
 
-    def admin(self) -> AdminClient:
-        # confluent-kafka's stubs type config values as str | int | float, but "logger" takes a logging.Logger
-        return AdminClient({**self.client_config(), "logger": _LIBRDKAFKA_LOG})  # type: ignore[dict-item]
+    def admin(self, refusals: _Refusals | None = None) -> AdminClient:
+        config: dict[str, Any] = {**self.client_config(), "logger": _LIBRDKAFKA_LOG}
+        if refusals is not None:
+            config.update(error_cb=refusals, logger=refusals.logger())
+        return AdminClient(config)
 
     def topic_partitions(self, topic: str) -> list[int]:
         """Partition ids of `topic`; empty when the topic does not exist. Bounded by timeout_seconds.
@@ -111,13 +195,21 @@ class KafkaResource(dg.ConfigurableResource):
         `auto.create.topics.enable` create it, with the broker's default partitions, so a sensor polling a topic
         nobody produced to yet would create it (and could see its leader not elected yet).
         """
-        admin = self.admin()
-        try:
-            metadata = admin.list_topics(timeout=self.timeout_seconds)
-        except KafkaException as exc:
-            raise BrokerUnavailableError(
-                f"Kafka at {self.bootstrap_servers} did not answer within {self.timeout_seconds:g} s: {exc}"
-            ) from exc
+        refusals = _Refusals()
+        admin = self.admin(refusals)
+        deadline = time.monotonic() + self.timeout_seconds
+        while True:
+            try:
+                metadata = admin.list_topics(timeout=min(1.0, max(deadline - time.monotonic(), 0.1)))
+                break
+            except KafkaException as exc:
+                admin.poll(0)  # serves the error callback and the log
+                if refusals.first is not None:
+                    raise self.refused(*refusals.first) from None
+                if time.monotonic() >= deadline:
+                    raise BrokerUnavailableError(
+                        f"Kafka at {self.bootstrap_servers} did not answer within {self.timeout_seconds:g} s: {exc}"
+                    ) from exc
         topic_metadata = metadata.topics.get(topic)
         if topic_metadata is None:
             return []
@@ -135,11 +227,12 @@ class KafkaResource(dg.ConfigurableResource):
         topic: str,
         *,
         partitions: int = 2,
-        replication_factor: int = 1,
+        replication_factor: int = -1,
         retention_ms: int | None = None,
         cleanup_policy: str | None = None,
     ) -> bool:
-        """Create `topic` when absent; return True when it was created."""
+        """Create `topic` when absent; return True when it was created. Its replication factor is the cluster's
+        (`default.replication.factor`) unless given."""
         if self.topic_partitions(topic):
             return False
         topic_config: dict[str, str] = {}

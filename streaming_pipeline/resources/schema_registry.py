@@ -19,6 +19,14 @@ class SchemaRegistryResource(dg.ConfigurableResource):
     basic_auth_user_info: str | None = Field(
         default=None, description="'key:secret' for registries behind basic auth (Confluent Cloud); use EnvVar."
     )
+    ssl_ca_location: str | None = Field(
+        default=None, description="SCHEMA_REGISTRY_SSL_CA_LOCATION: the CA file of the registry's HTTPS certificate."
+    )
+    ssl_keystore_location: str | None = Field(
+        default=None,
+        description="SCHEMA_REGISTRY_SSL_KEYSTORE_LOCATION: for mutual TLS, a PEM file with the client's private key "
+        "and certificate chain.",
+    )
     timeout_seconds: int = Field(default=10, description="Bound on each registry request.")
 
     _client: RegistryClient | None = PrivateAttr(default=None)
@@ -28,5 +36,11 @@ class SchemaRegistryResource(dg.ConfigurableResource):
         from streaming_pipeline.registry_client import RegistryClient  # confluent-kafka's client loads in 0.7 s
 
         if self._client is None:
-            self._client = RegistryClient(self.url, self.basic_auth_user_info, self.timeout_seconds)
+            self._client = RegistryClient(
+                self.url,
+                self.basic_auth_user_info,
+                self.timeout_seconds,
+                ssl_ca_location=self.ssl_ca_location,
+                ssl_keystore_location=self.ssl_keystore_location,
+            )
         return self._client

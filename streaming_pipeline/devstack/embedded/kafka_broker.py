@@ -15,7 +15,9 @@ from __future__ import annotations
 
 import base64
 import logging
+import os
 import subprocess
+import time
 import uuid
 from collections.abc import Callable, Mapping, Sequence
 from importlib import resources
@@ -24,6 +26,12 @@ from typing import Self
 
 from streaming_pipeline.devstack.embedded.ports import LOOPBACK, free_ports, port_accepts
 from streaming_pipeline.devstack.embedded.processes import ManagedProcess, log_header, output_since_last_start, tail
+from streaming_pipeline.devstack.embedded.secure import (
+    KAFKA_BROKER_USER,
+    KAFKA_CLIENT_USER,
+    SCRAM_MECHANISM,
+    SecureMaterial,
+)
 from streaming_pipeline.engine import jars
 from streaming_pipeline.engine.java import find_java
 from streaming_pipeline.errors import StackError
@@ -59,8 +67,20 @@ def _read_properties(path: Path) -> dict[str, str]:
     return result
 
 
+def _private(path: Path, text: str) -> None:
+    """Write `text` to `path`, readable by its owner only."""
+    path.unlink(missing_ok=True)
+    with open(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600), "w") as file:
+        file.write(text)
+
+
 class EmbeddedKafkaBroker(ManagedProcess):
-    """One Kafka broker process (KRaft combined mode, node id 1) listening on ``host`` only."""
+    """One Kafka broker process (KRaft combined mode: broker and controller) listening on ``host`` only.
+
+    ``secure``: its client listener is SASL_SSL (SCRAM-SHA-512 users made when its storage is formatted, TLS with
+    the stack's certificates, client certificates required) instead of PLAINTEXT. ``node_id``, ``quorum_voters``,
+    ``cluster_id`` and ``replicas`` make it one node of a cluster of ``replicas`` nodes: topics are then replicated
+    to all of them, and a write needs two in sync."""
 
     title = "the Kafka broker"
 
@@ -76,6 +96,11 @@ class EmbeddedKafkaBroker(ManagedProcess):
         extra_properties: Mapping[str, str] | None = None,
         jvm_options: Sequence[str] = (),
         progress: Callable[[str], None] | None = None,
+        secure: SecureMaterial | None = None,
+        node_id: int = NODE_ID,
+        quorum_voters: str | None = None,
+        cluster_id: str | None = None,
+        replicas: int = 1,
     ) -> None:
         super().__init__()
         self.data_dir = Path(data_dir).resolve()
@@ -92,6 +117,11 @@ class EmbeddedKafkaBroker(ManagedProcess):
         self.extra_properties = dict(extra_properties or {})
         self.jvm_options = list(jvm_options)
         self._progress = progress
+        self.secure = secure
+        self.node_id = node_id
+        self.quorum_voters = quorum_voters or f"{node_id}@{self.host}:{self.controller_port}"
+        self.given_cluster_id = cluster_id
+        self.replicas = replicas
 
     # ------------------------------------------------------------------ properties
 
@@ -120,43 +150,72 @@ class EmbeddedKafkaBroker(ManagedProcess):
 
     # ------------------------------------------------------------------ config
 
+    @property
+    def listener(self) -> str:
+        """The client listener's name and security protocol."""
+        return "SASL_SSL" if self.secure else "PLAINTEXT"
+
     def server_properties(self) -> dict[str, str]:
+        replicas, in_sync = str(self.replicas), str(min(2, self.replicas))
+        listener = self.listener
         props = {
             "process.roles": "broker,controller",
-            "node.id": str(NODE_ID),
-            "controller.quorum.voters": f"{NODE_ID}@{self.host}:{self.controller_port}",
-            "listeners": f"PLAINTEXT://{self.host}:{self.port},CONTROLLER://{self.host}:{self.controller_port}",
-            "advertised.listeners": f"PLAINTEXT://{self.host}:{self.port}",
+            "node.id": str(self.node_id),
+            "controller.quorum.voters": self.quorum_voters,
+            "listeners": f"{listener}://{self.host}:{self.port},CONTROLLER://{self.host}:{self.controller_port}",
+            "advertised.listeners": f"{listener}://{self.host}:{self.port}",
             "controller.listener.names": "CONTROLLER",
-            "inter.broker.listener.name": "PLAINTEXT",
-            "listener.security.protocol.map": "CONTROLLER:PLAINTEXT,PLAINTEXT:PLAINTEXT",
+            "inter.broker.listener.name": listener,
+            "listener.security.protocol.map": f"CONTROLLER:PLAINTEXT,{listener}:{listener}",
             "log.dirs": str(self.kafka_log_dir),
             "num.partitions": "2",
-            "default.replication.factor": "1",
-            "min.insync.replicas": "1",
+            "default.replication.factor": replicas,
+            "min.insync.replicas": in_sync,
             "auto.create.topics.enable": "true",
-            "offsets.topic.replication.factor": "1",
+            "offsets.topic.replication.factor": replicas,
             "offsets.topic.num.partitions": "10",
-            "transaction.state.log.replication.factor": "1",
-            "transaction.state.log.min.isr": "1",
+            "transaction.state.log.replication.factor": replicas,
+            "transaction.state.log.min.isr": in_sync,
             "transaction.state.log.num.partitions": "10",
-            "share.coordinator.state.topic.replication.factor": "1",
-            "share.coordinator.state.topic.min.isr": "1",
+            "share.coordinator.state.topic.replication.factor": replicas,
+            "share.coordinator.state.topic.min.isr": in_sync,
             "group.initial.rebalance.delay.ms": "0",
             "num.network.threads": "2",
             "num.io.threads": "4",
             "num.recovery.threads.per.data.dir": "1",
             "log.retention.hours": "168",
         }
+        if self.secure is not None:
+            props.update(self._secure_properties(self.secure))
         props.update(self.extra_properties)
         return props
+
+    @staticmethod
+    def _secure_properties(secure: SecureMaterial) -> dict[str, str]:
+        password = secure.passwords().kafka_broker
+        jaas = (
+            "org.apache.kafka.common.security.scram.ScramLoginModule required "
+            f'username="{KAFKA_BROKER_USER}" password="{password}";'
+        )
+        return {
+            "sasl.enabled.mechanisms": SCRAM_MECHANISM,
+            "sasl.mechanism.inter.broker.protocol": SCRAM_MECHANISM,
+            f"listener.name.sasl_ssl.{SCRAM_MECHANISM.lower()}.sasl.jaas.config": jaas,
+            # PEM files, no store passwords: the key is unencrypted PKCS#8 in a file only its owner reads.
+            "ssl.keystore.type": "PEM",
+            "ssl.keystore.location": str(secure.server_keystore),
+            "ssl.truststore.type": "PEM",
+            "ssl.truststore.location": str(secure.ca_file),
+            # For a SASL_SSL listener only its own setting asks clients for a certificate (mutual TLS).
+            "listener.name.sasl_ssl.ssl.client.auth": "required",
+        }
 
     def _write_config(self) -> None:
         self.data_dir.mkdir(parents=True, exist_ok=True)
         self.log_dir.mkdir(parents=True, exist_ok=True)
         lines = ["# Written by streaming_pipeline.devstack.embedded.kafka_broker at each start; edits are overwritten."]
         lines += [f"{key}={value}" for key, value in self.server_properties().items()]
-        self.properties_file.write_text("\n".join(lines) + "\n")
+        _private(self.properties_file, "\n".join(lines) + "\n")  # a secured broker's password is in it
         config = resources.files("streaming_pipeline.devstack.embedded").joinpath("kafka-log4j2.xml").read_text()
         (self.data_dir / "log4j2.xml").write_text(config)
 
@@ -164,6 +223,8 @@ class EmbeddedKafkaBroker(ManagedProcess):
         meta = _read_properties(self.kafka_log_dir / "meta.properties")
         if meta.get("cluster.id"):
             return meta["cluster.id"]
+        if self.given_cluster_id:
+            return self.given_cluster_id
         id_file = self.data_dir / "cluster.id"
         try:
             existing = id_file.read_text().strip()
@@ -202,21 +263,23 @@ class EmbeddedKafkaBroker(ManagedProcess):
             return
         cluster_id = self._cluster_id()
         self._say(f"Formatting Kafka storage in {self.kafka_log_dir} (cluster id {cluster_id})")
-        command = self._java_command(
-            java,
-            classpath,
-            jars.STORAGE_TOOL_CLASS,
-            "format",
-            "--cluster-id",
-            cluster_id,
-            "--config",
-            str(self.properties_file),
-            "--ignore-formatted",
-        )
+        arguments = ["format", "--cluster-id", cluster_id, "--config", str(self.properties_file), "--ignore-formatted"]
+        if self.secure is not None:  # the SCRAM users, from a file only its owner reads: no password in `ps`
+            passwords = self.secure.passwords()
+            for user, password in (
+                (KAFKA_CLIENT_USER, passwords.kafka_client),
+                (KAFKA_BROKER_USER, passwords.kafka_broker),
+            ):
+                arguments += ["--add-scram", f"{SCRAM_MECHANISM}=[name={user},password={password}]"]
+        arguments_file = self.data_dir / "format-arguments"
+        _private(arguments_file, "\n".join(arguments) + "\n")
+        command = self._java_command(java, classpath, jars.STORAGE_TOOL_CLASS, f"@{arguments_file}")
         try:
             done = subprocess.run(command, capture_output=True, text=True, timeout=180, check=False)
         except (OSError, subprocess.SubprocessError) as exc:
             raise StackError(f"could not format the Kafka storage in {self.kafka_log_dir}: {exc}") from exc
+        finally:
+            arguments_file.unlink(missing_ok=True)
         output = (done.stdout or "") + (done.stderr or "")
         with open(self.output_file, "a") as out:
             out.write(log_header("kafka storage format") + output)
@@ -245,6 +308,12 @@ class EmbeddedKafkaBroker(ManagedProcess):
         """
         if self.running:
             return self
+        self.launch()
+        self.wait_ready(timeout)
+        return self
+
+    def launch(self) -> None:
+        """Start the process without waiting: the nodes of a cluster answer only once a majority of them runs."""
         java = find_java()
         self._check_ports()
         classpath = jars.broker_classpath(progress=self._progress or jars._stderr_progress)
@@ -252,8 +321,23 @@ class EmbeddedKafkaBroker(ManagedProcess):
         self._format_storage(java, classpath)
         command = self._java_command(java, classpath, jars.BROKER_MAIN_CLASS, str(self.properties_file))
         label = f"kafka.Kafka {self.properties_file} (Kafka {jars.KAFKA_VERSION})"
-        self._start_process(command, cwd=self.data_dir, label=label, timeout=timeout)
-        return self
+        self._launch(command, cwd=self.data_dir, label=label)
+
+    def wait_ready(self, timeout: float) -> None:
+        """Wait until the launched broker answers (StackError naming its log when not); stop it then."""
+        try:
+            self._wait_ready(time.monotonic() + timeout, timeout)
+            self._after_ready()
+        except BaseException:
+            self.stop(timeout=self.cleanup_seconds)
+            raise
+
+    def client_config(self) -> dict[str, str]:
+        """librdkafka's settings for a client of this broker (a secured one's user, password and files)."""
+        config = {"bootstrap.servers": self.bootstrap_servers}
+        if self.secure is not None:
+            config.update(self.secure.librdkafka_config())
+        return config
 
     def _readiness_probe(self) -> Callable[[], bool]:
         """True once the broker lists itself in the cluster metadata (asked once its port accepts connections)."""
@@ -269,7 +353,7 @@ class EmbeddedKafkaBroker(ManagedProcess):
             if admin is None:
                 admin = AdminClient(
                     {
-                        "bootstrap.servers": self.bootstrap_servers,
+                        **self.client_config(),
                         "socket.connection.setup.timeout.ms": 2000,
                         # confluent-kafka's stubs type config values as str | int | float, but "logger"
                         # takes a logging.Logger (documented in its configuration)
@@ -277,7 +361,7 @@ class EmbeddedKafkaBroker(ManagedProcess):
                     }
                 )
             try:
-                return bool(admin.list_topics(timeout=2).brokers)
+                return self.node_id in admin.list_topics(timeout=2).brokers
             except KafkaException:
                 return False
 

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import base64
 import functools
+import ssl
 import sys
 import urllib.error
 import urllib.request
@@ -12,21 +14,30 @@ from typing import Self
 
 from streaming_pipeline.devstack.embedded.ports import LOOPBACK, free_port
 from streaming_pipeline.devstack.embedded.processes import ManagedProcess, python_env_with_project
+from streaming_pipeline.devstack.embedded.secure import REGISTRY_USER, SecureMaterial
 
 REGISTRY_MODULE = "streaming_pipeline.devstack.registry"
 
 
-def registry_answers(url: str, timeout: float = 1.0) -> bool:
-    """True when ``GET {url}/subjects`` answers 200."""
+def registry_answers(url: str, timeout: float = 1.0, secure: SecureMaterial | None = None) -> bool:
+    """True when ``GET {url}/subjects`` answers 200 (as the secured stack's client, with ``secure``)."""
+    request = urllib.request.Request(f"{url}/subjects")
+    context = None
+    if secure is not None:
+        context = ssl.create_default_context(cafile=str(secure.ca_file))
+        context.load_cert_chain(str(secure.client_keystore))
+        user_info = f"{REGISTRY_USER}:{secure.passwords().registry}".encode()
+        request.add_header("Authorization", "Basic " + base64.b64encode(user_info).decode())
     try:
-        with urllib.request.urlopen(f"{url}/subjects", timeout=timeout) as response:
+        with urllib.request.urlopen(request, timeout=timeout, context=context) as response:
             return response.status == 200
     except (urllib.error.URLError, OSError, ValueError):
         return False
 
 
 class SchemaRegistryProcess(ManagedProcess):
-    """``python -m streaming_pipeline.devstack.registry --host H --port P --data-dir DIR`` in the background."""
+    """``python -m streaming_pipeline.devstack.registry --host H --port P --data-dir DIR`` in the background; with
+    ``secure``, over HTTPS with the stack's certificate, asking for basic auth and a client certificate."""
 
     title = "the schema registry"
     poll_seconds = 0.1
@@ -41,6 +52,7 @@ class SchemaRegistryProcess(ManagedProcess):
         log_dir: Path | None = None,
         module: str = REGISTRY_MODULE,
         extra_args: Sequence[str] = (),
+        secure: SecureMaterial | None = None,
     ) -> None:
         super().__init__()
         self.data_dir = Path(data_dir).resolve()
@@ -49,10 +61,11 @@ class SchemaRegistryProcess(ManagedProcess):
         self.log_dir = Path(log_dir).resolve() if log_dir else self.data_dir
         self.module = module
         self.extra_args = list(extra_args)  # more options of the registry's CLI, e.g. --max-request-bytes
+        self.secure = secure
 
     @property
     def url(self) -> str:
-        return f"http://{self.host}:{self.port}"
+        return f"{'https' if self.secure else 'http'}://{self.host}:{self.port}"
 
     @property
     def log_file(self) -> Path:
@@ -69,7 +82,20 @@ class SchemaRegistryProcess(ManagedProcess):
             str(self.port),
             "--data-dir",
             str(self.data_dir),
+            *self._secure_args(),
             *self.extra_args,
+        ]
+
+    def _secure_args(self) -> list[str]:
+        if self.secure is None:
+            return []
+        return [
+            "--users-file",
+            str(self.secure.registry_users_file),
+            "--tls-keystore",
+            str(self.secure.server_keystore),
+            "--tls-client-ca",
+            str(self.secure.ca_file),
         ]
 
     def start(self, timeout: float = 30.0) -> Self:
@@ -88,7 +114,7 @@ class SchemaRegistryProcess(ManagedProcess):
         return self
 
     def _readiness_probe(self) -> Callable[[], bool]:
-        return functools.partial(registry_answers, self.url)
+        return functools.partial(registry_answers, self.url, secure=self.secure)
 
     def _not_ready_in_time(self, timeout: float) -> str:
         return f"did not answer GET {self.url}/subjects within {timeout:.0f}s"

@@ -1,6 +1,9 @@
 """Serve the schema registry: `python -m streaming_pipeline.devstack.registry --host H --port P --data-dir DIR`.
 
-`--max-request-bytes N` caps request bodies (default 16 MiB); larger ones are answered 413.
+`--max-request-bytes N` caps request bodies (default 16 MiB); larger ones are answered 413. `--users-file F` asks
+every request for basic auth of a 'user:password' line of F. `--tls-keystore F` serves HTTPS with the private key
+and certificate chain in the PEM file F; `--tls-client-ca F` then asks every client for a certificate signed by the
+CA in F (mutual TLS).
 
 Ready once `GET /subjects` answers 200; SIGTERM or Ctrl-C stops it cleanly.
 """
@@ -10,11 +13,13 @@ from __future__ import annotations
 import argparse
 import copy
 import signal
+import ssl
 import sys
 from collections.abc import Sequence
 from pathlib import Path
 
 from streaming_pipeline.devstack.registry.app import DEFAULT_MAX_REQUEST_BYTES
+from streaming_pipeline.devstack.registry.basic_auth import read_users
 
 DEFAULT_HOST = "127.0.0.1"
 DEFAULT_PORT = 8081
@@ -40,6 +45,9 @@ def _parser() -> argparse.ArgumentParser:
         default=DEFAULT_MAX_REQUEST_BYTES,
         help=f"largest request body accepted; larger ones get 413 (default {DEFAULT_MAX_REQUEST_BYTES})",
     )
+    parser.add_argument("--users-file", type=Path, help="'user:password' lines: every request needs basic auth")
+    parser.add_argument("--tls-keystore", type=Path, help="PEM file of the private key and certificate chain: HTTPS")
+    parser.add_argument("--tls-client-ca", type=Path, help="PEM file of the CA that signs client certificates")
     parser.add_argument(
         "--log-level",
         default="info",
@@ -63,15 +71,34 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     from streaming_pipeline.devstack.registry import create_app
 
+    if args.tls_client_ca and not args.tls_keystore:
+        print("registry: --tls-client-ca needs --tls-keystore (mutual TLS is over HTTPS)", file=sys.stderr)
+        return 2
     try:
-        app = create_app(args.data_dir, max_request_bytes=args.max_request_bytes)
+        users = read_users(args.users_file) if args.users_file else None
+    except (OSError, ValueError) as exc:
+        print(f"registry: cannot use --users-file: {exc}", file=sys.stderr)
+        return 2
+    try:
+        app = create_app(args.data_dir, max_request_bytes=args.max_request_bytes, users=users)
     except OSError as exc:
         print(f"registry: cannot use data directory {args.data_dir}: {exc}", file=sys.stderr)
         return 2
 
     log_config = copy.deepcopy(LOGGING_CONFIG)
     log_config["handlers"]["access"]["stream"] = "ext://sys.stderr"
-    config = uvicorn.Config(app, host=args.host, port=args.port, log_config=log_config, log_level=args.log_level)
+    keystore = str(args.tls_keystore) if args.tls_keystore else None
+    config = uvicorn.Config(
+        app,
+        host=args.host,
+        port=args.port,
+        log_config=log_config,
+        log_level=args.log_level,
+        ssl_certfile=keystore,
+        ssl_keyfile=keystore,
+        ssl_ca_certs=str(args.tls_client_ca) if args.tls_client_ca else None,
+        ssl_cert_reqs=ssl.CERT_REQUIRED if args.tls_client_ca else ssl.CERT_NONE,
+    )
     server = uvicorn.Server(config)
     # uvicorn shuts down gracefully on SIGTERM/SIGINT, then re-raises the signal with the
     # handler found at start: make that an ordinary exit (0 for SIGTERM) instead of death by signal.
