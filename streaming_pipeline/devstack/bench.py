@@ -319,7 +319,7 @@ def run_bench(
     """Throughput at each size in `sizes` (rides), on one topic that grows from size to size: at every size the
     limit, then `rounds` rounds of both jobs from fresh checkpoints, alternating which goes first."""
     from streaming_pipeline.engine.spark import connect_session
-    from streaming_pipeline.resources.from_settings import build_resources
+    from streaming_pipeline.resources.from_settings import build_resources, resolved
 
     sizes = sorted(set(sizes))
     if not sizes or sizes[0] < 1 or rounds < 1:
@@ -344,8 +344,8 @@ def run_bench(
             say(f"{size:,} rides: producing {size - produced:,} more synthetic rides")
             started = time.monotonic()
             sent = produce(
-                resources["kafka"],
-                resources["schema_registry"].get_client(),
+                resolved(resources["kafka"]),
+                resolved(resources["schema_registry"]).get_client(),
                 RIDES_TOPIC,
                 rows_from_records(itertools.islice(rides, size - produced)),
                 total=size - produced,

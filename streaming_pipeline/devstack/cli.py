@@ -66,15 +66,17 @@ def _run_produce(args: argparse.Namespace) -> int:
     from streaming_pipeline.devstack.producer import produce, rows_from_records
     from streaming_pipeline.devstack.records import read_csv
     from streaming_pipeline.devstack.synthetic import SyntheticOptions, synthetic_records
-    from streaming_pipeline.registry_client import RegistryClient
-    from streaming_pipeline.resources import KafkaResource
+    from streaming_pipeline.resources.from_settings import build_resources, resolved
     from streaming_pipeline.settings import PipelineSettings
 
-    settings = PipelineSettings.from_env()
-    kafka = KafkaResource(
-        bootstrap_servers=args.bootstrap_servers or settings.bootstrap_servers, timeout_seconds=args.timeout
-    )
-    registry = RegistryClient(args.schema_registry_url or settings.schema_registry_url)
+    resources = build_resources(PipelineSettings.from_env())
+    kafka = resolved(resources["kafka"]).model_copy(update={"timeout_seconds": args.timeout})
+    if args.bootstrap_servers:
+        kafka = kafka.model_copy(update={"bootstrap_servers": args.bootstrap_servers})
+    schema_registry = resolved(resources["schema_registry"])
+    if args.schema_registry_url:
+        schema_registry = schema_registry.model_copy(update={"url": args.schema_registry_url})
+    registry = schema_registry.get_client()
     source = next(s for s in project_sources() if _produce_name(s) == args.kind)
     topic = source.topic
     if args.csv is not None:
@@ -135,6 +137,12 @@ def _add_demo_parser(subparsers: argparse._SubParsersAction) -> None:
         action="store_true",
         help="the lakehouse on the stack's S3-compatible object store (`stack up --object-store`)",
     )
+    demo.add_argument(
+        "--secure",
+        action="store_true",
+        help="Kafka over SASL_SSL and the registry over HTTPS with basic auth (`stack up --secure`; a new stack "
+        "directory, e.g. --dir .stack-secure, when .stack/ was made without it)",
+    )
     demo.add_argument("--output-dir", type=Path, default=Path("demo-output"), help="where the chart PNG goes")
     demo.set_defaults(handler=_run_demo)
 
@@ -148,6 +156,7 @@ def _run_demo(args: argparse.Namespace) -> int:
             stack_dir=args.dir or default_stack_dir(),
             lakehouse_dir=args.lakehouse_dir,
             object_store=args.object_store,
+            secure=args.secure,
             output_dir=args.output_dir,
             rides=args.rides,
             csv=args.csv,

@@ -88,6 +88,7 @@ class DemoOptions:
     csv: Path | None = None
     seed: int = 42
     object_store: bool = False  # the lakehouse on the stack's object store (stack up --object-store)
+    secure: bool = False  # Kafka over SASL_SSL, the registry over HTTPS with basic auth (stack up --secure)
 
 
 class _Stages:
@@ -215,22 +216,26 @@ def run_demo(options: DemoOptions) -> int:
     from streaming_pipeline.devstack.embedded.stack import EmbeddedStack
     from streaming_pipeline.engine.delta_tables import read_table
     from streaming_pipeline.gold.charts import window_chart_png
-    from streaming_pipeline.resources.from_settings import build_resources
+    from streaming_pipeline.resources.from_settings import build_resources, resolved
 
     stages = _Stages()
-    stack = EmbeddedStack(options.stack_dir, object_store=options.object_store)
+    stack = EmbeddedStack(options.stack_dir, object_store=options.object_store, secure=options.secure)
     was_running = stack.status().running
     info = stack.up(progress=lambda message: stages.say(message))
     stages.say(f"embedded stack {'was already running' if was_running else 'started'} in {info.directory}")
-    # This process reads the tables outside Spark too (the checks, delta-rs): it needs the store's variables.
+    # This process reads the tables outside Spark too (the checks, delta-rs): it needs the store's variables; and a
+    # run reads its secrets (dg.EnvVar) from here.
     os.environ.update(info.object_store_env)
+    os.environ.update(info.secure_env)
+    if info.secure_env:
+        stages.say("Kafka takes SASL_SSL only, the registry HTTPS with basic auth: both with client certificates")
     lakehouse_dir = options.lakehouse_dir or info.lakehouse_dir or PipelineSettings.from_env().lakehouse_dir
     if info.lakehouse_dir:
         stages.say(f"the lakehouse is {lakehouse_dir}, on the object store {info.object_store_url}")
     try:
         settings = PipelineSettings.from_env({**info.env(), "LAKEHOUSE_DIR": lakehouse_dir})
         resources = build_resources(settings)
-        _produce(options, resources["kafka"], resources["schema_registry"].get_client(), stages)
+        _produce(options, resolved(resources["kafka"]), resolved(resources["schema_registry"]).get_client(), stages)
         result = _materialize(resources, stages)
         evaluations = result.get_asset_check_evaluations()
         failed_checks = [e.check_name for e in evaluations if not e.passed]

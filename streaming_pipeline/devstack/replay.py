@@ -36,6 +36,7 @@ from streaming_pipeline.engine.delta_log import filesystem, latest_version
 from streaming_pipeline.engine.delta_tables import read_table
 from streaming_pipeline.engine.object_store import is_object_store
 from streaming_pipeline.errors import ConfigurationError, ReplayError
+from streaming_pipeline.resources.from_settings import resolved
 from streaming_pipeline.resources.kafka import KafkaResource
 from streaming_pipeline.resources.lakehouse import LakehouseResource
 from streaming_pipeline.schemas import avro_columns
@@ -261,7 +262,7 @@ def replay(
     topic = source.topic
     resources = defs.resources
     assert resources is not None  # build_definitions() always binds the pipeline's resources
-    kafka: KafkaResource = resources["kafka"]
+    kafka: KafkaResource = resolved(resources["kafka"])
     lakehouse: LakehouseResource = resources["lakehouse"]
     downstream = [name for name in downstream_assets(defs, asset_name) if name != DEAD_LETTER_RECORDS.name]
     busy = _runs_in_flight(instance, {asset_name, *downstream})
@@ -280,7 +281,7 @@ def replay(
     progress(f"replay {asset_name}: {rows_before} row(s) now; rebuilding from {topic} at {start.describe()}")
 
     # Read before anything moves: a registry that does not answer stops the replay with nothing changed.
-    column_types = latest_column_types(resources["schema_registry"].get_client(), source)
+    column_types = latest_column_types(resolved(resources["schema_registry"]).get_client(), source)
     report.moved_checkpoints = move_checkpoints_aside(lakehouse, {asset_name, *downstream})
     for old, new in report.moved_checkpoints.items():
         progress(f"  checkpoint {old} moved to {new}")

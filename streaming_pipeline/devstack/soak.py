@@ -46,6 +46,7 @@ from streaming_pipeline.devstack.producer import produce, rows_from_records
 from streaming_pipeline.devstack.project import project_sources
 from streaming_pipeline.devstack.synthetic import SyntheticOptions, synthetic_records
 from streaming_pipeline.errors import BenchError
+from streaming_pipeline.resources.from_settings import resolved
 from streaming_pipeline.settings import PipelineSettings
 from streaming_pipeline.tables import RAW_RIDES, RIDES
 
@@ -156,7 +157,7 @@ class _Soak:
         self.engine_pid = stack.spark_pid
         self.instance = dg.DagsterInstance.from_config(str(self.dagster_home))
         self.spark = connect_session(stack.spark_remote)
-        self.registry = self.resources["schema_registry"].get_client()
+        self.registry = resolved(self.resources["schema_registry"]).get_client()
         self.seed = 0
         # The zone lookup, which the automation sensor loads under `dagster dev`, so that the enrichment runs.
         from streaming_pipeline.devstack.quiet_runs import QUIET_RUN_CONFIG
@@ -169,7 +170,9 @@ class _Soak:
     def produce(self, topic_source: Any, count: int) -> None:
         self.seed += 1
         records = synthetic_records(topic_source, count, SyntheticOptions(seed=self.seed))
-        produce(self.resources["kafka"], self.registry, topic_source.topic, rows_from_records(records), acks="1")
+        produce(
+            resolved(self.resources["kafka"]), self.registry, topic_source.topic, rows_from_records(records), acks="1"
+        )
 
     def run_live(self, source: Any) -> float:
         """Run the source's live job as its offset sensor would; its seconds."""

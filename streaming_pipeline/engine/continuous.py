@@ -34,7 +34,7 @@ from streaming_pipeline.engine.streams import (
     remove_unfinished_log_writes,
     root_cause,
 )
-from streaming_pipeline.errors import BronzeStateError, StreamingRunError
+from streaming_pipeline.errors import BronzeStateError, CredentialsError, StreamingRunError
 
 if TYPE_CHECKING:
     from pyspark.sql.streaming import StreamingQuery
@@ -222,9 +222,10 @@ class ContinuousQueries:
             return
         try:
             running.query = self._start(running.spec)
-        except BronzeStateError:
-            # A bronze table, its checkpoint and its topic disagree: waiting does not make them agree (a replay
-            # does), so the set fails at once with the error that says so.
+        except (BronzeStateError, CredentialsError):
+            # A bronze table, its checkpoint and its topic disagree, or Kafka refuses the client's credentials:
+            # waiting does not mend either (a replay does, or new settings), so the set fails at once with the
+            # error that says so.
             self.stop()
             raise
         except Exception as exc:

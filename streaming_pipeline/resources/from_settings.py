@@ -4,7 +4,7 @@ every `KafkaDeltaSource` component bind them."""
 from __future__ import annotations
 
 import functools
-from typing import TypedDict
+from typing import TypedDict, TypeVar, cast
 
 import dagster as dg
 
@@ -19,6 +19,14 @@ from streaming_pipeline.settings import (
     SCHEMA_REGISTRY_BASIC_AUTH_USER_INFO,
     PipelineSettings,
 )
+
+_Resource = TypeVar("_Resource", bound=dg.ConfigurableResource)
+
+
+def resolved(resource: _Resource) -> _Resource:
+    """`resource` with its secrets (`dg.EnvVar` fields) read from the environment now, for a command that uses it
+    outside a Dagster run (the producer, the demo, replay, the benches); a run reads them itself when it starts."""
+    return cast(_Resource, resource.process_config_and_initialize())
 
 
 class PipelineResources(TypedDict):

@@ -27,7 +27,7 @@ from dataclasses import dataclass
 import dagster as dg
 
 from streaming_pipeline.bronze.offsets import consumed_offsets, consumer_lag, topic_problems
-from streaming_pipeline.errors import BronzeStateError, StreamingPipelineError
+from streaming_pipeline.errors import BronzeStateError, CredentialsError, StreamingPipelineError
 from streaming_pipeline.live_runs import (
     CONTINUOUS_JOB,
     IN_FLIGHT,
@@ -211,6 +211,9 @@ def build_offset_sensor(
                 oldest_age = _oldest_waiting_age(kafka, topic, state)
             else:
                 oldest_age = None
+        except CredentialsError as exc:
+            # No run could read the topic either: say which setting to fix (the message holds no secret).
+            return dg.SkipReason(f"Kafka refused the code location's client (fix the setting, then reload it): {exc}")
         except StreamingPipelineError as exc:
             return dg.SkipReason(f"Kafka is not reachable, will try again: {exc}")
         if problems:

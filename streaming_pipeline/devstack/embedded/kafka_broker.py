@@ -219,7 +219,8 @@ class EmbeddedKafkaBroker(ManagedProcess):
         config = resources.files("streaming_pipeline.devstack.embedded").joinpath("kafka-log4j2.xml").read_text()
         (self.data_dir / "log4j2.xml").write_text(config)
 
-    def _cluster_id(self) -> str:
+    def cluster_id(self) -> str:
+        """The cluster id its storage is (or will be) formatted with: made once, kept in ``cluster.id``."""
         meta = _read_properties(self.kafka_log_dir / "meta.properties")
         if meta.get("cluster.id"):
             return meta["cluster.id"]
@@ -233,6 +234,7 @@ class EmbeddedKafkaBroker(ManagedProcess):
         if existing:
             return existing
         cluster_id = new_cluster_id()
+        self.data_dir.mkdir(parents=True, exist_ok=True)
         id_file.write_text(cluster_id + "\n")
         return cluster_id
 
@@ -261,7 +263,7 @@ class EmbeddedKafkaBroker(ManagedProcess):
         """Format the log dir once (KRaft needs it); an already formatted dir is left alone."""
         if (self.kafka_log_dir / "meta.properties").is_file():
             return
-        cluster_id = self._cluster_id()
+        cluster_id = self.cluster_id()
         self._say(f"Formatting Kafka storage in {self.kafka_log_dir} (cluster id {cluster_id})")
         arguments = ["format", "--cluster-id", cluster_id, "--config", str(self.properties_file), "--ignore-formatted"]
         if self.secure is not None:  # the SCRAM users, from a file only its owner reads: no password in `ps`

@@ -28,14 +28,23 @@ Connect server becomes the driver of that cluster (the ``cluster`` profile): exe
 The count is recorded in stack.json, so later ``up``, ``status`` and ``down`` keep it (``--spark-workers 0``
 goes back to a local driver). ``down`` stops the Connect server first, then the workers, then the master.
 
+``secure=True`` (``stack up --secure``) secures Kafka and the registry (``secure/``, see `embedded.secure`): the
+broker's listener is SASL_SSL (SCRAM-SHA-512 users, client certificates required) and the registry answers HTTPS
+with basic auth and client certificates; ``stack env`` exports the protocol, mechanism, users, passwords and files.
+``kafka_brokers=N`` (``stack up --kafka-brokers N``) runs Kafka as N nodes (``kafka/``, ``kafka-2/``, ...), topics
+replicated to all of them with two in sync. Both are recorded in stack.json, and fixed once Kafka's storage exists.
+
 Tests use :func:`running_stack`, which starts on free ports and always stops.
 """
 
 from __future__ import annotations
 
 import atexit
+import concurrent.futures
 import contextlib
+import dataclasses
 import json
+import shlex
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
@@ -62,6 +71,7 @@ from streaming_pipeline.devstack.embedded.processes import (
     stop_pid,
 )
 from streaming_pipeline.devstack.embedded.registry_process import REGISTRY_MODULE, SchemaRegistryProcess
+from streaming_pipeline.devstack.embedded.secure import SecureMaterial
 from streaming_pipeline.devstack.embedded.spark_cluster import STANDARD_MASTER_PORT as STANDARD_SPARK_MASTER_PORT
 from streaming_pipeline.devstack.embedded.spark_cluster import SparkClusterStatus, SparkStandaloneCluster
 from streaming_pipeline.devstack.embedded.spark_connect import STANDARD_PORT as STANDARD_SPARK_CONNECT_PORT
@@ -79,7 +89,7 @@ STANDARD_OBJECT_STORE_PORT = 9000  # MinIO's and most S3-compatible stores' defa
 
 Progress = Callable[[str], None]
 State = dict[str, Any]  # what stack.json holds
-Component = ManagedProcess | SparkStandaloneCluster
+Component = Any  # what a start returns, to stop it again when a later one fails: ManagedProcess and the like
 
 
 def default_stack_dir() -> Path:
@@ -115,6 +125,9 @@ class StackInfo:
     lakehouse_dir: str | None = None  # s3a://<bucket> on the object store
     # AWS_ENDPOINT_URL, the store's keys, AWS_REGION: what `stack env` exports, never shown otherwise.
     object_store_env: dict[str, str] = field(default_factory=dict, repr=False)
+    # A secured stack's client settings (KAFKA_SECURITY_PROTOCOL, ..., the passwords): exported, never shown.
+    secure_env: dict[str, str] = field(default_factory=dict, repr=False)
+    kafka_node_pids: dict[int, int | None] = field(default_factory=dict)  # node id: pid, each Kafka node
 
     def env(self) -> dict[str, str]:
         env = {"KAFKA_BOOTSTRAP_SERVERS": self.bootstrap_servers, "SCHEMA_REGISTRY_URL": self.schema_registry_url}
@@ -125,6 +138,7 @@ class StackInfo:
         if self.lakehouse_dir:
             env["LAKEHOUSE_DIR"] = self.lakehouse_dir
             env.update(self.object_store_env)
+        env.update(self.secure_env)
         env["LIVE_MODE"] = self.live_mode
         return env
 
@@ -149,11 +163,12 @@ class StackStatus:
     spark_cluster: SparkClusterStatus | None = None  # present when the Connect server drives a standalone cluster
     object_store: ComponentStatus | None = None  # present when the lakehouse is on the stack's object store
     lakehouse_dir: str | None = None  # s3a://<bucket> then
+    kafka_nodes: tuple[ComponentStatus, ...] = ()  # Kafka's nodes after the first (stack up --kafka-brokers N)
 
     @property
     def components(self) -> tuple[ComponentStatus, ...]:
         return (
-            (self.kafka, self.registry, self.spark)
+            (self.kafka, *self.kafka_nodes, self.registry, self.spark)
             + ((self.object_store,) if self.object_store else ())
             + ((self.postgres,) if self.postgres else ())
             + (self._spark_cluster_components())
@@ -222,6 +237,8 @@ class EmbeddedStack:
         spark_worker_memory: str | None = None,
         live_mode: str | None = None,
         engine_conf: dict[str, str] | None = None,
+        secure: bool = False,
+        kafka_brokers: int | None = None,
     ) -> None:
         self.directory = Path(directory).expanduser().resolve()
         self.prefer_standard_ports = prefer_standard_ports
@@ -239,12 +256,26 @@ class EmbeddedStack:
         self.live_mode = live_mode
         # Spark settings of this start of the engine on top of its profile's (the benches' event log), not recorded.
         self.engine_conf = dict(engine_conf or {})
+        self.secure = secure
+        # None: as recorded in stack.json (1 for a new stack).
+        self.kafka_brokers = kafka_brokers
 
     # ------------------------------------------------------------------ layout
 
     @property
     def kafka_dir(self) -> Path:
         return self.directory / "kafka"
+
+    def kafka_node_dir(self, node_id: int) -> Path:
+        """Node 1 keeps the single broker's directory, so a stack grown from one node keeps its layout."""
+        return self.kafka_dir if node_id == 1 else self.directory / f"kafka-{node_id}"
+
+    def kafka_node_logs(self, node_id: int) -> Path:
+        return self.logs_dir if node_id == 1 else self.logs_dir / f"kafka-{node_id}"
+
+    @property
+    def secure_dir(self) -> Path:
+        return self.directory / "secure"
 
     @property
     def registry_dir(self) -> Path:
@@ -346,7 +377,52 @@ class EmbeddedStack:
         if name == "spark_cluster":
             cluster = self._spark_cluster(state)
             return cluster is not None and cluster.running
+        if name == "kafka":
+            return all(self._kafka_node_running(node) for node in self._kafka_nodes(state))
         return pid_matches(state.get(name, {}).get("pid"), self._markers()[name])
+
+    # ------------------------------------------------------------------ Kafka's nodes, security
+
+    def _kafka_brokers(self, state: State) -> int:
+        return int(state.get("kafka", {}).get("brokers") or 1)
+
+    def _kafka_nodes(self, state: State) -> list[dict[str, Any]]:
+        """Each node's record ({node_id, pid, port, controller_port}): node 1 is stack.json's `kafka` itself."""
+        record = state.get("kafka", {})
+        others = {int(node["node_id"]): node for node in record.get("nodes", [])}
+        return [{**record, "node_id": 1}] + [
+            others.get(node_id, {"node_id": node_id}) for node_id in range(2, self._kafka_brokers(state) + 1)
+        ]
+
+    def _kafka_node_running(self, node: dict[str, Any]) -> bool:
+        marker = str(self.kafka_node_dir(int(node["node_id"])) / "server.properties")
+        return pid_matches(node.get("pid"), marker)
+
+    def _secure_enabled(self, state: State) -> bool:
+        return bool(state.get("secure", self.secure))
+
+    def _secure_material(self, state: State) -> SecureMaterial | None:
+        return SecureMaterial.read_or_make(self.secure_dir) if self._secure_enabled(state) else None
+
+    def _record_kafka_choices(self, state: State) -> None:
+        """Record --secure and --kafka-brokers; refuse to change either once Kafka's storage exists (its users are
+        made, and its controller quorum fixed, when it is first formatted)."""
+        formatted = (self.kafka_dir / "data" / "meta.properties").is_file()
+        dir_arg = "" if self.directory == default_stack_dir().resolve() else f" --dir {self.directory}"
+        fresh = f"use another --dir, or `stack down{dir_arg}` and delete {self.directory} (its data goes with it)"
+        if self.secure and not state.get("secure"):
+            if formatted:
+                raise StackError(f"the Kafka of the stack in {self.directory} was made without --secure: {fresh}")
+            state["secure"] = True
+        if self.kafka_brokers is not None and self.kafka_brokers != self._kafka_brokers(state):
+            if self.kafka_brokers < 1:
+                raise StackError(f"--kafka-brokers must be 1 or more, not {self.kafka_brokers}")
+            if formatted:
+                raise StackError(
+                    f"the Kafka of the stack in {self.directory} has {self._kafka_brokers(state)} node(s); for "
+                    f"{self.kafka_brokers}, {fresh}"
+                )
+            state.setdefault("kafka", {})["brokers"] = self.kafka_brokers
 
     def _spark_enabled(self, state: State) -> bool:
         return bool(state.get("spark", {}).get("enabled", self.spark))
@@ -420,12 +496,13 @@ class EmbeddedStack:
         return str(state.get("host") or self.host)
 
     def _bootstrap(self, state: State) -> str | None:
-        port = state.get("kafka", {}).get("port")
-        return f"{self._host(state)}:{port}" if port else None
+        ports = [node.get("port") for node in self._kafka_nodes(state)]
+        return ",".join(f"{self._host(state)}:{port}" for port in ports if port) if ports[0] else None
 
     def _registry_url(self, state: State) -> str | None:
         port = state.get("registry", {}).get("port")
-        return f"http://{self._host(state)}:{port}" if port else None
+        scheme = "https" if self._secure_enabled(state) else "http"
+        return f"{scheme}://{self._host(state)}:{port}" if port else None
 
     def _spark_remote(self, state: State) -> str | None:
         port = state.get("spark", {}).get("port")
@@ -435,6 +512,7 @@ class EmbeddedStack:
         spark_up = self._spark_enabled(state) and self._running(state, "spark")
         postgres_up = self._postgres_enabled(state) and self._running(state, "postgres")
         store_up = self._object_store_enabled(state) and self._running(state, "object_store")
+        material = self._secure_material(state)
         return StackInfo(
             directory=self.directory,
             bootstrap_servers=self._bootstrap(state) or "",
@@ -457,6 +535,8 @@ class EmbeddedStack:
             object_store_log_file=self.object_store_log_file if store_up else None,
             lakehouse_dir=self._lakehouse_dir(state) if store_up else None,
             object_store_env=self._object_store_env(state) if store_up else {},
+            secure_env=material.client_env() if material else {},
+            kafka_node_pids={int(node["node_id"]): node.get("pid") for node in self._kafka_nodes(state)},
             **self._spark_cluster_info(state, spark_up),
         )
 
@@ -541,6 +621,7 @@ class EmbeddedStack:
     def _wanted(self, state: State, say: Progress) -> list[str]:
         """The components this stack runs, in start order; the choices made now are recorded in ``state``."""
         state.setdefault("spark", {})["enabled"] = self.spark or bool(state.get("spark", {}).get("enabled"))
+        self._record_kafka_choices(state)
         if self.object_store:  # recorded only when asked for, as PostgreSQL is
             state.setdefault("object_store", {})["enabled"] = True
         wanted = ["kafka", "registry"] + (["object_store"] if self._object_store_enabled(state) else [])
@@ -568,6 +649,10 @@ class EmbeddedStack:
     def _missing(self, state: State, wanted: list[str], say: Progress) -> list[str]:
         """Those of ``wanted`` that do not run, in start order."""
         missing = [name for name in wanted if not self._running(state, name)]
+        if self._secure_enabled(state) and "registry" not in missing and not state["registry"].get("secure"):
+            say("The schema registry starts again, over HTTPS with basic auth")
+            self._stop_recorded("registry", "schema registry", state, 15.0, say)
+            missing = [name for name in wanted if name == "registry" or name in missing]
         if "object_store" in wanted and "spark_cluster" in wanted and "spark_cluster" not in missing:
             if not state["spark_cluster"].get("object_store"):  # workers started before the store lack its keys
                 say("The Spark cluster starts again, its workers with the object store's keys")
@@ -591,13 +676,10 @@ class EmbeddedStack:
     @staticmethod
     def _ports_in_use(state: State, wanted: list[str], missing: list[str]) -> list[int]:
         """The recorded ports of the components that run (the ones to start must not take them)."""
-        return [
-            port
-            for name in wanted
-            if name not in missing
-            for port in (state[name].get("port"), state[name].get("controller_port"))
-            if port
+        records = [
+            node for name in wanted if name not in missing for node in [state[name], *state[name].get("nodes", [])]
         ]
+        return [port for record in records for port in (record.get("port"), record.get("controller_port")) if port]
 
     def _start_all(self, state: State, missing: list[str], taken: list[int], deadline: float, say: Progress) -> None:
         """Start ``missing`` in order, saving stack.json after each; when one fails, stop those started."""
@@ -631,29 +713,93 @@ class EmbeddedStack:
         server.start(timeout=max(minimum, deadline - time.monotonic()))
         say(f"{label} ready on {address} (pid {server.pid}, {time.monotonic() - started:.1f}s)")
 
-    def _start_kafka(self, state: State, taken: list[int], deadline: float, say: Progress) -> EmbeddedKafkaBroker:
+    def _start_kafka(self, state: State, taken: list[int], deadline: float, say: Progress) -> Component:
+        """Start every Kafka node that is not running: all are launched before any is waited for, since a node
+        of a cluster answers only once a majority of the controller quorum runs."""
         find_java()
-        port = self._take_client_port(state, "kafka", "Kafka broker", STANDARD_KAFKA_PORT, taken, say)
-        controller_port = self._controller_port(state.get("kafka", {}).get("controller_port"), taken)
-        taken.append(controller_port)
-        broker = EmbeddedKafkaBroker(
-            self.kafka_dir, port, controller_port, self.host, log_dir=self.logs_dir, heap=self.kafka_heap, progress=say
-        )
-        say(f"Starting Kafka {jars.KAFKA_VERSION} broker on {broker.bootstrap_servers} (log: {broker.log_file})")
-        self._start_server(broker, "Kafka broker", broker.bootstrap_servers, 10.0, deadline, say)
+        material = self._secure_material(state)
+        nodes = self._kafka_nodes(state)
+        running = [node for node in nodes if self._kafka_node_running(node)]
+        taken += [port for node in running for port in (node.get("port"), node.get("controller_port")) if port]
+        for node in nodes:
+            if node in running:
+                continue
+            if node["node_id"] == 1:
+                node["port"] = self._take_client_port(state, "kafka", "Kafka broker", STANDARD_KAFKA_PORT, taken, say)
+                node["controller_port"] = self._controller_port(node.get("controller_port"), taken)
+            else:
+                node["port"] = self._internal_port(node.get("port"), None, taken)
+                taken.append(node["port"])
+                node["controller_port"] = self._internal_port(node.get("controller_port"), None, taken)
+            taken.append(node["controller_port"])
+        voters = ",".join(f"{node['node_id']}@{self.host}:{node['controller_port']}" for node in nodes)
+        brokers = {
+            node["node_id"]: EmbeddedKafkaBroker(
+                self.kafka_node_dir(node["node_id"]),
+                node["port"],
+                node["controller_port"],
+                self.host,
+                log_dir=self.kafka_node_logs(node["node_id"]),
+                heap=self.kafka_heap,
+                progress=say,
+                secure=material,
+                node_id=node["node_id"],
+                quorum_voters=voters,
+                cluster_id=EmbeddedKafkaBroker(self.kafka_dir).cluster_id(),
+                replicas=len(nodes),
+            )
+            for node in nodes
+            if node not in running
+        }
+        started = _KafkaNodes(list(brokers.values()))
+        try:
+            for node_id, broker in brokers.items():
+                what = "broker" if len(nodes) == 1 else f"node {node_id} of {len(nodes)}"
+                say(
+                    f"Starting Kafka {jars.KAFKA_VERSION} {what}, {broker.listener} on {broker.bootstrap_servers} "
+                    f"(log: {broker.log_file})"
+                )
+                broker.launch()
+            began = time.monotonic()
+            for node_id, broker in brokers.items():
+                broker.wait_ready(max(10.0, deadline - time.monotonic()))
+                seconds = time.monotonic() - began
+                what = "broker" if len(nodes) == 1 else f"node {node_id}"
+                say(f"Kafka {what} ready on {broker.bootstrap_servers} (pid {broker.pid}, {seconds:.1f}s)")
+        except BaseException:
+            started.stop(timeout=15)
+            raise
+        pids = {node_id: broker.pid for node_id, broker in brokers.items()}
+        records = [
+            {
+                "node_id": node["node_id"],
+                "pid": pids.get(node["node_id"], node.get("pid")),
+                "port": node["port"],
+                "controller_port": node["controller_port"],
+            }
+            for node in nodes
+        ]
+        first = records[0]
         state["kafka"] = _started(
-            broker.pid, broker.port, controller_port=broker.controller_port, kafka_version=jars.KAFKA_VERSION
+            first["pid"],
+            first["port"],
+            controller_port=first["controller_port"],
+            kafka_version=jars.KAFKA_VERSION,
+            secure=material is not None,
+            brokers=len(nodes),
+            nodes=records[1:],
         )
-        return broker
+        return started
 
     def _start_registry(self, state: State, taken: list[int], deadline: float, say: Progress) -> SchemaRegistryProcess:
         port = self._take_client_port(state, "registry", "schema registry", STANDARD_REGISTRY_PORT, taken, say)
+        material = self._secure_material(state)
         registry = SchemaRegistryProcess(
-            self.registry_dir, port, self.host, log_dir=self.logs_dir, module=self.registry_module
+            self.registry_dir, port, self.host, log_dir=self.logs_dir, module=self.registry_module, secure=material
         )
         say(f"Starting schema registry on {registry.url} (log: {registry.log_file})")
         self._start_server(registry, "Schema registry", registry.url, 15.0, deadline, say)
-        state["registry"] = _started(registry.pid, registry.port, module=registry.module)
+        state["registry"] = _started(registry.pid, registry.port, module=registry.module, secure=material is not None)
         return registry
 
     def _start_spark(self, state: State, taken: list[int], deadline: float, say: Progress) -> SparkConnectServer:
@@ -804,6 +950,30 @@ class EmbeddedStack:
             component["pid"] = None
         return running
 
+    def _stop_kafka(self, state: State, timeout: float, say: Progress) -> bool:
+        """Stop every Kafka node at once: a node stopped after the others would wait for a controller quorum
+        that is gone."""
+        nodes = [node for node in self._kafka_nodes(state) if node.get("port")]
+        running = [node for node in nodes if self._kafka_node_running(node)]
+        labels = {1: "Kafka broker"} if len(nodes) == 1 else {}
+        with concurrent.futures.ThreadPoolExecutor(max_workers=max(len(running), 1)) as pool:
+            for future in [
+                pool.submit(
+                    stop_announced,
+                    node["pid"],
+                    labels.get(node["node_id"], f"Kafka node {node['node_id']}"),
+                    timeout,
+                    say,
+                )
+                for node in running
+            ]:
+                future.result()
+        if state.get("kafka"):
+            state["kafka"]["pid"] = None
+            for node in state["kafka"].get("nodes", []):
+                node["pid"] = None
+        return bool(running)
+
     def status(self) -> StackStatus:
         """Each component: running or not, pid, address, log file (a stale stack.json reads as stopped)."""
         state = self._load()
@@ -827,8 +997,22 @@ class EmbeddedStack:
         object_store = self._optional_status(state, "object_store", self._object_store_url(state))
         postgres = self._optional_status(state, "postgres", self._postgres_url(state))
         cluster = self._spark_cluster(state) if self._spark_workers(state) else None
+        components["kafka"] = dataclasses.replace(
+            components["kafka"], running=self._kafka_node_running(self._kafka_nodes(state)[0])
+        )
+        kafka_nodes = tuple(
+            ComponentStatus(
+                name=f"kafka-{node['node_id']}",
+                running=self._kafka_node_running(node),
+                pid=node.get("pid") if self._kafka_node_running(node) else None,
+                address=f"{self._host(state)}:{node['port']}" if node.get("port") else None,
+                log_file=self.kafka_node_logs(node["node_id"]) / "kafka.log",
+            )
+            for node in self._kafka_nodes(state)[1:]
+        )
         return StackStatus(
             directory=self.directory,
+            kafka_nodes=kafka_nodes,
             **components,
             postgres=postgres,
             spark_cluster=cluster.status() if cluster else None,
@@ -865,7 +1049,7 @@ class EmbeddedStack:
     def env_lines(self) -> list[str]:
         """``export`` lines for the running stack's addresses (StackError when it is not running)."""
         info = self.info()
-        return [f"export {key}={value}" for key, value in info.env().items()]
+        return [f"export {key}={shlex.quote(value)}" for key, value in info.env().items()]
 
     def down(self, timeout: float = 30.0, progress: Progress | None = None) -> bool:
         """Stop the engine, the registry and the broker (SIGTERM, SIGKILL after ``timeout``), then the object store
@@ -878,12 +1062,9 @@ class EmbeddedStack:
             if not state:
                 return False
             stopped = False
-            for name, label in (
-                ("spark", "Spark Connect server"),
-                ("registry", "schema registry"),
-                ("kafka", "Kafka broker"),
-            ):
+            for name, label in (("spark", "Spark Connect server"), ("registry", "schema registry")):
                 stopped = self._stop_recorded(name, label, state, timeout, say) or stopped
+            stopped = self._stop_kafka(state, timeout, say) or stopped
             # The standalone cluster after its driver (the Connect server, stopped above): workers, then master.
             cluster = self._spark_cluster(state)
             if cluster is not None:
@@ -910,6 +1091,16 @@ def running_stack(directory: Path, *, timeout: float = 180.0, **stack_options: A
             stack.down()
         finally:
             atexit.unregister(stack.down)
+
+
+@dataclass
+class _KafkaNodes:
+    """The Kafka nodes one `up` started, stopped together when a later component fails to start."""
+
+    brokers: list[EmbeddedKafkaBroker]
+
+    def stop(self, timeout: float = 30.0) -> bool:
+        return any([broker.stop(timeout=timeout) for broker in self.brokers])
 
 
 def _now() -> str:

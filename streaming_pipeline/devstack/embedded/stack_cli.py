@@ -81,6 +81,23 @@ def add_stack_parser(subparsers: Any) -> argparse.ArgumentParser:
         "later `stack up` keeps it",
     )
     up.add_argument(
+        "--secure",
+        action="store_true",
+        help="secure Kafka and the registry as a managed service is: the broker takes SASL_SSL only (SCRAM-SHA-512 "
+        "users, TLS with a CA of the stack's own, client certificates required) and the registry HTTPS with basic "
+        "auth; `stack env` exports the protocol, mechanism, users, passwords and files clients need (secrets "
+        "under the stack's secure/, mode 0600). Chosen when the stack's Kafka is first made; recorded in stack.json",
+    )
+    up.add_argument(
+        "--kafka-brokers",
+        type=_positive_int,
+        default=None,
+        metavar="N",
+        help="run Kafka as N nodes (KRaft, each a broker and a voter of the controller quorum): topics get N "
+        "replicas, writes need 2 in sync, producers wait for them. Chosen when the stack's Kafka is first made "
+        "(1 by default); recorded in stack.json",
+    )
+    up.add_argument(
         "--spark-workers",
         type=_non_negative_int,
         default=None,
@@ -145,6 +162,14 @@ def _print_info(info: StackInfo, stack: EmbeddedStack) -> None:
     if info.dagster_home:
         print(f"  DAGSTER_HOME={info.dagster_home}")
     print(f"  LIVE_MODE={info.live_mode}")
+    if info.secure_env:
+        print(
+            f"  secured: Kafka SASL_SSL ({info.secure_env['KAFKA_SASL_MECHANISM']}, user "
+            f"{info.secure_env['KAFKA_SASL_USERNAME']}), the registry over HTTPS with basic auth, client "
+            f"certificates; CA {info.secure_env['KAFKA_SSL_CA_LOCATION']} (passwords: `stack env`)"
+        )
+    if len(info.kafka_node_pids) > 1:
+        print(f"  Kafka: {len(info.kafka_node_pids)} nodes, topics replicated to each, 2 in sync for a write")
     if info.spark_master_url:
         print(
             f"  Spark master: {info.spark_master_url} ({info.spark_workers} worker(s) alive; `stack status` shows them)"
@@ -222,6 +247,8 @@ def _up(args: argparse.Namespace, directory: Path) -> int:
         spark_worker_cores=args.spark_worker_cores,
         spark_worker_memory=args.spark_worker_memory,
         live_mode=args.live_mode,
+        secure=args.secure,
+        kafka_brokers=args.kafka_brokers,
     )
     if args.no_spark and args.spark_workers:
         print("error: --spark-workers needs the Spark Connect server; leave out --no-spark", file=sys.stderr)
