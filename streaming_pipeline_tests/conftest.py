@@ -132,8 +132,21 @@ def stack(session_stack: SessionStack, tmp_path_factory: pytest.TempPathFactory)
 
 
 @pytest.fixture(scope="session")
+def secured_stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[StackInfo]:
+    """The session's secured and replicated Kafka and its registry (`stack up --secure --kafka-brokers 3
+    --no-spark`: three KRaft nodes, SASL_SSL with SCRAM users and client certificates; the registry over HTTPS with
+    basic auth), for the materialized lakehouse, the live path (test_live.py) and the tests of refused clients.
+    The session's engine reads from it as from any Kafka. A test deletes the topics it finds before using it."""
+    from streaming_pipeline.devstack.embedded.stack import running_stack
+
+    directory = tmp_path_factory.mktemp("secured-stack")
+    with running_stack(directory, secure=True, kafka_brokers=3, spark=False, timeout=180) as info:
+        yield info
+
+
+@pytest.fixture(scope="session")
 def materialized_lakehouse(
-    session_stack: SessionStack,
+    secured_stack: StackInfo,
     session_object_store: StackInfo,
     spark: object,
     spark_test_conf: dict[str, str],
@@ -141,22 +154,27 @@ def materialized_lakehouse(
     tmp_path_factory: pytest.TempPathFactory,
 ) -> Iterator[MaterializedLakehouse]:
     """Every asset materialized for the session from a fixed data set (materialized_lakehouse.py: two runs that
-    take records, a third with none), for the tests that only read tables. The tables are on the session stack's
-    object store (`s3a://lakehouse/materialized`), so every test that reads them reads S3. Its registry is its own,
-    kept for the session: the schema ids start at 1, so a fresh stack given the same records holds the same
-    bytes."""
+    take records, a third with none), for the tests that only read tables. The records go to the session's secured
+    Kafka, cleared, and a secured registry of the fixture's own, kept for the session (the schema ids start at 1,
+    so a fresh stack given the same records holds the same bytes). The tables are on the session stack's object store (`s3a://lakehouse/materialized`),
+    so every test that reads them reads S3."""
     import dataclasses
 
     from streaming_pipeline.devstack.embedded.registry_process import SchemaRegistryProcess
+    from streaming_pipeline.devstack.embedded.secure import SecureMaterial
     from streaming_pipeline_tests import materialized_lakehouse
+    from streaming_pipeline_tests.kafka_helpers import clients_of, delete_every_topic
 
     root = tmp_path_factory.mktemp("materialized")
-    with SchemaRegistryProcess(root / "registry", log_dir=root / "logs") as registry:
+    delete_every_topic(clients_of(secured_stack)[0])
+    secure = SecureMaterial.read_or_make(secured_stack.directory / "secure")
+    with SchemaRegistryProcess(root / "registry", log_dir=root / "logs", secure=secure) as registry:
         stack = dataclasses.replace(
-            session_stack.clear(),
+            secured_stack,
             schema_registry_url=registry.url,
             registry_pid=registry.pid,
             registry_log_file=registry.log_file,
+            lakehouse_dir=session_object_store.lakehouse_dir,
         )
         yield materialized_lakehouse.build(stack, rides_csv, root, spark_test_conf)
 
@@ -177,6 +195,7 @@ def pipeline_resources_for(
 
     settings = PipelineSettings.from_env(
         {
+            **stack.secure_env,  # a secured stack's settings; its secrets are passed as dg.EnvVar all the same
             "KAFKA_BOOTSTRAP_SERVERS": stack.bootstrap_servers,
             "SCHEMA_REGISTRY_URL": stack.schema_registry_url,
             "LAKEHOUSE_DIR": str(lakehouse_dir),

@@ -1,11 +1,16 @@
-"""Helpers for the fault-injection tests: raw Kafka I/O, offsets, Delta log inspection, CSV writing."""
+"""Helpers for the fault-injection tests: raw Kafka I/O, offsets, Delta log inspection, CSV writing.
+
+Each Kafka helper takes the cluster as its bootstrap servers (a plain one) or as a KafkaResource (any, a secured
+one too: `clients_of(stack)`)."""
 
 from __future__ import annotations
 
+import contextlib
 import csv
+import os
 import struct
 import time
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from datetime import datetime
 from pathlib import Path
 from typing import Any
@@ -14,16 +19,60 @@ from confluent_kafka import Consumer, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient
 from confluent_kafka.serialization import MessageField, SerializationContext
 
+from streaming_pipeline.devstack.embedded.stack import StackInfo
 from streaming_pipeline.devstack.records import csv_columns
+from streaming_pipeline.registry_client import RegistryClient
+from streaming_pipeline.resources import KafkaResource
+from streaming_pipeline.resources.from_settings import build_resources, resolved
+from streaming_pipeline.settings import PipelineSettings
 from streaming_pipeline.tables import RIDES
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 SCHEMA_DIR = REPO_ROOT / "schemas"
 
 
-def end_offsets(bootstrap_servers: str, topic: str, timeout: float = 15.0) -> dict[int, int]:
+Cluster = str | KafkaResource  # bootstrap servers, or the resource with the whole connection
+
+
+@contextlib.contextmanager
+def environ(values: Mapping[str, str]) -> Iterator[None]:
+    """`values` in os.environ while the block runs (a secured stack's settings and secrets), as before after it."""
+    saved = {name: os.environ.get(name) for name in values}
+    os.environ.update(values)
+    try:
+        yield
+    finally:
+        for name, value in saved.items():
+            if value is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = value
+
+
+def clients_of(stack: StackInfo) -> tuple[KafkaResource, RegistryClient]:
+    """The stack's Kafka and registry as the code location's settings make them (a secured stack's passwords
+    read from its `stack env`), for a test to talk to them directly."""
+    resources = build_resources(PipelineSettings.from_env(stack.env()))
+    with environ(stack.secure_env):
+        return resolved(resources["kafka"]), resolved(resources["schema_registry"]).get_client()
+
+
+def clear_registry(registry: RegistryClient) -> None:
+    """Delete every subject of the registry for good (a soft delete first, as the registry API requires), so that
+    their versions start from 1 again; schema ids go on counting."""
+    client = registry.client()
+    for subject in client.get_subjects(deleted=True):
+        client.delete_subject(subject)
+        client.delete_subject(subject, permanent=True)
+
+
+def _config(cluster: Cluster) -> dict[str, Any]:
+    return {"bootstrap.servers": cluster} if isinstance(cluster, str) else cluster.client_config()
+
+
+def end_offsets(cluster: Cluster, topic: str, timeout: float = 15.0) -> dict[int, int]:
     """High watermark of every partition of `topic`, read with a plain confluent-kafka consumer."""
-    consumer = Consumer({"bootstrap.servers": bootstrap_servers, "group.id": "faults-offset-probe"})
+    consumer = Consumer({**_config(cluster), "group.id": "faults-offset-probe"})
     try:
         metadata = consumer.list_topics(topic, timeout=timeout)
         partitions = sorted(metadata.topics[topic].partitions)
@@ -41,13 +90,13 @@ def all_coordinates(topic: str, offsets: Mapping[int, int]) -> set[tuple[str, in
 
 
 def produce_raw(
-    bootstrap_servers: str,
+    cluster: Cluster,
     topic: str,
     messages: Sequence[tuple[bytes | None, bytes | None]],
     partition: int | None = None,
 ) -> list[tuple[int, int]]:
     """Send raw key/value bytes; return the (partition, offset) each one was written to, in order."""
-    producer = Producer({"bootstrap.servers": bootstrap_servers, "acks": "all", "enable.idempotence": True})
+    producer = Producer({**_config(cluster), "acks": "all", "enable.idempotence": True})
     delivered: dict[int, tuple[int, int]] = {}
     errors: list[str] = []
 
@@ -111,12 +160,12 @@ def write_rides_csv(path: Path, rides: Iterable[Mapping[str, Any]]) -> Path:
     return path
 
 
-def delete_topics(bootstrap_servers: str, topics: Sequence[str], timeout: float = 30.0) -> None:
+def delete_topics(cluster: Cluster, topics: Sequence[str], timeout: float = 30.0) -> None:
     """Delete `topics` and wait until the broker lists none of them, so that topics of the same names can be
     created again (AssertionError when one is still listed after `timeout` s)."""
     if not topics:
         return
-    admin = AdminClient({"bootstrap.servers": bootstrap_servers})
+    admin = AdminClient(_config(cluster))
     for future in admin.delete_topics(list(topics), operation_timeout=timeout).values():
         future.result(timeout=timeout)
     deadline = time.monotonic() + timeout
@@ -126,8 +175,8 @@ def delete_topics(bootstrap_servers: str, topics: Sequence[str], timeout: float 
         time.sleep(0.1)
 
 
-def delete_every_topic(bootstrap_servers: str, timeout: float = 30.0) -> None:
+def delete_every_topic(cluster: Cluster, timeout: float = 30.0) -> None:
     """Delete every topic but Kafka's own (`__consumer_offsets`): what a test on the session's broker leaves."""
-    admin = AdminClient({"bootstrap.servers": bootstrap_servers})
+    admin = AdminClient(_config(cluster))
     listed = admin.list_topics(timeout=timeout).topics
-    delete_topics(bootstrap_servers, [name for name in listed if not name.startswith("__")], timeout)
+    delete_topics(cluster, [name for name in listed if not name.startswith("__")], timeout)

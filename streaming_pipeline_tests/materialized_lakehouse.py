@@ -1,8 +1,9 @@
-"""One materialized lakehouse for the tests that only read tables: a fixed data set produced once, on the session's
-broker and a registry of its own (conftest.py), and every asset materialized (with its checks) in two runs, as
-Dagster's CLI would. The tables are on the session stack's object store (`s3a://lakehouse/materialized`): every
-test that reads them reads S3. test_cluster_vs_local.py produces the same records to a cluster's stack and
-compares.
+"""One materialized lakehouse for the tests that only read tables: a fixed data set produced once, to the session's
+secured stack (conftest.py: Kafka over SASL_SSL with client certificates, the registry over HTTPS with basic auth),
+and every asset materialized (with its checks) in two runs, as Dagster's CLI would, its secrets read through
+`dg.EnvVar` as the code location's are. The tables are on the session stack's object store
+(`s3a://lakehouse/materialized`): every test that reads them reads S3. test_cluster_vs_local.py produces the same
+records to a cluster's stack and compares.
 
 - First run: the real NYC TLC sample (266 rides, `../shared/data/rides.csv`), a pickup at the dropoff zone of every
   fifth ride (on the join's inclusive 10-minute bound, just outside it, and between), four ride records no schema
@@ -33,11 +34,9 @@ from streaming_pipeline.devstack.producer import produce, rows_from_records
 from streaming_pipeline.devstack.records import read_rides_csv
 from streaming_pipeline.devstack.synthetic import SyntheticOptions, synthetic_rides
 from streaming_pipeline.engine.delta_log import filesystem, latest_version
-from streaming_pipeline.registry_client import RegistryClient
-from streaming_pipeline.resources import KafkaResource
 from streaming_pipeline.tables import PICKUPS_TOPIC, RIDES_TOPIC
 from streaming_pipeline_tests.conftest import TLC_RIDE_COLUMNS, pipeline_resources_for
-from streaming_pipeline_tests.kafka_helpers import avro_frame, end_offsets, produce_raw
+from streaming_pipeline_tests.kafka_helpers import avro_frame, clients_of, end_offsets, environ, produce_raw
 
 SAMPLE_PICKUP_OFFSETS = [
     timedelta(minutes=-10),
@@ -98,14 +97,18 @@ def _write_pickups_csv(rides: pd.DataFrame, path: Path) -> pd.DataFrame:
 
 
 def _cli_produce(stack: StackInfo, kind: str, path: Path) -> None:
+    """`streaming-pipeline produce` as a user runs it after `eval "$(streaming-pipeline stack env)"`."""
     args = ["produce", kind, "--csv", str(path), "--no-progress", "--bootstrap-servers", stack.bootstrap_servers]
-    assert cli_main([*args, "--schema-registry-url", stack.schema_registry_url]) == 0
+    with environ(stack.secure_env):
+        assert cli_main([*args, "--schema-registry-url", stack.schema_registry_url]) == 0
 
 
 def _bad_records(stack: StackInfo, rides_csv: Path) -> list[BadRecord]:
     """Ride records no schema decodes, framed from a valid one, and a pickup too short for any frame."""
-    registry = RegistryClient(stack.schema_registry_url)
-    schema_id, schema = registry.latest(f"{RIDES_TOPIC}-value")
+    kafka, registry = clients_of(stack)
+    latest = registry.latest(f"{RIDES_TOPIC}-value")
+    assert latest is not None
+    schema_id, schema = latest
     assert registry.schema_by_id(9999) is None
     first_ride = next(row.record for row in read_rides_csv(rides_csv) if row.record is not None)
     valid = avro_frame(registry, schema, first_ride, RIDES_TOPIC)
@@ -119,14 +122,13 @@ def _bad_records(stack: StackInfo, rides_csv: Path) -> list[BadRecord]:
     # The keyless record goes to partition 0 (a keyless record's partition is otherwise random): the same records
     # are at the same coordinates on every fresh broker.
     placed = [
-        produce_raw(stack.bootstrap_servers, RIDES_TOPIC, [(k, v)], partition=0 if k is None else None)[0]
-        for k, v, _ in rides.values()
+        produce_raw(kafka, RIDES_TOPIC, [(k, v)], partition=0 if k is None else None)[0] for k, v, _ in rides.values()
     ]
     bad = [
         BadRecord(name, RIDES_TOPIC, p, o, key, value, error)
         for (p, o), (name, (key, value, error)) in zip(placed, rides.items(), strict=True)
     ]
-    ((p, o),) = produce_raw(stack.bootstrap_servers, PICKUPS_TOPIC, [(b"7", b"\x00\x00")])
+    ((p, o),) = produce_raw(kafka, PICKUPS_TOPIC, [(b"7", b"\x00\x00")])
     return [*bad, BadRecord("short_pickup", PICKUPS_TOPIC, p, o, b"7", b"\x00\x00", "message value is 2 bytes")]
 
 
@@ -170,8 +172,7 @@ def produce_later_records(stack: StackInfo) -> tuple[list[dict[str, Any]], list[
         {"pu_location_id": r["do_location_id"], "pickup_datetime": r["dropoff_datetime"] + timedelta(minutes=2)}
         for r in later[::4]
     ]
-    kafka = KafkaResource(bootstrap_servers=stack.bootstrap_servers)
-    registry = RegistryClient(stack.schema_registry_url)
+    kafka, registry = clients_of(stack)
     for topic, records in ((RIDES_TOPIC, later), (PICKUPS_TOPIC, later_pickups)):
         result = produce(kafka, registry, topic, rows_from_records(records), show_progress=False)
         assert (result.sent, result.failed) == (len(records), 0)
@@ -190,14 +191,16 @@ def build(stack: StackInfo, rides_csv: Path, root: Path, spark_conf: dict[str, s
     instance = dg.DagsterInstance.from_config(str(dagster_home))
 
     first = produce_first_records(stack, rides_csv, root)
-    runs = [materialize_every_asset(resources, instance)]
+    with environ(stack.secure_env):  # where each run reads its secrets (dg.EnvVar), as in `dagster dev`
+        runs = [materialize_every_asset(resources, instance)]
     after_first_run = table_versions(lakehouse)
     later, later_pickups = produce_later_records(stack)
-    runs.append(materialize_every_asset(resources, instance))
-    # A third run with nothing new, while the topics still hold what the tables were built from (later tests delete
-    # every topic): it must change no table.
-    before = table_versions(lakehouse)
-    materialize_every_asset(resources, instance)
+    with environ(stack.secure_env):
+        runs.append(materialize_every_asset(resources, instance))
+        # A third run with nothing new, while the topics still hold what the tables were built from: it must change
+        # no table.
+        before = table_versions(lakehouse)
+        materialize_every_asset(resources, instance)
     versions = (before, table_versions(lakehouse))
 
     return MaterializedLakehouse(
@@ -207,7 +210,7 @@ def build(stack: StackInfo, rides_csv: Path, root: Path, spark_conf: dict[str, s
         rides=pd.concat([first.rides, _naive_utc(pd.DataFrame(later))], ignore_index=True),
         pickups=pd.concat([first.pickups, _naive_utc(pd.DataFrame(later_pickups))], ignore_index=True),
         bad=first.bad,
-        end_offsets={topic: end_offsets(stack.bootstrap_servers, topic) for topic in (RIDES_TOPIC, PICKUPS_TOPIC)},
+        end_offsets={topic: end_offsets(clients_of(stack)[0], topic) for topic in (RIDES_TOPIC, PICKUPS_TOPIC)},
         runs=runs,
         after_first_run=after_first_run,
         versions=versions,

@@ -55,5 +55,22 @@ class SessionStack:
         shutil.copyfile(info.dagster_home / "dagster.yaml", dagster_home / "dagster.yaml")
         return dataclasses.replace(info, dagster_home=dagster_home)
 
+    def clear_secured(self, secured: StackInfo, dagster_home: Path) -> StackInfo:
+        """The session's secured stack (conftest.py's `secured_stack`) with no topic and no subject, and the engine
+        of this stack: the info names both, and `dagster_home`, a new instance with the secured stack's
+        dagster.yaml."""
+        from streaming_pipeline_tests.kafka_helpers import clear_registry, clients_of
+
+        engine = self.up(engine=True)
+        kafka, registry = clients_of(secured)
+        delete_every_topic(kafka)
+        clear_registry(registry)
+        assert secured.dagster_home is not None
+        dagster_home.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(secured.dagster_home / "dagster.yaml", dagster_home / "dagster.yaml")
+        return dataclasses.replace(
+            secured, spark_remote=engine.spark_remote, spark_pid=engine.spark_pid, dagster_home=dagster_home
+        )
+
     def down(self) -> None:
         EmbeddedStack(self.directory).down()

@@ -1,16 +1,19 @@
-"""The live path as a user runs it: the embedded stack (the session's, with the Spark Connect engine) and `dagster
-dev` (webserver + daemon, sensors as they start by default) as subprocesses, its Dagster storage in an embedded
-PostgreSQL server (what `stack up --dagster-postgres` gives). Nothing is materialized by hand.
+"""The live path as a user runs it: the session's secured, replicated stack (`stack up --secure --kafka-brokers 3`:
+three Kafka nodes over SASL_SSL with client certificates, the registry over HTTPS with basic auth) with the
+session's Spark Connect engine, and `dagster dev` (webserver + daemon, sensors as they start by default) as
+subprocesses with the stack's `stack env`, its Dagster storage in an embedded PostgreSQL server (what `stack up
+--dagster-postgres` gives). Nothing is materialized by hand.
 
 The tests share the stack, a lakehouse and a `dagster dev` (started again only to switch modes), in file order:
 rides reach gold, and PostgreSQL's own tables record the sensor's runs and their events; a run that fails while
 the registry is down is retried once it is back; no two steps ever worked on a checkpoint at once; the README's
 replay, with the sensor paused, rebuilds raw_rides and gold over the engine; `dagster dev` restarted with
 LIVE_MODE=continuous streams what is produced next, exactly once, with its tables fresh, through a SIGKILL of its
-run, until its run is terminated; switching back to triggered and again to continuous is exact, and a new field
-registered while the continuous queries run reaches the branches and rides_enriched; and, last, that continuous
-run goes on exactly once after the engine dies and is started again, and after the broker, then the registry, were
-away.
+run, until its run is terminated; switching back to triggered, where the leader of a partition of the rides topic
+is SIGKILLed under load and started again, and again to continuous is exact, and a new field registered while the
+continuous queries run reaches the branches and rides_enriched; and, last, that continuous run goes on exactly once
+after the engine dies and is started again, after a partition's leader is SIGKILLed under load, and after the
+whole Kafka cluster, then the registry, were away.
 No test asserts a time: waits are bounded only so that a broken path fails instead of hanging.
 """
 
@@ -51,7 +54,7 @@ from streaming_pipeline.tables import RIDES_TOPIC
 from streaming_pipeline_tests import live_helpers
 from streaming_pipeline_tests import test_schema_evolution as evolution
 from streaming_pipeline_tests.depth import scaled
-from streaming_pipeline_tests.kafka_helpers import REPO_ROOT, avro_frame, produce_raw
+from streaming_pipeline_tests.kafka_helpers import REPO_ROOT, avro_frame, clients_of, produce_raw
 from streaming_pipeline_tests.live_helpers import (
     WAIT_SECONDS,
     delta_count,
@@ -84,7 +87,8 @@ LIVE_CHECKS = [
 
 @dataclass
 class Live:
-    stack: StackInfo
+    stack: StackInfo  # the secured stack's Kafka and registry, with the engine of the session's stack
+    engine_dir: Path  # the session's stack, whose engine the runs use
     lakehouse: Path
     dagster_home: Path
     webserver_port: int
@@ -130,13 +134,15 @@ def wait_until(live: Live, what: str, condition: Callable[[], bool]) -> None:
 
 
 @pytest.fixture(scope="module")
-def live(session_stack: SessionStack, tmp_path_factory: pytest.TempPathFactory, spark: Any) -> Iterator[Live]:
-    """The session's stack with its engine, cleared, a lakehouse of the module's own and a DAGSTER_HOME whose
-    storage is a PostgreSQL server of the module's own. The tables are read with the test session's own in-process
-    Spark (pytest's process stays a classic driver: pyspark does not mix Connect and classic sessions in one
-    process)."""
+def live(
+    session_stack: SessionStack, secured_stack: StackInfo, tmp_path_factory: pytest.TempPathFactory, spark: Any
+) -> Iterator[Live]:
+    """The session's secured stack, cleared (no topic, no subject), with the engine of the session's stack, a
+    lakehouse of the module's own and a DAGSTER_HOME whose storage is a PostgreSQL server of the module's own. The
+    tables are read with the test session's own in-process Spark (pytest's process stays a classic driver: pyspark
+    does not mix Connect and classic sessions in one process)."""
     root = tmp_path_factory.mktemp("live")
-    stack = session_stack.clear(engine=True, dagster_home=root / "dagster_home")
+    stack = session_stack.clear_secured(secured_stack, root / "dagster_home")
     assert stack.spark_remote and stack.dagster_home
     # Relaunches after a failure within seconds: the tests' runs fail on purpose (registry down, SIGKILL, the
     # engine restarted) and are terminated, and each counts in the sensors' back-off (a minute at most by default).
@@ -151,6 +157,7 @@ def live(session_stack: SessionStack, tmp_path_factory: pytest.TempPathFactory, 
         dagster_dev = DagsterDev(env, root / "dagster-dev.log").start()  # the README's `dagster dev -w workspace.yaml`
         live = Live(
             stack,
+            session_stack.directory,
             root / "lakehouse",
             stack.dagster_home,
             dagster_dev.port,
@@ -171,10 +178,12 @@ PRODUCED: list[dict[str, Any]] = []
 
 
 def _resources(live: Live) -> tuple[KafkaResource, RegistryClient]:
-    return (
-        KafkaResource(bootstrap_servers=live.stack.bootstrap_servers),
-        RegistryClient(live.stack.schema_registry_url),
-    )
+    return clients_of(live.stack)
+
+
+def _secured(live: Live) -> StackInfo:
+    """The secured stack as `stack up` leaves it: whatever of it was stopped is started again, on its ports."""
+    return EmbeddedStack(live.stack.directory, prefer_standard_ports=False, spark=False).up(timeout=120)
 
 
 def test_produced_rides_reach_raw_rides_and_vendor_counts_with_no_manual_step(live: Live) -> None:
@@ -279,8 +288,8 @@ def test_a_run_that_failed_while_the_registry_was_down_is_retried_once_it_is_bac
     rides = list(synthetic_rides(5, SyntheticOptions(seed=202)))
     messages = _frames_while_the_registry_is_up(registry, rides)
     before = live.count("raw_rides")
-    stop_pid(live.stack.registry_pid, timeout=15)
-    produce_raw(live.stack.bootstrap_servers, RIDES_TOPIC, messages)
+    stop_pid(_secured(live).registry_pid, timeout=15)
+    produce_raw(kafka, RIDES_TOPIC, messages)
     PRODUCED.extend(rides)
 
     def failed_sensor_runs() -> int:
@@ -293,7 +302,7 @@ def test_a_run_that_failed_while_the_registry_was_down_is_retried_once_it_is_bac
     wait_until(live, "a sensor run fails while the registry is down", lambda: failed_sensor_runs() >= 1)
     assert live.count("raw_rides") == before  # nothing was taken while the registry was down
 
-    restarted = EmbeddedStack(live.stack.directory, prefer_standard_ports=False).up(timeout=60)
+    restarted = _secured(live)
     assert restarted.schema_registry_url == live.stack.schema_registry_url
     wait_until(live, "the retried run brings the 5 rides", lambda: live.count("raw_rides") == before + 5)
     expected = expected_vendor_counts(PRODUCED)
@@ -556,6 +565,9 @@ def test_switching_to_triggered_and_back_to_continuous_loses_and_duplicates_noth
     # The offset sensor's runs carried them: triggered mode is back, with no continuous run.
     assert _live_job_runs(live) > sensor_runs_before
     assert _continuous_run(live) is None
+    # The leader of a partition of the rides topic SIGKILLed under load while the sensor's runs take the rides, and
+    # started again as `stack up` does: every ride lands once.
+    _kill_a_leader_under_load(live, list(synthetic_rides(KILL_LOAD, SyntheticOptions(seed=414))), dagster_dev.log_file)
 
     dagster_dev = live.restart_dagster_dev(_continuous_env(live), tmp_path / "dagster-dev-continuous-again.log")
     _set_sensor(dagster_dev, "continuous_streams_sensor", running=True)  # the previous test stopped it
@@ -575,7 +587,7 @@ def _a_new_field_flows_through_the_running_queries(live: Live, log: Path) -> Non
     back to the first version."""
     run = _continuous_run(live)
     assert run is not None
-    registry = RegistryClient(live.stack.schema_registry_url)
+    kafka, registry = _resources(live)
     registry.register(f"{RIDES_TOPIC}-value", evolution.V2)
     key_schema = load_schema("ride_key.avsc")
     rides = [
@@ -583,7 +595,7 @@ def _a_new_field_flows_through_the_running_queries(live: Live, log: Path) -> Non
         for i, ride in enumerate(synthetic_rides(60, SyntheticOptions(seed=413)))
     ]
     placed = produce_raw(
-        live.stack.bootstrap_servers,
+        kafka,
         RIDES_TOPIC,
         [
             (
@@ -643,11 +655,12 @@ def test_the_continuous_mode_goes_on_exactly_once_after_the_engine_dies_and_the_
     live: Live, tmp_path: Path
 ) -> None:
     """The Spark Connect server SIGKILLed while rides stream in, and started again as `stack up` does: the run
-    fails, the sensor relaunches it, and the new run goes on from the checkpoints. Then the broker stopped for
-    20 s and started again, then the registry: the same run goes on. Every ride lands once, carried by the
-    continuous runs alone. It goes on with the continuous run the previous test left (or starts one)."""
+    fails, the sensor relaunches it, and the new run goes on from the checkpoints. Then the leader of a partition
+    SIGKILLed under load and started again; the whole Kafka cluster stopped for 20 s and started again; then the
+    registry: the same run goes on. Every ride lands once, carried by the continuous runs alone. It goes on with the
+    continuous run the previous test left (or starts one)."""
     kafka, registry = _resources(live)
-    stack_dir = live.stack.directory
+    stack_dir = live.engine_dir
     dagster_dev = live.dagster_dev
     if dagster_dev.env.get("LIVE_MODE") != "continuous":
         dagster_dev = live.restart_dagster_dev(_continuous_env(live), tmp_path / "dagster-dev-faults.log")
@@ -688,11 +701,16 @@ def test_the_continuous_mode_goes_on_exactly_once_after_the_engine_dies_and_the_
     relaunched = _continuous_run(live)
     assert relaunched is not None
 
-    # The broker away for 20 s: the run waits for it, and what is produced once it is back lands once too.
-    stop_pid(restarted.kafka_pid, timeout=30)
+    # A partition's leader killed under load: the other two nodes take over its partitions, and the run goes on.
+    _kill_a_leader_under_load(live, list(synthetic_rides(KILL_LOAD, SyntheticOptions(seed=415))), log)
+
+    # The whole cluster away for 20 s: the run waits for it, and what is produced once it is back lands once too.
+    nodes = _secured(live).kafka_node_pids
+    with ThreadPoolExecutor(len(nodes)) as pool:  # together: a node stopped after the others waits for a quorum
+        list(pool.map(lambda pid: stop_pid(pid, timeout=30), nodes.values()))
     time.sleep(20)
-    back = EmbeddedStack(stack_dir, prefer_standard_ports=False).up(timeout=120)
-    assert back.bootstrap_servers == restarted.bootstrap_servers
+    back = _secured(live)
+    assert back.bootstrap_servers == live.stack.bootstrap_servers
     more = list(synthetic_rides(300, SyntheticOptions(seed=411)))
     assert produce(kafka, registry, RIDES_TOPIC, rows_from_records(more), show_progress=False).sent == 300
     PRODUCED.extend(more)
@@ -705,7 +723,7 @@ def test_the_continuous_mode_goes_on_exactly_once_after_the_engine_dies_and_the_
     messages = _frames_while_the_registry_is_up(registry, offline)
     failures_before = log.read_text(errors="replace").count("raw_rides: failed (")
     stop_pid(back.registry_pid, timeout=15)
-    produce_raw(back.bootstrap_servers, RIDES_TOPIC, messages)
+    produce_raw(kafka, RIDES_TOPIC, messages)
     live_helpers.wait_until(
         "raw_rides fails while the registry is away",
         lambda: log.read_text(errors="replace").count("raw_rides: failed (") > failures_before,
@@ -713,7 +731,7 @@ def test_the_continuous_mode_goes_on_exactly_once_after_the_engine_dies_and_the_
     )
     assert live.count("raw_rides") == len(PRODUCED)  # nothing taken while the registry is away
     PRODUCED.extend(offline)
-    registry_back = EmbeddedStack(stack_dir, prefer_standard_ports=False).up(timeout=60)
+    registry_back = _secured(live)
     assert registry_back.schema_registry_url == back.schema_registry_url
     _wait_until_exact(live, log, "after the registry came back")
     after = _continuous_run(live)
@@ -733,6 +751,22 @@ def _kill_under_load(live: Live, rides: list[dict[str, Any]], *, rate: int, pid:
         time.sleep(delay)
         os.kill(pid, signal.SIGKILL)
         assert producing.result().sent == len(rides), f"killed {delay:.1f} s into the load"
+
+
+def _kill_a_leader_under_load(live: Live, rides: list[dict[str, Any]], log: Path) -> None:
+    """SIGKILL the Kafka node that leads partition 0 of the rides topic a random moment into a load of `rides` (the
+    producer's idempotent writes wait for two in-sync replicas), start it again as `stack up` does 5 s later, and
+    wait until every ride is in raw_rides once and vendor_counts counts each once."""
+    kafka, _ = _resources(live)
+    leader = kafka.admin().list_topics(RIDES_TOPIC, timeout=10).topics[RIDES_TOPIC].partitions[0].leader
+    pid = _secured(live).kafka_node_pids[leader]
+    assert pid is not None
+    _kill_under_load(live, rides, rate=400, pid=pid, latest=len(rides) / 400 - 0.5)
+    PRODUCED.extend(rides)
+    time.sleep(5)
+    restarted = _secured(live)
+    assert restarted.kafka_node_pids[leader] not in (None, pid)
+    _wait_until_exact(live, log, f"after Kafka node {leader}, the leader of partition 0, was killed")
 
 
 def _wait_until_exact(live: Live, log: Path, when: str = "") -> None:

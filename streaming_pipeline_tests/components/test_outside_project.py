@@ -2,9 +2,10 @@
 `pyproject.toml`, written by `create-dagster project`, its `definitions.py` unchanged), with this package installed,
 declares a topic of its own with `dg scaffold defs` and a schema the test writes. `dg check defs` passes, and
 records produced with Confluent's serializer reach its bronze table exactly once through `dagster asset
-materialize` on the session's embedded stack; the materialization's columns carry the schema's `doc`s, and only
-the field a later schema version adds is marked as evolved; the project lists a dead-letter asset of its own, in
-which an undecodable record lands."""
+materialize` on the session's secured stack (its settings and secrets from `stack env`: Kafka's three nodes over
+SASL_SSL, the registry over HTTPS with basic auth) with the session's engine; the materialization's columns carry
+the schema's `doc`s, and only the field a later schema version adds is marked as evolved; the project lists a
+dead-letter asset of its own, in which an undecodable record lands."""
 
 from __future__ import annotations
 
@@ -18,8 +19,9 @@ from typing import Any
 import pytest
 import yaml
 
+from streaming_pipeline.devstack.embedded.stack import StackInfo
 from streaming_pipeline_tests.cli_helpers import environment_without_pipeline_settings
-from streaming_pipeline_tests.kafka_helpers import REPO_ROOT
+from streaming_pipeline_tests.kafka_helpers import REPO_ROOT, clients_of
 from streaming_pipeline_tests.session_stack import SessionStack
 
 pytestmark = [pytest.mark.slow, pytest.mark.integration]
@@ -83,8 +85,7 @@ def _column_docs(dagster_home: Path | None, asset: str) -> dict[str, str | None]
 
 
 def _produce(
-    bootstrap_servers: str,
-    registry_url: str,
+    stack: StackInfo,
     orders: list[dict[str, object]],
     raw: list[bytes],
     value_schema: dict[str, object] = ORDER_VALUE,
@@ -92,13 +93,13 @@ def _produce(
     """`orders` with Confluent's Avro serializer and `value_schema` (schemas registered under topic name strategy),
     then `raw` values as they are."""
     from confluent_kafka import Producer, SerializingProducer
-    from confluent_kafka.schema_registry import SchemaRegistryClient
     from confluent_kafka.schema_registry.avro import AvroSerializer
 
-    registry = SchemaRegistryClient({"url": registry_url})
+    kafka, registry_client = clients_of(stack)  # the secured stack's settings, as `stack env` gives them
+    registry = registry_client.client()
     producer = SerializingProducer(
         {
-            "bootstrap.servers": bootstrap_servers,
+            **kafka.client_config(),
             "key.serializer": AvroSerializer(registry, json.dumps(ORDER_KEY)),
             "value.serializer": AvroSerializer(registry, json.dumps(value_schema)),
         }
@@ -106,19 +107,19 @@ def _produce(
     for order in orders:
         producer.produce("orders", key=order["order_id"], value=order)
     assert producer.flush(30) == 0
-    plain = Producer({"bootstrap.servers": bootstrap_servers})
+    plain = Producer(kafka.client_config())
     for value in raw:
         plain.produce("orders", value=value)
     assert plain.flush(30) == 0
 
 
 def test_a_new_dg_project_ingests_its_own_topic_exactly_once_with_the_component(
-    session_stack: SessionStack, tmp_path: Path
+    session_stack: SessionStack, secured_stack: StackInfo, tmp_path: Path
 ) -> None:
     from deltalake import DeltaTable
 
     assert REPO_ROOT not in tmp_path.parents
-    info = session_stack.clear(engine=True, dagster_home=tmp_path / "dagster_home")
+    info = session_stack.clear_secured(secured_stack, tmp_path / "dagster_home")
     project = tmp_path / "orders_demo"
     lakehouse = tmp_path / "lakehouse"
     env = {
@@ -168,15 +169,15 @@ def test_a_new_dg_project_ingests_its_own_topic_exactly_once_with_the_component(
         "--select",
         "raw_orders",
     ]
-    _produce(info.bootstrap_servers, info.schema_registry_url, _orders(0, 20), [])
+    _produce(info, _orders(0, 20), [])
     _run(materialize, project, env)
-    _produce(info.bootstrap_servers, info.schema_registry_url, _orders(20, 10), [b"not avro"])
+    _produce(info, _orders(20, 10), [b"not avro"])
     _run(materialize, project, env)
     columns = _column_docs(info.dagster_home, "raw_orders")
     assert columns == {**{f["name"]: f["doc"] for f in ORDER_VALUE["fields"]}, **KAFKA_COLUMN_DOCS}  # type: ignore[union-attr]
 
     # A producer moves on to a later version of the value schema, with a field the declaration does not have.
-    _produce(info.bootstrap_servers, info.schema_registry_url, _orders(30, 5), [], ORDER_VALUE_V2)
+    _produce(info, _orders(30, 5), [], ORDER_VALUE_V2)
     _run([*materialize[:-1], "*"], project, env)  # every asset of the project: raw_orders, then its dead letters
     columns = _column_docs(info.dagster_home, "raw_orders")
     assert [name for name, doc in columns.items() if doc == EVOLVED] == ["coupon"]
