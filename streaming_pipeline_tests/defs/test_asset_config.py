@@ -46,11 +46,48 @@ def test_a_bad_value_from_the_launchpad_is_refused_by_name(make, message: str) -
         ("JOIN_MAX_GAP", "-5 minutes", "JOIN_MAX_GAP='-5 minutes' is not a positive interval"),
         ("HIGH_AMOUNT_THRESHOLD", "forty", "HIGH_AMOUNT_THRESHOLD='forty' is not a number"),
         ("TAXI_ZONES_CSV", "/no/such/zones.csv", "TAXI_ZONES_CSV='/no/such/zones.csv': no such file"),
+        ("KAFKA_SSL_CA_LOCATION", "/no/ca.pem", "KAFKA_SSL_CA_LOCATION='/no/ca.pem': no such file"),
+        ("KAFKA_SSL_KEYSTORE_LOCATION", "/no/client.pem", "KAFKA_SSL_KEYSTORE_LOCATION='/no/client.pem': no such"),
+        ("SCHEMA_REGISTRY_SSL_CA_LOCATION", "/no/ca.pem", "SCHEMA_REGISTRY_SSL_CA_LOCATION='/no/ca.pem': no such"),
+        ("SCHEMA_REGISTRY_SSL_KEYSTORE_LOCATION", "/no/c.pem", "SCHEMA_REGISTRY_SSL_KEYSTORE_LOCATION='/no/c.pem'"),
     ],
 )
 def test_a_bad_default_is_refused_when_definitions_load(variable: str, value: str, message: str) -> None:
     with pytest.raises(ConfigurationError, match=message):
         PipelineSettings.from_env({variable: value})
+
+
+def test_the_tls_files_reach_the_resources_as_absolute_paths_and_the_secrets_as_env_vars(
+    tmp_path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from streaming_pipeline.resources.from_settings import build_resources
+
+    (tmp_path / "ca.pem").write_text("ca")
+    (tmp_path / "client.pem").write_text("key and chain")
+    monkeypatch.chdir(tmp_path)
+    settings = PipelineSettings.from_env(
+        {
+            "KAFKA_SECURITY_PROTOCOL": "SASL_SSL",
+            "KAFKA_SASL_USERNAME": "pipeline",
+            "KAFKA_SASL_PASSWORD": "s3cret",
+            "KAFKA_SSL_CA_LOCATION": "ca.pem",
+            "KAFKA_SSL_KEYSTORE_LOCATION": "client.pem",
+            "SCHEMA_REGISTRY_BASIC_AUTH_USER_INFO": "pipeline:s3cret",
+            "SCHEMA_REGISTRY_SSL_CA_LOCATION": "ca.pem",
+            "SCHEMA_REGISTRY_SSL_KEYSTORE_LOCATION": "client.pem",
+        }
+    )
+    assert "s3cret" not in repr(settings)
+    resources = build_resources(settings)
+    kafka, registry = resources["kafka"], resources["schema_registry"]
+    ca, client = str(tmp_path / "ca.pem"), str(tmp_path / "client.pem")
+    assert (kafka.ssl_ca_location, kafka.ssl_keystore_location) == (ca, client)
+    assert (registry.ssl_ca_location, registry.ssl_keystore_location) == (ca, client)
+    # the secrets by name: dg.EnvVar, read when a run starts
+    assert (kafka.sasl_password, registry.basic_auth_user_info) == (
+        "KAFKA_SASL_PASSWORD",
+        "SCHEMA_REGISTRY_BASIC_AUTH_USER_INFO",
+    )
 
 
 def test_the_defaults_come_from_the_environment_when_the_definitions_are_built(

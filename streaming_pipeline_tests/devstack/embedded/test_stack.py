@@ -325,3 +325,43 @@ def _refused_to_delta_rs(table: str, s3_env: dict[str, str]) -> str:
     )
     assert done.returncode != 0, done.stdout
     return done.stderr
+
+
+def test_security_and_the_number_of_kafka_nodes_are_fixed_once_kafka_exists(tmp_path: Path) -> None:
+    """Kafka's SCRAM users and its controller quorum are made when its storage is formatted: a stack whose Kafka
+    exists refuses --secure and another --kafka-brokers, before it starts anything, and says the way out."""
+    directory = tmp_path / "stack"
+    (directory / "kafka" / "data").mkdir(parents=True)
+    (directory / "kafka" / "data" / "meta.properties").write_text("cluster.id=x\nnode.id=1\n")
+    for options, said in (
+        ({"secure": True}, "was made without --secure"),
+        ({"kafka_brokers": 3}, r"has 1 node\(s\); for 3"),
+    ):
+        with pytest.raises(StackError, match=said) as refused:
+            EmbeddedStack(directory, spark=False, **options).up(timeout=5)  # type: ignore[arg-type]
+        assert "use another --dir" in str(refused.value)
+    assert not (directory / "stack.json").exists() or "secure" not in json.loads((directory / "stack.json").read_text())
+
+
+def test_a_secured_stack_exports_every_client_setting_shell_quoted(tmp_path: Path) -> None:
+    """`stack env` of a secured stack: the protocol, mechanism, users, passwords and the files clients need, each
+    value quoted for the shell."""
+    from streaming_pipeline.devstack.embedded.secure import SecureMaterial
+    from streaming_pipeline.devstack.embedded.stack import StackInfo
+
+    material = SecureMaterial.read_or_make(tmp_path / "secure")
+    assert {path.name: oct(path.stat().st_mode & 0o777) for path in material.directory.iterdir()} == {
+        "ca.pem": "0o644",
+        "server.pem": "0o600",
+        "client.pem": "0o600",
+        "passwords.json": "0o600",
+        "registry-users": "0o600",
+    }
+    info = StackInfo(
+        tmp_path / "dir with space", "127.0.0.1:1", "https://127.0.0.1:2", secure_env=material.client_env()
+    )
+    env = info.env()
+    assert env["KAFKA_SECURITY_PROTOCOL"] == "SASL_SSL" and env["KAFKA_SASL_MECHANISM"] == "SCRAM-SHA-512"
+    assert env["SCHEMA_REGISTRY_BASIC_AUTH_USER_INFO"] == f"pipeline:{material.passwords().registry}"
+    assert env["KAFKA_SSL_CA_LOCATION"] == str(material.ca_file)
+    assert "secure_env" not in repr(info) or material.passwords().kafka_client not in repr(info)
