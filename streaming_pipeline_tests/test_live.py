@@ -651,7 +651,7 @@ def _a_new_field_flows_through_the_running_queries(live: Live, log: Path) -> Non
     )
 
 
-def test_the_continuous_mode_goes_on_exactly_once_after_the_engine_dies_and_the_broker_and_registry_are_away(
+def test_the_continuous_mode_stays_exact_when_the_engine_a_leader_the_cluster_and_the_registry_go_away(
     live: Live, tmp_path: Path
 ) -> None:
     """The Spark Connect server SIGKILLed while rides stream in, and started again as `stack up` does: the run

@@ -49,7 +49,7 @@ import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 from streaming_pipeline import settings
 from streaming_pipeline.devstack.embedded.dagster_home import write_dagster_yaml
@@ -89,7 +89,12 @@ STANDARD_OBJECT_STORE_PORT = 9000  # MinIO's and most S3-compatible stores' defa
 
 Progress = Callable[[str], None]
 State = dict[str, Any]  # what stack.json holds
-Component = Any  # what a start returns, to stop it again when a later one fails: ManagedProcess and the like
+
+
+class Component(Protocol):
+    """What a start returns, to stop it again when a later one fails (a server, the Spark cluster, Kafka's nodes)."""
+
+    def stop(self, timeout: float = ...) -> bool: ...
 
 
 def default_stack_dir() -> Path:
