@@ -52,6 +52,25 @@ def new_cluster_id() -> str:
             return value
 
 
+def stored_cluster_id(data_dir: Path) -> str:
+    """The cluster id kept in ``data_dir/cluster.id``: made there the first time (every node of a cluster is
+    formatted with the first node's)."""
+    meta = _read_properties(data_dir / "data" / "meta.properties")
+    if meta.get("cluster.id"):
+        return meta["cluster.id"]
+    id_file = data_dir / "cluster.id"
+    try:
+        existing = id_file.read_text().strip()
+    except OSError:
+        existing = ""
+    if existing:
+        return existing
+    cluster_id = new_cluster_id()
+    data_dir.mkdir(parents=True, exist_ok=True)
+    id_file.write_text(cluster_id + "\n")
+    return cluster_id
+
+
 def _read_properties(path: Path) -> dict[str, str]:
     result: dict[str, str] = {}
     try:
@@ -220,23 +239,9 @@ class EmbeddedKafkaBroker(ManagedProcess):
         (self.data_dir / "log4j2.xml").write_text(config)
 
     def cluster_id(self) -> str:
-        """The cluster id its storage is (or will be) formatted with: made once, kept in ``cluster.id``."""
+        """The cluster id its storage is (or will be) formatted with: the given one, else its own (``cluster.id``)."""
         meta = _read_properties(self.kafka_log_dir / "meta.properties")
-        if meta.get("cluster.id"):
-            return meta["cluster.id"]
-        if self.given_cluster_id:
-            return self.given_cluster_id
-        id_file = self.data_dir / "cluster.id"
-        try:
-            existing = id_file.read_text().strip()
-        except OSError:
-            existing = ""
-        if existing:
-            return existing
-        cluster_id = new_cluster_id()
-        self.data_dir.mkdir(parents=True, exist_ok=True)
-        id_file.write_text(cluster_id + "\n")
-        return cluster_id
+        return meta.get("cluster.id") or self.given_cluster_id or stored_cluster_id(self.data_dir)
 
     def _java_command(self, java: Path, classpath: list[Path], main_class: str, *args: str) -> list[str]:
         return [

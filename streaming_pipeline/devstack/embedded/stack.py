@@ -53,7 +53,7 @@ from typing import Any, Protocol
 
 from streaming_pipeline import settings
 from streaming_pipeline.devstack.embedded.dagster_home import write_dagster_yaml
-from streaming_pipeline.devstack.embedded.kafka_broker import DEFAULT_HEAP, EmbeddedKafkaBroker
+from streaming_pipeline.devstack.embedded.kafka_broker import DEFAULT_HEAP, EmbeddedKafkaBroker, stored_cluster_id
 from streaming_pipeline.devstack.embedded.object_store import (
     DEFAULT_BUCKET,
     REGION,
@@ -750,7 +750,7 @@ class EmbeddedStack:
                 secure=material,
                 node_id=node["node_id"],
                 quorum_voters=voters,
-                cluster_id=EmbeddedKafkaBroker(self.kafka_dir).cluster_id(),
+                cluster_id=stored_cluster_id(self.kafka_dir),
                 replicas=len(nodes),
             )
             for node in nodes
@@ -1002,8 +1002,11 @@ class EmbeddedStack:
         object_store = self._optional_status(state, "object_store", self._object_store_url(state))
         postgres = self._optional_status(state, "postgres", self._postgres_url(state))
         cluster = self._spark_cluster(state) if self._spark_workers(state) else None
+        first = self._kafka_nodes(state)[0]  # the `kafka` row is node 1's, its address the whole cluster's
         components["kafka"] = dataclasses.replace(
-            components["kafka"], running=self._kafka_node_running(self._kafka_nodes(state)[0])
+            components["kafka"],
+            running=self._kafka_node_running(first),
+            pid=first.get("pid") if self._kafka_node_running(first) else None,
         )
         kafka_nodes = tuple(
             ComponentStatus(
