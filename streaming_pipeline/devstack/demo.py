@@ -213,7 +213,7 @@ def _show_tables(spark: Any, lakehouse: Any) -> dict[str, int]:
 
 
 def run_demo(options: DemoOptions) -> int:
-    from streaming_pipeline.devstack.embedded.stack import EmbeddedStack
+    from streaming_pipeline.devstack.embedded.stack import EmbeddedStack, default_stack_dir
     from streaming_pipeline.engine.delta_tables import read_table
     from streaming_pipeline.gold.charts import window_chart_png
     from streaming_pipeline.resources.from_settings import build_resources, resolved
@@ -255,9 +255,10 @@ def run_demo(options: DemoOptions) -> int:
             + (f"; failed: {', '.join(failed_checks)}" if failed_checks else "")
         )
         print(f"window chart: {chart.resolve()}")
+        dir_arg = "" if stack.directory == default_stack_dir().resolve() else f" --dir {stack.directory}"
         print(
-            'open the UI: streaming-pipeline stack up && eval "$(streaming-pipeline stack env)" && '
-            "dagster dev -w workspace.yaml   (then http://127.0.0.1:3000)"
+            f'open the UI: streaming-pipeline stack up{dir_arg} && eval "$(streaming-pipeline stack env{dir_arg})" '
+            "&& dagster dev -w workspace.yaml   (then http://127.0.0.1:3000)"
         )
         return 1 if failed_checks else 0
     finally:
