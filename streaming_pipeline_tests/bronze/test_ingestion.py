@@ -36,6 +36,8 @@ class BrokerAway:
 class Registry:
     url = "http://127.0.0.1:1"
     basic_auth_user_info = None
+    ssl_ca_location = None
+    ssl_keystore_location = None
 
 
 def test_building_a_bronze_query_asks_nothing_of_kafka_and_each_start_checks_the_topic(tmp_path: Path) -> None:
