@@ -15,9 +15,7 @@ from __future__ import annotations
 
 import base64
 import logging
-import os
 import subprocess
-import time
 import uuid
 from collections.abc import Callable, Mapping, Sequence
 from importlib import resources
@@ -31,6 +29,7 @@ from streaming_pipeline.devstack.embedded.secure import (
     KAFKA_CLIENT_USER,
     SCRAM_MECHANISM,
     SecureMaterial,
+    write_private,
 )
 from streaming_pipeline.engine import jars
 from streaming_pipeline.engine.java import find_java
@@ -84,13 +83,6 @@ def _read_properties(path: Path) -> dict[str, str]:
         key, value = line.split("=", 1)
         result[key.strip()] = value.strip()
     return result
-
-
-def _private(path: Path, text: str) -> None:
-    """Write `text` to `path`, readable by its owner only."""
-    path.unlink(missing_ok=True)
-    with open(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600), "w") as file:
-        file.write(text)
 
 
 class EmbeddedKafkaBroker(ManagedProcess):
@@ -234,7 +226,7 @@ class EmbeddedKafkaBroker(ManagedProcess):
         self.log_dir.mkdir(parents=True, exist_ok=True)
         lines = ["# Written by streaming_pipeline.devstack.embedded.kafka_broker at each start; edits are overwritten."]
         lines += [f"{key}={value}" for key, value in self.server_properties().items()]
-        _private(self.properties_file, "\n".join(lines) + "\n")  # a secured broker's password is in it
+        write_private(self.properties_file, "\n".join(lines) + "\n")  # a secured broker's password is in it
         config = resources.files("streaming_pipeline.devstack.embedded").joinpath("kafka-log4j2.xml").read_text()
         (self.data_dir / "log4j2.xml").write_text(config)
 
@@ -279,7 +271,7 @@ class EmbeddedKafkaBroker(ManagedProcess):
             ):
                 arguments += ["--add-scram", f"{SCRAM_MECHANISM}=[name={user},password={password}]"]
         arguments_file = self.data_dir / "format-arguments"
-        _private(arguments_file, "\n".join(arguments) + "\n")
+        write_private(arguments_file, "\n".join(arguments) + "\n")
         command = self._java_command(java, classpath, jars.STORAGE_TOOL_CLASS, f"@{arguments_file}")
         try:
             done = subprocess.run(command, capture_output=True, text=True, timeout=180, check=False)
@@ -329,15 +321,6 @@ class EmbeddedKafkaBroker(ManagedProcess):
         command = self._java_command(java, classpath, jars.BROKER_MAIN_CLASS, str(self.properties_file))
         label = f"kafka.Kafka {self.properties_file} (Kafka {jars.KAFKA_VERSION})"
         self._launch(command, cwd=self.data_dir, label=label)
-
-    def wait_ready(self, timeout: float) -> None:
-        """Wait until the launched broker answers (StackError naming its log when not); stop it then."""
-        try:
-            self._wait_ready(time.monotonic() + timeout, timeout)
-            self._after_ready()
-        except BaseException:
-            self.stop(timeout=self.cleanup_seconds)
-            raise
 
     def client_config(self) -> dict[str, str]:
         """librdkafka's settings for a client of this broker (a secured one's user, password and files)."""

@@ -316,6 +316,11 @@ class ManagedProcess:
     ) -> None:
         """Start ``command`` and wait up to ``timeout`` s until it answers; stop it again when it does not."""
         self._launch(command, cwd=cwd, label=label, env=env)
+        self.wait_ready(timeout)
+
+    def wait_ready(self, timeout: float) -> None:
+        """Wait up to ``timeout`` s until the launched process answers (StackError naming its log when it does not);
+        stop it again then."""
         try:
             self._wait_ready(time.monotonic() + timeout, timeout)
             self._after_ready()

@@ -34,7 +34,7 @@ SCRAM_MECHANISM = "SCRAM-SHA-512"
 _VALID_DAYS = 3650
 
 
-def _write_private(path: Path, text: str) -> None:
+def write_private(path: Path, text: str) -> None:
     """`text` into a new file readable by its owner only (an existing one is replaced)."""
     path.unlink(missing_ok=True)
     descriptor = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
@@ -200,11 +200,11 @@ class SecureMaterial:
             return _pem_key(key) + _pem_cert(cert) + _pem_cert(ca_cert)
 
         self.ca_file.write_text(_pem_cert(ca_cert))
-        _write_private(self.server_keystore, leaf("127.0.0.1", server=True))
-        _write_private(self.client_keystore, leaf("streaming-pipeline client", server=False))
+        write_private(self.server_keystore, leaf("127.0.0.1", server=True))
+        write_private(self.client_keystore, leaf("streaming-pipeline client", server=False))
         passwords = {"kafka_client": _password(), "kafka_broker": _password(), "registry": _password()}
-        _write_private(self.passwords_file, json.dumps(passwords))
-        _write_private(self.registry_users_file, f"{REGISTRY_USER}:{passwords['registry']}\n")
+        write_private(self.passwords_file, json.dumps(passwords))
+        write_private(self.registry_users_file, f"{REGISTRY_USER}:{passwords['registry']}\n")
 
 
 def _sha256() -> hashes.SHA256:
