@@ -1,6 +1,7 @@
 """The configuration that CI's `lint-imports` and `dg check defs` read (pyproject.toml). CI runs both tools
-before the suite; these tests only check that what they are told to check exists, so that a renamed module
-cannot leave a contract or the code location pointing at nothing."""
+before the suite; these tests check that what they are told to check exists and covers every module, so that a
+renamed or new module cannot leave a contract or the code location pointing at nothing, or stand outside every
+wall; and that the README and docs/ stay within their sizes."""
 
 from __future__ import annotations
 
@@ -15,19 +16,39 @@ import dagster as dg
 PYPROJECT = tomllib.loads((Path(__file__).resolve().parents[1] / "pyproject.toml").read_text())
 
 
-def test_every_module_the_import_contracts_name_exists_and_no_module_is_on_both_sides() -> None:
-    contracts = PYPROJECT["tool"]["importlinter"]["contracts"]
-    assert len(contracts) == 2
-    for contract in contracts:
-        assert contract["type"] == "forbidden"
-        own = [m for m in contract["forbidden_modules"] if m.startswith("streaming_pipeline")]
-        for module in [*contract["source_modules"], *own]:
-            assert importlib.util.find_spec(module) is not None, f"{contract['name']}: {module} does not exist"
-        assert not set(contract["source_modules"]) & set(contract["forbidden_modules"]), contract["name"]
-    library, code_location = contracts
-    assert "dagster" in library["forbidden_modules"]
-    assert set(code_location["source_modules"]) <= set(library["forbidden_modules"])
-    assert "streaming_pipeline.devstack" in code_location["forbidden_modules"]
+CONTRACTS = PYPROJECT["tool"]["importlinter"]["contracts"]
+
+
+def _parts() -> list[list[str]]:
+    """The layers contract's three parts, top first: the modules of each."""
+    (layers,) = [c for c in CONTRACTS if c["type"] == "layers"]
+    return [[m.strip() for m in layer.split(":")] for layer in layers["layers"]]
+
+
+def test_every_module_of_the_package_is_in_exactly_one_part_of_the_layers_contract() -> None:
+    import pkgutil
+
+    import streaming_pipeline
+
+    parts = _parts()
+    assert len(parts) == 3 and parts[0] == ["streaming_pipeline.devstack"]
+    named = [m for part in parts for m in part]
+    for module in named:
+        assert importlib.util.find_spec(module) is not None, f"the layers contract names {module}, which does not exist"
+    assert len(named) == len(set(named)), "a module is in two parts"
+    modules = [info.name for info in pkgutil.walk_packages(streaming_pipeline.__path__, prefix="streaming_pipeline.")]
+    outside = [m for m in modules if not any(m == n or m.startswith(n + ".") for n in named)]
+    assert not outside, f"modules in no part of the layers contract (pyproject.toml): {outside}"
+
+
+def test_the_forbidden_contracts_cover_the_library_and_the_code_location_as_the_layers_do() -> None:
+    _stack, code_location, library = _parts()
+    forbidden = {c["name"]: c for c in CONTRACTS if c["type"] == "forbidden"}
+    sources = sorted(sorted(c["source_modules"]) for c in forbidden.values())
+    assert sources == sorted([sorted(library), sorted(code_location)])
+    by_source = {tuple(sorted(c["source_modules"])): c["forbidden_modules"] for c in forbidden.values()}
+    assert "dagster" in by_source[tuple(sorted(library))]
+    assert {"fastapi", "uvicorn", "tqdm"} <= set(by_source[tuple(sorted(code_location))])
 
 
 def test_dg_and_dagster_name_one_code_location_whose_target_module_defines_the_definitions() -> None:
@@ -63,7 +84,7 @@ print(json.dumps({
 
 
 def test_the_library_imports_and_declares_its_tables_without_the_code_location(tmp_path: Path) -> None:
-    """Every module of the library (the first contract's source modules) imports from a copy of the package that has
+    """Every module of the library (the layers contract's last layer) imports from a copy of the package that has
     no `defs/` and no other part of the code location: the library reads none of its files."""
     import json
     import shutil
@@ -72,13 +93,12 @@ def test_the_library_imports_and_declares_its_tables_without_the_code_location(t
 
     package = Path(__file__).resolve().parents[1] / "streaming_pipeline"
     copy = tmp_path / "streaming_pipeline"
-    library_contract, code_location_contract = PYPROJECT["tool"]["importlinter"]["contracts"]
+    stack, code_location, library = _parts()
     # The code location's modules and the development stack, as the contracts name them: packages and modules alike.
-    parts = [*code_location_contract["source_modules"], "streaming_pipeline.devstack"]
+    parts = [*code_location, *stack]
     left_out = {"__pycache__", *(f"{m.rsplit('.', 1)[-1]}{suffix}" for m in parts for suffix in ("", ".py"))}
     shutil.copytree(package, copy, ignore=lambda _, names: {n for n in names if n in left_out})
     assert not (copy / "defs").exists() and not (copy / "streamed_table.py").exists()
-    library = library_contract["source_modules"]
     done = subprocess.run(
         [sys.executable, "-c", _LIBRARY_PROBE, *library],
         cwd=tmp_path,
@@ -101,3 +121,21 @@ def test_the_library_imports_and_declares_its_tables_without_the_code_location(t
     assert found["raw_pickup_locations"] == [f["name"] for f in pickup] + kafka
     assert found["high_amount_rides"] == [f["name"] for f in ride] + kafka
     assert found["topics"] == ["rides", "pickup_locations"]
+
+
+# The sizes a reader can take in at once: the README a page, every other page of docs/ a sitting.
+README_MAX_BYTES = 8_000
+DOCS_PAGE_MAX_BYTES = 15_000
+
+
+def test_the_readme_and_every_docs_page_stay_within_their_size() -> None:
+    root = Path(__file__).resolve().parents[1]
+    sizes = {path.relative_to(root).as_posix(): path.stat().st_size for path in (root / "docs").glob("*.md")}
+    assert sizes, "docs/ has no page"
+    too_long = {page: size for page, size in sizes.items() if size > DOCS_PAGE_MAX_BYTES}
+    readme = (root / "README.md").stat().st_size
+    if readme > README_MAX_BYTES:
+        too_long["README.md"] = readme
+    assert not too_long, f"over their size (README {README_MAX_BYTES:,} B, a docs page {DOCS_PAGE_MAX_BYTES:,} B): " + (
+        ", ".join(f"{page} {size:,} B" for page, size in sorted(too_long.items()))
+    )

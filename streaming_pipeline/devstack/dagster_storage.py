@@ -81,16 +81,6 @@ def sqlite_live_bytes(path: Path) -> int:
     return int(page_size * (pages - free))
 
 
-#: The parts of a DAGSTER_HOME with Dagster's SQLite storages.
-PARTS = (
-    "run storage",
-    "event-log index",
-    "per-run event logs",
-    "runless events",
-    "consolidated event log",
-    "ticks and evaluations",
-    "logs",
-)
 #: dagster.yaml's block for Dagster's consolidated SQLite event log (one database instead of one per run).
 CONSOLIDATED_EVENT_LOG_YAML = """\
 event_log_storage:

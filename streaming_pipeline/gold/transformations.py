@@ -19,7 +19,7 @@ def ride_window_aggregates(rides: DataFrame, window_duration: str, watermark_del
     """Rides and revenue per vendor in tumbling event-time windows of `window_duration` on pickup time.
 
     With `watermark_delay` (streaming), windows are finalized once the watermark passes their end and
-    later rides are left out of the aggregate (they are counted by `late_ride_counts`).
+    later rides are left out of the aggregate (`window_late_counts` counts them).
     """
     if watermark_delay is not None:
         rides = rides.withWatermark("pickup_datetime", watermark_delay)
@@ -77,8 +77,3 @@ def window_late_counts(all_rides_per_window: DataFrame, aggregates: DataFrame) -
         *(before if previous else []),
     )
 
-
-def late_ride_counts(all_rides_per_window: DataFrame, aggregates: DataFrame) -> DataFrame:
-    """The windows of `window_late_counts` that have late rides."""
-    late = window_late_counts(all_rides_per_window, aggregates).where(F.col("late_trip_count") > 0)
-    return late.select("window_start", "window_end", "vendor_id", "late_trip_count")

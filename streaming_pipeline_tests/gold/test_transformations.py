@@ -10,7 +10,6 @@ import datetime as dt
 from collections import defaultdict
 
 from streaming_pipeline.gold.transformations import (
-    late_ride_counts,
     ride_window_aggregates,
     vendor_counts,
     window_late_counts,
@@ -106,10 +105,16 @@ def test_window_aggregates_windows_are_aligned_to_the_epoch_not_to_the_hour_or_f
     assert_exact(spark, actual, expected_rows, WINDOW_DDL)
 
 
-# ---------------------------------------------------------------- late_ride_counts
+# ---------------------------------------------------------------- window_late_counts: the windows with late rides
 
 LATE_DDL = "window_start timestamp, window_end timestamp, vendor_id int, late_trip_count long"
 TEN_MIN = dt.timedelta(minutes=10)
+
+
+def late_ride_counts(all_rides, aggregates):
+    """The windows of `window_late_counts` that have late rides."""
+    late = window_late_counts(all_rides, aggregates).where("late_trip_count > 0")
+    return late.select("window_start", "window_end", "vendor_id", "late_trip_count")
 
 
 def _window_rows(spark, rows):

@@ -5,7 +5,6 @@ from __future__ import annotations
 import contextlib
 import random
 import socket
-import time
 from collections.abc import Iterable
 from pathlib import Path
 
@@ -96,12 +95,3 @@ def port_accepts(port: int, host: str = LOOPBACK, timeout: float = 0.5) -> bool:
             return True
     return False
 
-
-def wait_for_port(port: int, host: str = LOOPBACK, timeout: float = 30.0) -> bool:
-    """Poll until ``host:port`` accepts connections; False on timeout."""
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if port_accepts(port, host):
-            return True
-        time.sleep(0.1)
-    return False
