@@ -18,12 +18,8 @@ from streaming_pipeline.definitions import defs
 from streaming_pipeline.defs.gold.ride_window_aggregates import RideWindowsConfig
 from streaming_pipeline.defs.silver.ride_pickup_joins import RidePickupJoinsConfig
 from streaming_pipeline.engine.delta_log import latest_version
-from streaming_pipeline.gold.windows import (
-    RECONCILE_WRITER,
-    reconcile_ride_windows,
-    stream_ride_windows,
-    update_ride_window_aggregates,
-)
+from streaming_pipeline.gold.window_reconcile import RECONCILE_WRITER, reconcile_ride_windows
+from streaming_pipeline.gold.windows import stream_ride_windows, update_ride_window_aggregates
 from streaming_pipeline.resources.lakehouse import LakehouseResource
 
 #: The windows' and the join's parameters, as the assets pass them by default.

@@ -1546,7 +1546,8 @@ def run_windows_bench(
     interleave the history sizes, so that neither profits more from a warmer engine. The figure is the ratio of
     the medians, largest history over smallest."""
     from streaming_pipeline.engine.spark import connect_session
-    from streaming_pipeline.gold.windows import reconcile_ride_windows, stream_ride_windows
+    from streaming_pipeline.gold.window_reconcile import reconcile_ride_windows
+    from streaming_pipeline.gold.windows import stream_ride_windows
     from streaming_pipeline.resources import LakehouseResource
 
     result = WindowsResult(new_rides=new_rides, machine=machine_description(), runs=runs, history_rides=list(histories))

@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING
 from filelock import FileLock, Timeout
 
 if TYPE_CHECKING:
-    from streaming_pipeline.engine.streams import Log
+    from streaming_pipeline.engine.run_log import Log
 
 QUERY_START_LOCK_WAIT_SECONDS = 60.0
 # Waits shorter than this are not worth a line in the run's log.

@@ -11,7 +11,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any
 from urllib.parse import urlparse
 
 from pyspark.errors import StreamingQueryException
@@ -19,6 +19,7 @@ from pyspark.sql.streaming import DataStreamWriter
 
 from streaming_pipeline.engine.interrupts import interrupts_held
 from streaming_pipeline.engine.query_starts import one_query_start_at_a_time
+from streaming_pipeline.engine.run_log import Log as Log  # re-exported: the streams' modules import it from here
 from streaming_pipeline.errors import StreamingRunError
 
 if TYPE_CHECKING:
@@ -60,14 +61,6 @@ class StreamQuery:
     source_paths: tuple[str, ...] = ()
     on_progress: Callable[[StreamRunReport], object] | None = None
     after_stop: Callable[[], object] | None = None
-
-
-class Log(Protocol):
-    """Where the streaming code reports progress: a `logging.Logger` or a Dagster run's `context.log`."""
-
-    def info(self, msg: str, /) -> object: ...
-
-    def warning(self, msg: str, /) -> object: ...
 
 
 # Delta asks to restart a stream whose source table changed schema (e.g. a v2 column was added).

@@ -120,7 +120,7 @@ def unique_window_per_vendor(spark: SparkResource, lakehouse: LakehouseResource)
     "holds while the stream writes.",
 )
 def windows_count_each_ride_once(spark: SparkResource, lakehouse: LakehouseResource) -> dg.AssetCheckResult:
-    from streaming_pipeline.gold.windows import windows_count
+    from streaming_pipeline.gold.window_reconcile import windows_count
 
     session = spark.get_session()
     path = lakehouse.table_path(RIDE_WINDOW_AGGREGATES.name)
