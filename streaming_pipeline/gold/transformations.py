@@ -76,4 +76,3 @@ def window_late_counts(all_rides_per_window: DataFrame, aggregates: DataFrame) -
         late.cast("long").alias("late_trip_count"),
         *(before if previous else []),
     )
-

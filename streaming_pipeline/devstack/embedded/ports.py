@@ -94,4 +94,3 @@ def port_accepts(port: int, host: str = LOOPBACK, timeout: float = 0.5) -> bool:
         with socket.create_connection((host, port), timeout=timeout):
             return True
     return False
-
