@@ -12,23 +12,19 @@ from streaming_pipeline.settings import PipelineSettings
 
 
 def pipeline_definitions() -> dg.Definitions:
-    """The assets, checks, jobs and sensors of `defs/`, without resources (for `dg.materialize` in tools and tests).
-
-    The source components bring resources configured from the environment (what a project that only loads its
-    defs folder needs); they are left out here, for the caller to bind its own."""
-    loaded = dg.load_from_defs_folder(path_within_project=Path(__file__).parent)
-    return dg.Definitions(
-        assets=loaded.assets,
-        asset_checks=loaded.asset_checks,
-        jobs=loaded.jobs,
-        schedules=loaded.schedules,
-        sensors=loaded.sensors,
-        metadata=loaded.metadata,
-        component_tree=loaded.component_tree,
-    )
+    """The assets, checks, jobs and sensors of `defs/`, without resources (for `dg.materialize` in tools and tests,
+    which bind their own)."""
+    return dg.load_from_defs_folder(path_within_project=Path(__file__).parent)
 
 
 def build_definitions(settings: PipelineSettings | None = None) -> dg.Definitions:
+    """The code location: `defs/` with the resources bound once, from `settings` (default: the environment's).
+
+    Args:
+        settings: the pipeline's settings; None reads them from the environment now.
+
+    Returns:
+        The definitions `dagster dev` and `dg` load."""
     settings = settings or PipelineSettings.from_env()
     return dg.Definitions.merge(
         pipeline_definitions(),

@@ -4,8 +4,9 @@ package installed.
 
 The component turns its YAML into the library's plain declaration (`streaming_pipeline.sources.SourceTopic`) and
 builds from it what the project builds for each of its own sources (`defs/bronze/sources.py`): the bronze asset
-with its columns from the Avro `doc`s, its checks, its live job and offset sensor, and the four resources,
-configured from the same environment variables as the project (docs/configuration.md). The project's first source
+with its columns from the Avro `doc`s, its checks, its live job and offset sensor; with `resources:
+from_environment`, the four resources too, configured from the same environment variables as the project
+(docs/configuration.md), for a project whose definitions bind none. The project's first source
 (by path) also builds the dead-letter table's asset, downstream of every source's bronze table: a project that
 declares sources gets it without declaring anything more.
 """
@@ -15,7 +16,7 @@ from __future__ import annotations
 import json
 import re
 from pathlib import Path
-from typing import Annotated, Self
+from typing import Annotated, Literal, Self
 
 import dagster as dg
 import fastavro
@@ -109,6 +110,10 @@ attributes:
   # table: raw_{topic}
   # Optional: the asset's description in the Dagster UI.
   # description: Every record of the {topic} topic.
+  # This source binds the resources its assets use (kafka, schema_registry, spark, lakehouse), configured from the
+  # environment variables. One source of the project binds them: delete this line on the others, and on every
+  # source when your definitions bind the resources themselves.
+  resources: from_environment
 """
 
 #: Avro has no comments: the example explains itself in `doc`s, which become the columns' descriptions.
@@ -179,6 +184,13 @@ class KafkaDeltaSource(dg.Component, dg.Model, dg.Resolvable):
         ),
     ] = None
     description: str | None = Field(default=None, description="The asset's description in the Dagster UI.")
+    resources: Literal["from_environment"] | None = Field(
+        default=None,
+        description="`from_environment`: this source binds the four resources its assets use (kafka, "
+        "schema_registry, spark, lakehouse), configured from the pipeline's environment variables, for a project "
+        "whose definitions bind none. One source of a project sets it; leave it out when the project's "
+        "definitions bind the resources.",
+    )
 
     #: Where this instance is declared (its defs folder), for errors that name it; set by `load`.
     _declared_at: Path | None = PrivateAttr(default=None)
@@ -190,9 +202,22 @@ class KafkaDeltaSource(dg.Component, dg.Model, dg.Resolvable):
         return component
 
     @classmethod
-    def of(cls, source: SourceTopic, context: dg.ComponentLoadContext) -> Self:
+    def of(
+        cls,
+        source: SourceTopic,
+        context: dg.ComponentLoadContext,
+        resources: Literal["from_environment"] | None = None,
+    ) -> Self:
         """The component of a source declared in Python, for a `@dg.component_instance` function in a module of the
-        defs folder (schema paths absolute, or file names of this package's `schemas/`)."""
+        defs folder.
+
+        Args:
+            source: the declaration (schema paths absolute, or file names of this package's `schemas/`).
+            context: the load context Dagster passes the function.
+            resources: as the YAML attribute: `from_environment` binds the resources.
+
+        Returns:
+            The component, as its YAML would load."""
         component = cls(
             topic=source.topic,
             value_schema=source.value_schema,
@@ -200,6 +225,7 @@ class KafkaDeltaSource(dg.Component, dg.Model, dg.Resolvable):
             key_field=source.key_field,
             table=source.bronze_table,
             description=source.description,
+            resources=resources,
         )
         component._declared_at = context.path
         return component
@@ -221,14 +247,16 @@ class KafkaDeltaSource(dg.Component, dg.Model, dg.Resolvable):
 
         _check_declared_once(self, context)
         _check_key_field(self, context)
+        _check_resources_bound_once(self, context)
         tree, live = context.component_tree, LiveSettings.from_env()
         fast_run = fast_run_tables(self.source.bronze_table, streamed_tables(tree))
         components = _in_path_order(tree)
         # One dead-letter table for every source of the project: its asset comes with the first one.
         dead_letters = [dead_letter_asset([c.source for c in components], live)] if components[0] is self else []
+        resources = build_resources(PipelineSettings.from_env()) if self.resources == "from_environment" else {}
         return dg.Definitions.merge(
             source_definitions(self.source, SensorSettings.from_env(), live, fast_run),
-            dg.Definitions(assets=dead_letters, resources=build_resources(PipelineSettings.from_env())),
+            dg.Definitions(assets=dead_letters, resources=resources),
         )
 
 
@@ -261,6 +289,17 @@ def _check_declared_once(component: KafkaDeltaSource, context: dg.ComponentLoadC
                 f"{_declaration_file(context)}: {field} {value!r} is declared by another KafkaDeltaSource too "
                 f"({', '.join(twice)}); each topic and each table has one source"
             )
+
+
+def _check_resources_bound_once(component: KafkaDeltaSource, context: dg.ComponentLoadContext) -> None:
+    """A ConfigurationError naming the declarations when more than one source of the project binds the resources."""
+    binding = [c for c in _in_path_order(context.component_tree) if c.resources is not None]
+    if component.resources is not None and len(binding) > 1:
+        raise ConfigurationError(
+            f"{_declaration_file(context)}: `resources: from_environment` is set by more than one KafkaDeltaSource "
+            f"({', '.join(str(c._declared_at) for c in binding)}); the resources are bound once: keep it on one "
+            "source and delete it from the others"
+        )
 
 
 def _in_path_order(tree: dg.ComponentTree) -> list[KafkaDeltaSource]:

@@ -1,9 +1,8 @@
-"""The four resources configured from the pipeline's settings (environment variables), as the code location and
-every `KafkaDeltaSource` component bind them."""
+"""The four resources configured from the pipeline's settings (environment variables), as the code location binds
+them (and a `KafkaDeltaSource` with `resources: from_environment`, in a project whose definitions bind none)."""
 
 from __future__ import annotations
 
-import functools
 from typing import TypedDict, TypeVar, cast
 
 import dagster as dg
@@ -41,19 +40,14 @@ class PipelineResources(TypedDict):
 def build_resources(settings: PipelineSettings) -> PipelineResources:
     """One resource per external system; a secret is passed by reference (`dg.EnvVar`), only when it is set.
 
-    The same objects for the same settings, within a process: every `KafkaDeltaSource` component brings these
-    resources, and `dg.Definitions.merge` accepts one key twice only when it holds the same object."""
-    kafka, schema_registry, spark, lakehouse = _resources(settings)
-    return {"kafka": kafka, "schema_registry": schema_registry, "spark": spark, "lakehouse": lakehouse}
+    Args:
+        settings: the pipeline's settings (`PipelineSettings.from_env()`).
 
-
-@functools.cache
-def _resources(
-    settings: PipelineSettings,
-) -> tuple[KafkaResource, SchemaRegistryResource, SparkResource, LakehouseResource]:
+    Returns:
+        The resources by the keys the assets, checks and sensors ask for."""
     security, registry = settings.kafka_security, settings.registry_security
-    return (
-        KafkaResource(
+    return {
+        "kafka": KafkaResource(
             bootstrap_servers=settings.bootstrap_servers,
             security_protocol=security.security_protocol,
             sasl_mechanism=security.sasl_mechanism,
@@ -62,18 +56,20 @@ def _resources(
             ssl_ca_location=security.ssl_ca_location,
             ssl_keystore_location=security.ssl_keystore_location,
         ),
-        SchemaRegistryResource(
+        "schema_registry": SchemaRegistryResource(
             url=settings.schema_registry_url,
             basic_auth_user_info=dg.EnvVar(SCHEMA_REGISTRY_BASIC_AUTH_USER_INFO) if registry.basic_auth_set else None,
             ssl_ca_location=registry.ssl_ca_location,
             ssl_keystore_location=registry.ssl_keystore_location,
         ),
-        SparkResource(
+        "spark": SparkResource(
             remote=settings.spark_remote,
             profile=settings.spark_profile,
             master=settings.spark_master,
             # An engine of the run's own (no SPARK_REMOTE) reaches a lakehouse on s3a:// through S3A.
             conf={} if settings.spark_remote else lakehouse_s3a_conf(settings.lakehouse_dir),
         ),
-        LakehouseResource(root=settings.lakehouse_dir, max_offsets_per_trigger=settings.max_offsets_per_trigger),
-    )
+        "lakehouse": LakehouseResource(
+            root=settings.lakehouse_dir, max_offsets_per_trigger=settings.max_offsets_per_trigger
+        ),
+    }

@@ -43,7 +43,10 @@ def test_scaffold_writes_every_field_and_an_example_schema_that_loads(sandbox: D
     declared = yaml.safe_load(text)
     # the sandbox scaffolds by the defining module's name; `dg scaffold defs` writes the name it is given
     assert declared.pop("type") == "streaming_pipeline.components.kafka_delta_source.KafkaDeltaSource"
-    assert declared == {"attributes": {"topic": "orders", "value_schema": "value.avsc"}}
+    # A first source binds the resources, as a project made by `create-dagster project` binds none.
+    assert declared == {
+        "attributes": {"topic": "orders", "value_schema": "value.avsc", "resources": "from_environment"}
+    }
     for optional in ("# key_schema: key.avsc", "# table: raw_orders", "# description:"):
         assert optional in text
     example = json.loads((path / "value.avsc").read_text())
@@ -66,7 +69,12 @@ def test_an_instance_builds_the_bronze_asset_its_checks_live_job_sensor_and_reso
     path = _declare(
         sandbox,
         "payments",
-        {"topic": "payments", "value_schema": "payment_value.avsc", "description": "Every payment."},
+        {
+            "topic": "payments",
+            "value_schema": "payment_value.avsc",
+            "description": "Every payment.",
+            "resources": "from_environment",
+        },
     )
 
     with sandbox.load_component_and_build_defs(defs_path=path) as (component, defs):
@@ -118,7 +126,7 @@ PAYMENTS = SourceTopic.declared(topic="payments", value_schema={schema!r}, key_f
 
 @dg.component_instance
 def load(context: dg.ComponentLoadContext) -> KafkaDeltaSource:
-    return KafkaDeltaSource.of(PAYMENTS, context)
+    return KafkaDeltaSource.of(PAYMENTS, context, resources="from_environment")
 """
 
 
@@ -167,11 +175,14 @@ def test_the_table_defaults_to_raw_topic_with_non_identifier_characters_as_under
         )
 
 
-def test_two_instances_build_together_sharing_their_resources(sandbox: DefsFolderSandbox) -> None:
+def test_two_instances_build_together_and_the_one_that_says_so_binds_the_resources(sandbox: DefsFolderSandbox) -> None:
     _declare(sandbox, "payments", {"topic": "payments", "value_schema": "payment_value.avsc"})
-    _declare(sandbox, "refunds", {"topic": "refunds", "value_schema": "payment_value.avsc"})
+    _declare(
+        sandbox, "refunds", {"topic": "refunds", "value_schema": "payment_value.avsc", "resources": "from_environment"}
+    )
 
     with sandbox.build_all_defs() as defs:
+        assert sorted(defs.resources or {}) == ["kafka", "lakehouse", "schema_registry", "spark"]
         graph = defs.resolve_asset_graph()
         assert sorted(key.to_user_string() for key in graph.get_all_asset_keys()) == [
             "dead_letter_records",
@@ -267,6 +278,35 @@ def test_a_topic_or_table_declared_twice_names_both_files(sandbox: DefsFolderSan
     assert f"{field} {value!r} is declared by another KafkaDeltaSource too" in message
     assert str(first) in message
     assert str(second) in message
+
+
+def test_without_resources_a_source_binds_none_for_the_project_s_definitions_to_bind(
+    sandbox: DefsFolderSandbox,
+) -> None:
+    path = _declare(sandbox, "payments", {"topic": "payments", "value_schema": "payment_value.avsc"})
+
+    with sandbox.load_component_and_build_defs(defs_path=path) as (_component, defs):
+        assert not defs.resources
+        assert defs.get_assets_def("raw_payments").required_resource_keys - {"io_manager"} == {
+            "kafka",
+            "lakehouse",
+            "schema_registry",
+            "spark",
+        }
+
+
+def test_resources_bound_by_two_sources_names_both_and_the_way_out(sandbox: DefsFolderSandbox) -> None:
+    bound = {"value_schema": "payment_value.avsc", "resources": "from_environment"}
+    first = _declare(sandbox, "payments", {"topic": "payments", **bound})
+    second = _declare(sandbox, "refunds", {"topic": "refunds", **bound})
+
+    with pytest.raises(Exception) as raised, sandbox.build_all_defs():
+        pass
+
+    message = _messages(raised.value)
+    assert "`resources: from_environment` is set by more than one KafkaDeltaSource" in message
+    assert f"({first}, {second})" in message
+    assert "keep it on one source and delete it from the others" in message
 
 
 def _messages(error: BaseException) -> str:
