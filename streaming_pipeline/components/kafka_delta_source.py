@@ -253,10 +253,10 @@ class KafkaDeltaSource(dg.Component, dg.Model, dg.Resolvable):
         components = _in_path_order(tree)
         # One dead-letter table for every source of the project: its asset comes with the first one.
         dead_letters = [dead_letter_asset([c.source for c in components], live)] if components[0] is self else []
-        resources = build_resources(PipelineSettings.from_env()) if self.resources == "from_environment" else {}
+        bound = dict(build_resources(PipelineSettings.from_env())) if self.resources == "from_environment" else {}
         return dg.Definitions.merge(
             source_definitions(self.source, SensorSettings.from_env(), live, fast_run),
-            dg.Definitions(assets=dead_letters, resources=resources),
+            dg.Definitions(assets=dead_letters, resources=bound),
         )
 
 

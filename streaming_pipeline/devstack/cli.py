@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import argparse
+import shlex
 import sys
 import warnings
 from collections.abc import Sequence
 from pathlib import Path
 
 from streaming_pipeline.devstack.project import project_sources
-from streaming_pipeline.errors import BenchError, ConfigurationError, exit_code
+from streaming_pipeline.errors import ConfigurationError, exit_code
 from streaming_pipeline.sources import SourceTopic
 
 #: `streaming-pipeline produce <name>`: the topic's name, or a shorter one.
@@ -168,213 +169,280 @@ def _run_demo(args: argparse.Namespace) -> int:
 def _add_bench_parser(subparsers: argparse._SubParsersAction) -> None:
     bench = subparsers.add_parser(
         "bench",
-        help="measure throughput beside a plain Spark job and the raw consume rate; --live: freshness via dagster dev; "
-        "--soak: a month of live runs, compressed",
+        help="the benchmarks, a subcommand each (`bench` alone: throughput)",
+        description="Each benchmark starts a private embedded stack, or measures on the one in --stack-dir, and "
+        "compares its figures with a reference measured in the same run. `bench` alone is `bench throughput`. The "
+        "flags that chose a benchmark before (`bench --live ...`) still work, deprecated, until 0.11.0.",
     )
-    bench.add_argument("--live", action="store_true", help="measure produce -> visible through `dagster dev` instead")
-    bench.add_argument(
-        "--run",
-        action="store_true",
-        help="measure what a whole run of every asset and check costs on the warm engine (wall, engine CPU, by step), "
-        "after --rides new rides each, --runs times",
-    )
-    bench.add_argument(
-        "--baseline-ref",
-        metavar="REF",
-        help="--run: measure a git worktree of REF too, on the same rides in the same run, and print the ratios",
-    )
-    bench.add_argument(
-        "--object-store",
-        action="store_true",
-        help="--run: measure each run with the lakehouse on the stack's S3-compatible object store too, beside the "
-        "same run on the local disk, and print the ratio",
-    )
-    bench.add_argument(
-        "--rides",
-        type=int,
-        nargs="+",
-        help="throughput: the sizes to measure, in synthetic rides on one growing topic (default 300000 1000000); "
-        "--run: new rides before each run (default 200)",
-    )
-    bench.add_argument("--rounds", type=int, default=2, help="throughput: timed rounds per job and size (default 2)")
-    bench.add_argument(
-        "--mode",
-        choices=["triggered", "continuous", "both"],
-        default="both",
-        help="--live: the LIVE_MODE to measure; both: triggered, then continuous on the same lakehouse (default)",
-    )
-    bench.add_argument(
-        "--floor",
-        action="store_true",
-        help="--live: then measure the latency floor on a fresh stack of its own (on the --stack-dir stack when "
-        "given): a bare Kafka -> Delta query and a chained count on the engine, with the same load (rides only) "
-        "and probes, no Dagster",
-    )
-    bench.add_argument("--rate", type=int, default=1000, help="--live: rides per second of the load (default 1000)")
-    bench.add_argument(
-        "--repeat",
-        type=int,
-        default=1,
-        help="--live: measure this many times, each on a fresh stack, and print the median and range of the figures "
-        "(default 1)",
-    )
-    bench.add_argument(
-        "--seconds",
-        type=float,
-        default=180.0,
-        help="--live: seconds of load with probes per mode, after the warm-up (default 180)",
-    )
-    bench.add_argument(
-        "--probe-every",
-        type=float,
-        default=6.0,
-        help="--live: mean seconds between probe rides, each at a random moment (default 6)",
-    )
-    bench.add_argument(
-        "--warmup",
-        type=float,
-        default=60.0,
-        help="--live: seconds of the same load before the first probe, so that every mode and the floor are measured "
-        "in steady state (default 60)",
-    )
-    bench.add_argument(
-        "--idle-seconds",
-        type=float,
-        default=60.0,
-        help="--live: seconds of idle CPU measured after the catch-up, with no commit in them (a window a commit "
-        "interrupts is measured again)",
-    )
-    bench.add_argument(
-        "--quiet-seconds",
-        type=float,
-        default=150.0,
-        help="--live: the idle window starts once no table has had a commit for this long (default 150: longer than "
-        "the continuous mode's downstream trigger, 2 minutes)",
-    )
-    bench.add_argument(
-        "--pickup-every",
-        type=int,
-        default=10,
-        help="--live: one pickup event per this many rides of the load, at its dropoff zone and time, on the pickups "
-        "topic (the ride-pickup join's other side); 0 for none (default 10)",
-    )
-    bench.add_argument(
-        "--env",
-        action="append",
-        default=[],
-        metavar="KEY=VALUE",
-        help="--live: a pipeline setting for dagster dev, e.g. CONTINUOUS_RECONCILE_SECONDS=60 (repeatable; recorded "
-        "with the figures). Without it the bench runs the defaults, whatever the shell exports",
-    )
-    bench.add_argument(
-        "--engine-conf",
-        action="append",
-        default=[],
-        metavar="KEY=VALUE",
-        help="--live: a Spark setting of the bench's own engine on top of its profile, e.g. spark.master=local[4] "
-        "(repeatable; recorded with the figures; the floor's engine has them too)",
-    )
-    bench.add_argument(
-        "--windows",
-        action="store_true",
-        help="measure a windows run (stream + reconcile) of --new-rides rides after each --history size",
-    )
-    bench.add_argument(
-        "--history",
-        type=int,
-        nargs="+",
-        default=[10_000, 1_000_000],
-        help="--windows: rides already in raw_rides (default 10000 1000000)",
-    )
-    bench.add_argument("--new-rides", type=int, default=1_000, help="--windows: new rides per timed run (default 1000)")
-    bench.add_argument(
-        "--runs", type=int, default=5, help="--windows: timed runs per history size; --run: timed runs (default 5)"
-    )
-    bench.add_argument(
-        "--soak",
-        action="store_true",
-        help="drive many small live runs and record tick time, run time, files, count(*) time and DAGSTER_HOME size",
-    )
-    bench.add_argument(
-        "--commits", type=int, default=1_000, help="--soak: micro-batch commits per bronze table (default 1000)"
-    )
-    bench.add_argument(
-        "--records-per-round",
-        type=int,
-        default=20,
-        help="--soak: records per topic and live run, one commit each (default 20)",
-    )
-    bench.add_argument("--sample-every", type=int, default=5, help="--soak: rounds between samples (default 5)")
-    bench.add_argument(
-        "--maintain-every", type=int, default=10, help="--soak: rounds between maintenance passes (default 10)"
-    )
-    bench.add_argument(
-        "--chart", type=Path, default=Path("docs/soak.png"), help="--soak: the chart to write (default docs/soak.png)"
-    )
-    bench.add_argument(
+    benches = bench.add_subparsers(dest="bench_command")
+    _add_throughput_parser(benches)
+    _add_live_parser(benches)
+    _add_windows_parser(benches)
+    _add_soak_parser(benches)
+    _add_run_cost_parser(benches)
+
+
+def _add_bench_stack_flags(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
         "--stack-dir",
         type=Path,
         help="measure on the embedded stack in this directory (started if it is not running, left running; its "
         "topics must hold no record) instead of a private stack started and stopped for the bench",
     )
-    bench.add_argument("--json", type=Path, help="also write every figure to this JSON file")
-    bench.set_defaults(handler=_run_bench)
+    parser.add_argument("--json", type=Path, help="also write every figure to this JSON file")
 
 
-def _run_bench(args: argparse.Namespace) -> int:
-    from streaming_pipeline.devstack.bench import run_bench, run_live_bench, run_windows_bench
+def _add_throughput_parser(benches: argparse._SubParsersAction) -> None:
+    throughput = benches.add_parser(
+        "throughput", help="measure throughput beside a plain Spark job and the raw consume rate (the default)"
+    )
+    throughput.add_argument(
+        "--rides",
+        type=int,
+        nargs="+",
+        default=[300_000, 1_000_000],
+        help="the sizes to measure, in synthetic rides on one growing topic (default 300000 1000000)",
+    )
+    throughput.add_argument("--rounds", type=int, default=2, help="timed rounds per job and size (default 2)")
+    _add_bench_stack_flags(throughput)
+    throughput.set_defaults(handler=_run_throughput_bench)
 
-    if args.object_store and not args.run:
-        raise BenchError("--object-store goes with --run: the other benchmarks measure on the local disk")
-    if args.soak:
-        from streaming_pipeline.devstack.soak import run_soak_bench
 
-        run_soak_bench(
-            args.commits,
-            args.json,
-            args.chart,
-            records_per_round=args.records_per_round,
-            sample_every=args.sample_every,
-            maintain_every=args.maintain_every,
-            stack_dir=args.stack_dir,
-        )
-    elif args.run:
-        from streaming_pipeline.devstack.run_cost import run_cost_bench
+def _run_throughput_bench(args: argparse.Namespace) -> int:
+    from streaming_pipeline.devstack.bench.throughput import run_bench
 
-        rides = args.rides or [200]
-        if len(rides) != 1:
-            raise BenchError("--run takes one --rides size")
-        run_cost_bench(
-            rides[0],
-            args.runs,
-            args.json,
-            baseline_ref=args.baseline_ref,
-            stack_dir=args.stack_dir,
-            object_store=args.object_store,
-        )
-    elif args.windows:
-        run_windows_bench(tuple(args.history), args.new_rides, args.runs, args.json, stack_dir=args.stack_dir)
-    elif args.live:
-        modes = ("triggered", "continuous") if args.mode == "both" else (args.mode,)
-        run_live_bench(
-            modes,
-            args.json,
-            repeat=args.repeat,
-            rate=args.rate,
-            seconds=args.seconds,
-            probe_every=args.probe_every,
-            warmup_seconds=args.warmup,
-            idle_seconds=args.idle_seconds,
-            pickup_every=args.pickup_every,
-            quiet_seconds=args.quiet_seconds,
-            env=args.env,
-            engine_conf=args.engine_conf,
-            floor=args.floor,
-            stack_dir=args.stack_dir,
-        )
-    else:
-        run_bench(args.rides or [300_000, 1_000_000], args.json, rounds=args.rounds, stack_dir=args.stack_dir)
+    run_bench(args.rides, args.json, rounds=args.rounds, stack_dir=args.stack_dir)
     return 0
+
+
+def _add_live_parser(benches: argparse._SubParsersAction) -> None:
+    live = benches.add_parser("live", help="measure produce -> visible through `dagster dev`, under a steady load")
+    live.add_argument(
+        "--mode",
+        choices=["triggered", "continuous", "both"],
+        default="both",
+        help="the LIVE_MODE to measure; both: triggered, then continuous on the same lakehouse (default)",
+    )
+    live.add_argument(
+        "--floor",
+        action="store_true",
+        help="then measure the latency floor on a fresh stack of its own (on the --stack-dir stack when given): a "
+        "bare Kafka -> Delta query and a chained count on the engine, with the same load (rides only) and probes, "
+        "no Dagster",
+    )
+    live.add_argument("--rate", type=int, default=1000, help="rides per second of the load (default 1000)")
+    live.add_argument(
+        "--repeat",
+        type=int,
+        default=1,
+        help="measure this many times, each on a fresh stack, and print the median and range of the figures "
+        "(default 1)",
+    )
+    live.add_argument(
+        "--seconds",
+        type=float,
+        default=180.0,
+        help="seconds of load with probes per mode, after the warm-up (default 180)",
+    )
+    live.add_argument(
+        "--probe-every",
+        type=float,
+        default=6.0,
+        help="mean seconds between probe rides, each at a random moment (default 6)",
+    )
+    live.add_argument(
+        "--warmup",
+        type=float,
+        default=60.0,
+        help="seconds of the same load before the first probe, so that every mode and the floor are measured in "
+        "steady state (default 60)",
+    )
+    live.add_argument(
+        "--idle-seconds",
+        type=float,
+        default=60.0,
+        help="seconds of idle CPU measured after the catch-up, with no commit in them (a window a commit interrupts "
+        "is measured again)",
+    )
+    live.add_argument(
+        "--quiet-seconds",
+        type=float,
+        default=150.0,
+        help="the idle window starts once no table has had a commit for this long (default 150: longer than the "
+        "continuous mode's downstream trigger, 2 minutes)",
+    )
+    live.add_argument(
+        "--pickup-every",
+        type=int,
+        default=10,
+        help="one pickup event per this many rides of the load, at its dropoff zone and time, on the pickups topic "
+        "(the ride-pickup join's other side); 0 for none (default 10)",
+    )
+    live.add_argument(
+        "--env",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="a pipeline setting for dagster dev, e.g. CONTINUOUS_RECONCILE_SECONDS=60 (repeatable; recorded with "
+        "the figures). Without it the bench runs the defaults, whatever the shell exports",
+    )
+    live.add_argument(
+        "--engine-conf",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="a Spark setting of the bench's own engine on top of its profile, e.g. spark.master=local[4] "
+        "(repeatable; recorded with the figures; the floor's engine has them too)",
+    )
+    _add_bench_stack_flags(live)
+    live.set_defaults(handler=_run_live_bench)
+
+
+def _run_live_bench(args: argparse.Namespace) -> int:
+    from streaming_pipeline.devstack.bench.live import run_live_bench
+
+    modes = ("triggered", "continuous") if args.mode == "both" else (args.mode,)
+    run_live_bench(
+        modes,
+        args.json,
+        repeat=args.repeat,
+        rate=args.rate,
+        seconds=args.seconds,
+        probe_every=args.probe_every,
+        warmup_seconds=args.warmup,
+        idle_seconds=args.idle_seconds,
+        pickup_every=args.pickup_every,
+        quiet_seconds=args.quiet_seconds,
+        env=args.env,
+        engine_conf=args.engine_conf,
+        floor=args.floor,
+        stack_dir=args.stack_dir,
+    )
+    return 0
+
+
+def _add_windows_parser(benches: argparse._SubParsersAction) -> None:
+    windows = benches.add_parser(
+        "windows", help="measure a windows run (stream + reconcile) of --new-rides rides after each --history size"
+    )
+    windows.add_argument(
+        "--history",
+        type=int,
+        nargs="+",
+        default=[10_000, 1_000_000],
+        help="rides already in raw_rides (default 10000 1000000)",
+    )
+    windows.add_argument("--new-rides", type=int, default=1_000, help="new rides per timed run (default 1000)")
+    windows.add_argument("--runs", type=int, default=5, help="timed runs per history size (default 5)")
+    _add_bench_stack_flags(windows)
+    windows.set_defaults(handler=_run_windows_bench)
+
+
+def _run_windows_bench(args: argparse.Namespace) -> int:
+    from streaming_pipeline.devstack.bench.windows import run_windows_bench
+
+    run_windows_bench(tuple(args.history), args.new_rides, args.runs, args.json, stack_dir=args.stack_dir)
+    return 0
+
+
+def _add_soak_parser(benches: argparse._SubParsersAction) -> None:
+    soak = benches.add_parser(
+        "soak",
+        help="drive many small live runs and record tick time, run time, files, count(*) time and DAGSTER_HOME size",
+    )
+    soak.add_argument("--commits", type=int, default=1_000, help="micro-batch commits per bronze table (default 1000)")
+    soak.add_argument(
+        "--records-per-round",
+        type=int,
+        default=20,
+        help="records per topic and live run, one commit each (default 20)",
+    )
+    soak.add_argument("--sample-every", type=int, default=5, help="rounds between samples (default 5)")
+    soak.add_argument("--maintain-every", type=int, default=10, help="rounds between maintenance passes (default 10)")
+    soak.add_argument(
+        "--chart", type=Path, default=Path("docs/soak.png"), help="the chart to write (default docs/soak.png)"
+    )
+    _add_bench_stack_flags(soak)
+    soak.set_defaults(handler=_run_soak_bench)
+
+
+def _run_soak_bench(args: argparse.Namespace) -> int:
+    from streaming_pipeline.devstack.bench.soak import run_soak_bench
+
+    run_soak_bench(
+        args.commits,
+        args.json,
+        args.chart,
+        records_per_round=args.records_per_round,
+        sample_every=args.sample_every,
+        maintain_every=args.maintain_every,
+        stack_dir=args.stack_dir,
+    )
+    return 0
+
+
+def _add_run_cost_parser(benches: argparse._SubParsersAction) -> None:
+    run = benches.add_parser(
+        "run",
+        help="measure what a whole run of every asset and check costs on the warm engine (wall, engine CPU, by step), "
+        "after --rides new rides each, --runs times",
+    )
+    run.add_argument("--rides", type=int, default=200, help="new rides before each run (default 200)")
+    run.add_argument("--runs", type=int, default=5, help="timed runs (default 5)")
+    run.add_argument(
+        "--baseline-ref",
+        metavar="REF",
+        help="measure a git worktree of REF too, on the same rides in the same run, and print the ratios",
+    )
+    run.add_argument(
+        "--object-store",
+        action="store_true",
+        help="measure each run with the lakehouse on the stack's S3-compatible object store too, beside the same run "
+        "on the local disk, and print the ratio",
+    )
+    _add_bench_stack_flags(run)
+    run.set_defaults(handler=_run_cost_bench)
+
+
+def _run_cost_bench(args: argparse.Namespace) -> int:
+    from streaming_pipeline.devstack.bench.run_cost import run_cost_bench
+
+    run_cost_bench(
+        args.rides,
+        args.runs,
+        args.json,
+        baseline_ref=args.baseline_ref,
+        stack_dir=args.stack_dir,
+        object_store=args.object_store,
+    )
+    return 0
+
+
+#: The flags that chose a benchmark before `bench` had subcommands: aliases of them, deprecated, until 0.11.0.
+BENCH_FLAGS = {"--live": "live", "--windows": "windows", "--soak": "soak", "--run": "run"}
+
+
+def bench_aliases(argv: list[str]) -> tuple[list[str], str | None]:
+    """`argv` with a benchmark named as `bench`'s subcommand: `bench --live ...` as `bench live ...` (likewise the
+    other BENCH_FLAGS, wherever it stands among the options), and `bench` without one as `bench throughput`; and for
+    a deprecated flag, the line that names its new form."""
+    if argv[:1] != ["bench"] or (len(argv) > 1 and not argv[1].startswith("-")) or argv[1:2] in (["-h"], ["--help"]):
+        return argv, None
+    options = argv[1:]
+    flag = next((option for option in options if option in BENCH_FLAGS), None)
+    if flag is None:
+        return ["bench", "throughput", *options], None
+    options.remove(flag)
+    rewritten = ["bench", BENCH_FLAGS[flag], *options]
+    return rewritten, f"`bench {flag}` is deprecated (gone in 0.11.0); use: streaming-pipeline {shlex.join(rewritten)}"
+
+
+def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
+    """The command line (`argv`, else sys.argv's), its deprecated bench flags read as subcommands (`bench_aliases`)."""
+    arguments, deprecated = bench_aliases(list(sys.argv[1:] if argv is None else argv))
+    if deprecated:
+        print(f"warning: {deprecated}", file=sys.stderr)
+    return build_parser().parse_args(arguments)
 
 
 def _add_sql_parser(subparsers: argparse._SubParsersAction) -> None:
@@ -589,8 +657,7 @@ def _check_stack_installed(command: str) -> None:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = build_parser()
-    args = parser.parse_args(argv)
+    args = parse_args(argv)
 
     def run() -> int:
         _check_stack_installed(args.command)

@@ -1,4 +1,4 @@
-"""The latency floor of `bench --live --floor`: the least a Kafka -> Delta stream with a chained count can do on the
+"""The latency floor of `bench live --floor`: the least a Kafka -> Delta stream with a chained count can do on the
 engine, measured beside the pipeline in the same run.
 
 Two streaming queries on the Spark Connect engine, with nothing of the pipeline (no dead letters, no batch markers,

@@ -26,9 +26,9 @@ def stack_dir(session_stack: SessionStack) -> str:
     return str(session_stack.directory)
 
 
-def _bench(stack_dir: str, *args: str) -> str:
+def _bench(stack_dir: str, benchmark: str, *args: str) -> str:
     done = subprocess.run(
-        [sys.executable, "-m", "streaming_pipeline.devstack.cli", "bench", "--stack-dir", stack_dir, *args],
+        [sys.executable, "-m", "streaming_pipeline.devstack.cli", "bench", benchmark, "--stack-dir", stack_dir, *args],
         cwd=REPO_ROOT,
         capture_output=True,
         text=True,
@@ -41,7 +41,7 @@ def _bench(stack_dir: str, *args: str) -> str:
 
 def test_throughput_bench_measures_both_sizes_in_one_run_and_writes_every_figure(tmp_path, stack_dir: str) -> None:
     out = tmp_path / "bench.json"
-    stderr = _bench(stack_dir, "--rides", "300", "200", "--rounds", "2", "--json", str(out))
+    stderr = _bench(stack_dir, "throughput", "--rides", "300", "200", "--rounds", "2", "--json", str(out))
     figures = json.loads(out.read_text())
     assert figures["sizes"] == [200, 300] and figures["rounds"] == 2
     assert figures["engine"].startswith("Spark 4.2.0 Connect server") and "Delta 4.4.0" in figures["engine"]
@@ -70,7 +70,7 @@ def test_live_bench_measures_probes_under_load_through_dagster_dev_and_then_the_
     out = tmp_path / "live.json"
     _bench(
         stack_dir,
-        "--live",
+        "live",
         "--mode",
         "continuous",
         "--floor",
@@ -129,7 +129,7 @@ def test_soak_bench_samples_every_round_maintains_and_draws_its_chart(tmp_path, 
     out, chart = tmp_path / "soak.json", tmp_path / "soak.png"
     _bench(
         stack_dir,
-        "--soak",
+        "soak",
         "--commits",
         "2",
         "--records-per-round",
@@ -159,7 +159,7 @@ def test_soak_bench_samples_every_round_maintains_and_draws_its_chart(tmp_path, 
 
 
 def test_a_stack_whose_topics_hold_records_is_refused_naming_them(session_stack: SessionStack, tmp_path) -> None:
-    from streaming_pipeline.devstack.bench import bench_stack
+    from streaming_pipeline.devstack.bench.common import bench_stack
     from streaming_pipeline.errors import BenchError
     from streaming_pipeline_tests.kafka_helpers import produce_raw
 

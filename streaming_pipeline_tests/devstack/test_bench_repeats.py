@@ -1,4 +1,4 @@
-"""`bench --live` pieces that need no stack: `--repeat N` sums up its runs (the median and range of each figure,
+"""`bench live` pieces that need no stack: `--repeat N` sums up its runs (the median and range of each figure,
 per mode), and `--env KEY=VALUE` gives dagster dev a setting, checked before anything starts and recorded; the
 checks' schedule stays out of the measurement; which runs a mode's `runs` counts; a load that cannot be produced
 stops the bench with its own error; and the wait for a quiet lakehouse before the idle window, and an idle window
@@ -12,7 +12,7 @@ from pathlib import Path
 import dagster as dg
 import pytest
 
-from streaming_pipeline.devstack.bench import (
+from streaming_pipeline.devstack.bench.live import (
     LiveModeFigures,
     LiveResult,
     _LoadThread,
@@ -67,13 +67,13 @@ def test_an_even_number_of_runs_takes_the_mean_of_the_middle_two(capsys: pytest.
 
 
 def test_repeat_is_an_option_of_the_live_bench() -> None:
-    args = build_parser().parse_args(["bench", "--live", "--mode", "continuous", "--repeat", "3"])
+    args = build_parser().parse_args(["bench", "live", "--mode", "continuous", "--repeat", "3"])
     assert isinstance(args, argparse.Namespace) and args.repeat == 3
-    assert build_parser().parse_args(["bench", "--live"]).repeat == 1
+    assert build_parser().parse_args(["bench", "live"]).repeat == 1
 
 
 def test_no_run_is_refused_before_any_stack_starts() -> None:
-    from streaming_pipeline.devstack.bench import run_live_bench
+    from streaming_pipeline.devstack.bench.live import run_live_bench
 
     with pytest.raises(BenchError, match="--repeat must be 1 or more"):
         run_live_bench(("continuous",), None, repeat=0)
@@ -121,11 +121,11 @@ def test_env_cannot_set_what_the_bench_sets_or_credentials(key: str) -> None:
 def test_env_is_repeatable_refused_before_any_stack_starts_and_printed_with_the_figures(
     capsys: pytest.CaptureFixture[str],
 ) -> None:
-    from streaming_pipeline.devstack.bench import run_live_bench
+    from streaming_pipeline.devstack.bench.live import run_live_bench
 
-    args = build_parser().parse_args(["bench", "--live", "--env", "A=1", "--env", "B=2 s"])
+    args = build_parser().parse_args(["bench", "live", "--env", "A=1", "--env", "B=2 s"])
     assert args.env == ["A=1", "B=2 s"]
-    assert build_parser().parse_args(["bench", "--live"]).env == []
+    assert build_parser().parse_args(["bench", "live"]).env == []
     with pytest.raises(BenchError, match="not KEY=VALUE"):
         run_live_bench(("continuous",), None, env=["oops"])
     result = _run(("continuous", 5.0, 2000.0, True))
@@ -140,9 +140,9 @@ def test_env_is_repeatable_refused_before_any_stack_starts_and_printed_with_the_
 def test_engine_conf_is_spark_settings_refused_before_any_stack_starts_and_printed_with_the_figures(
     capsys: pytest.CaptureFixture[str],
 ) -> None:
-    from streaming_pipeline.devstack.bench import run_live_bench
+    from streaming_pipeline.devstack.bench.live import run_live_bench
 
-    args = build_parser().parse_args(["bench", "--live", "--engine-conf", "spark.master=local[4]"])
+    args = build_parser().parse_args(["bench", "live", "--engine-conf", "spark.master=local[4]"])
     assert args.engine_conf == ["spark.master=local[4]"]
     with pytest.raises(BenchError, match="'master=local' is not spark.KEY=VALUE"):
         run_live_bench(("continuous",), None, engine_conf=["master=local"])

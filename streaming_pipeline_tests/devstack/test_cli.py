@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib.util
+import shlex
 
 import pytest
 
@@ -46,3 +47,49 @@ def test_jars_fetch_takes_every_set_by_default_the_named_ones_else_and_refuses_a
         "'bogus' is no artifact set; choose from kafka, spark, object-store, s3a, metastore-jdbc"
         in capsys.readouterr().err
     )
+
+
+@pytest.mark.parametrize(
+    ("argv", "benchmark", "handler"),
+    [
+        (["bench"], "throughput", "_run_throughput_bench"),
+        (["bench", "--rides", "300", "200"], "throughput", "_run_throughput_bench"),
+        (["bench", "live", "--repeat", "3"], "live", "_run_live_bench"),
+        (["bench", "run"], "run", "_run_cost_bench"),
+    ],
+)
+def test_a_bench_is_a_subcommand_and_bench_alone_is_throughput(
+    argv: list[str], benchmark: str, handler: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    args = cli.parse_args(argv)
+    assert (args.command, args.bench_command, args.handler.__name__) == ("bench", benchmark, handler)
+    assert capsys.readouterr().err == ""
+
+
+@pytest.mark.parametrize(
+    ("argv", "benchmark", "handler", "new_form"),
+    [
+        (
+            ["bench", "--stack-dir", "s", "--live", "--mode", "continuous", "--env", "A=1 s"],
+            "live",
+            "_run_live_bench",
+            "bench live --stack-dir s --mode continuous --env 'A=1 s'",
+        ),
+        (["bench", "--windows", "--runs", "3"], "windows", "_run_windows_bench", "bench windows --runs 3"),
+        (["bench", "--soak", "--commits", "2"], "soak", "_run_soak_bench", "bench soak --commits 2"),
+        (["bench", "--run", "--object-store"], "run", "_run_cost_bench", "bench run --object-store"),
+    ],
+)
+def test_the_old_bench_flags_are_deprecated_aliases_of_the_subcommands(
+    argv: list[str], benchmark: str, handler: str, new_form: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    args = cli.parse_args(argv)
+    assert (args.bench_command, args.handler.__name__) == (benchmark, handler)
+    # The same as the new form, which the one-line note names.
+    assert args == cli.build_parser().parse_args(shlex.split(new_form))
+    flag = next(option for option in argv if option in cli.BENCH_FLAGS)
+    assert capsys.readouterr().err == (
+        f"warning: `bench {flag}` is deprecated (gone in 0.11.0); use: streaming-pipeline {new_form}\n"
+    )
+    with pytest.raises(SystemExit):  # one benchmark at a time
+        cli.parse_args([*argv, "--soak" if flag != "--soak" else "--live"])

@@ -1,6 +1,6 @@
 """Where the work goes: micro-batch progress from a Spark event log, and the bronze handler's steps from its markers
-(the breakdowns of `bench --live` and `bench`). Event logs and Delta logs written here by hand, as Spark and Delta
-lay them out."""
+(the breakdowns of `bench live` and `bench throughput`). Event logs and Delta logs written here by hand, as Spark
+and Delta lay them out."""
 
 import json
 from datetime import UTC, datetime
@@ -8,7 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from streaming_pipeline.devstack.bench import SizeFigures, _job_phases, bronze_handler_steps
+from streaming_pipeline.devstack.bench.common import bronze_handler_steps
+from streaming_pipeline.devstack.bench.throughput import SizeFigures, _job_phases
 from streaming_pipeline.devstack.engine_events import (
     PROGRESS_EVENT,
     event_log_conf,

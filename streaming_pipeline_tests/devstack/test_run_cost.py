@@ -1,4 +1,4 @@
-"""`bench --run` pieces that need no stack: a run's cost split by step from its Dagster events (the engine's CPU
+"""`bench run` pieces that need no stack: a run's cost split by step from its Dagster events (the engine's CPU
 between a step's start and end, the parts its materializations report, the checks as one line), the engine CPU
 read between samples, the baseline's git worktree, and the options."""
 
@@ -12,8 +12,7 @@ from pathlib import Path
 import dagster as dg
 import pytest
 
-from streaming_pipeline.devstack.cli import build_parser
-from streaming_pipeline.devstack.run_cost import (
+from streaming_pipeline.devstack.bench.run_cost import (
     CHECKS,
     CheckoutCosts,
     EngineCpu,
@@ -22,6 +21,7 @@ from streaming_pipeline.devstack.run_cost import (
     on_each_lakehouse,
     ratio_pairs,
 )
+from streaming_pipeline.devstack.cli import build_parser
 from streaming_pipeline.errors import BenchError
 
 
@@ -116,12 +116,10 @@ def test_a_baseline_is_a_git_worktree_of_the_ref_removed_afterwards(tmp_path: Pa
 
 
 def test_run_takes_one_size_and_its_own_defaults() -> None:
-    args = build_parser().parse_args(["bench", "--run", "--baseline-ref", "main"])
-    assert (args.run, args.baseline_ref, args.rides, args.runs) == (True, "main", None, 5)
-
-    from streaming_pipeline.devstack.cli import main
-
-    assert main(["bench", "--run", "--rides", "100", "200"]) != 0
+    args = build_parser().parse_args(["bench", "run", "--baseline-ref", "main"])
+    assert (args.bench_command, args.baseline_ref, args.rides, args.runs) == ("run", "main", 200, 5)
+    with pytest.raises(SystemExit):
+        build_parser().parse_args(["bench", "run", "--rides", "100", "200"])
 
 
 def test_on_an_object_store_each_checkout_runs_on_the_store_and_on_the_local_disk() -> None:
@@ -133,11 +131,9 @@ def test_on_an_object_store_each_checkout_runs_on_the_store_and_on_the_local_dis
         ("baseline main, object store", "/b", True),
         ("baseline main, local disk", "/b", False),
     ]
-    assert build_parser().parse_args(["bench", "--run", "--object-store"]).object_store
-
-    from streaming_pipeline.devstack.cli import main
-
-    assert main(["bench", "--live", "--object-store"]) != 0  # refused before any stack starts
+    assert build_parser().parse_args(["bench", "run", "--object-store"]).object_store
+    with pytest.raises(SystemExit):  # the other benchmarks measure on the local disk: refused before any stack starts
+        build_parser().parse_args(["bench", "live", "--object-store"])
 
 
 def test_each_ratio_compares_one_change_the_store_or_the_code() -> None:

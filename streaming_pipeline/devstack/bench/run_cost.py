@@ -1,4 +1,4 @@
-"""`streaming-pipeline bench --run`: what one whole run costs on the warm engine.
+"""`streaming-pipeline bench run`: what one whole run costs on the warm engine.
 
 After N new rides (and a tenth as many pickups), one run of every asset and check, as a user starts it
 (`dagster asset materialize --select '*'`, a process of its own, over Spark Connect), repeated. Each run's wall
@@ -35,7 +35,7 @@ from typing import Any
 
 import dagster as dg
 
-from streaming_pipeline.devstack.bench import (
+from streaming_pipeline.devstack.bench.common import (
     bench_stack,
     bench_stage,
     cpu_seconds,
@@ -55,7 +55,7 @@ STEP_PARTS = {
     "reconcile_seconds": "reconcile",
 }
 CHECKS = "checks"
-PROJECT_ROOT = Path(__file__).resolve().parents[2]
+PROJECT_ROOT = Path(__file__).resolve().parents[3]
 
 
 @dataclass
@@ -148,7 +148,19 @@ def run_cost_bench(
 ) -> RunCostResult:
     """`repeat` measured runs after `rides` new rides each (and a warm-up run), of this checkout and, with
     `baseline_ref`, of a worktree of that commit, each with `object_store` on the stack's object store and on the
-    local disk; printed, and written to `json_path`."""
+    local disk; printed as a table.
+
+    Args:
+        rides: new rides before each run (`--rides`).
+        repeat: measured runs per checkout (`--runs`).
+        json_path: where to write every figure as JSON (`--json`); None for none.
+        baseline_ref: a git ref to measure beside this checkout (`--baseline-ref`); None for none.
+        stack_dir: the embedded stack to measure on (`--stack-dir`); None for a private one.
+        object_store: measure each checkout on the stack's object store too (`--object-store`).
+
+    Returns:
+        Each checkout's runs, by step.
+    """
     if rides < 1 or repeat < 1:
         raise BenchError("--rides takes a positive size, and --runs at least 1")
     with tempfile.TemporaryDirectory(prefix="bench-run-") as tmp:

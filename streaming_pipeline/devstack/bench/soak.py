@@ -1,4 +1,4 @@
-"""`streaming-pipeline bench --soak`: a month of live operation, compressed, measured against the commit count.
+"""`streaming-pipeline bench soak`: a month of live operation, compressed, measured against the commit count.
 
 On a private embedded stack or the one in `--stack-dir` (Kafka, registry, the warm Spark Connect engine; a
 DAGSTER_HOME of its own with the stack's dagster.yaml), the soak drives many small live runs: each round produces a
@@ -32,7 +32,7 @@ from typing import Any
 import dagster as dg
 
 from streaming_pipeline.defs.bronze.offset_sensors import live_job_names
-from streaming_pipeline.devstack.bench import (
+from streaming_pipeline.devstack.bench.common import (
     bench_stack,
     bench_stage,
     engine_description,
@@ -266,7 +266,21 @@ def run_soak_bench(
     keep_runs_minutes: float = 15.0,
     stack_dir: Path | None = None,
 ) -> SoakResult:
-    """Live rounds until every bronze table has at least `commits` micro-batch commits; see the module's docstring."""
+    """Live rounds until every bronze table has at least `commits` micro-batch commits; see the module's docstring.
+
+    Args:
+        commits: micro-batch commits per bronze table (`--commits`).
+        json_path: where to write every figure as JSON, after each sample too (`--json`); None for none.
+        chart_path: the chart (PNG) to draw (`--chart`); None for none.
+        records_per_round: records per topic and live run, one commit each (`--records-per-round`).
+        sample_every: rounds between samples (`--sample-every`).
+        maintain_every: rounds between maintenance passes (`--maintain-every`).
+        keep_runs_minutes: the runs the run retention keeps, in minutes (its 7 days, compressed).
+        stack_dir: the embedded stack to measure on (`--stack-dir`); None for a private one.
+
+    Returns:
+        The samples, the maintenance passes, and the ratios of each figure's last tenth to its first.
+    """
     if commits < 1 or records_per_round < 1 or sample_every < 1 or maintain_every < 1:
         raise BenchError("--commits, --records-per-round, --sample-every and --maintain-every must be positive")
     result = SoakResult(machine=machine_description(), records_per_round=records_per_round)
