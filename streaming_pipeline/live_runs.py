@@ -10,7 +10,7 @@ import dagster as dg
 from streaming_pipeline.process_state import process_alive
 from streaming_pipeline.settings import SensorSettings
 
-#: The continuous mode's job (`defs/continuous.py`): while a run of it is in flight, the offset sensors stand aside.
+#: The continuous mode's job (`defs/continuous/job.py`): while a run of it is in flight, the offset sensors stand aside.
 CONTINUOUS_JOB = "continuous_streams_job"
 
 IN_FLIGHT = [

@@ -4,9 +4,9 @@ The live jobs of the triggered mode leave the checks out (the duplicate-key chec
 continuous run materializes nothing itself: its queries write all the time. So this schedule runs every check in a
 run of its own, beside them, every `CONTINUOUS_CHECKS_CRON` (running by default with LIVE_MODE=continuous; it can be
 started in triggered mode too). Each check reads versions of its tables that belong together (the settled offsets of a
-bronze table, the raw_rides version vendor_counts, the enrichment, the branches and the windows were computed
-from), so a check never fails because a micro-batch committed while it read. The run holds no checkpoint pool: it
-only reads, and never waits for the continuous run.
+bronze table, the version of its source table a streamed table was computed from), so a check never fails because
+a micro-batch committed while it read. The run holds no checkpoint pool: it only reads, and never waits for the
+continuous run.
 """
 
 import dagster as dg
@@ -18,6 +18,14 @@ LIVE_CHECKS_SCHEDULE = "live_checks_schedule"
 
 
 def live_checks_definitions(live: LiveSettings) -> dg.Definitions:
+    """The job that runs every asset check of the streaming tables, and its schedule.
+
+    Args:
+        live: The live mode and `CONTINUOUS_CHECKS_CRON`: the schedule runs by default with LIVE_MODE=continuous.
+
+    Returns:
+        `live_checks_job` and `live_checks_schedule`.
+    """
     job = dg.define_asset_job(
         name=LIVE_CHECKS_JOB,
         selection=dg.AssetSelection.all_asset_checks(),
@@ -37,5 +45,9 @@ def live_checks_definitions(live: LiveSettings) -> dg.Definitions:
 
 @dg.definitions
 def defs() -> dg.Definitions:
-    """Read when the definitions load: LIVE_MODE and CONTINUOUS_CHECKS_CRON."""
+    """Read when the definitions load: LIVE_MODE and CONTINUOUS_CHECKS_CRON.
+
+    Returns:
+        `live_checks_job` and `live_checks_schedule`.
+    """
     return live_checks_definitions(LiveSettings.from_env())

@@ -242,7 +242,7 @@ def test_the_run_reports_new_commits_and_a_caught_up_table_now_and_then_but_not_
     import pyarrow as pa
     from deltalake import write_deltalake
 
-    from streaming_pipeline.defs.continuous import TableReporter
+    from streaming_pipeline.defs.continuous.table_reporter import TableReporter
     from streaming_pipeline.engine.streams import StreamQuery
     from streaming_pipeline.resources import LakehouseResource
 
@@ -301,3 +301,89 @@ def test_the_run_reports_new_commits_and_a_caught_up_table_now_and_then_but_not_
         "vendor_counts": (0, caught_up_note),
     }
     assert named == ["raw_rides", "vendor_counts"]  # once per run
+
+
+class _Log:
+    def __init__(self) -> None:
+        self.lines: list[str] = []
+
+    def info(self, message: str) -> None:
+        self.lines.append(message)
+
+    def warning(self, message: str) -> None:
+        self.lines.append(f"warning: {message}")
+
+
+class _Runner:
+    """The run's queries, as the lending sees them: which it holds and resumes."""
+
+    def __init__(self) -> None:
+        self.calls: list[str] = []
+
+    def hold(self, query: str) -> None:
+        self.calls.append(f"hold {query}")
+
+    def resume(self, query: str) -> None:
+        self.calls.append(f"resume {query}")
+
+
+def test_the_run_claims_every_checkpoint_pool_lends_one_to_a_waiting_step_and_takes_it_back(tmp_path: Path) -> None:
+    """One claim per checkpoint under a step key of the run's own: a step of another run that queues for one gets
+    it (its query held meanwhile), and the query resumes once the pool is the run's again; the run frees them all."""
+    from types import SimpleNamespace
+
+    from streaming_pipeline.defs.continuous.checkpoint_pools import CheckpointPools, lend_and_take_back
+
+    overrides = {"concurrency": {"pools": {"granularity": "op", "default_limit": 1}}}
+    with dg.instance_for_test(temp_dir=str(tmp_path), overrides=overrides) as instance:
+        storage = instance.event_log_storage
+        log, runner = _Log(), _Runner()
+        context = SimpleNamespace(instance=instance, run_id="continuous-run", log=log)
+        names = ["raw_rides", "vendor_counts"]
+        pools = CheckpointPools(context, {name: checkpoint_pool(name) for name in names})  # type: ignore[arg-type]
+        pools.claim_all(poll_seconds=0.01)
+        claimed = {
+            name: [
+                (slot.run_id, slot.step_key)
+                for slot in storage.get_concurrency_info(checkpoint_pool(name)).claimed_slots
+            ]
+            for name in names
+        }
+        assert claimed == {name: [("continuous-run", f"continuous_streams:{name}")] for name in names}
+        assert pools.wanted() == {}
+
+        # A maintenance step of another run queues for vendor_counts' pool.
+        pool = checkpoint_pool("vendor_counts")
+        assert not storage.claim_concurrency_slot(pool, "maintenance-run", "optimize_vendor_counts").is_claimed
+        assert pools.wanted() == {"vendor_counts": "optimize_vendor_counts (run maintenance-run)"}
+        lent: set[str] = set()
+        lend_and_take_back(context, runner, pools, lent)  # type: ignore[arg-type]
+        assert (runner.calls, lent) == (["hold vendor_counts"], {"vendor_counts"})
+        assert storage.claim_concurrency_slot(pool, "maintenance-run", "optimize_vendor_counts").is_claimed
+        lend_and_take_back(context, runner, pools, lent)  # type: ignore[arg-type]
+        assert (runner.calls, lent) == (["hold vendor_counts"], {"vendor_counts"})  # the step still holds it
+        storage.free_concurrency_slot_for_step("maintenance-run", "optimize_vendor_counts")
+        lend_and_take_back(context, runner, pools, lent)  # type: ignore[arg-type]
+        assert (runner.calls, lent) == (["hold vendor_counts", "resume vendor_counts"], set())
+        assert log.lines == [
+            "vendor_counts: stopped, its checkpoint lent to step optimize_vendor_counts (run maintenance-run)",
+            "vendor_counts: its checkpoint is back, streaming again",
+        ]
+
+        pools.free_all()
+        assert all(storage.claim_concurrency_slot(checkpoint_pool(n), "other-run", n).is_claimed for n in names)
+
+
+def test_without_op_granular_pools_the_run_claims_nothing_and_says_so(tmp_path: Path) -> None:
+    from types import SimpleNamespace
+
+    from streaming_pipeline.defs.continuous.checkpoint_pools import CheckpointPools
+
+    with dg.instance_for_test(temp_dir=str(tmp_path)) as instance:
+        log = _Log()
+        context = SimpleNamespace(instance=instance, run_id="continuous-run", log=log)
+        pools = CheckpointPools(context, {"raw_rides": checkpoint_pool("raw_rides")})  # type: ignore[arg-type]
+        pools.claim_all(poll_seconds=0.01)
+        assert pools.claim("raw_rides") and pools.wanted() == {}
+        assert [line.split(":")[0] for line in log.lines] == ["warning"]
+        assert "not op-granular" in log.lines[0]
