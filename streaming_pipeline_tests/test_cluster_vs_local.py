@@ -38,7 +38,7 @@ import pytest
 
 from streaming_pipeline.devstack.embedded.processes import pid_alive
 from streaming_pipeline.devstack.embedded.stack import EmbeddedStack, StackInfo, running_stack
-from streaming_pipeline.errors import StackError
+from streaming_pipeline.devstack.errors import StackError
 from streaming_pipeline_tests import materialized_lakehouse as local_mode
 from streaming_pipeline_tests.cli_helpers import (
     environment_without_pipeline_settings,

@@ -96,7 +96,7 @@ class BronzeBatchWriter:
         # The marker records the checkpoint, this batch's end offsets (what the table has consumed, readable from
         # the Delta log by the sensor and the checks on any storage), the schemas its records were decoded with
         # (the reader schema derives from them: the latest version plus the fields only earlier ones have), and the
-        # milliseconds the handler spent before the append, per step (`bench --live` reports them).
+        # milliseconds the handler spent before the append, per step (`bench live` reports them).
         extra = {
             "checkpoint_id": cp_id,
             "kafka_offsets": kafka_offsets,

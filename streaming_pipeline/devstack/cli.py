@@ -9,8 +9,9 @@ import warnings
 from collections.abc import Sequence
 from pathlib import Path
 
+from streaming_pipeline.devstack.errors import exit_code
 from streaming_pipeline.devstack.project import project_sources
-from streaming_pipeline.errors import ConfigurationError, exit_code
+from streaming_pipeline.errors import ConfigurationError
 from streaming_pipeline.sources import SourceTopic
 
 #: `streaming-pipeline produce <name>`: the topic's name, or a shorter one.

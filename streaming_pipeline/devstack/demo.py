@@ -18,11 +18,11 @@ from typing import TYPE_CHECKING, Any, cast
 import dagster as dg
 
 from streaming_pipeline import tables
+from streaming_pipeline.devstack.errors import DemoError
 from streaming_pipeline.devstack.producer import ProduceResult, produce, rows_from_records
-from streaming_pipeline.devstack.quiet_runs import QUIET_RUN_CONFIG
+from streaming_pipeline.devstack.project import QUIET_RUN_CONFIG
 from streaming_pipeline.devstack.records import read_rides_csv
 from streaming_pipeline.devstack.synthetic import SyntheticOptions, synthetic_pickups, synthetic_rides
-from streaming_pipeline.errors import DemoError
 from streaming_pipeline.progress import waiting
 from streaming_pipeline.settings import PipelineSettings
 from streaming_pipeline.tables import PICKUPS_TOPIC, RIDES_TOPIC

@@ -1,6 +1,6 @@
-"""This project's code location as the command line sees it: its defs folder and the sources declared there (each
+"""This project's code location as the command line sees it: its defs folder, the sources declared there (each
 `KafkaDeltaSource`, in a defs.yaml or in Python), found through Dagster's component tree as the definitions find
-them."""
+them, and the run config of the tools that run its assets in their own process."""
 
 from __future__ import annotations
 
@@ -23,3 +23,9 @@ def project_sources() -> tuple[SourceTopic, ...]:
     found = declared_sources(dg.ComponentTree.for_project(project_defs_folder()))
     check_declared_once(found)
     return found
+
+
+#: For the tools that run the assets with `dg.materialize` and print their own stages (the demo, the benches): the
+#: run's console log at WARNING, so that Dagster's DEBUG lines (each step's start, output, success) stay out of the
+#: tool's output.
+QUIET_RUN_CONFIG = {"loggers": {"console": {"config": {"log_level": "WARNING"}}}}

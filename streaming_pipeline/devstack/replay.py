@@ -31,11 +31,12 @@ import dagster as dg
 from streaming_pipeline.bronze.decode import reader_schema_of
 from streaming_pipeline.bronze.offsets import Offsets, replay_app_id
 from streaming_pipeline.defs.bronze.offset_sensors import live_job_names
+from streaming_pipeline.devstack.errors import ReplayError
 from streaming_pipeline.devstack.project import project_sources
 from streaming_pipeline.engine.delta_log import filesystem, latest_version
 from streaming_pipeline.engine.delta_tables import read_table
 from streaming_pipeline.engine.object_store import is_object_store
-from streaming_pipeline.errors import ConfigurationError, ReplayError
+from streaming_pipeline.errors import ConfigurationError
 from streaming_pipeline.resources.from_settings import resolved
 from streaming_pipeline.resources.kafka import KafkaResource
 from streaming_pipeline.resources.lakehouse import LakehouseResource

@@ -160,7 +160,7 @@ def test_soak_bench_samples_every_round_maintains_and_draws_its_chart(tmp_path, 
 
 def test_a_stack_whose_topics_hold_records_is_refused_naming_them(session_stack: SessionStack, tmp_path) -> None:
     from streaming_pipeline.devstack.bench.common import bench_stack
-    from streaming_pipeline.errors import BenchError
+    from streaming_pipeline.devstack.errors import BenchError
     from streaming_pipeline_tests.kafka_helpers import produce_raw
 
     info = session_stack.clear(engine=True)

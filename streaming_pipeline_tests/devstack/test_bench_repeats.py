@@ -27,7 +27,7 @@ from streaming_pipeline.devstack.bench.live import (
     live_settings,
 )
 from streaming_pipeline.devstack.cli import build_parser
-from streaming_pipeline.errors import BenchError
+from streaming_pipeline.devstack.errors import BenchError
 from streaming_pipeline.settings import LiveSettings
 
 

@@ -7,8 +7,8 @@ import dagster as dg
 import pytest
 
 from streaming_pipeline.definitions import pipeline_definitions
+from streaming_pipeline.devstack.errors import ReplayError
 from streaming_pipeline.devstack.replay import ReplayStart, replay
-from streaming_pipeline.errors import ReplayError
 from streaming_pipeline.resources.from_settings import build_resources
 from streaming_pipeline.settings import PipelineSettings
 

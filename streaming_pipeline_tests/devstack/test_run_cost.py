@@ -22,7 +22,7 @@ from streaming_pipeline.devstack.bench.run_cost import (
     ratio_pairs,
 )
 from streaming_pipeline.devstack.cli import build_parser
-from streaming_pipeline.errors import BenchError
+from streaming_pipeline.devstack.errors import BenchError
 
 
 @dg.asset

@@ -16,8 +16,8 @@ from pathlib import Path
 from typing import Any
 
 from streaming_pipeline.devstack.engine_events import event_log_conf
+from streaming_pipeline.devstack.errors import BenchError
 from streaming_pipeline.engine.delta_log import commits
-from streaming_pipeline.errors import BenchError
 from streaming_pipeline.progress import Progress, waiting
 
 

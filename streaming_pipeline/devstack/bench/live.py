@@ -31,10 +31,11 @@ from streaming_pipeline.devstack.bench.common import (
     write_json,
 )
 from streaming_pipeline.devstack.engine_events import PHASES, QueryBreakdown, progress_reports, query_breakdowns
+from streaming_pipeline.devstack.errors import BenchError
 from streaming_pipeline.devstack.producer import produce, rows_from_records
 from streaming_pipeline.devstack.synthetic import SyntheticOptions, synthetic_rides
 from streaming_pipeline.engine.delta_log import latest_version
-from streaming_pipeline.errors import BenchError, ConfigurationError
+from streaming_pipeline.errors import ConfigurationError
 from streaming_pipeline.settings import (
     KAFKA_SASL_PASSWORD,
     KAFKA_SASL_USERNAME,
@@ -202,7 +203,7 @@ class Spread:
 
 @dataclass
 class LiveRepeats:
-    """`bench --live --repeat N`: every run, and per mode the spread of each figure of SPREAD_FIGURES over them."""
+    """`bench live --repeat N`: every run, and per mode the spread of each figure of SPREAD_FIGURES over them."""
 
     runs: list[LiveResult]
     spreads: dict[str, dict[str, Spread]]  # per mode, per figure

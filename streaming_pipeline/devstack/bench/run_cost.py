@@ -43,9 +43,9 @@ from streaming_pipeline.devstack.bench.common import (
     process_tree,
     say,
 )
+from streaming_pipeline.devstack.errors import BenchError
 from streaming_pipeline.devstack.producer import produce, rows_from_records
 from streaming_pipeline.devstack.synthetic import DEFAULT_START, SyntheticOptions, synthetic_pickups, synthetic_rides
-from streaming_pipeline.errors import BenchError
 from streaming_pipeline.tables import PICKUPS_TOPIC, RIDES_TOPIC
 
 #: What a streaming step's materialization reports of its time, and the name the bench gives it.

@@ -42,10 +42,10 @@ from streaming_pipeline.devstack.bench.common import (
     say,
     write_json,
 )
+from streaming_pipeline.devstack.errors import BenchError
 from streaming_pipeline.devstack.producer import produce, rows_from_records
 from streaming_pipeline.devstack.project import project_sources
 from streaming_pipeline.devstack.synthetic import SyntheticOptions, synthetic_records
-from streaming_pipeline.errors import BenchError
 from streaming_pipeline.resources.from_settings import resolved
 from streaming_pipeline.settings import PipelineSettings
 from streaming_pipeline.tables import RAW_RIDES, RIDES
@@ -160,7 +160,7 @@ class _Soak:
         self.registry = resolved(self.resources["schema_registry"]).get_client()
         self.seed = 0
         # The zone lookup, which the automation sensor loads under `dagster dev`, so that the enrichment runs.
-        from streaming_pipeline.devstack.quiet_runs import QUIET_RUN_CONFIG
+        from streaming_pipeline.devstack.project import QUIET_RUN_CONFIG
 
         zones = self.defs.resolve_assets_def("taxi_zones")
         loaded = dg.materialize([zones], instance=self.instance, run_config=QUIET_RUN_CONFIG)  # resources bound
@@ -176,7 +176,7 @@ class _Soak:
 
     def run_live(self, source: Any) -> float:
         """Run the source's live job as its offset sensor would; its seconds."""
-        from streaming_pipeline.devstack.quiet_runs import QUIET_RUN_CONFIG
+        from streaming_pipeline.devstack.project import QUIET_RUN_CONFIG
 
         job = self.defs.resolve_job_def(live_job_names(dg.AssetKey(source.bronze_table))[0])
         started = time.monotonic()
@@ -232,7 +232,7 @@ class _Soak:
 
     def maintain(self, round_number: int, keep_runs_minutes: float) -> MaintenancePass:
         from streaming_pipeline.defs.run_retention import delete_expired_runs
-        from streaming_pipeline.devstack.quiet_runs import QUIET_RUN_CONFIG
+        from streaming_pipeline.devstack.project import QUIET_RUN_CONFIG
         from streaming_pipeline.settings import RunRetentionSettings
 
         started = time.monotonic()

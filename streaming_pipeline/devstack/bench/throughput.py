@@ -28,9 +28,9 @@ from streaming_pipeline.devstack.bench.common import (
     write_json,
 )
 from streaming_pipeline.devstack.engine_events import PHASES, progress_reports, query_breakdowns
+from streaming_pipeline.devstack.errors import BenchError
 from streaming_pipeline.devstack.producer import produce, rows_from_records
 from streaming_pipeline.devstack.synthetic import SyntheticOptions, synthetic_rides
-from streaming_pipeline.errors import BenchError
 from streaming_pipeline.progress import Progress
 from streaming_pipeline.schemas import load_schema
 from streaming_pipeline.settings import PipelineSettings
@@ -181,7 +181,7 @@ def _plain_spark(spark: Any, bootstrap: str, out: Path) -> float:
 def _materialize_raw_rides(resources: Mapping[str, Any]) -> tuple[float, int, float]:
     """(seconds, rows written, Spark trigger seconds) of one raw_rides materialization through Dagster."""
     from streaming_pipeline.defs.bronze.sources import bronze_asset
-    from streaming_pipeline.devstack.quiet_runs import QUIET_RUN_CONFIG
+    from streaming_pipeline.devstack.project import QUIET_RUN_CONFIG
     from streaming_pipeline.settings import LiveSettings
 
     raw_rides = bronze_asset(RIDES, LiveSettings())

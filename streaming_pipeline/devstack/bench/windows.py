@@ -18,8 +18,8 @@ from streaming_pipeline.devstack.bench.common import (
     say,
     write_json,
 )
+from streaming_pipeline.devstack.errors import BenchError
 from streaming_pipeline.devstack.synthetic import SyntheticOptions, synthetic_rides
-from streaming_pipeline.errors import BenchError
 from streaming_pipeline.settings import DEFAULT_RIDE_WATERMARK_DELAY, DEFAULT_RIDE_WINDOW_DURATION, normalize_interval
 from streaming_pipeline.tables import RAW_RIDES, RIDES_TOPIC
 

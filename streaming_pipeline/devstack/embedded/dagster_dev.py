@@ -1,6 +1,6 @@
 """`dagster dev` (webserver + daemon) as a subprocess pointed at an embedded stack: the path users run.
 
-Used by `streaming-pipeline bench --live` and by the live tests. The process gets its own process group,
+Used by `streaming-pipeline bench live` and by the live tests. The process gets its own process group,
 so stopping it also stops the code server and the run processes the daemon launched.
 """
 
@@ -18,7 +18,7 @@ from types import TracebackType
 
 from streaming_pipeline.devstack.embedded.ports import LOOPBACK, free_port
 from streaming_pipeline.devstack.embedded.processes import start_background, stop_pid, tail
-from streaming_pipeline.errors import StackError
+from streaming_pipeline.devstack.errors import StackError
 
 PROJECT_ROOT = Path(__file__).resolve().parents[3]
 # Settings of the caller's shell that must not leak into a run pointed at another stack.

@@ -31,9 +31,9 @@ from streaming_pipeline.devstack.embedded.secure import (
     SecureMaterial,
     write_private,
 )
+from streaming_pipeline.devstack.errors import StackError
 from streaming_pipeline.engine import jars
 from streaming_pipeline.engine.java import find_java
-from streaming_pipeline.errors import StackError
 
 DEFAULT_HEAP = "512m"
 NODE_ID = 1

@@ -70,7 +70,7 @@ from streaming_pipeline.devstack.embedded.processes import (
     stop_pid,
     wait_gone,
 )
-from streaming_pipeline.errors import StackError
+from streaming_pipeline.devstack.errors import StackError
 
 BINARIES_ROOT = Path("/usr/lib/postgresql")
 DEBIAN_PACKAGE = "postgresql"

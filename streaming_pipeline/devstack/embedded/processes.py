@@ -14,7 +14,7 @@ from types import TracebackType
 from typing import Self
 
 from streaming_pipeline.devstack.embedded.ports import is_port_free
-from streaming_pipeline.errors import StackError
+from streaming_pipeline.devstack.errors import StackError
 from streaming_pipeline.process_state import process_alive
 
 # Processes this Python process started, so that stopping one also reaps it (no zombie).

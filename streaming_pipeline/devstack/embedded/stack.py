@@ -76,9 +76,9 @@ from streaming_pipeline.devstack.embedded.spark_cluster import STANDARD_MASTER_P
 from streaming_pipeline.devstack.embedded.spark_cluster import SparkClusterStatus, SparkStandaloneCluster
 from streaming_pipeline.devstack.embedded.spark_connect import STANDARD_PORT as STANDARD_SPARK_CONNECT_PORT
 from streaming_pipeline.devstack.embedded.spark_connect import SparkConnectServer, driver_memory_for
+from streaming_pipeline.devstack.errors import StackError
 from streaming_pipeline.engine import jars
 from streaming_pipeline.engine.java import exclusive_lock, find_java
-from streaming_pipeline.errors import StackError
 
 STACK_DIR_ENV = settings.STACK_DIR
 STATE_FILE = "stack.json"

@@ -25,7 +25,7 @@ from streaming_pipeline.devstack.embedded.stack import (
     StackStatus,
     default_stack_dir,
 )
-from streaming_pipeline.errors import exit_code
+from streaming_pipeline.devstack.errors import exit_code
 from streaming_pipeline.settings import LIVE_MODES
 
 

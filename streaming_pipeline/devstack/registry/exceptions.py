@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from streaming_pipeline.errors import InvalidSchemaError, RegistryError
+from streaming_pipeline.devstack.errors import InvalidSchemaError, RegistryError
 
 __all__ = ["InvalidSchemaError", "RegistryError"]
 

@@ -10,7 +10,8 @@ import pytest
 
 from streaming_pipeline.devstack.embedded.kafka_broker import EmbeddedKafkaBroker
 from streaming_pipeline.devstack.embedded.processes import pid_alive
-from streaming_pipeline.errors import JavaNotFoundError, StackError
+from streaming_pipeline.devstack.errors import StackError
+from streaming_pipeline.errors import JavaNotFoundError
 from streaming_pipeline_tests.devstack.embedded.helpers import consume, produce
 
 

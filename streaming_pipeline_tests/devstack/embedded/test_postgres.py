@@ -24,7 +24,7 @@ from streaming_pipeline.devstack.embedded.ports import free_port, is_port_free
 from streaming_pipeline.devstack.embedded.postgres import PostgresServer, find_binaries, server_children
 from streaming_pipeline.devstack.embedded.processes import pid_alive
 from streaming_pipeline.devstack.embedded.stack import EmbeddedStack
-from streaming_pipeline.errors import StackError
+from streaming_pipeline.devstack.errors import StackError
 from streaming_pipeline_tests.devstack.embedded.helpers import FAKE_REGISTRY_MODULE, processes_mentioning
 
 # --------------------------------------------------------------------------- helpers

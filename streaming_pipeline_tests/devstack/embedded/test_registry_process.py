@@ -10,7 +10,7 @@ import pytest
 
 from streaming_pipeline.devstack.embedded.processes import pid_alive
 from streaming_pipeline.devstack.embedded.registry_process import REGISTRY_MODULE, SchemaRegistryProcess
-from streaming_pipeline.errors import StackError
+from streaming_pipeline.devstack.errors import StackError
 from streaming_pipeline_tests.devstack.embedded.helpers import FAKE_REGISTRY_MODULE
 
 

@@ -15,7 +15,8 @@ import pytest
 from streaming_pipeline.devstack.embedded import stack_cli
 from streaming_pipeline.devstack.embedded.processes import pid_alive, process_command_line
 from streaming_pipeline.devstack.embedded.stack import EmbeddedStack, running_stack
-from streaming_pipeline.errors import JavaNotFoundError, StackError
+from streaming_pipeline.devstack.errors import StackError
+from streaming_pipeline.errors import JavaNotFoundError
 from streaming_pipeline_tests.cli_helpers import run_stack_cli
 from streaming_pipeline_tests.devstack.embedded.helpers import FAKE_REGISTRY_MODULE, consume, produce
 
