@@ -9,7 +9,7 @@ from pathlib import Path
 import pyarrow as pa
 from deltalake import write_deltalake
 
-from streaming_pipeline.asset_metadata import EVOLVED_COLUMN, current_column_schema, delta_table_metadata
+from streaming_pipeline.components.asset_metadata import EVOLVED_COLUMN, current_column_schema, delta_table_metadata
 from streaming_pipeline.resources import LakehouseResource
 from streaming_pipeline.table_model import GOLD, Column, Table
 

@@ -38,6 +38,7 @@ from typing import Any
 import dagster as dg
 import pytest
 
+from streaming_pipeline.components.live_runs import run_pid
 from streaming_pipeline.devstack.embedded.dagster_dev import DagsterDev
 from streaming_pipeline.devstack.embedded.dagster_home import write_dagster_yaml
 from streaming_pipeline.devstack.embedded.ports import free_port
@@ -46,7 +47,6 @@ from streaming_pipeline.devstack.embedded.processes import stop_pid
 from streaming_pipeline.devstack.embedded.stack import EmbeddedStack, StackInfo
 from streaming_pipeline.devstack.producer import produce, rows_from_records
 from streaming_pipeline.devstack.synthetic import SyntheticOptions, synthetic_rides
-from streaming_pipeline.live_runs import run_pid
 from streaming_pipeline.registry_client import RegistryClient
 from streaming_pipeline.resources import KafkaResource
 from streaming_pipeline.schemas import load_schema

@@ -15,8 +15,8 @@ import pytest
 
 from streaming_pipeline.bronze.ingestion import ingest_topic
 from streaming_pipeline.bronze.offsets import BronzeStateError, consumed_offsets, replay_app_id, table_start_offsets
+from streaming_pipeline.components.kafka_delta_source.sensors import build_offset_sensor, live_job
 from streaming_pipeline.definitions import pipeline_definitions
-from streaming_pipeline.defs.bronze.offset_sensors import build_offset_sensor, live_job
 from streaming_pipeline.devstack.cli import main as cli_main
 from streaming_pipeline.devstack.replay import ReplayStart, empty_table, replay
 from streaming_pipeline.engine.delta_log import commits

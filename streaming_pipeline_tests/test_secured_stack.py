@@ -14,7 +14,7 @@ from pathlib import Path
 import dagster as dg
 import pytest
 
-from streaming_pipeline.defs.bronze.offset_sensors import build_offset_sensor, live_job
+from streaming_pipeline.components.kafka_delta_source.sensors import build_offset_sensor, live_job
 from streaming_pipeline.devstack.embedded.secure import SecureMaterial
 from streaming_pipeline.devstack.embedded.stack import StackInfo
 from streaming_pipeline.engine.delta_log import latest_version

@@ -76,7 +76,7 @@ def runs_writing(instance: dg.DagsterInstance, defs: dg.Definitions, tables: Seq
     """The queued or running runs that write one of `tables`."""
     import dagster as dg
 
-    from streaming_pipeline.live_runs import IN_FLIGHT
+    from streaming_pipeline.components.live_runs import IN_FLIGHT
 
     every = frozenset(lakehouse_table_names(project_sources()))
     found = []

@@ -30,7 +30,7 @@ import dagster as dg
 
 from streaming_pipeline.bronze.decode import reader_schema_of
 from streaming_pipeline.bronze.offsets import Offsets, replay_app_id
-from streaming_pipeline.defs.bronze.offset_sensors import live_job_names
+from streaming_pipeline.components.kafka_delta_source.sensors import live_job_names
 from streaming_pipeline.devstack.errors import ReplayError
 from streaming_pipeline.devstack.project import project_sources
 from streaming_pipeline.engine.delta_log import filesystem, latest_version
@@ -159,7 +159,7 @@ def downstream_assets(defs: dg.Definitions, asset_name: str) -> list[str]:
 def _runs_in_flight(instance: dg.DagsterInstance, names: set[str]) -> list[str]:
     """The runs in flight that work on one of the tables `names`: a run selecting one of them, a source's live job,
     or the continuous mode's run, which streams every table."""
-    from streaming_pipeline.live_runs import CONTINUOUS_JOB, IN_FLIGHT
+    from streaming_pipeline.components.live_runs import CONTINUOUS_JOB, IN_FLIGHT
 
     jobs = {CONTINUOUS_JOB, *(job for name in names for job in live_job_names(dg.AssetKey(name)))}
     found = []

@@ -42,7 +42,7 @@ def test_scaffold_writes_every_field_and_an_example_schema_that_loads(sandbox: D
     text = (path / "defs.yaml").read_text()
     declared = yaml.safe_load(text)
     # the sandbox scaffolds by the defining module's name; `dg scaffold defs` writes the name it is given
-    assert declared.pop("type") == "streaming_pipeline.components.kafka_delta_source.KafkaDeltaSource"
+    assert declared.pop("type") == "streaming_pipeline.components.kafka_delta_source.component.KafkaDeltaSource"
     # A first source binds the resources, as a project made by `create-dagster project` binds none.
     assert declared == {
         "attributes": {"topic": "orders", "value_schema": "value.avsc", "resources": "from_environment"}

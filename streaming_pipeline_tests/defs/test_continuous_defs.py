@@ -8,12 +8,8 @@ from pathlib import Path
 import dagster as dg
 import pytest
 
-from streaming_pipeline.asset_metadata import checkpoint_pool
-from streaming_pipeline.devstack.project import project_sources
-from streaming_pipeline.errors import ConfigurationError
-from streaming_pipeline.settings import LiveSettings
-from streaming_pipeline.sources import SourceTopic
-from streaming_pipeline.streamed_table import (
+from streaming_pipeline.components.asset_metadata import checkpoint_pool
+from streaming_pipeline.components.streamed_table import (
     StreamedTable,
     WrittenTable,
     declared_tables,
@@ -22,6 +18,10 @@ from streaming_pipeline.streamed_table import (
     live_query_names,
     streamed_tables,
 )
+from streaming_pipeline.devstack.project import project_sources
+from streaming_pipeline.errors import ConfigurationError
+from streaming_pipeline.settings import LiveSettings
+from streaming_pipeline.sources import SourceTopic
 from streaming_pipeline.table_model import GOLD, Column, Table
 
 

@@ -9,7 +9,7 @@ import dagster as dg
 import pytest
 
 from streaming_pipeline.bronze.offsets import consumer_lag
-from streaming_pipeline.defs.bronze.offset_sensors import Decision, build_offset_sensor, decide, live_job
+from streaming_pipeline.components.kafka_delta_source.sensors import Decision, build_offset_sensor, decide, live_job
 from streaming_pipeline.errors import BrokerUnavailableError
 from streaming_pipeline.resources import KafkaResource, LakehouseResource
 from streaming_pipeline.settings import SensorSettings
@@ -276,7 +276,7 @@ def _run(
 
 
 def test_the_checkpoint_is_busy_until_the_bronze_step_of_the_run_in_flight_is_done() -> None:
-    from streaming_pipeline.defs.bronze.offset_sensors import CheckpointRuns, checkpoint_runs
+    from streaming_pipeline.components.kafka_delta_source.sensors import CheckpointRuns, checkpoint_runs
 
     key = dg.AssetKey("raw_rides")
     fast = frozenset({key, dg.AssetKey("vendor_counts")})

@@ -9,19 +9,10 @@ import dagster as dg
 import pydantic
 from pydantic import Field
 
-from streaming_pipeline.asset_metadata import checkpoint_pool
 from streaming_pipeline.bronze.ingestion import bronze_query
-from streaming_pipeline.defs.continuous.checkpoint_pools import CheckpointPools, lend_and_take_back
-from streaming_pipeline.defs.continuous.table_reporter import TableReporter
-from streaming_pipeline.engine.catalog import has_persistent_catalog, register
-from streaming_pipeline.engine.continuous import ContinuousQueries
-from streaming_pipeline.engine.interrupts import interrupts_held
-from streaming_pipeline.engine.spark import stop_session_queries
-from streaming_pipeline.live_runs import CONTINUOUS_JOB
-from streaming_pipeline.resources import KafkaResource, LakehouseResource, SchemaRegistryResource, SparkResource
-from streaming_pipeline.settings import LiveSettings, PipelineSettings, trigger_interval
-from streaming_pipeline.sources import SourceTopic
-from streaming_pipeline.streamed_table import (
+from streaming_pipeline.components.asset_metadata import checkpoint_pool
+from streaming_pipeline.components.live_runs import CONTINUOUS_JOB
+from streaming_pipeline.components.streamed_table import (
     LiveQueryInputs,
     StreamedTable,
     declared_tables,
@@ -29,6 +20,15 @@ from streaming_pipeline.streamed_table import (
     live_query_names,
     with_config_class,
 )
+from streaming_pipeline.defs.continuous.checkpoint_pools import CheckpointPools, lend_and_take_back
+from streaming_pipeline.defs.continuous.table_reporter import TableReporter
+from streaming_pipeline.engine.catalog import has_persistent_catalog, register
+from streaming_pipeline.engine.continuous import ContinuousQueries
+from streaming_pipeline.engine.interrupts import interrupts_held
+from streaming_pipeline.engine.spark import stop_session_queries
+from streaming_pipeline.resources import KafkaResource, LakehouseResource, SchemaRegistryResource, SparkResource
+from streaming_pipeline.settings import LiveSettings, PipelineSettings, trigger_interval
+from streaming_pipeline.sources import SourceTopic
 
 #: The run tag naming the Spark Connect session a continuous run streams in.
 SESSION_TAG = "streaming_pipeline/spark_connect_session"

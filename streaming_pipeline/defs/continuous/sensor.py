@@ -2,7 +2,7 @@
 
 import dagster as dg
 
-from streaming_pipeline.live_runs import (
+from streaming_pipeline.components.live_runs import (
     CONTINUOUS_JOB,
     continuous_run_in_flight,
     recent_failures,

@@ -8,9 +8,9 @@ from typing import Any
 
 import dagster as dg
 
-from streaming_pipeline.asset_metadata import current_column_schema
 from streaming_pipeline.bronze.offsets import consumed_offsets, consumer_lag
-from streaming_pipeline.defs.bronze.offset_sensors import lag_observation
+from streaming_pipeline.components.asset_metadata import current_column_schema
+from streaming_pipeline.components.kafka_delta_source.sensors import lag_observation
 from streaming_pipeline.engine.delta_log import commits, latest_version
 from streaming_pipeline.engine.streams import StreamQuery, StreamRunReport
 from streaming_pipeline.engine.table_snapshot import row_count

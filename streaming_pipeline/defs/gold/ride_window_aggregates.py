@@ -3,17 +3,17 @@
 import dagster as dg
 from pydantic import Field
 
-from streaming_pipeline.asset_metadata import (
+from streaming_pipeline.components.asset_metadata import (
     IntervalsConfig,
     delta_table_metadata,
     missing_sources,
     stream_metadata,
 )
+from streaming_pipeline.components.streamed_table import StreamedTable, WrittenTable
 from streaming_pipeline.engine.delta_tables import count_duplicate_keys, count_rows, small_table, table_exists
 from streaming_pipeline.gold.windows import ride_windows_query, update_ride_window_aggregates
 from streaming_pipeline.resources import LakehouseResource, SparkResource
 from streaming_pipeline.settings import DEFAULT_RIDE_WATERMARK_DELAY, DEFAULT_RIDE_WINDOW_DURATION
-from streaming_pipeline.streamed_table import StreamedTable, WrittenTable
 from streaming_pipeline.tables import RAW_RIDES, RIDE_WINDOW_AGGREGATES
 
 MAX_CHART_WINDOWS = 200

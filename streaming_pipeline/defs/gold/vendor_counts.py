@@ -2,16 +2,16 @@
 
 import dagster as dg
 
-from streaming_pipeline.asset_metadata import (
+from streaming_pipeline.components.asset_metadata import (
     delta_table_metadata,
     missing_sources,
     position_against_raw_rides,
     stream_metadata,
 )
+from streaming_pipeline.components.streamed_table import StreamedTable, WrittenTable
 from streaming_pipeline.engine.delta_tables import count_rows, sum_columns
 from streaming_pipeline.gold.vendor_counts import update_vendor_counts, vendor_counts_query
 from streaming_pipeline.resources import LakehouseResource, SparkResource
-from streaming_pipeline.streamed_table import StreamedTable, WrittenTable
 from streaming_pipeline.tables import RAW_RIDES, VENDOR_COUNTS
 
 

@@ -4,12 +4,13 @@ low_amount_rides, and the check that they add up."""
 import dagster as dg
 from pydantic import Field
 
-from streaming_pipeline.asset_metadata import (
+from streaming_pipeline.components.asset_metadata import (
     delta_table_metadata,
     missing_table_result,
     stream_metadata,
     unpinned_check_result,
 )
+from streaming_pipeline.components.streamed_table import StreamedTable, WrittenTable
 from streaming_pipeline.engine.delta_tables import count_duplicate_keys, count_rows, table_exists
 from streaming_pipeline.engine.row_filters import not_null
 from streaming_pipeline.resources import LakehouseResource, SparkResource
@@ -20,7 +21,6 @@ from streaming_pipeline.silver.branches import (
     branches_position,
     update_amount_branches,
 )
-from streaming_pipeline.streamed_table import StreamedTable, WrittenTable
 from streaming_pipeline.tables import AMOUNT_BRANCHES, HIGH_AMOUNT_RIDES, KAFKA_KEY, LOW_AMOUNT_RIDES, RAW_RIDES
 
 

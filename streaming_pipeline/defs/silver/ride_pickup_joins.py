@@ -4,17 +4,17 @@ pair is there once."""
 import dagster as dg
 from pydantic import Field
 
-from streaming_pipeline.asset_metadata import (
+from streaming_pipeline.components.asset_metadata import (
     IntervalsConfig,
     delta_table_metadata,
     missing_sources,
     stream_metadata,
 )
+from streaming_pipeline.components.streamed_table import StreamedTable, WrittenTable
 from streaming_pipeline.engine.delta_tables import count_duplicate_keys, read_table, table_exists
 from streaming_pipeline.resources import LakehouseResource, SparkResource
 from streaming_pipeline.settings import DEFAULT_JOIN_MAX_GAP, DEFAULT_RIDE_WATERMARK_DELAY
 from streaming_pipeline.silver.joins import ride_pickup_joins_query, update_ride_pickup_joins
-from streaming_pipeline.streamed_table import StreamedTable, WrittenTable
 from streaming_pipeline.tables import JOIN_LATE_ROWS, RAW_PICKUP_LOCATIONS, RAW_RIDES, RIDE_PICKUP_JOINS
 
 

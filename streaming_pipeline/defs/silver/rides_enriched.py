@@ -3,11 +3,15 @@ once."""
 
 import dagster as dg
 
-from streaming_pipeline.asset_metadata import delta_table_metadata, position_against_raw_rides, stream_metadata
+from streaming_pipeline.components.asset_metadata import (
+    delta_table_metadata,
+    position_against_raw_rides,
+    stream_metadata,
+)
+from streaming_pipeline.components.streamed_table import StreamedTable, WrittenTable
 from streaming_pipeline.engine.delta_tables import count_duplicate_keys, count_rows, table_exists
 from streaming_pipeline.resources import LakehouseResource, SparkResource
 from streaming_pipeline.silver.enrichment import rides_enriched_query, update_rides_enriched
-from streaming_pipeline.streamed_table import StreamedTable, WrittenTable
 from streaming_pipeline.tables import KAFKA_KEY, RAW_RIDES, RIDES_ENRICHED, TAXI_ZONES
 
 

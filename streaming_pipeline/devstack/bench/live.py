@@ -1004,7 +1004,7 @@ def _sensor_runs(instance: dg.DagsterInstance, before: set[str]) -> int:
 
 def _run_pids(instance: dg.DagsterInstance) -> list[int | None]:
     """The processes of the runs in flight (the continuous run; a triggered run, while one works)."""
-    from streaming_pipeline.live_runs import IN_FLIGHT, run_pid
+    from streaming_pipeline.components.live_runs import IN_FLIGHT, run_pid
 
     return [run_pid(instance, run.run_id) for run in instance.get_runs(dg.RunsFilter(statuses=IN_FLIGHT))]
 

@@ -31,7 +31,7 @@ from typing import Any
 
 import dagster as dg
 
-from streaming_pipeline.defs.bronze.offset_sensors import live_job_names
+from streaming_pipeline.components.kafka_delta_source.sensors import live_job_names
 from streaming_pipeline.devstack.bench.common import (
     bench_stack,
     bench_stage,
@@ -191,7 +191,7 @@ class _Soak:
         return time.monotonic() - started
 
     def sensor_tick(self) -> float:
-        from streaming_pipeline.defs.bronze.offset_sensors import build_offset_sensor, live_job
+        from streaming_pipeline.components.kafka_delta_source.sensors import build_offset_sensor, live_job
         from streaming_pipeline.settings import SensorSettings
 
         key = dg.AssetKey(RIDES.bronze_table)

@@ -180,7 +180,7 @@ def _plain_spark(spark: Any, bootstrap: str, out: Path) -> float:
 
 def _materialize_raw_rides(resources: Mapping[str, Any]) -> tuple[float, int, float]:
     """(seconds, rows written, Spark trigger seconds) of one raw_rides materialization through Dagster."""
-    from streaming_pipeline.defs.bronze.sources import bronze_asset
+    from streaming_pipeline.components.kafka_delta_source.assets import bronze_asset
     from streaming_pipeline.devstack.project import QUIET_RUN_CONFIG
     from streaming_pipeline.settings import LiveSettings
 

@@ -7,7 +7,9 @@ from typing import TYPE_CHECKING
 
 import dagster as dg
 
-from streaming_pipeline.asset_metadata import (
+from streaming_pipeline.bronze.ingestion import BronzeRunResult, ingest_topic
+from streaming_pipeline.bronze.offsets import consumed_offsets
+from streaming_pipeline.components.asset_metadata import (
     KAFKA_KINDS,
     SPARK_KINDS,
     checkpoint_pool,
@@ -16,10 +18,8 @@ from streaming_pipeline.asset_metadata import (
     stream_metadata,
     table_args,
 )
-from streaming_pipeline.bronze.ingestion import BronzeRunResult, ingest_topic
-from streaming_pipeline.bronze.offsets import consumed_offsets
-from streaming_pipeline.defs.bronze.offset_sensors import build_offset_sensor, live_job
-from streaming_pipeline.defs.bronze.source_checks import bronze_checks
+from streaming_pipeline.components.kafka_delta_source.checks import bronze_checks
+from streaming_pipeline.components.kafka_delta_source.sensors import build_offset_sensor, live_job
 from streaming_pipeline.engine.delta_tables import read_table, table_exists
 from streaming_pipeline.resources import KafkaResource, LakehouseResource, SchemaRegistryResource, SparkResource
 from streaming_pipeline.resources.lakehouse import naming_a_store_gone_away

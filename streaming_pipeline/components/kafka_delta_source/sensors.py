@@ -27,14 +27,14 @@ from dataclasses import dataclass
 import dagster as dg
 
 from streaming_pipeline.bronze.offsets import consumed_offsets, consumer_lag, topic_problems
-from streaming_pipeline.errors import BronzeStateError, CredentialsError, StreamingPipelineError
-from streaming_pipeline.live_runs import (
+from streaming_pipeline.components.live_runs import (
     CONTINUOUS_JOB,
     IN_FLIGHT,
     recent_failures,
     retry_backoff_seconds,
     runs_in_flight,
 )
+from streaming_pipeline.errors import BronzeStateError, CredentialsError, StreamingPipelineError
 from streaming_pipeline.resources import KafkaResource, LakehouseResource
 from streaming_pipeline.settings import SensorSettings
 

@@ -3,143 +3,35 @@ Delta table, declared by a `defs.yaml` (or in Python, `KafkaDeltaSource.of`) in 
 package installed.
 
 The component turns its YAML into the library's plain declaration (`streaming_pipeline.sources.SourceTopic`) and
-builds from it what the project builds for each of its own sources (`defs/bronze/sources.py`): the bronze asset
-with its columns from the Avro `doc`s, its checks, its live job and offset sensor; with `resources:
-from_environment`, the four resources too, configured from the same environment variables as the project
-(docs/configuration.md), for a project whose definitions bind none. The project's first source
-(by path) also builds the dead-letter table's asset, downstream of every source's bronze table: a project that
-declares sources gets it without declaring anything more.
+builds from it, with the modules beside it: the bronze asset with its columns from the Avro `doc`s, its checks, its
+live job and offset sensor; with `resources: from_environment`, the four resources too, configured from the same
+environment variables as the project (docs/configuration.md), for a project whose definitions bind none. The
+project's first source (by path) also builds the dead-letter table's asset, downstream of every source's bronze
+table: a project that declares sources gets it without declaring anything more.
 """
 
 from __future__ import annotations
 
-import json
-import re
 from pathlib import Path
 from typing import Annotated, Literal, Self
 
 import dagster as dg
-import fastavro
 from pydantic import BaseModel, Field, PrivateAttr
 
+from streaming_pipeline.components.kafka_delta_source.assets import dead_letter_asset, source_definitions
+from streaming_pipeline.components.kafka_delta_source.fields import (
+    key_schema_file,
+    table_name,
+    topic_name,
+    value_schema_file,
+)
+from streaming_pipeline.components.kafka_delta_source.scaffolder import KafkaDeltaSourceScaffolder
+from streaming_pipeline.components.streamed_table import fast_run_tables, streamed_tables
 from streaming_pipeline.errors import ConfigurationError
 from streaming_pipeline.resources.from_settings import build_resources
 from streaming_pipeline.schemas import avro_columns, load_schema
 from streaming_pipeline.settings import LiveSettings, PipelineSettings, SensorSettings
 from streaming_pipeline.sources import SourceTopic
-from streaming_pipeline.streamed_table import fast_run_tables, streamed_tables
-
-#: Kafka's legal topic names (kafka.common.internals.Topic): ASCII letters, digits, '.', '_', '-', at most 249.
-_KAFKA_TOPIC = re.compile(r"^[a-zA-Z0-9._-]{1,249}$")
-#: A table name that is a Dagster asset key, a Delta directory and a Spark SQL identifier without quoting.
-_TABLE_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
-
-
-def _topic(context: dg.ResolutionContext, value: str) -> str:
-    if not _KAFKA_TOPIC.match(value) or value in {".", ".."}:
-        raise ConfigurationError(
-            f"topic {value!r} is not a Kafka topic name: 1 to 249 ASCII letters, digits, '.', '_' or '-'"
-        )
-    return value
-
-
-def _table(context: dg.ResolutionContext, value: str | None) -> str | None:
-    if value is not None and not _TABLE_NAME.match(value):
-        raise ConfigurationError(
-            f"table {value!r} is not a table name: a letter or '_', then letters, digits or '_' (it names the "
-            "asset, the Delta table's directory and the SQL view)"
-        )
-    return value
-
-
-def _schema_file(context: dg.ResolutionContext, value: str, *, field: str) -> str:
-    """The schema file's absolute path, after checking that it holds a valid Avro schema."""
-    path = context.resolve_source_relative_path(value)
-    if not path.is_file():
-        raise ConfigurationError(f"{field} {value!r}: no such file {path} (a path relative to this defs.yaml)")
-    try:
-        fastavro.parse_schema(json.loads(path.read_text()))
-    except (ValueError, TypeError, KeyError, fastavro.schema.SchemaParseException) as exc:
-        raise ConfigurationError(f"{field} {value!r}: {path} is not a valid Avro schema: {exc}") from exc
-    return str(path)
-
-
-def _value_schema(context: dg.ResolutionContext, value: str) -> str:
-    path = _schema_file(context, value, field="value_schema")
-    try:
-        avro_columns(Path(path).read_text())
-    except ConfigurationError as exc:
-        raise ConfigurationError(f"value_schema {value!r}: {exc}") from exc
-    return path
-
-
-def _key_schema(context: dg.ResolutionContext, value: str | None) -> str | None:
-    return None if value is None else _schema_file(context, value, field="key_schema")
-
-
-class KafkaDeltaSourceScaffoldParams(dg.Model):
-    topic: str | None = Field(default=None, description="The Kafka topic (default: the folder's name).")
-
-
-class KafkaDeltaSourceScaffolder(dg.Scaffolder[KafkaDeltaSourceScaffoldParams]):
-    """`dg scaffold defs streaming_pipeline.components.KafkaDeltaSource <path>`: a `defs.yaml` with every field
-    (the optional ones commented out) and an example value schema beside it, to replace with the topic's own."""
-
-    @classmethod
-    def get_scaffold_params(cls) -> type[KafkaDeltaSourceScaffoldParams]:
-        return KafkaDeltaSourceScaffoldParams
-
-    def scaffold(self, request: dg.ScaffoldRequest[KafkaDeltaSourceScaffoldParams]) -> None:
-        topic = request.params.topic or request.target_path.name
-        _topic(dg.ResolutionContext.default(), topic)
-        request.target_path.mkdir(parents=True, exist_ok=True)
-        (request.target_path / "defs.yaml").write_text(_SCAFFOLD_YAML.format(type_name=request.type_name, topic=topic))
-        (request.target_path / "value.avsc").write_text(_SCAFFOLD_SCHEMA)
-
-
-_SCAFFOLD_YAML = """\
-# One Kafka topic ingested exactly once into a bronze Delta table.
-type: {type_name}
-attributes:
-  topic: {topic}
-  # The value's Avro record schema, relative to this file: its fields (with their `doc`s) are the table's columns.
-  value_schema: value.avsc
-  # Optional: the key's Avro schema (bronze keeps the value and the Kafka coordinates, not the key).
-  # key_schema: key.avsc
-  # Optional: the bronze table and asset (default raw_<topic>, non-identifier characters as '_').
-  # table: raw_{topic}
-  # Optional: the asset's description in the Dagster UI.
-  # description: Every record of the {topic} topic.
-  # This source binds the resources its assets use (kafka, schema_registry, spark, lakehouse), configured from the
-  # environment variables. One source of the project binds them: delete this line on the others, and on every
-  # source when your definitions bind the resources themselves.
-  resources: from_environment
-"""
-
-#: Avro has no comments: the example explains itself in `doc`s, which become the columns' descriptions.
-_SCAFFOLD_SCHEMA = (
-    json.dumps(
-        {
-            "type": "record",
-            "name": "Value",
-            "namespace": "example",
-            "doc": "An example value schema: replace it with your topic's own. Each field is a column of the bronze "
-            "table; its doc is the column's description. A field added later needs a default, so that the "
-            "registry accepts the new version as backward compatible.",
-            "fields": [
-                {"name": "id", "type": "long", "doc": "An example key field."},
-                {"name": "amount", "type": ["null", "double"], "default": None, "doc": "An optional number."},
-                {
-                    "name": "created_at",
-                    "type": {"type": "long", "logicalType": "timestamp-micros"},
-                    "doc": "A timestamp (UTC).",
-                },
-            ],
-        },
-        indent=2,
-    )
-    + "\n"
-)
 
 
 @dg.scaffold_with(KafkaDeltaSourceScaffolder)
@@ -148,12 +40,12 @@ class KafkaDeltaSource(dg.Component, dg.Model, dg.Resolvable):
     records that cannot be decoded, reconciliation checks, an offset sensor and a live job."""
 
     topic: Annotated[
-        str, dg.Resolver(_topic, model_field_type=str, description="The Kafka topic.", examples=["orders"])
+        str, dg.Resolver(topic_name, model_field_type=str, description="The Kafka topic.", examples=["orders"])
     ]
     value_schema: Annotated[
         str,
         dg.Resolver(
-            _value_schema,
+            value_schema_file,
             model_field_type=str,
             description="The value's Avro record schema (.avsc), relative to this defs.yaml. Its fields, with "
             "their `doc`s, are the bronze table's columns; records are decoded with their writer schema and "
@@ -164,7 +56,7 @@ class KafkaDeltaSource(dg.Component, dg.Model, dg.Resolvable):
     key_schema: Annotated[
         str | None,
         dg.Resolver(
-            _key_schema,
+            key_schema_file,
             model_field_type=str | None,
             description="The key's Avro schema (.avsc), relative to this defs.yaml. Optional: bronze keeps the "
             "value and the Kafka coordinates, not the key.",
@@ -177,7 +69,7 @@ class KafkaDeltaSource(dg.Component, dg.Model, dg.Resolvable):
     table: Annotated[
         str | None,
         dg.Resolver(
-            _table,
+            table_name,
             model_field_type=str | None,
             description="The bronze Delta table and asset (default `raw_<topic>`).",
             examples=["raw_orders"],
@@ -243,8 +135,6 @@ class KafkaDeltaSource(dg.Component, dg.Model, dg.Resolvable):
         )
 
     def build_defs(self, context: dg.ComponentLoadContext) -> dg.Definitions:
-        from streaming_pipeline.defs.bronze.sources import dead_letter_asset, source_definitions  # shared wiring
-
         _check_declared_once(self, context)
         _check_key_field(self, context)
         _check_resources_bound_once(self, context)

@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Any
 import dagster as dg
 import pydantic
 
-from streaming_pipeline.asset_metadata import SPARK_KINDS, stream_step_args, table_args
+from streaming_pipeline.components.asset_metadata import SPARK_KINDS, stream_step_args, table_args
 from streaming_pipeline.resources.lakehouse import naming_a_store_gone_away
 from streaming_pipeline.settings import LiveSettings, PipelineSettings
 from streaming_pipeline.tables import DEAD_LETTER_RECORDS
