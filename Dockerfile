@@ -4,8 +4,8 @@
 # bookworm, not the default slim base: Debian 13 (trixie) has no openjdk-17 package.
 
 # ---- The wheel, built from the context as a deployment would (the Avro schemas and Spark profiles are package
-# data: streaming_pipeline/schema_files -> ../schemas and spark_profiles -> ../spark_conf, symlinks that COPY
-# keeps and the build follows). Also the wheel's base requirements, for the dependency layer below.
+# data: streaming_pipeline/lakehouse/schema_files -> ../../schemas and spark_profiles -> ../../spark_conf, symlinks
+# that COPY keeps and the build follows). Also the wheel's base requirements, for the dependency layer below.
 FROM python:3.11-slim-bookworm AS wheel
 
 ENV PIP_NO_CACHE_DIR=1 \

@@ -16,7 +16,7 @@
 set -euo pipefail
 
 # The profiles ship inside the installed package (spark_conf/ as package data).
-conf_dir="${STREAMING_PIPELINE_SPARK_CONF_DIR:-$(python -c 'from importlib.resources import files; print(files("streaming_pipeline") / "spark_profiles")')}"
+conf_dir="${STREAMING_PIPELINE_SPARK_CONF_DIR:-$(python -c 'from importlib.resources import files; print(files("streaming_pipeline.lakehouse") / "spark_profiles")')}"
 profile="${SPARK_PROFILE:-cluster}"
 conf_file="$conf_dir/$profile.conf"
 master="${SPARK_MASTER:-spark://spark-master:7077}"

@@ -7,8 +7,8 @@ from pathlib import Path
 
 import dagster as dg
 
+from streaming_pipeline.lakehouse.settings import PipelineSettings
 from streaming_pipeline.resources.from_settings import build_resources
-from streaming_pipeline.settings import PipelineSettings
 
 
 def pipeline_definitions() -> dg.Definitions:

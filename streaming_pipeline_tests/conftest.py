@@ -74,7 +74,7 @@ def spark_test_conf(request: pytest.FixtureRequest) -> Iterator[dict[str, str]]:
         yield dict(SPARK_TEST_CONF)
         return
     from streaming_pipeline.devstack.embedded.object_store import REGION
-    from streaming_pipeline.engine.spark import s3a_conf
+    from streaming_pipeline.lakehouse.engine.spark import s3a_conf
 
     store = request.getfixturevalue("session_object_store")
     assert store.object_store_url is not None
@@ -189,9 +189,9 @@ def pipeline_resources_for(
 ) -> dict[str, object]:
     """The resources `definitions.py` builds, pointed at `stack` and `lakehouse_dir` (a path or an s3a:// URI),
     sharing the session-wide SparkSession."""
+    from streaming_pipeline.lakehouse.settings import PipelineSettings
     from streaming_pipeline.resources import SparkResource
     from streaming_pipeline.resources.from_settings import build_resources
-    from streaming_pipeline.settings import PipelineSettings
 
     settings = PipelineSettings.from_env(
         {

@@ -11,7 +11,7 @@ from typing import Any
 def clean_log(path: str | Path) -> int:
     """Delete the commit files older than the table's newest checkpoint, as log cleanup does; its version. `path`
     is a directory or a URI the Delta log reader takes (s3a://...)."""
-    from streaming_pipeline.engine.delta_log import filesystem
+    from streaming_pipeline.lakehouse.engine.delta_log import filesystem
 
     fs, table = filesystem(str(path))
     log_dir = f"{table}/_delta_log"

@@ -21,11 +21,11 @@ from confluent_kafka.serialization import MessageField, SerializationContext
 
 from streaming_pipeline.devstack.embedded.stack import StackInfo
 from streaming_pipeline.devstack.records import csv_columns
-from streaming_pipeline.registry_client import RegistryClient
+from streaming_pipeline.lakehouse.registry_client import RegistryClient
+from streaming_pipeline.lakehouse.settings import PipelineSettings
+from streaming_pipeline.lakehouse.tables import RIDES
 from streaming_pipeline.resources import KafkaResource
 from streaming_pipeline.resources.from_settings import build_resources, resolved
-from streaming_pipeline.settings import PipelineSettings
-from streaming_pipeline.tables import RIDES
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 SCHEMA_DIR = REPO_ROOT / "schemas"

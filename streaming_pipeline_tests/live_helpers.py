@@ -59,8 +59,8 @@ def expected_vendor_counts(rides: Iterable[Mapping[str, Any]]) -> dict[int, int]
 
 _ENGINE_CATALOG = """
 import json, sys
-from streaming_pipeline.engine.catalog import registered_location
-from streaming_pipeline.engine.spark import open_remote_session
+from streaming_pipeline.lakehouse.engine.catalog import registered_location
+from streaming_pipeline.lakehouse.engine.spark import open_remote_session
 
 spark = open_remote_session(sys.argv[1])
 names = {}

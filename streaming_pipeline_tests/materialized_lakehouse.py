@@ -33,8 +33,8 @@ from streaming_pipeline.devstack.embedded.stack import StackInfo
 from streaming_pipeline.devstack.producer import produce, rows_from_records
 from streaming_pipeline.devstack.records import read_rides_csv
 from streaming_pipeline.devstack.synthetic import SyntheticOptions, synthetic_rides
-from streaming_pipeline.engine.delta_log import filesystem, latest_version
-from streaming_pipeline.tables import PICKUPS_TOPIC, RIDES_TOPIC
+from streaming_pipeline.lakehouse.engine.delta_log import filesystem, latest_version
+from streaming_pipeline.lakehouse.tables import PICKUPS_TOPIC, RIDES_TOPIC
 from streaming_pipeline_tests.conftest import TLC_RIDE_COLUMNS, pipeline_resources_for
 from streaming_pipeline_tests.kafka_helpers import avro_frame, clients_of, end_offsets, environ, produce_raw
 

@@ -1,6 +1,6 @@
-"""The columns a materialization shows in the UI (`dagster/column_schema`) come from the declaration of the table it
-is given, wherever that table is declared: a table of a module of its own (not `streaming_pipeline.tables`) keeps
-its descriptions, and only a column its declaration lacks (schema evolution) is marked as evolved."""
+"""The columns a materialization shows in the UI (`dagster/column_schema`) come from the declaration of the table it is
+given, wherever that table is declared: a table of a module of its own (not `streaming_pipeline.lakehouse.tables`)
+keeps its descriptions, and only a column its declaration lacks (schema evolution) is marked as evolved."""
 
 from __future__ import annotations
 
@@ -10,10 +10,10 @@ import pyarrow as pa
 from deltalake import write_deltalake
 
 from streaming_pipeline.components.asset_metadata import EVOLVED_COLUMN, current_column_schema, delta_table_metadata
+from streaming_pipeline.lakehouse.table_model import GOLD, Column, Table
 from streaming_pipeline.resources import LakehouseResource
-from streaming_pipeline.table_model import GOLD, Column, Table
 
-#: Declared here, as a user's table module would, under a name `streaming_pipeline.tables` does not know.
+#: Declared here, as a user's table module would, under a name `streaming_pipeline.lakehouse.tables` does not know.
 ORDER_TOTALS = Table(
     "order_totals",
     GOLD,

@@ -16,15 +16,15 @@ from pathlib import Path
 import dagster as dg
 import pytest
 
-from streaming_pipeline.bronze.offsets import settled_offsets
 from streaming_pipeline.defs.gold.ride_window_aggregates import windows_count_each_ride_once
 from streaming_pipeline.defs.gold.vendor_counts import vendor_counts_match_raw_rides
 from streaming_pipeline.defs.silver.amount_branches import branches_add_up_to_rides_with_an_amount
 from streaming_pipeline.defs.silver.rides_enriched import enriched_rows_equal_raw_rows
-from streaming_pipeline.engine.delta_log import latest_version
-from streaming_pipeline.engine.delta_tables import append_once
-from streaming_pipeline.engine.sink_position import DELTA_END_INDEX, delta_source_version
-from streaming_pipeline.gold.windows import stream_ride_windows
+from streaming_pipeline.lakehouse.bronze.offsets import settled_offsets
+from streaming_pipeline.lakehouse.engine.delta_log import latest_version
+from streaming_pipeline.lakehouse.engine.delta_tables import append_once
+from streaming_pipeline.lakehouse.engine.sink_position import DELTA_END_INDEX, delta_source_version
+from streaming_pipeline.lakehouse.gold.windows import stream_ride_windows
 from streaming_pipeline.resources import LakehouseResource, SparkResource
 from streaming_pipeline_tests.conftest import SPARK_TEST_CONF
 from streaming_pipeline_tests.pipeline_assets import pipeline_asset

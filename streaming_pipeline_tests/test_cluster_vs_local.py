@@ -104,7 +104,7 @@ CLUSTER_CLIENT = """
 import json, sys
 from pyspark.sql import functions as F
 from pyspark.sql.avro.functions import from_avro, to_avro
-from streaming_pipeline.engine.spark import connect_session
+from streaming_pipeline.lakehouse.engine.spark import connect_session
 
 spark = connect_session(sys.argv[1])
 schema = '{"type": "record", "name": "r", "fields": [{"name": "id", "type": "long"}]}'
@@ -304,9 +304,9 @@ import json, sys
 from pathlib import Path
 from pyspark.sql import SparkSession
 from streaming_pipeline.devstack.embedded.object_store import REGION
-from streaming_pipeline.engine.catalog import shared_metastore_conf
-from streaming_pipeline.engine.jars import metastore_jdbc_jars
-from streaming_pipeline.engine.spark import engine_conf, s3a_conf, start_local_session
+from streaming_pipeline.lakehouse.engine.catalog import shared_metastore_conf
+from streaming_pipeline.lakehouse.engine.jars import metastore_jdbc_jars
+from streaming_pipeline.lakehouse.engine.spark import engine_conf, s3a_conf, start_local_session
 
 catalog_dir, endpoint, warehouse, *queries = sys.argv[1:]
 conf = engine_conf("local", "local[1]", s3a_conf(endpoint, REGION))

@@ -13,19 +13,19 @@ import pytest
 from confluent_kafka import TopicPartition
 from confluent_kafka.admin import AdminClient
 
-from streaming_pipeline.bronze.ingestion import ingest_topic
-from streaming_pipeline.bronze.offsets import (
+from streaming_pipeline.definitions import pipeline_definitions
+from streaming_pipeline.devstack.cli import main as cli_main
+from streaming_pipeline.devstack.replay import ReplayStart, replay
+from streaming_pipeline.lakehouse.bronze.ingestion import ingest_topic
+from streaming_pipeline.lakehouse.bronze.offsets import (
     BronzeStateError,
     checkpoint_kafka_offsets,
     consumed_offsets,
     table_start_offsets,
     topic_problems,
 )
-from streaming_pipeline.definitions import pipeline_definitions
-from streaming_pipeline.devstack.cli import main as cli_main
-from streaming_pipeline.devstack.replay import ReplayStart, replay
-from streaming_pipeline.settings import PipelineSettings, SensorSettings
-from streaming_pipeline.tables import RIDES, RIDES_TOPIC
+from streaming_pipeline.lakehouse.settings import PipelineSettings, SensorSettings
+from streaming_pipeline.lakehouse.tables import RIDES, RIDES_TOPIC
 from streaming_pipeline_tests.kafka_helpers import all_coordinates, delete_topics, end_offsets
 
 pytestmark = pytest.mark.integration
@@ -81,8 +81,8 @@ def _vendor_total(spark, resources) -> int:
 
 def _rides_handler(stack, lakehouse, tmp_path: Path):
     """The raw_rides foreachBatch handler, called directly (one worker, one registry client), with no checkpoint."""
-    from streaming_pipeline.bronze.batches import BronzeBatchWriter
-    from streaming_pipeline.schemas import load_schema
+    from streaming_pipeline.lakehouse.bronze.batches import BronzeBatchWriter
+    from streaming_pipeline.lakehouse.schemas import load_schema
 
     return BronzeBatchWriter(
         registry_url=stack.schema_registry_url,
@@ -289,7 +289,7 @@ def test_lakehouse_as_file_uri_keeps_consumed_offsets_readable(stack, pipeline_r
 
 
 def test_emptied_registry_stops_the_stream_instead_of_dead_lettering_everything(stack, pipeline_resources, spark):
-    from streaming_pipeline.errors import StreamingRunError
+    from streaming_pipeline.lakehouse.errors import StreamingRunError
 
     lakehouse = pipeline_resources["lakehouse"]
     _produce(stack, 10, seed=10)
@@ -325,7 +325,7 @@ def test_reader_schema_registered_between_micro_batches_is_used_by_the_next_one(
     from confluent_kafka.serialization import MessageField
 
     from streaming_pipeline.devstack.synthetic import SyntheticOptions, synthetic_rides
-    from streaming_pipeline.registry_client import RegistryClient
+    from streaming_pipeline.lakehouse.registry_client import RegistryClient
     from streaming_pipeline_tests.kafka_helpers import SCHEMA_DIR, avro_frame, produce_raw
 
     lakehouse = pipeline_resources["lakehouse"]
@@ -393,9 +393,9 @@ def test_a_batch_replayed_after_a_crash_gets_its_dead_letters_from_the_schemas_i
 
     from confluent_kafka.serialization import MessageField
 
-    import streaming_pipeline.bronze.batches as ingestion
+    import streaming_pipeline.lakehouse.bronze.batches as ingestion
     from streaming_pipeline.devstack.synthetic import SyntheticOptions, synthetic_rides
-    from streaming_pipeline.registry_client import RegistryClient
+    from streaming_pipeline.lakehouse.registry_client import RegistryClient
     from streaming_pipeline_tests.kafka_helpers import SCHEMA_DIR, avro_frame, produce_raw
 
     lakehouse = pipeline_resources["lakehouse"]

@@ -17,9 +17,9 @@ from pyspark.sql import functions as F
 from streaming_pipeline.definitions import defs
 from streaming_pipeline.defs.gold.ride_window_aggregates import RideWindowsConfig
 from streaming_pipeline.defs.silver.ride_pickup_joins import RidePickupJoinsConfig
-from streaming_pipeline.engine.delta_log import latest_version
-from streaming_pipeline.gold.window_reconcile import RECONCILE_WRITER, reconcile_ride_windows
-from streaming_pipeline.gold.windows import stream_ride_windows, update_ride_window_aggregates
+from streaming_pipeline.lakehouse.engine.delta_log import latest_version
+from streaming_pipeline.lakehouse.gold.window_reconcile import RECONCILE_WRITER, reconcile_ride_windows
+from streaming_pipeline.lakehouse.gold.windows import stream_ride_windows, update_ride_window_aggregates
 from streaming_pipeline.resources.lakehouse import LakehouseResource
 
 #: The windows' and the join's parameters, as the assets pass them by default.
@@ -291,8 +291,8 @@ PICKUPS_DDL = "pu_location_id int, pickup_datetime timestamp, kafka_partition in
 
 
 def test_pickups_behind_the_join_watermark_are_counted_in_join_late_rows(spark, lakehouse):
-    from streaming_pipeline.silver.joins import update_ride_pickup_joins
-    from streaming_pipeline.sql import run_sql
+    from streaming_pipeline.lakehouse.silver.joins import update_ride_pickup_joins
+    from streaming_pipeline.lakehouse.sql import run_sql
 
     rides_path, pickups_path = lakehouse.table_path("raw_rides"), lakehouse.table_path("raw_pickup_locations")
 

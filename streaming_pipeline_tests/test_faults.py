@@ -15,8 +15,8 @@ from pyspark.sql import functions as F
 from streaming_pipeline.defs.gold.ride_window_aggregates import RideWindowsConfig
 from streaming_pipeline.devstack.cli import main as cli_main
 from streaming_pipeline.devstack.synthetic import SyntheticOptions, synthetic_rides
-from streaming_pipeline.registry_client import RegistryClient
-from streaming_pipeline.tables import RIDES
+from streaming_pipeline.lakehouse.registry_client import RegistryClient
+from streaming_pipeline.lakehouse.tables import RIDES
 from streaming_pipeline_tests.kafka_helpers import (
     SCHEMA_DIR,
     all_coordinates,
@@ -362,7 +362,7 @@ def test_object_store_stopped_mid_run_fails_naming_it_and_the_next_run_is_exact(
 
     from streaming_pipeline.devstack.embedded.processes import pid_alive, stop_pid
     from streaming_pipeline.devstack.embedded.stack import EmbeddedStack
-    from streaming_pipeline.engine.delta_log import latest_version
+    from streaming_pipeline.lakehouse.engine.delta_log import latest_version
     from streaming_pipeline.resources import LakehouseResource
     from streaming_pipeline_tests.conftest import pipeline_resources_for
 

@@ -13,9 +13,9 @@ import sys
 
 import pytest
 
-from streaming_pipeline.bronze.batches import BronzeBatchWriter
-from streaming_pipeline.gold.windows import WindowUpsert
-from streaming_pipeline.silver.branches import AmountBranchWriter
+from streaming_pipeline.lakehouse.bronze.batches import BronzeBatchWriter
+from streaming_pipeline.lakehouse.gold.windows import WindowUpsert
+from streaming_pipeline.lakehouse.silver.branches import AmountBranchWriter
 
 HANDLERS = {
     "bronze": BronzeBatchWriter(

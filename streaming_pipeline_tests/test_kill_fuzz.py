@@ -33,7 +33,7 @@ from pyspark.sql import functions as F
 
 from streaming_pipeline.devstack.embedded.processes import group_members
 from streaming_pipeline.devstack.synthetic import SyntheticOptions, synthetic_pickups, synthetic_rides
-from streaming_pipeline.settings import DEFAULT_HIGH_AMOUNT_THRESHOLD
+from streaming_pipeline.lakehouse.settings import DEFAULT_HIGH_AMOUNT_THRESHOLD
 from streaming_pipeline_tests.cli_helpers import (
     EXECUTE_THE_CONTINUOUS_JOB,
     MATERIALIZE_EVERY_ASSET,

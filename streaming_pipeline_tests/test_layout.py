@@ -74,7 +74,7 @@ for name in sys.argv[1:]:
     found.append(module.__file__)
     for info in pkgutil.walk_packages(getattr(module, "__path__", []), prefix=name + "."):
         found.append(importlib.import_module(info.name).__file__)
-from streaming_pipeline import tables
+from streaming_pipeline.lakehouse import tables
 print(json.dumps({
     "files": found,
     "raw_rides": [[c.name, c.type, c.description] for c in tables.RAW_RIDES.columns],

@@ -47,10 +47,10 @@ from streaming_pipeline.devstack.embedded.processes import stop_pid
 from streaming_pipeline.devstack.embedded.stack import EmbeddedStack, StackInfo
 from streaming_pipeline.devstack.producer import produce, rows_from_records
 from streaming_pipeline.devstack.synthetic import SyntheticOptions, synthetic_rides
-from streaming_pipeline.registry_client import RegistryClient
+from streaming_pipeline.lakehouse.registry_client import RegistryClient
+from streaming_pipeline.lakehouse.schemas import load_schema
+from streaming_pipeline.lakehouse.tables import RIDES_TOPIC
 from streaming_pipeline.resources import KafkaResource
-from streaming_pipeline.schemas import load_schema
-from streaming_pipeline.tables import RIDES_TOPIC
 from streaming_pipeline_tests import live_helpers
 from streaming_pipeline_tests import test_schema_evolution as evolution
 from streaming_pipeline_tests.depth import scaled
@@ -202,7 +202,7 @@ def test_produced_rides_reach_raw_rides_and_vendor_counts_with_no_manual_step(li
     # The windows are the run's last step (vendor_counts comes right after bronze): they follow in the same run.
     wait_until(live, "windows in ride_window_aggregates", lambda: live.count("ride_window_aggregates") > 0)
     # The automation sensor loaded taxi_zones (missing in a new lakehouse), so the rides are enriched live too.
-    with (REPO_ROOT / "streaming_pipeline" / "data" / "taxi_zone_lookup.csv").open(newline="") as handle:
+    with (REPO_ROOT / "streaming_pipeline" / "lakehouse" / "data" / "taxi_zone_lookup.csv").open(newline="") as handle:
         zones = {int(row["locationid"]): row["zone"] for row in csv.DictReader(handle)}
     expected_zones = sorted((zones.get(r["pu_location_id"]), zones.get(r["do_location_id"])) for r in rides)
 

@@ -13,16 +13,21 @@ from pathlib import Path
 import dagster as dg
 import pytest
 
-from streaming_pipeline.bronze.ingestion import ingest_topic
-from streaming_pipeline.bronze.offsets import BronzeStateError, consumed_offsets, replay_app_id, table_start_offsets
 from streaming_pipeline.components.kafka_delta_source.sensors import build_offset_sensor, live_job
 from streaming_pipeline.definitions import pipeline_definitions
 from streaming_pipeline.devstack.cli import main as cli_main
 from streaming_pipeline.devstack.replay import ReplayStart, empty_table, replay
-from streaming_pipeline.engine.delta_log import commits
+from streaming_pipeline.lakehouse.bronze.ingestion import ingest_topic
+from streaming_pipeline.lakehouse.bronze.offsets import (
+    BronzeStateError,
+    consumed_offsets,
+    replay_app_id,
+    table_start_offsets,
+)
+from streaming_pipeline.lakehouse.engine.delta_log import commits
+from streaming_pipeline.lakehouse.settings import SensorSettings
+from streaming_pipeline.lakehouse.tables import DEAD_LETTER_RECORDS, KAFKA_COLUMNS, RIDES, RIDES_TOPIC, ddl
 from streaming_pipeline.resources import LakehouseResource
-from streaming_pipeline.settings import SensorSettings
-from streaming_pipeline.tables import DEAD_LETTER_RECORDS, KAFKA_COLUMNS, RIDES, RIDES_TOPIC, ddl
 from streaming_pipeline_tests.conftest import pipeline_resources_for
 from streaming_pipeline_tests.delta_helpers import checkpoint_and_clean
 from streaming_pipeline_tests.kafka_helpers import all_coordinates, end_offsets

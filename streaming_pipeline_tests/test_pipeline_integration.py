@@ -9,7 +9,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from streaming_pipeline.tables import RIDES_TOPIC
+from streaming_pipeline.lakehouse.tables import RIDES_TOPIC
 from streaming_pipeline_tests.conftest import TLC_RIDE_COLUMNS
 from streaming_pipeline_tests.materialized_lakehouse import MaterializedLakehouse
 
@@ -27,7 +27,7 @@ TABLES = [
     "taxi_zones",
     "rides_enriched",
 ]
-LOOKUP = Path(__file__).resolve().parents[1] / "streaming_pipeline" / "data" / "taxi_zone_lookup.csv"
+LOOKUP = Path(__file__).resolve().parents[1] / "streaming_pipeline" / "lakehouse" / "data" / "taxi_zone_lookup.csv"
 GAP = pd.Timedelta(minutes=10)
 WINDOW = "10min"
 WATERMARK_DELAY = pd.Timedelta(minutes=15)

@@ -1,6 +1,6 @@
-"""Progress output that suits where it goes (streaming_pipeline.progress): a bar on a terminal (plain lines every few
-seconds there without one), only the final line into a pipe or a log, nothing when disabled; and `produce` into a
-pipe writes one line, not one per record.
+"""Progress output that suits where it goes (streaming_pipeline.lakehouse.progress): a bar on a terminal (plain lines
+every few seconds there without one), only the final line into a pipe or a log, nothing when disabled; and `produce`
+into a pipe writes one line, not one per record.
 
 The plain-line tests drive a fake clock, so their line counts are exact and nothing sleeps. The steps of the fake
 clock are multiples of 1/64 s, which floats add exactly."""
@@ -16,8 +16,8 @@ from typing import Any
 
 import pytest
 
-from streaming_pipeline import progress as progress_module
-from streaming_pipeline.progress import Progress, waiting
+from streaming_pipeline.lakehouse import progress as progress_module
+from streaming_pipeline.lakehouse.progress import Progress, waiting
 
 STEP = 1 / 64  # seconds of the fake clock per update
 SIMULATED_SECONDS = 20
@@ -118,7 +118,10 @@ def test_a_terminal_without_tqdm_gets_plain_lines(monkeypatch: pytest.MonkeyPatc
 
 
 def test_importing_the_module_does_not_import_tqdm_or_dagster() -> None:
-    code = "import sys, streaming_pipeline.progress; print(sorted(m for m in ('tqdm', 'dagster') if m in sys.modules))"
+    code = (
+        "import sys, streaming_pipeline.lakehouse.progress; "
+        "print(sorted(m for m in ('tqdm', 'dagster') if m in sys.modules))"
+    )
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert done.stdout.strip() == "[]"
 
@@ -237,7 +240,7 @@ class _FakeRegistry:
 def _produce_rides(monkeypatch: pytest.MonkeyPatch, rides: int, *, show_progress: bool = True) -> _FakeKafka:
     from streaming_pipeline.devstack.producer import produce, rows_from_records
     from streaming_pipeline.devstack.synthetic import SyntheticOptions, synthetic_rides
-    from streaming_pipeline.tables import RIDES_TOPIC
+    from streaming_pipeline.lakehouse.tables import RIDES_TOPIC
 
     clock = FakeClock()
     # The producer's Progress reads the clock through the module's `time`: only progress output sees the fake.

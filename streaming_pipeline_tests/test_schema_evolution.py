@@ -20,8 +20,8 @@ from confluent_kafka.serialization import MessageField
 from streaming_pipeline.definitions import pipeline_definitions
 from streaming_pipeline.devstack.replay import ReplayStart, replay
 from streaming_pipeline.devstack.synthetic import SyntheticOptions, synthetic_rides
-from streaming_pipeline.registry_client import RegistryClient
-from streaming_pipeline.tables import (
+from streaming_pipeline.lakehouse.registry_client import RegistryClient
+from streaming_pipeline.lakehouse.tables import (
     JOIN_LATE_ROWS,
     PICKUPS_TOPIC,
     RIDE_PICKUP_JOINS,

@@ -17,13 +17,13 @@ import pytest
 from streaming_pipeline.components.kafka_delta_source.sensors import build_offset_sensor, live_job
 from streaming_pipeline.devstack.embedded.secure import SecureMaterial
 from streaming_pipeline.devstack.embedded.stack import StackInfo
-from streaming_pipeline.engine.delta_log import latest_version
-from streaming_pipeline.errors import BrokerUnavailableError, CredentialsError
-from streaming_pipeline.registry_client import RegistryClient
+from streaming_pipeline.lakehouse.engine.delta_log import latest_version
+from streaming_pipeline.lakehouse.errors import BrokerUnavailableError, CredentialsError
+from streaming_pipeline.lakehouse.registry_client import RegistryClient
+from streaming_pipeline.lakehouse.schemas import load_schema
+from streaming_pipeline.lakehouse.settings import SensorSettings
+from streaming_pipeline.lakehouse.tables import RIDES
 from streaming_pipeline.resources import KafkaResource
-from streaming_pipeline.schemas import load_schema
-from streaming_pipeline.settings import SensorSettings
-from streaming_pipeline.tables import RIDES
 from streaming_pipeline_tests.kafka_helpers import clients_of, delete_every_topic, environ, produce_raw
 from streaming_pipeline_tests.pipeline_assets import pipeline_asset
 
@@ -114,7 +114,7 @@ def test_a_run_with_a_wrong_password_fails_naming_it_and_loses_nothing(
     """A first run takes three records; with a wrong KAFKA_SASL_PASSWORD the next run fails at the start of its
     step, naming the variable and not the password, and the table keeps its version and rows; the offset sensor
     skips, saying which settings to fix."""
-    from streaming_pipeline.engine.delta_tables import read_table
+    from streaming_pipeline.lakehouse.engine.delta_tables import read_table
     from streaming_pipeline_tests.conftest import pipeline_resources_for
 
     kafka, registry = clients_of(secured_stack)

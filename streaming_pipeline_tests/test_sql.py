@@ -13,9 +13,9 @@ from decimal import Decimal
 
 import pytest
 
-from streaming_pipeline.engine.catalog import register, registered_location, unregister
-from streaming_pipeline.errors import QueryError
-from streaming_pipeline.sql import format_rows, register_tables, run_sql
+from streaming_pipeline.lakehouse.engine.catalog import register, registered_location, unregister
+from streaming_pipeline.lakehouse.errors import QueryError
+from streaming_pipeline.lakehouse.sql import format_rows, register_tables, run_sql
 
 UTC = dt.UTC
 

@@ -62,9 +62,9 @@ from pathlib import Path
 import dagster as dg
 import streaming_pipeline
 from streaming_pipeline.definitions import defs
-from streaming_pipeline.engine.spark import read_profile
+from streaming_pipeline.lakehouse.engine.spark import read_profile
 from streaming_pipeline.components.kafka_delta_source import declared_sources
-from streaming_pipeline.schemas import load_schema
+from streaming_pipeline.lakehouse.schemas import load_schema
 
 dg.Definitions.validate_loadable(defs)
 sources = declared_sources(defs.component_tree)
@@ -81,7 +81,12 @@ print(json.dumps({
     "profiles": {name: read_profile(name) for name in ("local", "cluster")},
     "package_data": {
         name: (package / name).is_file()
-        for name in ("dg.toml", "py.typed", "data/taxi_zone_lookup.csv", "engine/jvm/FastListFromLocalLogStore.java")
+        for name in (
+            "dg.toml",
+            "py.typed",
+            "lakehouse/data/taxi_zone_lookup.csv",
+            "lakehouse/engine/jvm/FastListFromLocalLogStore.java",
+        )
     },
     "devstack_loaded": sorted(m for m in sys.modules if m.startswith("streaming_pipeline.devstack")),
     "fastapi_installed": importlib.util.find_spec("fastapi") is not None,
@@ -199,8 +204,8 @@ def test_the_installed_wheel_loads_the_code_location_outside_the_checkout(wheel:
     assert found["package_data"] == {
         "dg.toml": True,
         "py.typed": True,
-        "data/taxi_zone_lookup.csv": True,
-        "engine/jvm/FastListFromLocalLogStore.java": True,
+        "lakehouse/data/taxi_zone_lookup.csv": True,
+        "lakehouse/engine/jvm/FastListFromLocalLogStore.java": True,
     }
     # The code location without the development stack: none of it loaded, and the base install lacks it.
     assert found["devstack_loaded"] == []

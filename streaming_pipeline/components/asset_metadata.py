@@ -10,24 +10,24 @@ from typing import TYPE_CHECKING, Any, ClassVar, TypedDict
 import dagster as dg
 from pydantic import model_validator
 
-from streaming_pipeline import tables
-from streaming_pipeline.engine.catalog import has_persistent_catalog, register
-from streaming_pipeline.engine.delta_log import latest_version
-from streaming_pipeline.engine.delta_tables import count_rows, markdown_table, read_table, table_exists
-from streaming_pipeline.engine.sink_position import (
+from streaming_pipeline.lakehouse import tables
+from streaming_pipeline.lakehouse.engine.catalog import has_persistent_catalog, register
+from streaming_pipeline.lakehouse.engine.delta_log import latest_version
+from streaming_pipeline.lakehouse.engine.delta_tables import count_rows, markdown_table, read_table, table_exists
+from streaming_pipeline.lakehouse.engine.sink_position import (
     SinkPosition,
     checkpoint_last_commit,
     checkpoint_query_id,
     delta_sink_position,
 )
-from streaming_pipeline.engine.table_snapshot import columns as snapshot_columns
-from streaming_pipeline.engine.table_snapshot import first_rows, row_count
-from streaming_pipeline.settings import LiveSettings, normalize_interval
+from streaming_pipeline.lakehouse.engine.table_snapshot import columns as snapshot_columns
+from streaming_pipeline.lakehouse.engine.table_snapshot import first_rows, row_count
+from streaming_pipeline.lakehouse.settings import LiveSettings, normalize_interval
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
-    from streaming_pipeline.engine.streams import StreamRunReport
+    from streaming_pipeline.lakehouse.engine.streams import StreamRunReport
     from streaming_pipeline.resources.lakehouse import LakehouseResource
 
 OWNERS = ["team:data-platform"]

@@ -25,17 +25,17 @@ import dagster as dg
 import pydantic
 
 from streaming_pipeline.components.asset_metadata import SPARK_KINDS, stream_step_args, table_args
+from streaming_pipeline.lakehouse.settings import LiveSettings, PipelineSettings
+from streaming_pipeline.lakehouse.tables import DEAD_LETTER_RECORDS
 from streaming_pipeline.resources.lakehouse import naming_a_store_gone_away
-from streaming_pipeline.settings import LiveSettings, PipelineSettings
-from streaming_pipeline.tables import DEAD_LETTER_RECORDS
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
-    from streaming_pipeline.connections import Lakehouse
-    from streaming_pipeline.engine.streams import Log, StreamQuery
-    from streaming_pipeline.sources import SourceTopic
-    from streaming_pipeline.table_model import Table
+    from streaming_pipeline.lakehouse.connections import Lakehouse
+    from streaming_pipeline.lakehouse.engine.streams import Log, StreamQuery
+    from streaming_pipeline.lakehouse.sources import SourceTopic
+    from streaming_pipeline.lakehouse.table_model import Table
 
 
 @dataclass(frozen=True)

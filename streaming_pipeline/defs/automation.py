@@ -4,7 +4,7 @@ taxi_zones table is loaded. It targets every asset, so that Dagster adds no defa
 
 import dagster as dg
 
-from streaming_pipeline.settings import SensorSettings
+from streaming_pipeline.lakehouse.settings import SensorSettings
 
 
 @dg.definitions

@@ -11,7 +11,7 @@ continuous run.
 
 import dagster as dg
 
-from streaming_pipeline.settings import LiveSettings
+from streaming_pipeline.lakehouse.settings import LiveSettings
 
 LIVE_CHECKS_JOB = "live_checks_job"
 LIVE_CHECKS_SCHEDULE = "live_checks_schedule"

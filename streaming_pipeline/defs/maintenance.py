@@ -15,16 +15,16 @@ from pydantic import Field, field_validator
 from streaming_pipeline.components.asset_metadata import checkpoint_pool
 from streaming_pipeline.components.kafka_delta_source import declared_sources
 from streaming_pipeline.components.streamed_table import StreamedTable, streamed_tables, writing_steps
-from streaming_pipeline.engine.delta_tables import table_exists
-from streaming_pipeline.engine.maintenance import (
+from streaming_pipeline.lakehouse.engine.delta_tables import table_exists
+from streaming_pipeline.lakehouse.engine.maintenance import (
     MaintenanceResult,
     check_retention,
     lakehouse_table_names,
     maintain_table,
 )
+from streaming_pipeline.lakehouse.settings import DEFAULT_VACUUM_RETENTION_HOURS, MaintenanceSettings
+from streaming_pipeline.lakehouse.sources import SourceTopic
 from streaming_pipeline.resources import LakehouseResource, SparkResource
-from streaming_pipeline.settings import DEFAULT_VACUUM_RETENTION_HOURS, MaintenanceSettings
-from streaming_pipeline.sources import SourceTopic
 
 MAINTENANCE_JOB = "table_maintenance_job"
 MAINTENANCE_SCHEDULE = "table_maintenance_schedule"

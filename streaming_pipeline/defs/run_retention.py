@@ -31,8 +31,8 @@ import dagster as dg
 from dagster._core.storage.event_log.sqlite.sqlite_event_log import SqliteEventLogStorage
 from pydantic import Field, model_validator
 
-from streaming_pipeline.errors import ConfigurationError
-from streaming_pipeline.settings import RunRetentionSettings
+from streaming_pipeline.lakehouse.errors import ConfigurationError
+from streaming_pipeline.lakehouse.settings import RunRetentionSettings
 
 SENSOR_NAME_TAG = "dagster/sensor_name"
 SCHEDULE_NAME_TAG = "dagster/schedule_name"

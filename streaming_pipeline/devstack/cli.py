@@ -11,8 +11,8 @@ from pathlib import Path
 
 from streaming_pipeline.devstack.errors import exit_code
 from streaming_pipeline.devstack.project import project_sources
-from streaming_pipeline.errors import ConfigurationError
-from streaming_pipeline.sources import SourceTopic
+from streaming_pipeline.lakehouse.errors import ConfigurationError
+from streaming_pipeline.lakehouse.sources import SourceTopic
 
 #: `streaming-pipeline produce <name>`: the topic's name, or a shorter one.
 _PRODUCE_NAMES = {"pickup_locations": "pickups"}
@@ -68,8 +68,8 @@ def _run_produce(args: argparse.Namespace) -> int:
     from streaming_pipeline.devstack.producer import produce, rows_from_records
     from streaming_pipeline.devstack.records import read_csv
     from streaming_pipeline.devstack.synthetic import SyntheticOptions, synthetic_records
+    from streaming_pipeline.lakehouse.settings import PipelineSettings
     from streaming_pipeline.resources.from_settings import build_resources, resolved
-    from streaming_pipeline.settings import PipelineSettings
 
     resources = build_resources(PipelineSettings.from_env())
     kafka = resolved(resources["kafka"]).model_copy(update={"timeout_seconds": args.timeout})
@@ -465,9 +465,9 @@ def _run_sql(args: argparse.Namespace) -> int:
     from pyspark.logger import PySparkLogger
 
     from streaming_pipeline.definitions import defs
+    from streaming_pipeline.lakehouse.settings import PipelineSettings
+    from streaming_pipeline.lakehouse.sql import format_rows, run_sql
     from streaming_pipeline.resources.from_settings import build_resources
-    from streaming_pipeline.settings import PipelineSettings
-    from streaming_pipeline.sql import format_rows, run_sql
 
     PySparkLogger.getLogger("SQLQueryContextLogger").disabled = True
     resources = build_resources(PipelineSettings.from_env())
@@ -525,9 +525,9 @@ def _add_replay_parser(subparsers: argparse._SubParsersAction) -> None:
 def _run_replay(args: argparse.Namespace) -> int:
     import dagster as dg
 
-    from streaming_pipeline import settings
     from streaming_pipeline.definitions import build_definitions
     from streaming_pipeline.devstack.replay import ReplayStart, replay
+    from streaming_pipeline.lakehouse import settings
 
     start = ReplayStart.parse(from_time=args.from_time, from_offsets=args.from_offsets)
     defs = build_definitions()
@@ -560,10 +560,10 @@ def _add_maintain_parser(subparsers: argparse._SubParsersAction) -> None:
 def _run_maintain(args: argparse.Namespace) -> int:
     import dagster as dg
 
-    from streaming_pipeline import settings
     from streaming_pipeline.definitions import build_definitions
     from streaming_pipeline.devstack.maintain import maintain
-    from streaming_pipeline.engine.maintenance import check_retention
+    from streaming_pipeline.lakehouse import settings
+    from streaming_pipeline.lakehouse.engine.maintenance import check_retention
 
     if args.retain_hours is not None:
         check_retention(args.retain_hours, what="--retain-hours")  # before anything else is loaded or touched
@@ -582,7 +582,7 @@ def _add_jars_parser(subparsers: argparse._SubParsersAction) -> None:
         "Apache Ivy into the project cache ($STREAMING_PIPELINE_CACHE_DIR or ~/.cache/streaming-pipeline).",
     )
     commands = jars.add_subparsers(dest="jars_command", required=True)
-    from streaming_pipeline.engine.jars import artifact_sets
+    from streaming_pipeline.lakehouse.engine.jars import artifact_sets
 
     sets = list(artifact_sets())
     fetch = commands.add_parser("fetch", help="resolve artifact sets now (later runs work offline)")
@@ -607,7 +607,7 @@ def _add_jars_parser(subparsers: argparse._SubParsersAction) -> None:
 
 
 def _run_jars(args: argparse.Namespace) -> int:
-    from streaming_pipeline.engine import jars
+    from streaming_pipeline.lakehouse.engine import jars
 
     sets = jars.artifact_sets()
     if args.jars_command == "path":
@@ -619,7 +619,7 @@ def _run_jars(args: argparse.Namespace) -> int:
         resolved[name] = jars.resolve(artifacts, force=args.force)
         print(f"{artifacts.name}: {len(resolved[name])} jars in {jars.set_dir(artifacts)}")
     if "spark" in resolved:
-        from streaming_pipeline.engine.log_store import LOG_STORE_CLASS, log_store_jar
+        from streaming_pipeline.lakehouse.engine.log_store import LOG_STORE_CLASS, log_store_jar
 
         store_jar = log_store_jar(resolved["spark"], jars.pyspark_home() / "jars")
         print(f"{LOG_STORE_CLASS}: {store_jar or 'not built (no javac; Delta keeps its own log store)'}")

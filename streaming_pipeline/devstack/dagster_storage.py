@@ -41,7 +41,7 @@ from dagster._core.scheduler.instigation import TickData, TickStatus
 
 from streaming_pipeline.defs.run_retention import RetentionReport, delete_expired_runs
 from streaming_pipeline.devstack.embedded.dagster_home import write_dagster_yaml
-from streaming_pipeline.settings import RunRetentionSettings
+from streaming_pipeline.lakehouse.settings import RunRetentionSettings
 
 LIVE_JOB = "raw_rides_downstream_job"
 BRONZE = "raw_rides"
@@ -184,7 +184,7 @@ def _metadata(key: dg.AssetKey, columns: Sequence[str], run: int, rng: random.Ra
 
 def _live_job_assets(graph: Any, keys: set[dg.AssetKey]) -> list[dg.AssetsDefinition]:
     """One asset per key of the live job, with its dependencies among them, writing realistic metadata."""
-    from streaming_pipeline import tables
+    from streaming_pipeline.lakehouse import tables
 
     columns = {t.name: [c.name for c in t.columns] for t in vars(tables).values() if isinstance(t, tables.Table)}
     rng = random.Random(7)

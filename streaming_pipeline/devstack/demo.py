@@ -17,15 +17,15 @@ from typing import TYPE_CHECKING, Any, cast
 
 import dagster as dg
 
-from streaming_pipeline import tables
 from streaming_pipeline.devstack.errors import DemoError
 from streaming_pipeline.devstack.producer import ProduceResult, produce, rows_from_records
 from streaming_pipeline.devstack.project import QUIET_RUN_CONFIG
 from streaming_pipeline.devstack.records import read_rides_csv
 from streaming_pipeline.devstack.synthetic import SyntheticOptions, synthetic_pickups, synthetic_rides
-from streaming_pipeline.progress import waiting
-from streaming_pipeline.settings import PipelineSettings
-from streaming_pipeline.tables import PICKUPS_TOPIC, RIDES_TOPIC
+from streaming_pipeline.lakehouse import tables
+from streaming_pipeline.lakehouse.progress import waiting
+from streaming_pipeline.lakehouse.settings import PipelineSettings
+from streaming_pipeline.lakehouse.tables import PICKUPS_TOPIC, RIDES_TOPIC
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -193,7 +193,7 @@ def _table_views() -> dict[str, tuple[list[str], list[str]]]:
 def _show_tables(spark: Any, lakehouse: Any) -> dict[str, int]:
     from pyspark.sql import functions as F
 
-    from streaming_pipeline.engine.delta_tables import read_table, table_exists
+    from streaming_pipeline.lakehouse.engine.delta_tables import read_table, table_exists
 
     counts: dict[str, int] = {}
     for table, (order, columns) in _table_views().items():
@@ -214,8 +214,8 @@ def _show_tables(spark: Any, lakehouse: Any) -> dict[str, int]:
 
 def run_demo(options: DemoOptions) -> int:
     from streaming_pipeline.devstack.embedded.stack import EmbeddedStack, default_stack_dir
-    from streaming_pipeline.engine.delta_tables import read_table
-    from streaming_pipeline.gold.charts import window_chart_png
+    from streaming_pipeline.lakehouse.engine.delta_tables import read_table
+    from streaming_pipeline.lakehouse.gold.charts import window_chart_png
     from streaming_pipeline.resources.from_settings import build_resources, resolved
 
     stages = _Stages()

@@ -6,7 +6,7 @@ from __future__ import annotations
 import sys
 from collections.abc import Callable
 
-from streaming_pipeline.errors import StreamingPipelineError, first_line
+from streaming_pipeline.lakehouse.errors import StreamingPipelineError, first_line
 
 
 class StackError(StreamingPipelineError):

@@ -15,9 +15,9 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from streaming_pipeline.devstack.project import project_sources
-from streaming_pipeline.engine.maintenance import check_retention, lakehouse_table_names
-from streaming_pipeline.errors import MaintenanceError
-from streaming_pipeline.tables import DEAD_LETTER_RECORDS
+from streaming_pipeline.lakehouse.engine.maintenance import check_retention, lakehouse_table_names
+from streaming_pipeline.lakehouse.errors import MaintenanceError
+from streaming_pipeline.lakehouse.tables import DEAD_LETTER_RECORDS
 
 if TYPE_CHECKING:  # Dagster is imported when a command runs, not when the command line is parsed
     import dagster as dg

@@ -16,12 +16,12 @@ from confluent_kafka.serialization import MessageField, SerializationContext
 
 from streaming_pipeline.devstack.project import project_sources
 from streaming_pipeline.devstack.records import CsvRow, Record
-from streaming_pipeline.errors import ConfigurationError
-from streaming_pipeline.progress import Progress
-from streaming_pipeline.registry_client import RegistryClient
+from streaming_pipeline.lakehouse.errors import ConfigurationError
+from streaming_pipeline.lakehouse.progress import Progress
+from streaming_pipeline.lakehouse.registry_client import RegistryClient
+from streaming_pipeline.lakehouse.schemas import load_schema
+from streaming_pipeline.lakehouse.sources import source_for_topic
 from streaming_pipeline.resources.kafka import KafkaResource
-from streaming_pipeline.schemas import load_schema
-from streaming_pipeline.sources import source_for_topic
 
 if TYPE_CHECKING:
     from confluent_kafka.schema_registry.avro import AvroSerializer
@@ -133,7 +133,7 @@ def produce(
     # what matters reaches the user through the delivery reports and the summary.
     producer = kafka.producer(**config, logger=_LIBRDKAFKA_LOG)
     result = ProduceResult(topic=topic)
-    # A bar on a terminal, only the final line into a pipe or a log (streaming_pipeline.progress).
+    # A bar on a terminal, only the final line into a pipe or a log (streaming_pipeline.lakehouse.progress).
     progress = Progress(total, f"producing {topic}", "rec", enabled=show_progress)
     try:
         with _ctrl_c_requests_stop(stop_on_interrupt) as stop:

@@ -10,7 +10,7 @@ import dagster as dg
 
 import streaming_pipeline.defs
 from streaming_pipeline.components.kafka_delta_source import declared_sources
-from streaming_pipeline.sources import SourceTopic, check_declared_once
+from streaming_pipeline.lakehouse.sources import SourceTopic, check_declared_once
 
 
 def project_defs_folder() -> Path:

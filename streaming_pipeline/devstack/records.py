@@ -10,10 +10,10 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from streaming_pipeline.errors import InputDataError
-from streaming_pipeline.schemas import avro_columns, load_schema
-from streaming_pipeline.sources import SourceTopic
-from streaming_pipeline.tables import RIDES
+from streaming_pipeline.lakehouse.errors import InputDataError
+from streaming_pipeline.lakehouse.schemas import avro_columns, load_schema
+from streaming_pipeline.lakehouse.sources import SourceTopic
+from streaming_pipeline.lakehouse.tables import RIDES
 
 Record = dict[str, Any]
 

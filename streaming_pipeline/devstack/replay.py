@@ -28,26 +28,26 @@ from typing import TYPE_CHECKING, Any
 
 import dagster as dg
 
-from streaming_pipeline.bronze.decode import reader_schema_of
-from streaming_pipeline.bronze.offsets import Offsets, replay_app_id
 from streaming_pipeline.components.kafka_delta_source.sensors import live_job_names
 from streaming_pipeline.devstack.errors import ReplayError
 from streaming_pipeline.devstack.project import project_sources
-from streaming_pipeline.engine.delta_log import filesystem, latest_version
-from streaming_pipeline.engine.delta_tables import read_table
-from streaming_pipeline.engine.object_store import is_object_store
-from streaming_pipeline.errors import ConfigurationError
+from streaming_pipeline.lakehouse.bronze.decode import reader_schema_of
+from streaming_pipeline.lakehouse.bronze.offsets import Offsets, replay_app_id
+from streaming_pipeline.lakehouse.engine.delta_log import filesystem, latest_version
+from streaming_pipeline.lakehouse.engine.delta_tables import read_table
+from streaming_pipeline.lakehouse.engine.object_store import is_object_store
+from streaming_pipeline.lakehouse.errors import ConfigurationError
+from streaming_pipeline.lakehouse.schemas import avro_columns
+from streaming_pipeline.lakehouse.sources import SourceTopic
+from streaming_pipeline.lakehouse.tables import DEAD_LETTER_RECORDS, KAFKA_COLUMNS, ddl
 from streaming_pipeline.resources.from_settings import resolved
 from streaming_pipeline.resources.kafka import KafkaResource
 from streaming_pipeline.resources.lakehouse import LakehouseResource
-from streaming_pipeline.schemas import avro_columns
-from streaming_pipeline.sources import SourceTopic
-from streaming_pipeline.tables import DEAD_LETTER_RECORDS, KAFKA_COLUMNS, ddl
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
-    from streaming_pipeline.registry_client import RegistryClient
+    from streaming_pipeline.lakehouse.registry_client import RegistryClient
 
 # Written before the first batch when the bronze table is gone: the payload columns join on the first append.
 _KAFKA_COLUMNS_DDL = ddl(KAFKA_COLUMNS)

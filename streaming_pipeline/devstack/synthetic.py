@@ -14,8 +14,8 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 
 from streaming_pipeline.devstack.records import Record
-from streaming_pipeline.errors import ConfigurationError
-from streaming_pipeline.sources import SourceTopic
+from streaming_pipeline.lakehouse.errors import ConfigurationError
+from streaming_pipeline.lakehouse.sources import SourceTopic
 
 DEFAULT_START = datetime(2020, 7, 1, tzinfo=UTC)
 

@@ -7,17 +7,17 @@ from typing import TypedDict, TypeVar, cast
 
 import dagster as dg
 
-from streaming_pipeline.engine.spark import lakehouse_s3a_conf
-from streaming_pipeline.resources.kafka import KafkaResource
-from streaming_pipeline.resources.lakehouse import LakehouseResource
-from streaming_pipeline.resources.schema_registry import SchemaRegistryResource
-from streaming_pipeline.resources.spark import SparkResource
-from streaming_pipeline.settings import (
+from streaming_pipeline.lakehouse.engine.spark import lakehouse_s3a_conf
+from streaming_pipeline.lakehouse.settings import (
     KAFKA_SASL_PASSWORD,
     KAFKA_SASL_USERNAME,
     SCHEMA_REGISTRY_BASIC_AUTH_USER_INFO,
     PipelineSettings,
 )
+from streaming_pipeline.resources.kafka import KafkaResource
+from streaming_pipeline.resources.lakehouse import LakehouseResource
+from streaming_pipeline.resources.schema_registry import SchemaRegistryResource
+from streaming_pipeline.resources.spark import SparkResource
 
 _Resource = TypeVar("_Resource", bound=dg.ConfigurableResource)
 

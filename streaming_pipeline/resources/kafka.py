@@ -11,7 +11,7 @@ from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, Topi
 from confluent_kafka.admin import AdminClient, NewTopic
 from pydantic import Field
 
-from streaming_pipeline.errors import BrokerUnavailableError, ConfigurationError, CredentialsError
+from streaming_pipeline.lakehouse.errors import BrokerUnavailableError, ConfigurationError, CredentialsError
 
 _SECURITY_PROTOCOLS = ("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL")
 

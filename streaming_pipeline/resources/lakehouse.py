@@ -11,8 +11,8 @@ from typing import Any
 import dagster as dg
 from pydantic import Field
 
-from streaming_pipeline.engine.object_store import STOPPED_MID_STEP, check_reachable, store_error
-from streaming_pipeline.settings import DEFAULT_MAX_OFFSETS_PER_TRIGGER
+from streaming_pipeline.lakehouse.engine.object_store import STOPPED_MID_STEP, check_reachable, store_error
+from streaming_pipeline.lakehouse.settings import DEFAULT_MAX_OFFSETS_PER_TRIGGER
 
 
 class LakehouseResource(dg.ConfigurableResource):

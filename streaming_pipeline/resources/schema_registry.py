@@ -9,7 +9,7 @@ import dagster as dg
 from pydantic import Field, PrivateAttr
 
 if TYPE_CHECKING:
-    from streaming_pipeline.registry_client import RegistryClient
+    from streaming_pipeline.lakehouse.registry_client import RegistryClient
 
 
 class SchemaRegistryResource(dg.ConfigurableResource):
@@ -33,7 +33,9 @@ class SchemaRegistryResource(dg.ConfigurableResource):
 
     def get_client(self) -> RegistryClient:
         """One client per resource instance, so its schema cache lasts as long as the run."""
-        from streaming_pipeline.registry_client import RegistryClient  # confluent-kafka's client loads in 0.7 s
+        from streaming_pipeline.lakehouse.registry_client import (
+            RegistryClient,  # confluent-kafka's client loads in 0.7 s
+        )
 
         if self._client is None:
             self._client = RegistryClient(

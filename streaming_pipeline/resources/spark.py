@@ -1,5 +1,5 @@
 """The Spark resource: the run's SparkSession, a Spark Connect client when SPARK_REMOTE is set, else an in-process
-session from a `spark_conf/` profile (the sessions themselves: `streaming_pipeline.engine.spark`).
+session from a `spark_conf/` profile (the sessions themselves: `streaming_pipeline.lakehouse.engine.spark`).
 
 Not dagster-pyspark's PySparkResource: it builds its session with `SparkSession.builder...getOrCreate()` when the
 run starts, with no place to resolve the Kafka, Avro and Delta jars before a local JVM starts, no check that a
@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 import dagster as dg
 from pydantic import Field, PrivateAttr
 
-from streaming_pipeline.engine.spark import engine_conf, open_remote_session, start_local_session
+from streaming_pipeline.lakehouse.engine.spark import engine_conf, open_remote_session, start_local_session
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession

@@ -16,7 +16,7 @@ from dagster.components.testing import DefsFolderSandbox, create_defs_folder_san
 from streaming_pipeline.components import KafkaDeltaSource
 from streaming_pipeline_tests.avro_examples import PAYMENT_VALUE
 
-#: What bronze adds to the value's fields (streaming_pipeline.table_model.KAFKA_COLUMNS), written out here.
+#: What bronze adds to the value's fields (streaming_pipeline.lakehouse.table_model.KAFKA_COLUMNS), written out here.
 KAFKA_COLUMNS = ["kafka_topic", "kafka_partition", "kafka_offset", "kafka_timestamp", "schema_id"]
 
 
@@ -119,7 +119,7 @@ _PYTHON_DECLARATION = """
 import dagster as dg
 
 from streaming_pipeline.components import KafkaDeltaSource
-from streaming_pipeline.sources import SourceTopic
+from streaming_pipeline.lakehouse.sources import SourceTopic
 
 PAYMENTS = SourceTopic.declared(topic="payments", value_schema={schema!r}, key_field={key_field!r})
 

@@ -42,7 +42,8 @@ ORDER_VALUE_V2 = {
     **ORDER_VALUE,
     "fields": [*ORDER_VALUE["fields"], {"name": "coupon", "type": ["null", "string"], "default": None}],  # type: ignore[list-item]
 }
-#: The bronze table's Kafka columns and their descriptions (streaming_pipeline.table_model.KAFKA_COLUMNS, written out).
+#: The bronze table's Kafka columns and their descriptions (streaming_pipeline.lakehouse.table_model.KAFKA_COLUMNS,
+#: written out).
 KAFKA_COLUMN_DOCS = {
     "kafka_topic": "Source topic.",
     "kafka_partition": "Source partition.",

@@ -9,8 +9,8 @@ from streaming_pipeline.defs.gold.ride_window_aggregates import RideWindowsConfi
 from streaming_pipeline.defs.silver.amount_branches import AmountBranchesConfig
 from streaming_pipeline.defs.silver.ride_pickup_joins import RidePickupJoinsConfig
 from streaming_pipeline.defs.silver.taxi_zones import TaxiZonesConfig
-from streaming_pipeline.errors import ConfigurationError
-from streaming_pipeline.settings import PipelineSettings
+from streaming_pipeline.lakehouse.errors import ConfigurationError
+from streaming_pipeline.lakehouse.settings import PipelineSettings
 
 
 def test_the_defaults_are_the_documented_ones() -> None:

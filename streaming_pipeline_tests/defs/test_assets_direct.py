@@ -17,14 +17,14 @@ import pytest
 from streaming_pipeline.defs.gold.vendor_counts import vendor_counts
 from streaming_pipeline.defs.silver.amount_branches import AmountBranchesConfig, amount_branches
 from streaming_pipeline.defs.silver.taxi_zones import TaxiZonesConfig, taxi_zones
+from streaming_pipeline.lakehouse.tables import RAW_RIDES
 from streaming_pipeline.resources import LakehouseResource, SparkResource
-from streaming_pipeline.tables import RAW_RIDES
 from streaming_pipeline_tests.conftest import SPARK_TEST_CONF, TLC_RIDE_COLUMNS
 from streaming_pipeline_tests.kafka_helpers import REPO_ROOT
 
 pytestmark = pytest.mark.integration
 
-SHIPPED_ZONES = REPO_ROOT / "streaming_pipeline" / "data" / "taxi_zone_lookup.csv"
+SHIPPED_ZONES = REPO_ROOT / "streaming_pipeline" / "lakehouse" / "data" / "taxi_zone_lookup.csv"
 
 
 @pytest.fixture()

@@ -19,10 +19,10 @@ from streaming_pipeline.components.streamed_table import (
     streamed_tables,
 )
 from streaming_pipeline.devstack.project import project_sources
-from streaming_pipeline.errors import ConfigurationError
-from streaming_pipeline.settings import LiveSettings
-from streaming_pipeline.sources import SourceTopic
-from streaming_pipeline.table_model import GOLD, Column, Table
+from streaming_pipeline.lakehouse.errors import ConfigurationError
+from streaming_pipeline.lakehouse.settings import LiveSettings
+from streaming_pipeline.lakehouse.sources import SourceTopic
+from streaming_pipeline.lakehouse.table_model import GOLD, Column, Table
 
 
 def _project_steps() -> list[StreamedTable]:
@@ -243,7 +243,7 @@ def test_the_run_reports_new_commits_and_a_caught_up_table_now_and_then_but_not_
     from deltalake import write_deltalake
 
     from streaming_pipeline.defs.continuous.table_reporter import TableReporter
-    from streaming_pipeline.engine.streams import StreamQuery
+    from streaming_pipeline.lakehouse.engine.streams import StreamQuery
     from streaming_pipeline.resources import LakehouseResource
 
     lakehouse = LakehouseResource(root=str(tmp_path))

@@ -8,8 +8,8 @@ from dagster._core.execution.plan.active import ActiveExecution
 from dagster._core.execution.plan.outputs import StepOutputHandle
 from dagster._core.execution.retries import RetryMode
 
-from streaming_pipeline import tables
 from streaming_pipeline.definitions import defs
+from streaming_pipeline.lakehouse import tables
 
 #: Every table declared (bronze ones by their sources), with its layer: the asset group it must be in.
 GROUPS = {value.name: value.layer for value in vars(tables).values() if isinstance(value, tables.Table)}

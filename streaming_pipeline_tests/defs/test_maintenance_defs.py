@@ -15,10 +15,10 @@ from streaming_pipeline.devstack import cli
 from streaming_pipeline.devstack import maintain as maintain_module
 from streaming_pipeline.devstack.maintain import maintain, runs_writing
 from streaming_pipeline.devstack.project import project_sources
-from streaming_pipeline.engine.maintenance import lakehouse_table_names
-from streaming_pipeline.errors import ConfigurationError, MaintenanceError
+from streaming_pipeline.lakehouse.engine.maintenance import lakehouse_table_names
+from streaming_pipeline.lakehouse.errors import ConfigurationError, MaintenanceError
+from streaming_pipeline.lakehouse.settings import MaintenanceSettings, PipelineSettings
 from streaming_pipeline.resources import SparkResource
-from streaming_pipeline.settings import MaintenanceSettings, PipelineSettings
 
 
 def _ops_by_table(job: dg.JobDefinition) -> dict[str, dg.OpDefinition]:

@@ -8,12 +8,12 @@ import uuid
 import dagster as dg
 import pytest
 
-from streaming_pipeline.bronze.offsets import consumer_lag
 from streaming_pipeline.components.kafka_delta_source.sensors import Decision, build_offset_sensor, decide, live_job
-from streaming_pipeline.errors import BrokerUnavailableError
+from streaming_pipeline.lakehouse.bronze.offsets import consumer_lag
+from streaming_pipeline.lakehouse.errors import BrokerUnavailableError
+from streaming_pipeline.lakehouse.settings import SensorSettings
+from streaming_pipeline.lakehouse.tables import RIDES_TOPIC
 from streaming_pipeline.resources import KafkaResource, LakehouseResource
-from streaming_pipeline.settings import SensorSettings
-from streaming_pipeline.tables import RIDES_TOPIC
 from streaming_pipeline_tests.kafka_helpers import produce_raw
 
 #: What a fast run of raw_rides writes in the project (`streamed_table.fast_run_tables`).
@@ -87,7 +87,7 @@ def test_sensor_settings_come_from_documented_environment_variables() -> None:
         }
     )
     assert (settings.min_records, settings.interval_seconds, settings.retry_backoff_seconds) == (500, 7, 2.5)
-    from streaming_pipeline.errors import ConfigurationError
+    from streaming_pipeline.lakehouse.errors import ConfigurationError
 
     with pytest.raises(ConfigurationError, match="OFFSET_SENSOR_MAX_WAIT_SECONDS='soon'"):
         SensorSettings.from_env({"OFFSET_SENSOR_MAX_WAIT_SECONDS": "soon"})

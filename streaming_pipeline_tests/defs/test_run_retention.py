@@ -18,8 +18,8 @@ from dagster._core.scheduler.instigation import TickStatus
 
 from streaming_pipeline.defs.run_retention import RunRetentionConfig, delete_expired_runs, run_retention_definitions
 from streaming_pipeline.devstack.embedded.dagster_home import write_dagster_yaml
-from streaming_pipeline.errors import ConfigurationError
-from streaming_pipeline.settings import RunRetentionSettings
+from streaming_pipeline.lakehouse.errors import ConfigurationError
+from streaming_pipeline.lakehouse.settings import RunRetentionSettings
 
 REPO = Path(__file__).resolve().parents[2]
 JOB = "raw_rides_downstream_job"

@@ -17,9 +17,9 @@ import yaml
 from streaming_pipeline.definitions import build_definitions
 from streaming_pipeline.devstack.cli import build_parser
 from streaming_pipeline.devstack.project import project_defs_folder, project_sources
-from streaming_pipeline.errors import ConfigurationError
-from streaming_pipeline.settings import PipelineSettings
-from streaming_pipeline.sources import source_for_topic
+from streaming_pipeline.lakehouse.errors import ConfigurationError
+from streaming_pipeline.lakehouse.settings import PipelineSettings
+from streaming_pipeline.lakehouse.sources import source_for_topic
 from streaming_pipeline_tests.avro_examples import PAYMENT_VALUE
 
 DECLARATION = {
@@ -108,8 +108,8 @@ def test_the_command_line_refuses_two_declarations_of_one_topic(third_topic: Pat
 def test_the_command_line_works_on_the_sources_the_definitions_are_built_from() -> None:
     """`project_sources` (the command line's) are the sources of the code location's components, the library's
     declarations of the project's two."""
-    from streaming_pipeline import tables
     from streaming_pipeline.components.kafka_delta_source import declared_sources
     from streaming_pipeline.definitions import defs
+    from streaming_pipeline.lakehouse import tables
 
     assert declared_sources(defs.component_tree) == project_sources() == (tables.PICKUP_LOCATIONS, tables.RIDES)

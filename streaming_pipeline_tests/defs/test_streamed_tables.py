@@ -13,13 +13,13 @@ import pytest
 from streaming_pipeline.components.streamed_table import fast_run_tables, latency_critical_query_names, streamed_tables
 from streaming_pipeline.definitions import build_definitions
 from streaming_pipeline.devstack.project import project_defs_folder, project_sources
-from streaming_pipeline.settings import PipelineSettings
+from streaming_pipeline.lakehouse.settings import PipelineSettings
 
 MODULE = '''
 import dagster as dg
 
 from streaming_pipeline.components.streamed_table import StreamedTable, WrittenTable
-from streaming_pipeline.table_model import GOLD, Column, Table
+from streaming_pipeline.lakehouse.table_model import GOLD, Column, Table
 
 RIDE_TOTALS = Table("ride_totals", GOLD, (Column("total", "double", "Sum of total_amount."),))
 

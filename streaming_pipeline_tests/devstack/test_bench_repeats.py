@@ -28,7 +28,7 @@ from streaming_pipeline.devstack.bench.live import (
 )
 from streaming_pipeline.devstack.cli import build_parser
 from streaming_pipeline.devstack.errors import BenchError
-from streaming_pipeline.settings import LiveSettings
+from streaming_pipeline.lakehouse.settings import LiveSettings
 
 
 def _run(*modes: tuple[str, float, float, bool]) -> LiveResult:

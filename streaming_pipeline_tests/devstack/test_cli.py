@@ -26,7 +26,7 @@ def test_a_stack_command_without_the_stack_extra_names_the_extra(
 def test_jars_fetch_takes_every_set_by_default_the_named_ones_else_and_refuses_an_unknown_one(
     monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    from streaming_pipeline.engine import jars
+    from streaming_pipeline.lakehouse.engine import jars
 
     resolved: list[str] = []
 
@@ -35,7 +35,7 @@ def test_jars_fetch_takes_every_set_by_default_the_named_ones_else_and_refuses_a
         return []
 
     monkeypatch.setattr(jars, "resolve", resolve)
-    monkeypatch.setattr("streaming_pipeline.engine.log_store.log_store_jar", lambda *a: None)
+    monkeypatch.setattr("streaming_pipeline.lakehouse.engine.log_store.log_store_jar", lambda *a: None)
     assert list(jars.artifact_sets()) == ["kafka", "spark", "object-store", "s3a", "metastore-jdbc"]
     every = [artifacts.name for artifacts in jars.artifact_sets().values()]
     assert cli.main(["jars", "fetch"]) == 0 and resolved == every

@@ -17,9 +17,9 @@ from confluent_kafka import Consumer, TopicPartition
 from confluent_kafka.serialization import MessageField, SerializationContext
 
 from streaming_pipeline.devstack.cli import main
-from streaming_pipeline.errors import BrokerUnavailableError
-from streaming_pipeline.registry_client import RegistryClient
-from streaming_pipeline.tables import RIDES_TOPIC
+from streaming_pipeline.lakehouse.errors import BrokerUnavailableError
+from streaming_pipeline.lakehouse.registry_client import RegistryClient
+from streaming_pipeline.lakehouse.tables import RIDES_TOPIC
 
 pytestmark = pytest.mark.integration
 

@@ -9,8 +9,8 @@ import pytest
 from streaming_pipeline.definitions import pipeline_definitions
 from streaming_pipeline.devstack.errors import ReplayError
 from streaming_pipeline.devstack.replay import ReplayStart, replay
+from streaming_pipeline.lakehouse.settings import PipelineSettings
 from streaming_pipeline.resources.from_settings import build_resources
-from streaming_pipeline.settings import PipelineSettings
 
 
 def _defs(tmp_path) -> dg.Definitions:

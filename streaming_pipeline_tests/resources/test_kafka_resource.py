@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from streaming_pipeline.errors import ConfigurationError
+from streaming_pipeline.lakehouse.errors import ConfigurationError
 from streaming_pipeline.resources.kafka import KafkaResource
 
 # A secret with what ends a JAAS value or escapes in it: quotes, backslashes (one at the end), a semicolon,

@@ -7,8 +7,6 @@ from typing import TYPE_CHECKING
 
 import dagster as dg
 
-from streaming_pipeline.bronze.ingestion import BronzeRunResult, ingest_topic
-from streaming_pipeline.bronze.offsets import consumed_offsets
 from streaming_pipeline.components.asset_metadata import (
     KAFKA_KINDS,
     SPARK_KINDS,
@@ -20,12 +18,14 @@ from streaming_pipeline.components.asset_metadata import (
 )
 from streaming_pipeline.components.kafka_delta_source.checks import bronze_checks
 from streaming_pipeline.components.kafka_delta_source.sensors import build_offset_sensor, live_job
-from streaming_pipeline.engine.delta_tables import read_table, table_exists
+from streaming_pipeline.lakehouse.bronze.ingestion import BronzeRunResult, ingest_topic
+from streaming_pipeline.lakehouse.bronze.offsets import consumed_offsets
+from streaming_pipeline.lakehouse.engine.delta_tables import read_table, table_exists
+from streaming_pipeline.lakehouse.settings import LiveSettings, SensorSettings
+from streaming_pipeline.lakehouse.sources import SourceTopic
+from streaming_pipeline.lakehouse.tables import DEAD_LETTER_RECORDS, KAFKA_KEY, Table
 from streaming_pipeline.resources import KafkaResource, LakehouseResource, SchemaRegistryResource, SparkResource
 from streaming_pipeline.resources.lakehouse import naming_a_store_gone_away
-from streaming_pipeline.settings import LiveSettings, SensorSettings
-from streaming_pipeline.sources import SourceTopic
-from streaming_pipeline.tables import DEAD_LETTER_RECORDS, KAFKA_KEY, Table
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession

@@ -4,18 +4,18 @@ continuous mode's scheduled checks): the reconciliation counts the records below
 
 import dagster as dg
 
-from streaming_pipeline.bronze.offsets import (
+from streaming_pipeline.lakehouse.bronze.offsets import (
     consumed_offsets,
     consumer_lag,
     settled_offsets,
     table_start_offsets,
 )
-from streaming_pipeline.engine.delta_tables import count_duplicate_keys, count_rows
-from streaming_pipeline.engine.row_filters import all_of, equal_to, kafka_offsets_below
-from streaming_pipeline.errors import BronzeStateError, StreamingPipelineError
+from streaming_pipeline.lakehouse.engine.delta_tables import count_duplicate_keys, count_rows
+from streaming_pipeline.lakehouse.engine.row_filters import all_of, equal_to, kafka_offsets_below
+from streaming_pipeline.lakehouse.errors import BronzeStateError, StreamingPipelineError
+from streaming_pipeline.lakehouse.sources import SourceTopic
+from streaming_pipeline.lakehouse.tables import DEAD_LETTER_RECORDS, KAFKA_KEY
 from streaming_pipeline.resources import KafkaResource, LakehouseResource, SparkResource
-from streaming_pipeline.sources import SourceTopic
-from streaming_pipeline.tables import DEAD_LETTER_RECORDS, KAFKA_KEY
 
 DEFAULT_MAX_LAG = 100_000
 

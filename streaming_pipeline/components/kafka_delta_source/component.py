@@ -2,12 +2,13 @@
 Delta table, declared by a `defs.yaml` (or in Python, `KafkaDeltaSource.of`) in any `dg` project that has this
 package installed.
 
-The component turns its YAML into the library's plain declaration (`streaming_pipeline.sources.SourceTopic`) and
-builds from it, with the modules beside it: the bronze asset with its columns from the Avro `doc`s, its checks, its
-live job and offset sensor; with `resources: from_environment`, the four resources too, configured from the same
-environment variables as the project (docs/configuration.md), for a project whose definitions bind none. The
-project's first source (by path) also builds the dead-letter table's asset, downstream of every source's bronze
-table: a project that declares sources gets it without declaring anything more.
+The component turns its YAML into the library's plain declaration
+(`streaming_pipeline.lakehouse.sources.SourceTopic`) and builds from it, with the modules beside it: the bronze
+asset with its columns from the Avro `doc`s, its checks, its live job and offset sensor; with `resources:
+from_environment`, the four resources too, configured from the same environment variables as the project
+(docs/configuration.md), for a project whose definitions bind none. The project's first source (by path) also
+builds the dead-letter table's asset, downstream of every source's bronze table: a project that declares sources
+gets it without declaring anything more.
 """
 
 from __future__ import annotations
@@ -27,11 +28,11 @@ from streaming_pipeline.components.kafka_delta_source.fields import (
 )
 from streaming_pipeline.components.kafka_delta_source.scaffolder import KafkaDeltaSourceScaffolder
 from streaming_pipeline.components.streamed_table import fast_run_tables, streamed_tables
-from streaming_pipeline.errors import ConfigurationError
+from streaming_pipeline.lakehouse.errors import ConfigurationError
+from streaming_pipeline.lakehouse.schemas import avro_columns, load_schema
+from streaming_pipeline.lakehouse.settings import LiveSettings, PipelineSettings, SensorSettings
+from streaming_pipeline.lakehouse.sources import SourceTopic
 from streaming_pipeline.resources.from_settings import build_resources
-from streaming_pipeline.schemas import avro_columns, load_schema
-from streaming_pipeline.settings import LiveSettings, PipelineSettings, SensorSettings
-from streaming_pipeline.sources import SourceTopic
 
 
 @dg.scaffold_with(KafkaDeltaSourceScaffolder)

@@ -10,8 +10,8 @@ from pathlib import Path
 import dagster as dg
 import fastavro
 
-from streaming_pipeline.errors import ConfigurationError
-from streaming_pipeline.schemas import avro_columns
+from streaming_pipeline.lakehouse.errors import ConfigurationError
+from streaming_pipeline.lakehouse.schemas import avro_columns
 
 #: Kafka's legal topic names (kafka.common.internals.Topic): ASCII letters, digits, '.', '_', '-', at most 249.
 _KAFKA_TOPIC = re.compile(r"^[a-zA-Z0-9._-]{1,249}$")

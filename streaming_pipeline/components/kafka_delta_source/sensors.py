@@ -26,7 +26,6 @@ from dataclasses import dataclass
 
 import dagster as dg
 
-from streaming_pipeline.bronze.offsets import consumed_offsets, consumer_lag, topic_problems
 from streaming_pipeline.components.live_runs import (
     CONTINUOUS_JOB,
     IN_FLIGHT,
@@ -34,9 +33,10 @@ from streaming_pipeline.components.live_runs import (
     retry_backoff_seconds,
     runs_in_flight,
 )
-from streaming_pipeline.errors import BronzeStateError, CredentialsError, StreamingPipelineError
+from streaming_pipeline.lakehouse.bronze.offsets import consumed_offsets, consumer_lag, topic_problems
+from streaming_pipeline.lakehouse.errors import BronzeStateError, CredentialsError, StreamingPipelineError
+from streaming_pipeline.lakehouse.settings import SensorSettings
 from streaming_pipeline.resources import KafkaResource, LakehouseResource
-from streaming_pipeline.settings import SensorSettings
 
 #: The tag of a fast run (the bronze asset and the latency-critical tables that read only it).
 FAST_RUN_TAG = "streaming_pipeline/fast_run"

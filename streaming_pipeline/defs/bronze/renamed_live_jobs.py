@@ -7,7 +7,7 @@ from __future__ import annotations
 import dagster as dg
 
 from streaming_pipeline.components.kafka_delta_source.sensors import downstream_job, live_job_names
-from streaming_pipeline.tables import PICKUP_LOCATIONS, RIDES
+from streaming_pipeline.lakehouse.tables import PICKUP_LOCATIONS, RIDES
 
 
 def _renamed(bronze_table: str) -> dg.UnresolvedAssetJobDefinition:

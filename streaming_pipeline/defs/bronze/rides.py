@@ -1,10 +1,10 @@
-"""The `rides` topic: NYC yellow-taxi trips, keyed by vendor (declared in `streaming_pipeline.tables`, which the
-silver and gold tables read)."""
+"""The `rides` topic: NYC yellow-taxi trips, keyed by vendor (declared in `streaming_pipeline.lakehouse.tables`,
+which the silver and gold tables read)."""
 
 import dagster as dg
 
 from streaming_pipeline.components import KafkaDeltaSource
-from streaming_pipeline.tables import RIDES
+from streaming_pipeline.lakehouse.tables import RIDES
 
 
 @dg.component_instance

@@ -21,7 +21,7 @@ from streaming_pipeline.components.kafka_delta_source import declared_sources
 from streaming_pipeline.components.streamed_table import streamed_tables
 from streaming_pipeline.defs.continuous.job import build_continuous_job
 from streaming_pipeline.defs.continuous.sensor import build_continuous_sensor
-from streaming_pipeline.settings import LiveSettings, PipelineSettings, SensorSettings
+from streaming_pipeline.lakehouse.settings import LiveSettings, PipelineSettings, SensorSettings
 
 
 @dg.definitions

@@ -5,7 +5,7 @@ import time
 
 import dagster as dg
 
-from streaming_pipeline.engine.continuous import ContinuousQueries
+from streaming_pipeline.lakehouse.engine.continuous import ContinuousQueries
 
 
 class CheckpointPools:

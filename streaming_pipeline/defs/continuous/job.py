@@ -9,7 +9,6 @@ import dagster as dg
 import pydantic
 from pydantic import Field
 
-from streaming_pipeline.bronze.ingestion import bronze_query
 from streaming_pipeline.components.asset_metadata import checkpoint_pool
 from streaming_pipeline.components.live_runs import CONTINUOUS_JOB
 from streaming_pipeline.components.streamed_table import (
@@ -22,13 +21,14 @@ from streaming_pipeline.components.streamed_table import (
 )
 from streaming_pipeline.defs.continuous.checkpoint_pools import CheckpointPools, lend_and_take_back
 from streaming_pipeline.defs.continuous.table_reporter import TableReporter
-from streaming_pipeline.engine.catalog import has_persistent_catalog, register
-from streaming_pipeline.engine.continuous import ContinuousQueries
-from streaming_pipeline.engine.interrupts import interrupts_held
-from streaming_pipeline.engine.spark import stop_session_queries
+from streaming_pipeline.lakehouse.bronze.ingestion import bronze_query
+from streaming_pipeline.lakehouse.engine.catalog import has_persistent_catalog, register
+from streaming_pipeline.lakehouse.engine.continuous import ContinuousQueries
+from streaming_pipeline.lakehouse.engine.interrupts import interrupts_held
+from streaming_pipeline.lakehouse.engine.spark import stop_session_queries
+from streaming_pipeline.lakehouse.settings import LiveSettings, PipelineSettings, trigger_interval
+from streaming_pipeline.lakehouse.sources import SourceTopic
 from streaming_pipeline.resources import KafkaResource, LakehouseResource, SchemaRegistryResource, SparkResource
-from streaming_pipeline.settings import LiveSettings, PipelineSettings, trigger_interval
-from streaming_pipeline.sources import SourceTopic
 
 #: The run tag naming the Spark Connect session a continuous run streams in.
 SESSION_TAG = "streaming_pipeline/spark_connect_session"

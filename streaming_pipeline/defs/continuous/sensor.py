@@ -8,7 +8,7 @@ from streaming_pipeline.components.live_runs import (
     recent_failures,
     retry_backoff_seconds,
 )
-from streaming_pipeline.settings import LiveSettings, SensorSettings
+from streaming_pipeline.lakehouse.settings import LiveSettings, SensorSettings
 
 CONTINUOUS_SENSOR = "continuous_streams_sensor"
 

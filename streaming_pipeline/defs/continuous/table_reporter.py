@@ -8,16 +8,16 @@ from typing import Any
 
 import dagster as dg
 
-from streaming_pipeline.bronze.offsets import consumed_offsets, consumer_lag
 from streaming_pipeline.components.asset_metadata import current_column_schema
 from streaming_pipeline.components.kafka_delta_source.sensors import lag_observation
-from streaming_pipeline.engine.delta_log import commits, latest_version
-from streaming_pipeline.engine.streams import StreamQuery, StreamRunReport
-from streaming_pipeline.engine.table_snapshot import row_count
-from streaming_pipeline.errors import StreamingPipelineError
+from streaming_pipeline.lakehouse.bronze.offsets import consumed_offsets, consumer_lag
+from streaming_pipeline.lakehouse.engine.delta_log import commits, latest_version
+from streaming_pipeline.lakehouse.engine.streams import StreamQuery, StreamRunReport
+from streaming_pipeline.lakehouse.engine.table_snapshot import row_count
+from streaming_pipeline.lakehouse.errors import StreamingPipelineError
+from streaming_pipeline.lakehouse.sources import SourceTopic
+from streaming_pipeline.lakehouse.table_model import Table
 from streaming_pipeline.resources import KafkaResource, LakehouseResource
-from streaming_pipeline.sources import SourceTopic
-from streaming_pipeline.table_model import Table
 
 
 class TableReporter:

@@ -10,11 +10,11 @@ from streaming_pipeline.components.asset_metadata import (
     stream_metadata,
 )
 from streaming_pipeline.components.streamed_table import StreamedTable, WrittenTable
-from streaming_pipeline.engine.delta_tables import count_duplicate_keys, count_rows, small_table, table_exists
-from streaming_pipeline.gold.windows import ride_windows_query, update_ride_window_aggregates
+from streaming_pipeline.lakehouse.engine.delta_tables import count_duplicate_keys, count_rows, small_table, table_exists
+from streaming_pipeline.lakehouse.gold.windows import ride_windows_query, update_ride_window_aggregates
+from streaming_pipeline.lakehouse.settings import DEFAULT_RIDE_WATERMARK_DELAY, DEFAULT_RIDE_WINDOW_DURATION
+from streaming_pipeline.lakehouse.tables import RAW_RIDES, RIDE_WINDOW_AGGREGATES
 from streaming_pipeline.resources import LakehouseResource, SparkResource
-from streaming_pipeline.settings import DEFAULT_RIDE_WATERMARK_DELAY, DEFAULT_RIDE_WINDOW_DURATION
-from streaming_pipeline.tables import RAW_RIDES, RIDE_WINDOW_AGGREGATES
 
 MAX_CHART_WINDOWS = 200
 
@@ -79,7 +79,10 @@ def ride_window_aggregates(
     }
     windows = small_table(session, path)
     if windows is not None:
-        from streaming_pipeline.gold.charts import png_markdown, window_chart_png  # matplotlib: only when drawing
+        from streaming_pipeline.lakehouse.gold.charts import (  # matplotlib: only when drawing
+            png_markdown,
+            window_chart_png,
+        )
 
         recent = windows.sort_values("window_start", ascending=False).head(MAX_CHART_WINDOWS * 3)
         png = window_chart_png(recent.sort_values("window_start"))
@@ -120,7 +123,7 @@ def unique_window_per_vendor(spark: SparkResource, lakehouse: LakehouseResource)
     "holds while the stream writes.",
 )
 def windows_count_each_ride_once(spark: SparkResource, lakehouse: LakehouseResource) -> dg.AssetCheckResult:
-    from streaming_pipeline.gold.window_reconcile import windows_count
+    from streaming_pipeline.lakehouse.gold.window_reconcile import windows_count
 
     session = spark.get_session()
     path = lakehouse.table_path(RIDE_WINDOW_AGGREGATES.name)

@@ -9,10 +9,10 @@ from streaming_pipeline.components.asset_metadata import (
     stream_metadata,
 )
 from streaming_pipeline.components.streamed_table import StreamedTable, WrittenTable
-from streaming_pipeline.engine.delta_tables import count_rows, sum_columns
-from streaming_pipeline.gold.vendor_counts import update_vendor_counts, vendor_counts_query
+from streaming_pipeline.lakehouse.engine.delta_tables import count_rows, sum_columns
+from streaming_pipeline.lakehouse.gold.vendor_counts import update_vendor_counts, vendor_counts_query
+from streaming_pipeline.lakehouse.tables import RAW_RIDES, VENDOR_COUNTS
 from streaming_pipeline.resources import LakehouseResource, SparkResource
-from streaming_pipeline.tables import RAW_RIDES, VENDOR_COUNTS
 
 
 @dg.component_instance

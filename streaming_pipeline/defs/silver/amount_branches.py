@@ -11,17 +11,23 @@ from streaming_pipeline.components.asset_metadata import (
     unpinned_check_result,
 )
 from streaming_pipeline.components.streamed_table import StreamedTable, WrittenTable
-from streaming_pipeline.engine.delta_tables import count_duplicate_keys, count_rows, table_exists
-from streaming_pipeline.engine.row_filters import not_null
-from streaming_pipeline.resources import LakehouseResource, SparkResource
-from streaming_pipeline.settings import DEFAULT_HIGH_AMOUNT_THRESHOLD
-from streaming_pipeline.silver.branches import (
+from streaming_pipeline.lakehouse.engine.delta_tables import count_duplicate_keys, count_rows, table_exists
+from streaming_pipeline.lakehouse.engine.row_filters import not_null
+from streaming_pipeline.lakehouse.settings import DEFAULT_HIGH_AMOUNT_THRESHOLD
+from streaming_pipeline.lakehouse.silver.branches import (
     amount_branches_query,
     branches_checkpoint,
     branches_position,
     update_amount_branches,
 )
-from streaming_pipeline.tables import AMOUNT_BRANCHES, HIGH_AMOUNT_RIDES, KAFKA_KEY, LOW_AMOUNT_RIDES, RAW_RIDES
+from streaming_pipeline.lakehouse.tables import (
+    AMOUNT_BRANCHES,
+    HIGH_AMOUNT_RIDES,
+    KAFKA_KEY,
+    LOW_AMOUNT_RIDES,
+    RAW_RIDES,
+)
+from streaming_pipeline.resources import LakehouseResource, SparkResource
 
 
 class AmountBranchesConfig(dg.Config):

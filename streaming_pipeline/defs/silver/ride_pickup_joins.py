@@ -11,11 +11,11 @@ from streaming_pipeline.components.asset_metadata import (
     stream_metadata,
 )
 from streaming_pipeline.components.streamed_table import StreamedTable, WrittenTable
-from streaming_pipeline.engine.delta_tables import count_duplicate_keys, read_table, table_exists
+from streaming_pipeline.lakehouse.engine.delta_tables import count_duplicate_keys, read_table, table_exists
+from streaming_pipeline.lakehouse.settings import DEFAULT_JOIN_MAX_GAP, DEFAULT_RIDE_WATERMARK_DELAY
+from streaming_pipeline.lakehouse.silver.joins import ride_pickup_joins_query, update_ride_pickup_joins
+from streaming_pipeline.lakehouse.tables import JOIN_LATE_ROWS, RAW_PICKUP_LOCATIONS, RAW_RIDES, RIDE_PICKUP_JOINS
 from streaming_pipeline.resources import LakehouseResource, SparkResource
-from streaming_pipeline.settings import DEFAULT_JOIN_MAX_GAP, DEFAULT_RIDE_WATERMARK_DELAY
-from streaming_pipeline.silver.joins import ride_pickup_joins_query, update_ride_pickup_joins
-from streaming_pipeline.tables import JOIN_LATE_ROWS, RAW_PICKUP_LOCATIONS, RAW_RIDES, RIDE_PICKUP_JOINS
 
 
 class RidePickupJoinsConfig(IntervalsConfig):

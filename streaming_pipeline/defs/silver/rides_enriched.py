@@ -9,10 +9,10 @@ from streaming_pipeline.components.asset_metadata import (
     stream_metadata,
 )
 from streaming_pipeline.components.streamed_table import StreamedTable, WrittenTable
-from streaming_pipeline.engine.delta_tables import count_duplicate_keys, count_rows, table_exists
+from streaming_pipeline.lakehouse.engine.delta_tables import count_duplicate_keys, count_rows, table_exists
+from streaming_pipeline.lakehouse.silver.enrichment import rides_enriched_query, update_rides_enriched
+from streaming_pipeline.lakehouse.tables import KAFKA_KEY, RAW_RIDES, RIDES_ENRICHED, TAXI_ZONES
 from streaming_pipeline.resources import LakehouseResource, SparkResource
-from streaming_pipeline.silver.enrichment import rides_enriched_query, update_rides_enriched
-from streaming_pipeline.tables import KAFKA_KEY, RAW_RIDES, RIDES_ENRICHED, TAXI_ZONES
 
 
 @dg.component_instance

@@ -7,13 +7,13 @@ from pydantic import Field, field_validator
 
 from streaming_pipeline.components.asset_metadata import SPARK_KINDS, delta_table_metadata, table_args
 from streaming_pipeline.components.streamed_table import with_config_class, with_defaults
-from streaming_pipeline.errors import ConfigurationError
+from streaming_pipeline.lakehouse.errors import ConfigurationError
+from streaming_pipeline.lakehouse.settings import LiveSettings, PipelineSettings
+from streaming_pipeline.lakehouse.silver.enrichment import refresh_taxi_zones
+from streaming_pipeline.lakehouse.silver.taxi_zones import shipped_taxi_zones_csv
+from streaming_pipeline.lakehouse.tables import TAXI_ZONES
 from streaming_pipeline.resources import LakehouseResource, SparkResource
 from streaming_pipeline.resources.lakehouse import naming_a_store_gone_away
-from streaming_pipeline.settings import LiveSettings, PipelineSettings
-from streaming_pipeline.silver.enrichment import refresh_taxi_zones
-from streaming_pipeline.silver.taxi_zones import shipped_taxi_zones_csv
-from streaming_pipeline.tables import TAXI_ZONES
 
 
 class TaxiZonesConfig(dg.Config):

@@ -17,8 +17,8 @@ from typing import Any
 
 from streaming_pipeline.devstack.engine_events import event_log_conf
 from streaming_pipeline.devstack.errors import BenchError
-from streaming_pipeline.engine.delta_log import commits
-from streaming_pipeline.progress import Progress, waiting
+from streaming_pipeline.lakehouse.engine.delta_log import commits
+from streaming_pipeline.lakehouse.progress import Progress, waiting
 
 
 def say(message: str) -> None:
@@ -41,7 +41,7 @@ def machine_description() -> str:
 
 
 def engine_description(spark: Any) -> str:
-    from streaming_pipeline.engine.jars import spark_versions
+    from streaming_pipeline.lakehouse.engine.jars import spark_versions
 
     return f"Spark {spark.version} Connect server, local[*]; Delta {spark_versions()[1]}"
 

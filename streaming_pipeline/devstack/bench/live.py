@@ -34,9 +34,9 @@ from streaming_pipeline.devstack.engine_events import PHASES, QueryBreakdown, pr
 from streaming_pipeline.devstack.errors import BenchError
 from streaming_pipeline.devstack.producer import produce, rows_from_records
 from streaming_pipeline.devstack.synthetic import SyntheticOptions, synthetic_rides
-from streaming_pipeline.engine.delta_log import latest_version
-from streaming_pipeline.errors import ConfigurationError
-from streaming_pipeline.settings import (
+from streaming_pipeline.lakehouse.engine.delta_log import latest_version
+from streaming_pipeline.lakehouse.errors import ConfigurationError
+from streaming_pipeline.lakehouse.settings import (
     KAFKA_SASL_PASSWORD,
     KAFKA_SASL_USERNAME,
     SCHEMA_REGISTRY_BASIC_AUTH_USER_INFO,
@@ -44,7 +44,7 @@ from streaming_pipeline.settings import (
     PipelineSettings,
     SensorSettings,
 )
-from streaming_pipeline.tables import PICKUPS_TOPIC, RAW_RIDES, RIDES_TOPIC, VENDOR_COUNTS
+from streaming_pipeline.lakehouse.tables import PICKUPS_TOPIC, RAW_RIDES, RIDES_TOPIC, VENDOR_COUNTS
 
 #: Probe rides carry a vendor id of their own (the synthetic rides have vendors 1 and 2): PROBE_VENDOR + k for the
 #: k-th probe, so that its arrival in raw_rides and in vendor_counts can be told from the load's rides.
@@ -500,7 +500,7 @@ def _live_run(
     in `stack_dir` (the floor too), each with a lakehouse of its own; `on_mode` is given the result so far after
     each mode."""
     from streaming_pipeline.devstack.embedded.spark_connect import driver_memory_for
-    from streaming_pipeline.registry_client import RegistryClient
+    from streaming_pipeline.lakehouse.registry_client import RegistryClient
     from streaming_pipeline.resources import KafkaResource
 
     heap = driver_memory_for(modes[0])
@@ -623,7 +623,7 @@ class _FloorPipeline:
 
     def __enter__(self) -> _FloorPipeline:
         from streaming_pipeline.devstack.latency_floor import start_floor_queries
-        from streaming_pipeline.engine.spark import connect_session
+        from streaming_pipeline.lakehouse.engine.spark import connect_session
 
         say(f"{FLOOR_MODE}: starting its two queries on the engine")
         self._spark = connect_session(self.stack.spark_remote)
@@ -1017,7 +1017,7 @@ class _LiveTables:
         self.counts = str(lakehouse / VENDOR_COUNTS.name)
 
     def _rides(self) -> int:
-        from streaming_pipeline.engine.table_snapshot import row_count
+        from streaming_pipeline.lakehouse.engine.table_snapshot import row_count
 
         version = latest_version(self.raw)
         return 0 if version is None else row_count(self.raw, version) or 0

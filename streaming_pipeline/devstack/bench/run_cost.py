@@ -46,7 +46,7 @@ from streaming_pipeline.devstack.bench.common import (
 from streaming_pipeline.devstack.errors import BenchError
 from streaming_pipeline.devstack.producer import produce, rows_from_records
 from streaming_pipeline.devstack.synthetic import DEFAULT_START, SyntheticOptions, synthetic_pickups, synthetic_rides
-from streaming_pipeline.tables import PICKUPS_TOPIC, RIDES_TOPIC
+from streaming_pipeline.lakehouse.tables import PICKUPS_TOPIC, RIDES_TOPIC
 
 #: What a streaming step's materialization reports of its time, and the name the bench gives it.
 STEP_PARTS = {
@@ -169,7 +169,7 @@ def run_cost_bench(
             _checkouts(work, baseline_ref) as trees,
             bench_stack(work, stack_dir, object_store=object_store) as stack,
         ):
-            from streaming_pipeline.registry_client import RegistryClient
+            from streaming_pipeline.lakehouse.registry_client import RegistryClient
             from streaming_pipeline.resources import KafkaResource
 
             assert stack.spark_pid and stack.dagster_home
@@ -238,7 +238,7 @@ def on_each_lakehouse(checkouts: list[CheckoutCosts]) -> list[CheckoutCosts]:
 
 def _delete_from_store(prefix: str, store_env: dict[str, str]) -> None:
     """The bench's lakehouses on the store, as the temporary directory takes the local ones with it."""
-    from streaming_pipeline.engine.object_store import bucket_and_key, s3_filesystem_at
+    from streaming_pipeline.lakehouse.engine.object_store import bucket_and_key, s3_filesystem_at
 
     fs = s3_filesystem_at(
         store_env.get("AWS_ENDPOINT_URL"),

@@ -46,9 +46,9 @@ from streaming_pipeline.devstack.errors import BenchError
 from streaming_pipeline.devstack.producer import produce, rows_from_records
 from streaming_pipeline.devstack.project import project_sources
 from streaming_pipeline.devstack.synthetic import SyntheticOptions, synthetic_records
+from streaming_pipeline.lakehouse.settings import PipelineSettings
+from streaming_pipeline.lakehouse.tables import RAW_RIDES, RIDES
 from streaming_pipeline.resources.from_settings import resolved
-from streaming_pipeline.settings import PipelineSettings
-from streaming_pipeline.tables import RAW_RIDES, RIDES
 
 #: Goals of the soak: (figure, the largest allowed ratio of its last tenth to its first tenth).
 RATIO_GOALS = {"sensor_tick_seconds": 1.2, "one_ride_run_seconds": 1.2, "count_seconds": 1.5}
@@ -122,8 +122,8 @@ def files_goal(files: int, size_bytes: int) -> int:
 
 def _bronze_commits(lakehouse: Path) -> dict[str, int]:
     """Micro-batches committed so far per bronze table: its bronze writer's txnVersion + 1 (batch ids from 0)."""
-    from streaming_pipeline.bronze.offsets import bronze_app_prefix
-    from streaming_pipeline.engine.delta_log import transactions
+    from streaming_pipeline.lakehouse.bronze.offsets import bronze_app_prefix
+    from streaming_pipeline.lakehouse.engine.delta_log import transactions
 
     found = {}
     for source in project_sources():
@@ -146,7 +146,7 @@ class _Soak:
 
     def __init__(self, stack: Any, work: Path) -> None:
         from streaming_pipeline.definitions import build_definitions
-        from streaming_pipeline.engine.spark import connect_session
+        from streaming_pipeline.lakehouse.engine.spark import connect_session
 
         self.lakehouse = work / "lakehouse"
         env = {**stack.env(), "LAKEHOUSE_DIR": str(self.lakehouse), "MAX_OFFSETS_PER_TRIGGER": "1"}
@@ -192,7 +192,7 @@ class _Soak:
 
     def sensor_tick(self) -> float:
         from streaming_pipeline.components.kafka_delta_source.sensors import build_offset_sensor, live_job
-        from streaming_pipeline.settings import SensorSettings
+        from streaming_pipeline.lakehouse.settings import SensorSettings
 
         key = dg.AssetKey(RIDES.bronze_table)
         sensor = build_offset_sensor(key, RIDES.topic, live_job(key), SensorSettings(), [RIDES.bronze_table])
@@ -233,7 +233,7 @@ class _Soak:
     def maintain(self, round_number: int, keep_runs_minutes: float) -> MaintenancePass:
         from streaming_pipeline.defs.run_retention import delete_expired_runs
         from streaming_pipeline.devstack.project import QUIET_RUN_CONFIG
-        from streaming_pipeline.settings import RunRetentionSettings
+        from streaming_pipeline.lakehouse.settings import RunRetentionSettings
 
         started = time.monotonic()
         job = self.defs.resolve_job_def("table_maintenance_job")

@@ -31,10 +31,10 @@ from streaming_pipeline.devstack.engine_events import PHASES, progress_reports, 
 from streaming_pipeline.devstack.errors import BenchError
 from streaming_pipeline.devstack.producer import produce, rows_from_records
 from streaming_pipeline.devstack.synthetic import SyntheticOptions, synthetic_rides
-from streaming_pipeline.progress import Progress
-from streaming_pipeline.schemas import load_schema
-from streaming_pipeline.settings import PipelineSettings
-from streaming_pipeline.tables import RAW_RIDES, RIDES, RIDES_TOPIC
+from streaming_pipeline.lakehouse.progress import Progress
+from streaming_pipeline.lakehouse.schemas import load_schema
+from streaming_pipeline.lakehouse.settings import PipelineSettings
+from streaming_pipeline.lakehouse.tables import RAW_RIDES, RIDES, RIDES_TOPIC
 
 
 def _peak_rss_mib(pid: int | None) -> float:
@@ -182,7 +182,7 @@ def _materialize_raw_rides(resources: Mapping[str, Any]) -> tuple[float, int, fl
     """(seconds, rows written, Spark trigger seconds) of one raw_rides materialization through Dagster."""
     from streaming_pipeline.components.kafka_delta_source.assets import bronze_asset
     from streaming_pipeline.devstack.project import QUIET_RUN_CONFIG
-    from streaming_pipeline.settings import LiveSettings
+    from streaming_pipeline.lakehouse.settings import LiveSettings
 
     raw_rides = bronze_asset(RIDES, LiveSettings())
     started = time.monotonic()
@@ -209,7 +209,7 @@ def run_bench(
     Returns:
         The figures of every size.
     """
-    from streaming_pipeline.engine.spark import connect_session
+    from streaming_pipeline.lakehouse.engine.spark import connect_session
     from streaming_pipeline.resources.from_settings import build_resources, resolved
 
     sizes = sorted(set(sizes))

@@ -20,8 +20,12 @@ from streaming_pipeline.devstack.bench.common import (
 )
 from streaming_pipeline.devstack.errors import BenchError
 from streaming_pipeline.devstack.synthetic import SyntheticOptions, synthetic_rides
-from streaming_pipeline.settings import DEFAULT_RIDE_WATERMARK_DELAY, DEFAULT_RIDE_WINDOW_DURATION, normalize_interval
-from streaming_pipeline.tables import RAW_RIDES, RIDES_TOPIC
+from streaming_pipeline.lakehouse.settings import (
+    DEFAULT_RIDE_WATERMARK_DELAY,
+    DEFAULT_RIDE_WINDOW_DURATION,
+    normalize_interval,
+)
+from streaming_pipeline.lakehouse.tables import RAW_RIDES, RIDES_TOPIC
 
 
 @dataclass
@@ -96,9 +100,9 @@ def run_windows_bench(
     Returns:
         The timings per history size and their ratio.
     """
-    from streaming_pipeline.engine.spark import connect_session
-    from streaming_pipeline.gold.window_reconcile import reconcile_ride_windows
-    from streaming_pipeline.gold.windows import stream_ride_windows
+    from streaming_pipeline.lakehouse.engine.spark import connect_session
+    from streaming_pipeline.lakehouse.gold.window_reconcile import reconcile_ride_windows
+    from streaming_pipeline.lakehouse.gold.windows import stream_ride_windows
     from streaming_pipeline.resources import LakehouseResource
 
     result = WindowsResult(new_rides=new_rides, machine=machine_description(), runs=runs, history_rides=list(histories))

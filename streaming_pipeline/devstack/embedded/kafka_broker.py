@@ -32,8 +32,8 @@ from streaming_pipeline.devstack.embedded.secure import (
     write_private,
 )
 from streaming_pipeline.devstack.errors import StackError
-from streaming_pipeline.engine import jars
-from streaming_pipeline.engine.java import find_java
+from streaming_pipeline.lakehouse.engine import jars
+from streaming_pipeline.lakehouse.engine.java import find_java
 
 DEFAULT_HEAP = "512m"
 NODE_ID = 1

@@ -26,8 +26,8 @@ from typing import Self
 
 from streaming_pipeline.devstack.embedded.ports import LOOPBACK, free_port
 from streaming_pipeline.devstack.embedded.processes import ManagedProcess
-from streaming_pipeline.engine import jars
-from streaming_pipeline.engine.java import find_java
+from streaming_pipeline.lakehouse.engine import jars
+from streaming_pipeline.lakehouse.engine.java import find_java
 
 DEFAULT_BUCKET = "lakehouse"
 # Any region name: the store has one; clients sign their requests with it.

@@ -15,7 +15,7 @@ from typing import Self
 
 from streaming_pipeline.devstack.embedded.ports import is_port_free
 from streaming_pipeline.devstack.errors import StackError
-from streaming_pipeline.process_state import process_alive
+from streaming_pipeline.lakehouse.process_state import process_alive
 
 # Processes this Python process started, so that stopping one also reaps it (no zombie).
 _CHILDREN: dict[int, subprocess.Popen[bytes]] = {}

@@ -47,8 +47,8 @@ from streaming_pipeline.devstack.embedded.processes import (
 )
 from streaming_pipeline.devstack.embedded.spark_connect import spark_environment, spark_log4j2
 from streaming_pipeline.devstack.errors import StackError
-from streaming_pipeline.engine.jars import pyspark_home
-from streaming_pipeline.errors import ConfigurationError
+from streaming_pipeline.lakehouse.engine.jars import pyspark_home
+from streaming_pipeline.lakehouse.errors import ConfigurationError
 
 MASTER_CLASS = "org.apache.spark.deploy.master.Master"
 WORKER_CLASS = "org.apache.spark.deploy.worker.Worker"

@@ -20,9 +20,9 @@ from typing import Self
 
 from streaming_pipeline.devstack.embedded.ports import LOOPBACK, free_port, port_accepts
 from streaming_pipeline.devstack.embedded.processes import ManagedProcess, python_env_with_project
-from streaming_pipeline.engine.catalog import embedded_metastore_conf
-from streaming_pipeline.engine.jars import pyspark_home, spark_jars
-from streaming_pipeline.engine.java import find_java
+from streaming_pipeline.lakehouse.engine.catalog import embedded_metastore_conf
+from streaming_pipeline.lakehouse.engine.jars import pyspark_home, spark_jars
+from streaming_pipeline.lakehouse.engine.java import find_java
 
 SERVER_CLASS = "org.apache.spark.sql.connect.service.SparkConnectServer"
 STANDARD_PORT = 15002
@@ -132,7 +132,7 @@ class SparkConnectServer(ManagedProcess):
         return self.log_dir / "spark-connect.log"
 
     def settings(self) -> dict[str, str]:
-        from streaming_pipeline.engine.spark import engine_conf
+        from streaming_pipeline.lakehouse.engine.spark import engine_conf
 
         settings = {**self.metastore_conf, **engine_conf(self.profile, self.master, self.conf)}
         settings.update(

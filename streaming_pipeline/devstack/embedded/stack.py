@@ -51,7 +51,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
-from streaming_pipeline import settings
 from streaming_pipeline.devstack.embedded.dagster_home import write_dagster_yaml
 from streaming_pipeline.devstack.embedded.kafka_broker import DEFAULT_HEAP, EmbeddedKafkaBroker, stored_cluster_id
 from streaming_pipeline.devstack.embedded.object_store import (
@@ -77,8 +76,9 @@ from streaming_pipeline.devstack.embedded.spark_cluster import SparkClusterStatu
 from streaming_pipeline.devstack.embedded.spark_connect import STANDARD_PORT as STANDARD_SPARK_CONNECT_PORT
 from streaming_pipeline.devstack.embedded.spark_connect import SparkConnectServer, driver_memory_for
 from streaming_pipeline.devstack.errors import StackError
-from streaming_pipeline.engine import jars
-from streaming_pipeline.engine.java import exclusive_lock, find_java
+from streaming_pipeline.lakehouse import settings
+from streaming_pipeline.lakehouse.engine import jars
+from streaming_pipeline.lakehouse.engine.java import exclusive_lock, find_java
 
 STACK_DIR_ENV = settings.STACK_DIR
 STATE_FILE = "stack.json"
@@ -819,7 +819,7 @@ class EmbeddedStack:
             say(f"The Spark Connect server drives the standalone cluster {cluster.master_url}")
         store_env = self._object_store_env(state) if self._object_store_enabled(state) else {}
         if store_env:  # the lakehouse on the stack's object store: S3A's settings; its keys in the environment only
-            from streaming_pipeline.engine.spark import s3a_conf
+            from streaming_pipeline.lakehouse.engine.spark import s3a_conf
 
             driver["conf"] = {**s3a_conf(store_env["AWS_ENDPOINT_URL"], REGION), **driver["conf"]}
             # S3A reads the keys from there, and the handlers' Python workers (which read checkpoints and logs with
@@ -850,7 +850,7 @@ class EmbeddedStack:
     def _shared_metastore_conf(self, state: State, say: Progress) -> dict[str, str]:
         """The engine's catalog in the stack's PostgreSQL (database `metastore`, made when missing)."""
         from streaming_pipeline.devstack.embedded.postgres import METASTORE_DATABASE, USER, connect, password
-        from streaming_pipeline.engine.catalog import shared_metastore_conf, write_shared_metastore_site
+        from streaming_pipeline.lakehouse.engine.catalog import shared_metastore_conf, write_shared_metastore_site
 
         port = int(state["postgres"]["port"])
         passfile = self.postgres_dir / "pgpass"

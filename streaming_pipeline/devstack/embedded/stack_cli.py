@@ -26,7 +26,7 @@ from streaming_pipeline.devstack.embedded.stack import (
     default_stack_dir,
 )
 from streaming_pipeline.devstack.errors import exit_code
-from streaming_pipeline.settings import LIVE_MODES
+from streaming_pipeline.lakehouse.settings import LIVE_MODES
 
 
 def add_stack_parser(subparsers: Any) -> argparse.ArgumentParser:

@@ -6,9 +6,9 @@ from pathlib import Path
 
 import pytest
 
-from streaming_pipeline import settings
-from streaming_pipeline.engine import jars
-from streaming_pipeline.errors import ArtifactResolutionError
+from streaming_pipeline.lakehouse import settings
+from streaming_pipeline.lakehouse.engine import jars
+from streaming_pipeline.lakehouse.errors import ArtifactResolutionError
 
 pytestmark = pytest.mark.integration
 
@@ -111,7 +111,7 @@ def test_an_unreachable_repository_gives_a_clear_error(private_home: Path, monke
 
 
 def test_spark_sessions_start_from_explicit_jars_and_never_resolve() -> None:
-    from streaming_pipeline.engine.spark import engine_conf
+    from streaming_pipeline.lakehouse.engine.spark import engine_conf
 
     conf = engine_conf("local")
     assert "spark.jars.packages" not in conf

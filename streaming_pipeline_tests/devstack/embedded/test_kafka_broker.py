@@ -11,7 +11,7 @@ import pytest
 from streaming_pipeline.devstack.embedded.kafka_broker import EmbeddedKafkaBroker
 from streaming_pipeline.devstack.embedded.processes import pid_alive
 from streaming_pipeline.devstack.errors import StackError
-from streaming_pipeline.errors import JavaNotFoundError
+from streaming_pipeline.lakehouse.errors import JavaNotFoundError
 from streaming_pipeline_tests.devstack.embedded.helpers import consume, produce
 
 

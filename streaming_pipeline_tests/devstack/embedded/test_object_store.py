@@ -9,9 +9,9 @@ from pathlib import Path
 import pytest
 
 from streaming_pipeline.devstack.embedded.object_store import EmbeddedObjectStore, client_env, read_or_make_credentials
-from streaming_pipeline.engine import jars
-from streaming_pipeline.engine import spark as spark_module
-from streaming_pipeline.engine.log_store import LOG_STORE_CONF
+from streaming_pipeline.lakehouse.engine import jars
+from streaming_pipeline.lakehouse.engine import spark as spark_module
+from streaming_pipeline.lakehouse.engine.log_store import LOG_STORE_CONF
 
 
 def test_the_keys_are_made_once_readable_by_their_owner_only_and_kept(tmp_path: Path) -> None:

@@ -13,7 +13,7 @@ import pytest
 
 from streaming_pipeline.devstack.embedded.spark_cluster import SparkStandaloneCluster, parse_memory_mb, worker_share
 from streaming_pipeline.devstack.errors import StackError
-from streaming_pipeline.errors import ConfigurationError
+from streaming_pipeline.lakehouse.errors import ConfigurationError
 from streaming_pipeline_tests.cli_helpers import run_stack_cli
 from streaming_pipeline_tests.devstack.embedded.helpers import processes_mentioning
 

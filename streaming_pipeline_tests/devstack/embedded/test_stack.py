@@ -16,13 +16,13 @@ from streaming_pipeline.devstack.embedded import stack_cli
 from streaming_pipeline.devstack.embedded.processes import pid_alive, process_command_line
 from streaming_pipeline.devstack.embedded.stack import EmbeddedStack, running_stack
 from streaming_pipeline.devstack.errors import StackError
-from streaming_pipeline.errors import JavaNotFoundError
+from streaming_pipeline.lakehouse.errors import JavaNotFoundError
 from streaming_pipeline_tests.cli_helpers import run_stack_cli
 from streaming_pipeline_tests.devstack.embedded.helpers import FAKE_REGISTRY_MODULE, consume, produce
 
 CONNECT_CLIENT = """
 import sys
-from streaming_pipeline.engine.spark import connect_session
+from streaming_pipeline.lakehouse.engine.spark import connect_session
 session = connect_session(sys.argv[1])
 session.range(5).write.format("delta").save(sys.argv[2])
 print(session.read.format("delta").load(sys.argv[2]).count())

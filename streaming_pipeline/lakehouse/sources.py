@@ -1,0 +1,91 @@
+"""A source: a Kafka topic of Avro records (key and value in the Confluent wire format) and the bronze table it lands
+in. Plain Python: the foreachBatch handlers and the command line read it without Dagster.
+
+A source is declared as a `streaming_pipeline.components.KafkaDeltaSource` component, in a `defs.yaml` or in Python
+(docs/extending.md): the component builds its Dagster definitions from `SourceTopic.declared(...)`, and the
+functions of the library that work on sources receive them. The project's own two sources, which its silver and
+gold tables read, are declared in Python in `tables.py`.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from streaming_pipeline.lakehouse.errors import ConfigurationError
+from streaming_pipeline.lakehouse.schemas import avro_columns, load_schema
+from streaming_pipeline.lakehouse.table_model import BRONZE, KAFKA_COLUMNS, Table
+
+if TYPE_CHECKING:
+    from collections.abc import Iterable
+
+
+@dataclass(frozen=True)
+class SourceTopic:
+    """A Kafka topic of Avro records and the bronze table it lands in."""
+
+    topic: str
+    bronze_table: str
+    #: The value's Avro schema: a file name in `schemas/`, or an absolute path (a component's `value_schema`).
+    value_schema: str
+    description: str
+    #: The key's Avro schema, as `value_schema`; None when the topic's keys are not Avro (bronze ignores keys).
+    key_schema: str | None = None
+    #: The value's field that is the record key (what `streaming-pipeline produce` sends as the key).
+    key_field: str = ""
+
+    @classmethod
+    def declared(
+        cls,
+        *,
+        topic: str,
+        value_schema: str,
+        key_schema: str | None = None,
+        key_field: str = "",
+        table: str | None = None,
+        description: str | None = None,
+    ) -> SourceTopic:
+        """A source from the fields of its declaration, with their defaults: the table `raw_<topic>` (characters
+        that cannot be in a table name as '_'), a description naming the topic."""
+        return cls(
+            topic=topic,
+            bronze_table=table or "raw_" + re.sub(r"[^A-Za-z0-9_]", "_", topic),
+            value_schema=value_schema,
+            key_schema=key_schema,
+            key_field=key_field,
+            description=description
+            or f"Every record of the `{topic}` topic, decoded with its writer schema and resolved to the latest "
+            "registered schema, with its Kafka coordinates. Exactly once across re-runs and crashes.",
+        )
+
+    @property
+    def table(self) -> Table:
+        """The bronze table: the value schema's fields, then the Kafka coordinates."""
+        return Table(self.bronze_table, BRONZE, (*avro_columns(load_schema(self.value_schema)), *KAFKA_COLUMNS))
+
+    @property
+    def key_subject(self) -> str:
+        """Topic name strategy, as Confluent's serializers use by default."""
+        return f"{self.topic}-key"
+
+    @property
+    def value_subject(self) -> str:
+        return f"{self.topic}-value"
+
+
+def check_declared_once(sources: Iterable[SourceTopic]) -> None:
+    """A ConfigurationError when two sources declare one topic or one bronze table."""
+    sources = list(sources)
+    for what, names in (("topic", [s.topic for s in sources]), ("bronze table", [s.bronze_table for s in sources])):
+        twice = sorted({n for n in names if names.count(n) > 1})
+        if twice:
+            raise ConfigurationError(f"more than one source declares the {what} {', '.join(twice)}")
+
+
+def source_for_topic(sources: Iterable[SourceTopic], topic: str) -> SourceTopic:
+    sources = list(sources)
+    for source in sources:
+        if source.topic == topic:
+            return source
+    raise ConfigurationError(f"unknown topic {topic!r}; choose one of {', '.join(s.topic for s in sources)}")

@@ -1,0 +1,159 @@
+"""Every Delta table of the lakehouse, defined once: its name (the Dagster asset key), its layer (the asset group) and
+its columns (name, Spark SQL type, description), as docs/tables.md documents them. A bronze table is derived from
+its source's declaration (`streaming_pipeline.lakehouse.sources.SourceTopic`): the project's two sources are
+declared here, and the code location makes each a `KafkaDeltaSource` (`defs/bronze/<source>.py`); the other tables
+are declared here too.
+
+Plain Python, importing neither Dagster nor Spark: the foreachBatch handlers, which run in a Spark worker that
+must not import Dagster, take their DDL from here. The Dagster wiring derives the schemas the UI shows
+(`asset_metadata.column_schema`).
+"""
+
+from __future__ import annotations
+
+from streaming_pipeline.lakehouse.sources import SourceTopic
+from streaming_pipeline.lakehouse.table_model import (
+    BRONZE,
+    GOLD,
+    KAFKA_COLUMN_NAMES,
+    KAFKA_COLUMNS,
+    KAFKA_KEY,
+    SILVER,
+    Column,
+    Table,
+    ddl,
+)
+
+__all__ = ["BRONZE", "GOLD", "KAFKA_COLUMN_NAMES", "KAFKA_COLUMNS", "KAFKA_KEY", "SILVER", "Column", "Table", "ddl"]
+
+# ------------------------------------------------------------------------------------------------ bronze
+
+#: NYC yellow-taxi trips, keyed by vendor: the source the silver and gold tables read.
+RIDES = SourceTopic.declared(
+    topic="rides",
+    value_schema="ride_value.avsc",
+    key_schema="ride_key.avsc",
+    key_field="vendor_id",
+    table="raw_rides",
+    description="Every ride from the `rides` topic, decoded with its writer schema and resolved to the latest "
+    "registered schema, with its Kafka coordinates. Exactly once across re-runs and crashes.",
+)
+#: A taxi picking up a passenger, keyed by taxi zone: joined with the rides.
+PICKUP_LOCATIONS = SourceTopic.declared(
+    topic="pickup_locations",
+    value_schema="pickup_location_value.avsc",
+    key_schema="pickup_location_key.avsc",
+    key_field="pu_location_id",
+    table="raw_pickup_locations",
+    description="Every pickup event from the `pickup_locations` topic with its Kafka coordinates.",
+)
+RIDES_TOPIC = RIDES.topic
+PICKUPS_TOPIC = PICKUP_LOCATIONS.topic
+RAW_RIDES = RIDES.table
+RAW_PICKUP_LOCATIONS = PICKUP_LOCATIONS.table
+#: The columns of a ride as bronze keeps it: the fields of the `rides` value schema and the Kafka coordinates.
+RIDE_COLUMNS = RAW_RIDES.columns
+
+DEAD_LETTER_RECORDS = Table(
+    "dead_letter_records",
+    BRONZE,
+    (
+        Column("kafka_topic", "string", "The source topic of the record."),
+        Column("kafka_partition", "int", "Its partition."),
+        Column("kafka_offset", "bigint", "Its offset; (topic, partition, offset) is unique."),
+        Column("raw_key", "binary", "Key bytes exactly as received."),
+        Column("raw_value", "binary", "Value bytes exactly as received."),
+        Column("error", "string", "Why the record could not be decoded."),
+        Column("failed_at", "timestamp", "When ingestion set it aside (UTC)."),
+    ),
+)
+
+# ------------------------------------------------------------------------------------------------ silver
+
+HIGH_AMOUNT_RIDES = Table("high_amount_rides", SILVER, RIDE_COLUMNS)
+LOW_AMOUNT_RIDES = Table("low_amount_rides", SILVER, RIDE_COLUMNS)
+#: The step (multi-asset) that writes both amount branches from one stream.
+AMOUNT_BRANCHES = "amount_branches"
+
+TAXI_ZONES = Table(
+    "taxi_zones",
+    SILVER,
+    (
+        Column("location_id", "int", "TLC taxi zone id (LocationID)."),
+        Column("borough", "string"),
+        Column("zone", "string"),
+        Column("service_zone", "string"),
+    ),
+)
+
+RIDES_ENRICHED = Table(
+    "rides_enriched",
+    SILVER,
+    (
+        *RIDE_COLUMNS,
+        Column("pu_borough", "string", "Borough of the pickup zone; null for an unknown id."),
+        Column("pu_zone", "string", "Pickup zone name; null for an unknown id."),
+        Column("do_borough", "string", "Borough of the dropoff zone; null for an unknown id."),
+        Column("do_zone", "string", "Dropoff zone name; null for an unknown id."),
+    ),
+)
+
+RIDE_PICKUP_JOINS = Table(
+    "ride_pickup_joins",
+    SILVER,
+    (
+        Column("vendor_id", "int", "Vendor of the ride."),
+        Column("location_id", "int", "Zone where the ride dropped off and the pickup happened."),
+        Column("pickup_datetime", "timestamp", "Time of the pickup event."),
+        Column("dropoff_datetime", "timestamp", "Dropoff time of the ride."),
+        Column("ride_kafka_partition", "int"),
+        Column("ride_kafka_offset", "bigint"),
+        Column("pickup_kafka_partition", "int"),
+        Column("pickup_kafka_offset", "bigint"),
+    ),
+)
+
+JOIN_LATE_ROWS = Table(
+    "join_late_rows",
+    SILVER,
+    (
+        Column("query_id", "string", "The join query (its checkpoint); batch ids restart with a new one."),
+        Column("batch_id", "bigint", "Micro-batch of the join query."),
+        Column("input_rows", "bigint", "Rides and pickups the micro-batch read."),
+        Column(
+            "rows_dropped_by_watermark",
+            "bigint",
+            "Rides or pickups that arrived at or before the watermark of the previous micro-batch: "
+            "too late to be joined, dropped by Spark.",
+        ),
+        Column("watermark", "timestamp", "The join's watermark in this micro-batch (UTC)."),
+        Column("run_id", "string", "The Dagster run."),
+        Column("recorded_at", "timestamp", "When the row was written (UTC)."),
+    ),
+)
+
+# -------------------------------------------------------------------------------------------------- gold
+
+VENDOR_COUNTS = Table(
+    "vendor_counts",
+    GOLD,
+    (
+        Column("vendor_id", "int"),
+        Column("trip_count", "bigint", "Rides of this vendor over everything ingested."),
+    ),
+)
+
+RIDE_WINDOW_AGGREGATES = Table(
+    "ride_window_aggregates",
+    GOLD,
+    (
+        Column("window_start", "timestamp", "Tumbling window start (inclusive, UTC)."),
+        Column("window_end", "timestamp", "Window end (exclusive)."),
+        Column("vendor_id", "int"),
+        Column("trip_count", "bigint", "Rides counted before the window was final."),
+        Column("total_amount_sum", "double", "Sum of total_amount of those rides."),
+        Column("is_final", "boolean", "The watermark has passed window_end."),
+        Column("late_trip_count", "bigint", "Rides that arrived after the window was final."),
+        Column("max_pickup_datetime", "timestamp", "Latest on-time pickup in the window."),
+    ),
+)
