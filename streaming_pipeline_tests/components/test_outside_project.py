@@ -148,7 +148,8 @@ def test_a_new_dg_project_ingests_its_own_topic_exactly_once_with_the_component(
     declaration = yaml.safe_load((folder / "defs.yaml").read_text())
     assert declaration == {
         "type": "streaming_pipeline.components.KafkaDeltaSource",
-        "attributes": {"topic": "orders", "value_schema": "value.avsc"},
+        # the project's first source binds the resources, its definitions.py being create-dagster's
+        "attributes": {"topic": "orders", "value_schema": "value.avsc", "resources": "from_environment"},
     }
     declaration["attributes"].update(value_schema="order_value.avsc", key_schema="order_key.avsc")
     (folder / "defs.yaml").write_text(yaml.safe_dump(declaration))
