@@ -46,8 +46,18 @@ class SourceTopic:
         table: str | None = None,
         description: str | None = None,
     ) -> SourceTopic:
-        """A source from the fields of its declaration, with their defaults: the table `raw_<topic>` (characters
-        that cannot be in a table name as '_'), a description naming the topic."""
+        """A source from the fields of its declaration, with their defaults.
+
+        Args:
+            topic: the Kafka topic.
+            value_schema: the value's Avro schema: a file name in `schemas/`, or an absolute path.
+            key_schema: the key's Avro schema, likewise; None when the keys are not Avro.
+            key_field: the value's field that is the record key (for producers that build keys).
+            table: the bronze table; default `raw_<topic>`, characters that cannot be in a table name as '_'.
+            description: the asset's description; default, one naming the topic.
+
+        Returns:
+            The source."""
         return cls(
             topic=topic,
             bronze_table=table or "raw_" + re.sub(r"[^A-Za-z0-9_]", "_", topic),
@@ -84,6 +94,7 @@ def check_declared_once(sources: Iterable[SourceTopic]) -> None:
 
 
 def source_for_topic(sources: Iterable[SourceTopic], topic: str) -> SourceTopic:
+    """The source of `topic` among `sources`; a ConfigurationError naming the topics there are otherwise."""
     sources = list(sources)
     for source in sources:
         if source.topic == topic:

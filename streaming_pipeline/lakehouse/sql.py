@@ -57,11 +57,19 @@ def register_tables(
 def run_sql(
     spark: SparkSession, table_paths: Mapping[str, str], query: str, catalog_names: Mapping[str, str] | None = None
 ) -> tuple[list[str], list[tuple[Any, ...]]]:
-    """(column names, rows) of `query` over the tables of `table_paths` (`register_tables`); QueryError with
-    Spark's reason on one line.
+    """Run `query` over the tables of `table_paths` (`register_tables`).
 
     Top-level timestamps come back as the session time zone's wall clock (UTC in this project): a classic session
     would otherwise convert them to the client machine's local time, and Spark Connect would not.
+
+    Args:
+        spark: the session to run it on.
+        table_paths: each table's asset name and its Delta path.
+        query: Spark SQL naming the tables by their asset's or their catalog name.
+        catalog_names: each table's name in the catalog (`gold.vendor_counts`), by asset name.
+
+    Returns:
+        (the column names, the rows). A failed query raises QueryError with Spark's reason on one line.
     """
     from pyspark.errors import PySparkException
     from pyspark.sql import functions as F

@@ -33,7 +33,8 @@ from streaming_pipeline.resources import LakehouseResource, SparkResource
 class AmountBranchesConfig(dg.Config):
     high_amount_threshold: float = Field(
         default=DEFAULT_HIGH_AMOUNT_THRESHOLD,
-        description="A ride with total_amount at or above it is a high amount (default: HIGH_AMOUNT_THRESHOLD, 40).",
+        description="A ride with total_amount at or above it is a high amount (default: HIGH_AMOUNT_THRESHOLD, "
+        f"{DEFAULT_HIGH_AMOUNT_THRESHOLD:g}).",
     )
 
 
@@ -45,13 +46,15 @@ def load(context: dg.ComponentLoadContext) -> StreamedTable:
             WrittenTable(
                 HIGH_AMOUNT_RIDES,
                 deps=[RAW_RIDES.name],
-                description="Rides with total_amount >= the threshold (config high_amount_threshold, default 40), "
+                description="Rides with total_amount >= the threshold (config high_amount_threshold, default "
+                f"{DEFAULT_HIGH_AMOUNT_THRESHOLD:g}), "
                 "same columns as raw_rides.",
             ),
             WrittenTable(
                 LOW_AMOUNT_RIDES,
                 deps=[RAW_RIDES.name],
-                description="Rides with total_amount < the threshold (config high_amount_threshold, default 40), "
+                description="Rides with total_amount < the threshold (config high_amount_threshold, default "
+                f"{DEFAULT_HIGH_AMOUNT_THRESHOLD:g}), "
                 "same columns as raw_rides.",
             ),
         ],

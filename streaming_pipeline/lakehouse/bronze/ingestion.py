@@ -115,7 +115,18 @@ def ingest_topic(
     source: SourceTopic,
     log: Log | None = None,
 ) -> BronzeRunResult:
-    """Drain everything new in the source's topic into its bronze table and the dead-letter table."""
+    """Drain everything new in the source's topic into its bronze table and the dead-letter table, exactly once.
+
+    Args:
+        spark: the engine's session (Spark Connect or in-process).
+        kafka: the brokers and client settings the Kafka source reads with.
+        registry: the schema registry the handler decodes writer schemas with.
+        lakehouse: where the tables and checkpoints are.
+        source: the topic and its bronze table.
+        log: where the run's progress goes (a Dagster run's log, or none).
+
+    Returns:
+        The run's micro-batches, and the bronze and dead-letter commits they made."""
     asset_name = source.bronze_table
     table_path = lakehouse.table_path(asset_name)
     dead_letter_path = lakehouse.table_path(DEAD_LETTER_RECORDS.name)
