@@ -7,6 +7,8 @@ from pathlib import Path
 
 import dagster as dg
 
+from streaming_pipeline.components import KafkaDeltaSource
+from streaming_pipeline.lakehouse.errors import ConfigurationError
 from streaming_pipeline.lakehouse.settings import PipelineSettings
 from streaming_pipeline.resources.from_settings import build_resources
 
@@ -26,8 +28,10 @@ def build_definitions(settings: PipelineSettings | None = None) -> dg.Definition
     Returns:
         The definitions `dagster dev` and `dg` load."""
     settings = settings or PipelineSettings.from_env()
+    loaded = pipeline_definitions()
+    _check_no_source_binds_resources(loaded)
     return dg.Definitions.merge(
-        pipeline_definitions(),
+        loaded,
         dg.Definitions(
             resources=build_resources(settings),
             # One process and one Spark session per run: steps share the session instead of each
@@ -35,6 +39,19 @@ def build_definitions(settings: PipelineSettings | None = None) -> dg.Definition
             executor=dg.in_process_executor,
         ),
     )
+
+
+def _check_no_source_binds_resources(loaded: dg.Definitions) -> None:
+    """A ConfigurationError naming each source of `defs/` that binds the resources this module binds already (a
+    `defs.yaml` from `dg scaffold defs` has `resources: from_environment`)."""
+    if loaded.component_tree is None:
+        return
+    binding = [c for c in loaded.component_tree.get_all_components(of_type=KafkaDeltaSource) if c.resources]
+    if binding:
+        raise ConfigurationError(
+            f"{', '.join(str(c.declared_at) for c in binding)}: `resources: from_environment` binds the resources, "
+            "which this project's definitions.py binds already: delete that line"
+        )
 
 
 defs = build_definitions()

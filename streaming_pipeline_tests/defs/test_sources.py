@@ -105,6 +105,21 @@ def test_the_command_line_refuses_two_declarations_of_one_topic(third_topic: Pat
         project_sources()
 
 
+def test_a_source_that_binds_the_resources_in_this_project_is_named_with_the_way_out(third_topic: Path) -> None:
+    """`dg scaffold defs` writes `resources: from_environment`, which this project's definitions bind already."""
+    declaration = yaml.safe_load((third_topic / "defs.yaml").read_text())
+    declaration["attributes"]["resources"] = "from_environment"
+    (third_topic / "defs.yaml").write_text(yaml.safe_dump(declaration))
+
+    with pytest.raises(ConfigurationError) as refused:
+        build_definitions(PipelineSettings.from_env({}))
+
+    assert str(refused.value) == (
+        f"{third_topic}: `resources: from_environment` binds the resources, which this project's definitions.py "
+        "binds already: delete that line"
+    )
+
+
 def test_the_command_line_works_on_the_sources_the_definitions_are_built_from() -> None:
     """`project_sources` (the command line's) are the sources of the code location's components, the library's
     declarations of the project's two."""

@@ -124,6 +124,11 @@ class KafkaDeltaSource(dg.Component, dg.Model, dg.Resolvable):
         return component
 
     @property
+    def declared_at(self) -> Path | None:
+        """Where this instance is declared: its defs folder, or the Python module of a `@dg.component_instance`."""
+        return self._declared_at
+
+    @property
     def source(self) -> SourceTopic:
         """The library's declaration of this source (plain Python, what the foreachBatch handlers receive)."""
         return SourceTopic.declared(
