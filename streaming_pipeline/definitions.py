@@ -7,7 +7,7 @@ from pathlib import Path
 
 import dagster as dg
 
-from streaming_pipeline.components import KafkaDeltaSource
+from streaming_pipeline.components.kafka_delta_source import sources_binding_resources
 from streaming_pipeline.lakehouse.errors import ConfigurationError
 from streaming_pipeline.lakehouse.settings import PipelineSettings
 from streaming_pipeline.resources.from_settings import build_resources
@@ -46,7 +46,7 @@ def _check_no_source_binds_resources(loaded: dg.Definitions) -> None:
     `defs.yaml` from `dg scaffold defs` has `resources: from_environment`)."""
     if loaded.component_tree is None:
         return
-    binding = [c for c in loaded.component_tree.get_all_components(of_type=KafkaDeltaSource) if c.resources]
+    binding = sources_binding_resources(loaded.component_tree)
     if binding:
         raise ConfigurationError(
             f"{', '.join(str(c.declared_at) for c in binding)}: `resources: from_environment` binds the resources, "

@@ -2,6 +2,10 @@
 everything a source builds: its asset and the dead-letter table's (`assets.py`), its checks (`checks.py`), its live
 job and offset sensor (`sensors.py`). It imports nothing of this project's `defs/`."""
 
-from streaming_pipeline.components.kafka_delta_source.component import KafkaDeltaSource, declared_sources
+from streaming_pipeline.components.kafka_delta_source.component import (
+    KafkaDeltaSource,
+    declared_sources,
+    sources_binding_resources,
+)
 
-__all__ = ["KafkaDeltaSource", "declared_sources"]
+__all__ = ["KafkaDeltaSource", "declared_sources", "sources_binding_resources"]

@@ -179,7 +179,7 @@ def _check_declared_once(component: KafkaDeltaSource, context: dg.ComponentLoadC
     others = [c for c in context.component_tree.get_all_components(of_type=KafkaDeltaSource) if c is not component]
     for field, value_of in (("topic", lambda c: c.topic), ("table", lambda c: c.source.bronze_table)):
         value = value_of(component)
-        twice = sorted(str(c._declared_at) for c in others if value_of(c) == value)
+        twice = sorted(str(c.declared_at) for c in others if value_of(c) == value)
         if twice:
             raise ConfigurationError(
                 f"{_declaration_file(context)}: {field} {value!r} is declared by another KafkaDeltaSource too "
@@ -189,17 +189,22 @@ def _check_declared_once(component: KafkaDeltaSource, context: dg.ComponentLoadC
 
 def _check_resources_bound_once(component: KafkaDeltaSource, context: dg.ComponentLoadContext) -> None:
     """A ConfigurationError naming the declarations when more than one source of the project binds the resources."""
-    binding = [c for c in _in_path_order(context.component_tree) if c.resources is not None]
+    binding = sources_binding_resources(context.component_tree)
     if component.resources is not None and len(binding) > 1:
         raise ConfigurationError(
             f"{_declaration_file(context)}: `resources: from_environment` is set by more than one KafkaDeltaSource "
-            f"({', '.join(str(c._declared_at) for c in binding)}); the resources are bound once: keep it on one "
+            f"({', '.join(str(c.declared_at) for c in binding)}); the resources are bound once: keep it on one "
             "source and delete it from the others"
         )
 
 
+def sources_binding_resources(tree: dg.ComponentTree) -> list[KafkaDeltaSource]:
+    """The project's sources that bind the resources (`resources: from_environment`), in the order of their paths."""
+    return [c for c in _in_path_order(tree) if c.resources is not None]
+
+
 def _in_path_order(tree: dg.ComponentTree) -> list[KafkaDeltaSource]:
-    return sorted(tree.get_all_components(of_type=KafkaDeltaSource), key=lambda c: str(c._declared_at))
+    return sorted(tree.get_all_components(of_type=KafkaDeltaSource), key=lambda c: str(c.declared_at))
 
 
 def declared_sources(tree: dg.ComponentTree) -> tuple[SourceTopic, ...]:
