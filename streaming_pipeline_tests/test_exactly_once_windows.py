@@ -18,8 +18,15 @@ from streaming_pipeline.definitions import defs
 from streaming_pipeline.defs.gold.ride_window_aggregates import RideWindowsConfig
 from streaming_pipeline.defs.silver.ride_pickup_joins import RidePickupJoinsConfig
 from streaming_pipeline.lakehouse.engine.delta_log import latest_version
+from streaming_pipeline.lakehouse.engine.streams import run_once
 from streaming_pipeline.lakehouse.gold.window_reconcile import RECONCILE_WRITER, reconcile_ride_windows
-from streaming_pipeline.lakehouse.gold.windows import stream_ride_windows, update_ride_window_aggregates
+from streaming_pipeline.lakehouse.gold.windows import (
+    WindowRunResult,
+    ride_windows_query,
+    stream_ride_windows,
+    window_run_result,
+)
+from streaming_pipeline.lakehouse.silver.joins import JoinRunResult, join_run_result, ride_pickup_joins_query
 from streaming_pipeline.resources.lakehouse import LakehouseResource
 
 #: The windows' and the join's parameters, as the assets pass them by default.
@@ -33,6 +40,16 @@ RIDES_DDL = (
     "kafka_partition int, kafka_offset long"
 )
 UTC = dt.UTC
+
+
+def update_ride_window_aggregates(spark, lakehouse, **windows: str) -> WindowRunResult:
+    """One triggered run of the windows, as the asset does it: the query run once, then its reconcile."""
+    return window_run_result(run_once(ride_windows_query(spark, lakehouse, **windows)))
+
+
+def update_ride_pickup_joins(spark, lakehouse, *, run_id: str | None = None, **join: str) -> JoinRunResult:
+    """One triggered run of the join, as the asset does it: the query run once, its late rows recorded."""
+    return join_run_result(run_once(ride_pickup_joins_query(spark, lakehouse, run_id=run_id, **join)))
 
 
 def at(hour: int, minute: int) -> dt.datetime:
@@ -291,7 +308,6 @@ PICKUPS_DDL = "pu_location_id int, pickup_datetime timestamp, kafka_partition in
 
 
 def test_pickups_behind_the_join_watermark_are_counted_in_join_late_rows(spark, lakehouse):
-    from streaming_pipeline.lakehouse.silver.joins import update_ride_pickup_joins
     from streaming_pipeline.lakehouse.sql import run_sql
 
     rides_path, pickups_path = lakehouse.table_path("raw_rides"), lakehouse.table_path("raw_pickup_locations")

@@ -31,9 +31,9 @@ from pathlib import Path
 import pytest
 from pyspark.sql import functions as F
 
+from streaming_pipeline.defs.silver.amount_branches import AmountBranchesConfig
 from streaming_pipeline.devstack.embedded.processes import group_members
 from streaming_pipeline.devstack.synthetic import SyntheticOptions, synthetic_pickups, synthetic_rides
-from streaming_pipeline.lakehouse.settings import DEFAULT_HIGH_AMOUNT_THRESHOLD
 from streaming_pipeline_tests.cli_helpers import (
     EXECUTE_THE_CONTINUOUS_JOB,
     MATERIALIZE_EVERY_ASSET,
@@ -206,8 +206,9 @@ def test_sigkill_at_random_moments_then_rerun_gives_every_record_exactly_once(
         .collect()
     }
     assert {key: on_time + late for key, (on_time, late) in windows.items()} == dict(per_window)
-    high = sum(1 for r in rides if r["total_amount"] is not None and r["total_amount"] >= DEFAULT_HIGH_AMOUNT_THRESHOLD)
-    low = sum(1 for r in rides if r["total_amount"] is not None and r["total_amount"] < DEFAULT_HIGH_AMOUNT_THRESHOLD)
+    threshold = AmountBranchesConfig().high_amount_threshold  # the default the runs used
+    high = sum(1 for r in rides if r["total_amount"] is not None and r["total_amount"] >= threshold)
+    low = sum(1 for r in rides if r["total_amount"] is not None and r["total_amount"] < threshold)
     assert (table("high_amount_rides").count(), table("low_amount_rides").count()) == (high, low)
     enriched = [tuple(r) for r in table("rides_enriched").select("kafka_partition", "kafka_offset").collect()]
     assert len(enriched) == len(set(enriched)) == len(rides)

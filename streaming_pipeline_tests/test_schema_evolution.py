@@ -18,6 +18,7 @@ import pytest
 from confluent_kafka.serialization import MessageField
 
 from streaming_pipeline.definitions import pipeline_definitions
+from streaming_pipeline.defs.gold.vendor_counts import VENDOR_COUNTS
 from streaming_pipeline.devstack.replay import ReplayStart, replay
 from streaming_pipeline.devstack.synthetic import SyntheticOptions, synthetic_rides
 from streaming_pipeline.lakehouse.registry_client import RegistryClient
@@ -27,7 +28,6 @@ from streaming_pipeline.lakehouse.tables import (
     RIDE_PICKUP_JOINS,
     RIDE_WINDOW_AGGREGATES,
     RIDES_TOPIC,
-    VENDOR_COUNTS,
 )
 from streaming_pipeline_tests.kafka_helpers import SCHEMA_DIR, avro_frame, produce_raw
 

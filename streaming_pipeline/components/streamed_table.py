@@ -2,45 +2,52 @@
 
     @dg.component_instance
     def load(context: dg.ComponentLoadContext) -> StreamedTable:
-        return StreamedTable(step=..., writes=[...], compute=..., live_query=..., priority=...)
+        return StreamedTable(step=..., writes=[...], reads=[...], query=..., compute=..., priority=...)
 
 The declaration builds the step's asset (or multi-asset, for a query writing several tables) when the definitions
-load, with the settings of that moment: its config defaults, its automation condition in triggered mode, its
-freshness policy in continuous mode. Everything else finds the declarations through the component tree
-(`streamed_tables`): the continuous run starts each `live_query` with the step's own config, table maintenance
-works on each table in the pool of the step that writes it, and an offset sensor's fast run takes the
-latency-critical tables that read only its bronze table.
+load, with the settings of that moment: its config's defaults (from its parameters' environment variables), its
+automation condition in triggered mode, its freshness policy in continuous mode. What the step reads is declared
+once (`reads`): the assets' deps, the skip while a source table is missing and the query's source paths derive from
+it. Its query factory is its one entry point: a triggered run runs it once (availableNow) and the continuous run
+keeps it running. Everything else finds the declarations through the component tree (`streamed_tables`): the
+continuous run starts each query with the step's own config, table maintenance works on each table in the pool of
+the step that writes it, and an offset sensor's fast run takes the latency-critical tables that read only its bronze
+table.
 """
 
 from __future__ import annotations
 
-import copy
+import dataclasses
 import functools
 import inspect
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import dagster as dg
-import pydantic
 
-from streaming_pipeline.components.asset_metadata import SPARK_KINDS, stream_step_args, table_args
-from streaming_pipeline.lakehouse.settings import LiveSettings, PipelineSettings
+from streaming_pipeline.components.asset_metadata import SPARK_KINDS, missing_sources, stream_step_args, table_args
+from streaming_pipeline.components.parameters import with_environment_defaults
+from streaming_pipeline.lakehouse.engine.streams import QueryRun, run_once
+from streaming_pipeline.lakehouse.settings import LiveSettings
+from streaming_pipeline.lakehouse.table_model import Table
 from streaming_pipeline.lakehouse.tables import DEAD_LETTER_RECORDS
+from streaming_pipeline.resources import LakehouseResource, SparkResource
 from streaming_pipeline.resources.lakehouse import naming_a_store_gone_away
 
 if TYPE_CHECKING:
+    from collections.abc import Mapping
+
     from pyspark.sql import SparkSession
 
     from streaming_pipeline.lakehouse.connections import Lakehouse
     from streaming_pipeline.lakehouse.engine.streams import Log, StreamQuery
     from streaming_pipeline.lakehouse.sources import SourceTopic
-    from streaming_pipeline.lakehouse.table_model import Table
 
 
 @dataclass(frozen=True)
-class LiveQueryInputs:
-    """What the continuous run starts a step's live query with."""
+class QueryInputs:
+    """What a step's query factory is given: the session, the lakehouse, the Dagster run and where to log."""
 
     spark: SparkSession
     lakehouse: Lakehouse
@@ -49,13 +56,27 @@ class LiveQueryInputs:
 
 
 @dataclass(frozen=True)
+class StepRun:
+    """One triggered run of a step, as its `compute` receives it: `run()` runs the step's query once and returns
+    what it did; `compute` turns that into the step's materializations."""
+
+    context: dg.AssetExecutionContext
+    spark: SparkSession
+    lakehouse: LakehouseResource
+    config: Any
+    query: StreamQuery
+
+    def run(self) -> QueryRun:
+        """One availableNow run of the step's query, with its hooks (`engine.streams.run_once`)."""
+        return run_once(self.query, log=self.context.log)
+
+
+@dataclass(frozen=True)
 class WrittenTable:
-    """One table a step writes: its declared columns (`tables`), the tables it is streamed from and, for a step
-    writing several tables, its own description (a step writing one table is described by its compute's
-    docstring)."""
+    """One table of a step writing several, with its own description (a step writing one table is described by its
+    compute's docstring)."""
 
     table: Table
-    deps: Sequence[str]
     description: str | None = None
 
 
@@ -63,10 +84,14 @@ class StreamedTable(dg.Component):
     """A streaming step: one query from other tables of the lakehouse into `writes`.
 
     - `step`: the step's name, which names its checkpoint and its concurrency pool too;
-    - `writes`: the tables its query writes;
-    - `compute`: the asset's function (a `config` parameter is given `config`, with its defaults read from the
-      settings by `config_defaults` when the definitions load);
-    - `live_query`: the query the continuous run keeps running, from the inputs and the step's config;
+    - `writes`: the tables its query writes (a `Table`, or a `WrittenTable` to give it a description of its own);
+    - `reads`: the tables its query streams from: its assets' deps; a triggered run skips while one is missing, and
+      the continuous run starts the query once they all exist;
+    - `query`: the query, from the inputs and the step's config: run once by a triggered run, kept running by the
+      continuous run;
+    - `compute`: the materializations of a triggered run, from the `StepRun` (its docstring describes the table);
+    - `config`: the step's config class, whose `parameter` fields take their defaults from the environment when the
+      definitions load;
     - `priority`: its place among the ready steps of a run (higher first);
     - `latency_critical`: in continuous mode it triggers as often as the bronze tables it reads, and a triggered
       fast run of that bronze table writes it too.
@@ -76,21 +101,21 @@ class StreamedTable(dg.Component):
         self,
         *,
         step: str,
-        writes: Sequence[WrittenTable],
-        compute: Callable[..., Any],
-        live_query: Callable[[LiveQueryInputs, Any], StreamQuery],
+        writes: Sequence[Table | WrittenTable],
+        reads: Sequence[Table],
+        query: Callable[[QueryInputs, Any], StreamQuery],
+        compute: Callable[[StepRun], dg.MaterializeResult | Iterator[dg.MaterializeResult]],
         priority: int,
         config: type[dg.Config] | None = None,
-        config_defaults: Callable[[PipelineSettings], Mapping[str, Any]] | None = None,
         latency_critical: bool = False,
     ) -> None:
         self.step = step
-        self.writes = tuple(writes)
+        self.writes = tuple(w if isinstance(w, WrittenTable) else WrittenTable(w) for w in writes)
+        self.read_tables = tuple(reads)
+        self.make_query = query
         self.compute = compute
-        self.live_query = live_query
         self.priority = priority
         self.config = config
-        self.config_defaults = config_defaults
         self.latency_critical = latency_critical
 
     @property
@@ -99,51 +124,95 @@ class StreamedTable(dg.Component):
 
     @property
     def reads(self) -> set[str]:
-        """The tables its query streams from."""
-        return {dep for written in self.writes for dep in written.deps}
+        """The names of the tables its query streams from."""
+        return {table.name for table in self.read_tables}
 
-    def config_class(self, settings: PipelineSettings) -> type[dg.Config] | None:
-        """The step's config class with the defaults the settings give (None: the step takes no config)."""
-        if self.config is None:
-            return None
-        return with_defaults(self.config, self.config_defaults(settings) if self.config_defaults else {})
+    def query(self, inputs: QueryInputs, config: Any) -> StreamQuery:
+        """The step's query for `inputs` and `config`, with the paths of the tables it reads."""
+        query = self.make_query(inputs, config)
+        return dataclasses.replace(
+            query, source_paths=tuple(inputs.lakehouse.table_path(t.name) for t in self.read_tables)
+        )
 
-    def asset(self, live: LiveSettings, settings: PipelineSettings) -> dg.AssetsDefinition:
-        """The step's asset, one spec per table it writes, for the live mode and the settings given."""
+    def config_class(self, environ: Mapping[str, str] | None = None) -> type[dg.Config] | None:
+        """The step's config class with the defaults its parameters' environment variables give (None: the step
+        takes no config)."""
+        return None if self.config is None else with_environment_defaults(self.config, environ)
+
+    def asset(self, live: LiveSettings, environ: Mapping[str, str] | None = None) -> dg.AssetsDefinition:
+        """The step's asset, one spec per table it writes, for the live mode and the environment given."""
+        deps = sorted(self.reads)
         specs = [
             dg.AssetSpec(
                 written.table.name,
                 description=written.description or inspect.getdoc(self.compute),
-                **table_args(written.table, kinds=SPARK_KINDS, live=live, deps=list(written.deps)),
+                **table_args(written.table, kinds=SPARK_KINDS, live=live, deps=deps),
             )
             for written in self.writes
         ]
-        config_class = self.config_class(settings)
-        compute = self.compute if config_class is None else with_config_class(self.compute, config_class)
-        compute = naming_a_store_gone_away(compute)
+        config_class = self.config_class(environ)
+        body = self._body() if config_class is None else with_config_class(self._body_with_config(), config_class)
         return dg.multi_asset(name=self.step, specs=specs, **stream_step_args(self.step, priority=self.priority))(
-            compute
+            naming_a_store_gone_away(body)
         )
 
+    def _body(self) -> Callable[..., Iterator[dg.MaterializeResult]]:
+        step = self
+
+        def run_step(
+            context: dg.AssetExecutionContext, spark: SparkResource, lakehouse: LakehouseResource
+        ) -> Iterator[dg.MaterializeResult]:
+            yield from step.run_triggered(context, spark, lakehouse, None)
+
+        return _named(run_step, self.step)
+
+    def _body_with_config(self) -> Callable[..., Iterator[dg.MaterializeResult]]:
+        step = self
+
+        def run_step(
+            context: dg.AssetExecutionContext, config: Any, spark: SparkResource, lakehouse: LakehouseResource
+        ) -> Iterator[dg.MaterializeResult]:
+            yield from step.run_triggered(context, spark, lakehouse, config)
+
+        return _named(run_step, self.step)
+
+    def run_triggered(
+        self, context: dg.AssetExecutionContext, spark: SparkResource, lakehouse: LakehouseResource, config: Any
+    ) -> Iterator[dg.MaterializeResult]:
+        """A triggered run of the step: nothing while a table it reads is missing (each table it writes gets a
+        materialization saying so), else its query run once and its compute's materializations."""
+        missing = missing_sources(context, lakehouse, *sorted(self.reads))
+        if missing:
+            reason = f"{' and '.join(missing)} {'does' if len(missing) == 1 else 'do'} not exist yet"
+            for name in self.table_names:
+                yield dg.MaterializeResult(asset_key=name, metadata={"skipped": reason})
+            return
+        session = spark.get_session()
+        query = self.query(QueryInputs(session, lakehouse, context.run_id, context.log), config)
+        results = self.compute(StepRun(context, session, lakehouse, config, query))
+        for result in [results] if isinstance(results, dg.MaterializeResult) else results:
+            if result.asset_key is None and len(self.writes) == 1:
+                result = dg.MaterializeResult(
+                    asset_key=self.table_names[0],
+                    metadata=result.metadata,
+                    check_results=result.check_results,
+                    data_version=result.data_version,
+                    tags=result.tags,
+                )
+            yield result
+
     def build_defs(self, context: dg.ComponentLoadContext) -> dg.Definitions:
-        """Read when the definitions load: LIVE_MODE and the pipeline's settings."""
-        return dg.Definitions(assets=[self.asset(LiveSettings.from_env(), PipelineSettings.from_env())])
+        """Read when the definitions load: LIVE_MODE and the parameters' environment variables."""
+        return dg.Definitions(assets=[self.asset(LiveSettings.from_env())])
 
 
-def with_defaults(config: type[dg.Config], defaults: Mapping[str, Any]) -> type[dg.Config]:
-    """A subclass of `config` whose fields named in `defaults` default to those values (their descriptions and
-    validators kept)."""
-    if not defaults:
-        return config
-    unknown = sorted(set(defaults) - set(config.model_fields))
-    if unknown:
-        raise TypeError(f"{config.__name__} has no field {', '.join(unknown)} to take a default from the settings")
-    fields: dict[str, Any] = {}
-    for name, value in defaults.items():
-        info = copy.copy(config.model_fields[name])
-        info.default = value
-        fields[name] = (config.model_fields[name].annotation, info)
-    return pydantic.create_model(config.__name__, __base__=config, __module__=config.__module__, **fields)
+def _named(body: Callable[..., Any], step: str) -> Callable[..., Any]:
+    """The asset body named after its step, its annotations resolved: Dagster reads the resources' types from them,
+    through wrappers defined in other modules."""
+    body.__name__ = body.__qualname__ = step
+    resolved = {"context": dg.AssetExecutionContext, "spark": SparkResource, "lakehouse": LakehouseResource}
+    body.__annotations__ = {name: resolved.get(name, Any) for name in body.__annotations__ if name != "return"}
+    return body
 
 
 def with_config_class(compute: Callable[..., Any], config_class: type[dg.Config]) -> Callable[..., Any]:

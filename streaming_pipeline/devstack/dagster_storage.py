@@ -184,9 +184,9 @@ def _metadata(key: dg.AssetKey, columns: Sequence[str], run: int, rng: random.Ra
 
 def _live_job_assets(graph: Any, keys: set[dg.AssetKey]) -> list[dg.AssetsDefinition]:
     """One asset per key of the live job, with its dependencies among them, writing realistic metadata."""
-    from streaming_pipeline.lakehouse import tables
+    from streaming_pipeline.devstack.project import project_tables
 
-    columns = {t.name: [c.name for c in t.columns] for t in vars(tables).values() if isinstance(t, tables.Table)}
+    columns = {name: table.column_names for name, table in project_tables().items()}
     rng = random.Random(7)
 
     def build(key: dg.AssetKey) -> dg.AssetsDefinition:

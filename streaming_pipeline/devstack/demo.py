@@ -17,9 +17,10 @@ from typing import TYPE_CHECKING, Any, cast
 
 import dagster as dg
 
+from streaming_pipeline.defs.gold.vendor_counts import VENDOR_COUNTS
 from streaming_pipeline.devstack.errors import DemoError
 from streaming_pipeline.devstack.producer import ProduceResult, produce, rows_from_records
-from streaming_pipeline.devstack.project import QUIET_RUN_CONFIG
+from streaming_pipeline.devstack.project import QUIET_RUN_CONFIG, project_tables
 from streaming_pipeline.devstack.records import read_rides_csv
 from streaming_pipeline.devstack.synthetic import SyntheticOptions, synthetic_pickups, synthetic_rides
 from streaming_pipeline.lakehouse import tables
@@ -54,7 +55,7 @@ PREFERRED_VIEWS: dict[str, tuple[list[str], list[str]]] = {
         ["kafka_topic", "kafka_partition", "kafka_offset"],
         ["kafka_topic", "kafka_partition", "kafka_offset", "error"],
     ),
-    tables.VENDOR_COUNTS.name: (["vendor_id"], ["vendor_id", "trip_count"]),
+    VENDOR_COUNTS.name: (["vendor_id"], ["vendor_id", "trip_count"]),
     tables.RIDE_WINDOW_AGGREGATES.name: (
         ["window_start", "vendor_id"],
         ["window_start", "window_end", "vendor_id", "trip_count", "total_amount_sum", "late_trip_count", "is_final"],
@@ -178,7 +179,7 @@ def _table_views() -> dict[str, tuple[list[str], list[str]]]:
     """Every table of the definitions, sources first: its preferred view, else one made from its columns."""
     from streaming_pipeline.definitions import defs
 
-    declared = {value.name: value for value in vars(tables).values() if isinstance(value, tables.Table)}
+    declared = project_tables()
     views: dict[str, tuple[list[str], list[str]]] = {}
     for key in defs.resolve_asset_graph().toposorted_asset_keys:
         name = key.to_user_string()

@@ -14,8 +14,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from streaming_pipeline.devstack.project import project_sources
-from streaming_pipeline.lakehouse.engine.maintenance import check_retention, lakehouse_table_names
+from streaming_pipeline.devstack.project import project_sources, project_table_names
+from streaming_pipeline.lakehouse.engine.maintenance import check_retention
 from streaming_pipeline.lakehouse.errors import MaintenanceError
 from streaming_pipeline.lakehouse.tables import DEAD_LETTER_RECORDS
 
@@ -34,7 +34,7 @@ class TableNames(argparse.Action):
         option_string: str | None = None,
     ) -> None:
         names = [values] if isinstance(values, str) else list(values or [])
-        valid = lakehouse_table_names(project_sources())
+        valid = project_table_names()
         for name in names:
             if name not in valid:
                 parser.error(f"argument TABLE: invalid choice: {name!r} (choose from {', '.join(valid)})")
@@ -78,7 +78,7 @@ def runs_writing(instance: dg.DagsterInstance, defs: dg.Definitions, tables: Seq
 
     from streaming_pipeline.components.live_runs import IN_FLIGHT
 
-    every = frozenset(lakehouse_table_names(project_sources()))
+    every = frozenset(project_table_names())
     found = []
     for run in instance.get_runs(filters=dg.RunsFilter(statuses=IN_FLIGHT), limit=500):
         written = _tables_a_run_writes(run, defs, every) & set(tables)
@@ -101,7 +101,7 @@ def maintain(
 
     if retain_hours is not None:
         check_retention(retain_hours, what="--retain-hours")
-    names = list(tables) or lakehouse_table_names(project_sources())
+    names = list(tables) or project_table_names()
     busy = runs_writing(instance, defs, names)
     if busy:
         listed = "; ".join(f"{run.run_id} ({run.job_name}: {', '.join(sorted(run.tables))})" for run in busy)

@@ -11,6 +11,7 @@ import dagster as dg
 import streaming_pipeline.defs
 from streaming_pipeline.components.kafka_delta_source import declared_sources
 from streaming_pipeline.lakehouse.sources import SourceTopic, check_declared_once
+from streaming_pipeline.lakehouse.table_model import Table
 
 
 def project_defs_folder() -> Path:
@@ -23,6 +24,23 @@ def project_sources() -> tuple[SourceTopic, ...]:
     found = declared_sources(dg.ComponentTree.for_project(project_defs_folder()))
     check_declared_once(found)
     return found
+
+
+def project_tables() -> dict[str, Table]:
+    """Every Delta table of this project's lakehouse by name: its sources' bronze tables, the tables the library
+    declares (`lakehouse.tables`), then those its streamed tables declare in their own modules."""
+    from streaming_pipeline.components.streamed_table import declared_tables, streamed_tables
+    from streaming_pipeline.lakehouse import tables
+
+    tree = dg.ComponentTree.for_project(project_defs_folder())
+    sources = declared_sources(tree)
+    library = {value.name: value for value in vars(tables).values() if isinstance(value, Table)}
+    return {**{s.bronze_table: s.table for s in sources}, **library, **declared_tables(sources, streamed_tables(tree))}
+
+
+def project_table_names() -> list[str]:
+    """The names of `project_tables`, sources first."""
+    return list(project_tables())
 
 
 #: For the tools that run the assets with `dg.materialize` and print their own stages (the demo, the benches): the

@@ -19,11 +19,7 @@ from streaming_pipeline.lakehouse.errors import ConfigurationError
 DEFAULT_BOOTSTRAP_SERVERS = "127.0.0.1:9092"
 DEFAULT_SCHEMA_REGISTRY_URL = "http://127.0.0.1:8081"
 DEFAULT_LAKEHOUSE_DIR = ".lakehouse"
-DEFAULT_RIDE_WINDOW_DURATION = "10 minutes"
-DEFAULT_RIDE_WATERMARK_DELAY = "15 minutes"
-DEFAULT_JOIN_MAX_GAP = "10 minutes"
 DEFAULT_MAX_OFFSETS_PER_TRIGGER = 1_000_000
-DEFAULT_HIGH_AMOUNT_THRESHOLD = 40.0
 DEFAULT_SPARK_PROFILE = "local"
 
 _INTERVAL = re.compile(r"^\s*(\d+)\s+([a-z]+?)s?\s*$", re.IGNORECASE)
@@ -76,7 +72,7 @@ def _positive_int(env: Mapping[str, str], name: str, default: int) -> int:
     return int(text)
 
 
-def _number(env: Mapping[str, str], name: str, default: float) -> float:
+def _number(env: Mapping[str, str], name: str, default: float | None) -> float | None:
     text = env.get(name)
     if not text:
         return default
@@ -109,6 +105,40 @@ def _existing_file(env: Mapping[str, str], name: str) -> str | None:
     if not path.is_file():
         raise ConfigurationError(f"{name}={configured!r}: no such file ({path})")
     return str(path)
+
+
+def _interval_text(env: Mapping[str, str], name: str) -> str | None:
+    """A Spark interval, kept as written once it is checked."""
+    text = env.get(name)
+    if not text:
+        return None
+    interval_seconds(text, name=name)
+    return text
+
+
+#: How the environment variable of an asset's parameter is read, by the parameter's kind; a value that cannot be
+#: used is a ConfigurationError naming the variable.
+_PARAMETER_READERS = {
+    "number": lambda env, name: _number(env, name, None),
+    "interval": _interval_text,
+    "file": _existing_file,
+}
+PARAMETER_KINDS = tuple(_PARAMETER_READERS)
+
+
+def read_parameter(kind: str, name: str, environ: Mapping[str, str] | None = None) -> object | None:
+    """The value the environment variable `name` gives an asset's parameter of `kind`.
+
+    Args:
+        kind: How to read it: 'number' (a float), 'interval' (a Spark interval such as '10 minutes', kept as
+            written) or 'file' (an existing file, made absolute).
+        name: The variable.
+        environ: Where to read it (the process's environment when None).
+
+    Returns:
+        The value, or None when the variable is unset or empty.
+    """
+    return _PARAMETER_READERS[kind](_environ(environ), name)
 
 
 @dataclass(frozen=True)
@@ -273,19 +303,15 @@ class RegistrySecurity:
 
 @dataclass(frozen=True)
 class PipelineSettings:
-    """Where the external systems are, and the defaults of the assets' configuration."""
+    """Where the external systems are and how to reach them. The assets' own parameters are read by
+    `read_parameter`, from the environment variables their config fields declare."""
 
     bootstrap_servers: str
     schema_registry_url: str
     lakehouse_dir: str
     spark_master: str | None
     spark_remote: str | None
-    ride_window_duration: str
-    ride_watermark_delay: str
-    join_max_gap: str
     max_offsets_per_trigger: int = DEFAULT_MAX_OFFSETS_PER_TRIGGER
-    high_amount_threshold: float = DEFAULT_HIGH_AMOUNT_THRESHOLD
-    taxi_zones_csv: str | None = None
     spark_profile: str = DEFAULT_SPARK_PROFILE
     kafka_security: KafkaSecurity = field(default_factory=KafkaSecurity)
     registry_security: RegistrySecurity = field(default_factory=RegistrySecurity)
@@ -300,12 +326,7 @@ class PipelineSettings:
             lakehouse_dir=_lakehouse_dir(env.get("LAKEHOUSE_DIR") or DEFAULT_LAKEHOUSE_DIR),
             spark_master=spark_master,
             spark_remote=env.get("SPARK_REMOTE") or None,
-            ride_window_duration=env.get("RIDE_WINDOW_DURATION") or DEFAULT_RIDE_WINDOW_DURATION,
-            ride_watermark_delay=env.get("RIDE_WATERMARK_DELAY") or DEFAULT_RIDE_WATERMARK_DELAY,
-            join_max_gap=env.get("JOIN_MAX_GAP") or DEFAULT_JOIN_MAX_GAP,
             max_offsets_per_trigger=_positive_int(env, "MAX_OFFSETS_PER_TRIGGER", DEFAULT_MAX_OFFSETS_PER_TRIGGER),
-            high_amount_threshold=_number(env, "HIGH_AMOUNT_THRESHOLD", DEFAULT_HIGH_AMOUNT_THRESHOLD),
-            taxi_zones_csv=_existing_file(env, "TAXI_ZONES_CSV"),
             # A standalone master means the cluster profile; SPARK_PROFILE picks another profile file otherwise.
             spark_profile="cluster" if spark_master else env.get("SPARK_PROFILE") or DEFAULT_SPARK_PROFILE,
             kafka_security=KafkaSecurity(
@@ -322,12 +343,6 @@ class PipelineSettings:
                 ssl_keystore_location=_existing_file(env, "SCHEMA_REGISTRY_SSL_KEYSTORE_LOCATION"),
             ),
         )
-        for name, value in (
-            ("RIDE_WINDOW_DURATION", settings.ride_window_duration),
-            ("RIDE_WATERMARK_DELAY", settings.ride_watermark_delay),
-            ("JOIN_MAX_GAP", settings.join_max_gap),
-        ):
-            interval_seconds(value, name=name)
         return settings
 
 

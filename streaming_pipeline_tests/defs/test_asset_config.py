@@ -46,6 +46,28 @@ def test_a_bad_value_from_the_launchpad_is_refused_by_name(make, message: str) -
         ("JOIN_MAX_GAP", "-5 minutes", "JOIN_MAX_GAP='-5 minutes' is not a positive interval"),
         ("HIGH_AMOUNT_THRESHOLD", "forty", "HIGH_AMOUNT_THRESHOLD='forty' is not a number"),
         ("TAXI_ZONES_CSV", "/no/such/zones.csv", "TAXI_ZONES_CSV='/no/such/zones.csv': no such file"),
+    ],
+)
+def test_a_bad_parameter_default_is_refused_when_definitions_load(
+    variable: str, value: str, message: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from streaming_pipeline.definitions import build_definitions
+
+    monkeypatch.setenv(variable, value)
+    with pytest.raises(Exception) as caught:  # noqa: PT011 - Dagster wraps the error of the module that declares it
+        build_definitions()
+    causes = []
+    error: BaseException | None = caught.value
+    while error is not None:
+        causes.append(error)
+        error = error.__cause__
+    refused = [e for e in causes if isinstance(e, ConfigurationError)]
+    assert refused and message in str(refused[0])
+
+
+@pytest.mark.parametrize(
+    ("variable", "value", "message"),
+    [
         ("KAFKA_SSL_CA_LOCATION", "/no/ca.pem", "KAFKA_SSL_CA_LOCATION='/no/ca.pem': no such file"),
         ("KAFKA_SSL_KEYSTORE_LOCATION", "/no/client.pem", "KAFKA_SSL_KEYSTORE_LOCATION='/no/client.pem': no such"),
         ("SCHEMA_REGISTRY_SSL_CA_LOCATION", "/no/ca.pem", "SCHEMA_REGISTRY_SSL_CA_LOCATION='/no/ca.pem': no such"),
@@ -136,3 +158,38 @@ def test_the_defaults_come_from_the_environment_when_the_definitions_are_built(
         "ride_pickup_joins": second["ride_pickup_joins"],
     }
     assert second["continuous"]["ride_window_aggregates"] == second["ride_window_aggregates"]
+
+
+def parameter_rows() -> list[str]:
+    """docs/configuration.md's rows of the assets' defaults, rendered from the parameters the assets' config classes
+    declare: one per parameter, by asset."""
+    import inspect
+
+    from streaming_pipeline.components.parameters import parameters_of
+    from streaming_pipeline.definitions import build_definitions
+
+    rows = []
+    defs = build_definitions()
+    ops = {}
+    for key in defs.resolve_asset_graph().get_all_asset_keys():
+        assets_def = defs.resolve_assets_def(key)
+        ops[assets_def.op.name] = assets_def
+    for op_name in sorted(ops):
+        compute = ops[op_name].op.compute_fn.decorated_fn  # type: ignore[union-attr]
+        config = inspect.signature(compute).parameters.get("config")
+        if config is None:
+            continue
+        for p in parameters_of(config.annotation):
+            what = p.description[0].lower() + p.description[1:]
+            rows.append(f"| `{p.env}` | `{p.shown_default}` | `{op_name}` config `{p.field}`: {what} |")
+    return rows
+
+
+def test_the_docs_table_of_the_assets_defaults_is_rendered_from_their_parameters() -> None:
+    from streaming_pipeline_tests.kafka_helpers import REPO_ROOT
+
+    text = (REPO_ROOT / "docs" / "configuration.md").read_text()
+    section = text.split("## The assets' defaults", 1)[1].split("\n## ", 1)[0]
+    documented = [line for line in section.splitlines() if line.startswith("| `")]
+    expected = parameter_rows()
+    assert documented == expected, "docs/configuration.md's assets' defaults should read:\n" + "\n".join(expected)

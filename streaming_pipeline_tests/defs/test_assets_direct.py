@@ -14,8 +14,8 @@ from typing import Any
 import dagster as dg
 import pytest
 
-from streaming_pipeline.defs.gold.vendor_counts import vendor_counts
-from streaming_pipeline.defs.silver.amount_branches import AmountBranchesConfig, amount_branches
+from streaming_pipeline.definitions import build_definitions
+from streaming_pipeline.defs.silver.amount_branches import AmountBranchesConfig
 from streaming_pipeline.defs.silver.taxi_zones import TaxiZonesConfig, taxi_zones
 from streaming_pipeline.lakehouse.tables import RAW_RIDES
 from streaming_pipeline.resources import LakehouseResource, SparkResource
@@ -33,6 +33,17 @@ def resources(tmp_path: Path, spark: Any) -> dict[str, Any]:
         "spark": SparkResource(stop_on_teardown=False, conf=SPARK_TEST_CONF),
         "lakehouse": LakehouseResource(root=str(tmp_path / "lakehouse")),
     }
+
+
+def _step_results(table: str, *args: Any, **resources: Any) -> list[dg.MaterializeResult]:
+    """The materializations of the step writing `table`, its asset invoked as the definitions build it."""
+    results = build_definitions().resolve_assets_def(table)(dg.build_asset_context(), *args, **resources)
+    return list(results)
+
+
+def vendor_counts(**resources: Any) -> dg.MaterializeResult:
+    (result,) = _step_results("vendor_counts", **resources)
+    return result
 
 
 def _metadata_value(result: dg.MaterializeResult, key: str) -> Any:
@@ -110,20 +121,20 @@ def test_vendor_counts_skips_while_raw_rides_is_missing_then_counts_every_ride_o
     resources, spark, rides_csv: Path
 ) -> None:
     lakehouse: LakehouseResource = resources["lakehouse"]
-    skipped = vendor_counts(dg.build_asset_context(), **resources)
+    skipped = vendor_counts(**resources)
     assert _metadata_value(skipped, "skipped") == "raw_rides does not exist yet"
 
     rides = _write_raw_rides(spark, rides_csv, lakehouse.table_path("raw_rides"))
     expected = dict(Counter(int(ride["VendorID"]) for ride in rides))
 
-    counted = vendor_counts(dg.build_asset_context(), **resources)
+    counted = vendor_counts(**resources)
     assert _metadata_value(counted, "rows_read") == len(rides) == 266
     assert _metadata_value(counted, "dagster/row_count") == len(expected)
     table = spark.read.format("delta").load(lakehouse.table_path("vendor_counts")).collect()
     assert {r.vendor_id: r.trip_count for r in table} == expected
 
     # Nothing new in raw_rides: the stream reads nothing and the counts stay.
-    again = vendor_counts(dg.build_asset_context(), **resources)
+    again = vendor_counts(**resources)
     assert _metadata_value(again, "rows_read") == 0
     table = spark.read.format("delta").load(lakehouse.table_path("vendor_counts")).collect()
     assert {r.vendor_id: r.trip_count for r in table} == expected
@@ -137,7 +148,7 @@ def test_amount_branches_split_every_ride_once_by_the_threshold(resources, spark
     amounts = [float(ride["total_amount"]) for ride in rides]
     expected_high = sum(1 for amount in amounts if amount >= threshold)
 
-    results = {r.asset_key.to_user_string(): r for r in amount_branches(dg.build_asset_context(), config, **resources)}
+    results = {r.asset_key.to_user_string(): r for r in _step_results("high_amount_rides", config, **resources)}
     assert set(results) == {"high_amount_rides", "low_amount_rides"}
     # Each ride of raw_rides is read once, and lands in exactly one branch.
     assert _metadata_value(results["high_amount_rides"], "rows_read") == len(rides) == 266

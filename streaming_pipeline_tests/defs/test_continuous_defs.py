@@ -11,7 +11,6 @@ import pytest
 from streaming_pipeline.components.asset_metadata import checkpoint_pool
 from streaming_pipeline.components.streamed_table import (
     StreamedTable,
-    WrittenTable,
     declared_tables,
     fast_run_tables,
     latency_critical_query_names,
@@ -22,7 +21,7 @@ from streaming_pipeline.devstack.project import project_sources
 from streaming_pipeline.lakehouse.errors import ConfigurationError
 from streaming_pipeline.lakehouse.settings import LiveSettings
 from streaming_pipeline.lakehouse.sources import SourceTopic
-from streaming_pipeline.lakehouse.table_model import GOLD, Column, Table
+from streaming_pipeline.lakehouse.table_model import BRONZE, GOLD, Column, Table
 
 
 def _project_steps() -> list[StreamedTable]:
@@ -99,9 +98,10 @@ def test_only_the_tables_people_wait_for_trigger_at_the_short_interval() -> None
 def _step(name: str, reads: list[str], *, latency_critical: bool = False) -> StreamedTable:
     return StreamedTable(
         step=name,
-        writes=[WrittenTable(Table(name, GOLD, (Column("n", "bigint"),)), deps=reads)],
-        compute=lambda: None,
-        live_query=lambda inputs, config: None,  # type: ignore[arg-type, return-value]
+        writes=[Table(name, GOLD, (Column("n", "bigint"),))],
+        reads=[Table(table, BRONZE, ()) for table in reads],
+        query=lambda inputs, config: None,  # type: ignore[arg-type, return-value]
+        compute=lambda step: None,  # type: ignore[arg-type, return-value]
         priority=0,
         latency_critical=latency_critical,
     )

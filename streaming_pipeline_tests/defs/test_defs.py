@@ -8,11 +8,21 @@ from dagster._core.execution.plan.active import ActiveExecution
 from dagster._core.execution.plan.outputs import StepOutputHandle
 from dagster._core.execution.retries import RetryMode
 
+from streaming_pipeline.components.streamed_table import streamed_tables
 from streaming_pipeline.definitions import defs
 from streaming_pipeline.lakehouse import tables
 
-#: Every table declared (bronze ones by their sources), with its layer: the asset group it must be in.
-GROUPS = {value.name: value.layer for value in vars(tables).values() if isinstance(value, tables.Table)}
+assert defs.component_tree is not None
+#: Every table declared (bronze ones by their sources; a step's in the library or in its own module), with its layer:
+#: the asset group it must be in.
+GROUPS = {
+    value.name: value.layer
+    for value in [
+        *vars(tables).values(),
+        *(written.table for step in streamed_tables(defs.component_tree) for written in step.writes),
+    ]
+    if isinstance(value, tables.Table)
+}
 
 
 def test_definitions_load() -> None:

@@ -14,8 +14,7 @@ from streaming_pipeline.defs.maintenance import MAINTENANCE_JOB, MAINTENANCE_SCH
 from streaming_pipeline.devstack import cli
 from streaming_pipeline.devstack import maintain as maintain_module
 from streaming_pipeline.devstack.maintain import maintain, runs_writing
-from streaming_pipeline.devstack.project import project_sources
-from streaming_pipeline.lakehouse.engine.maintenance import lakehouse_table_names
+from streaming_pipeline.devstack.project import project_table_names
 from streaming_pipeline.lakehouse.errors import ConfigurationError, MaintenanceError
 from streaming_pipeline.lakehouse.settings import MaintenanceSettings, PipelineSettings
 from streaming_pipeline.resources import SparkResource
@@ -31,7 +30,7 @@ def test_the_job_has_one_op_per_delta_table_in_the_pool_of_the_step_that_writes_
     delta_tables = {key.to_user_string() for key in graph.get_all_asset_keys() if "delta" in graph.get(key).kinds}
     ops = _ops_by_table(defs.resolve_job_def(MAINTENANCE_JOB))
 
-    assert set(ops) == delta_tables == set(lakehouse_table_names(project_sources()))
+    assert set(ops) == delta_tables == set(project_table_names())
     assert len(ops) == len(defs.resolve_job_def(MAINTENANCE_JOB).all_node_defs)  # one op each, nothing else
     for table, op in ops.items():
         # The pool the asset's own step declares (`stream_step_args` or `checkpoint_pool`); none for a table whose
@@ -75,7 +74,7 @@ def test_a_run_of_the_job_skips_the_tables_not_created_yet(tmp_path: Path) -> No
     skipped = [
         entry.user_message for entry in instance.all_logs(result.run_id) if "not created yet" in entry.user_message
     ]
-    assert len(skipped) == len(lakehouse_table_names(project_sources()))
+    assert len(skipped) == len(project_table_names())
 
 
 # ------------------------------------------------------------------------------------------- the command line
@@ -87,7 +86,7 @@ def test_an_unknown_table_is_a_usage_error_listing_the_tables(capsys: pytest.Cap
     assert exited.value.code == 2
     error = capsys.readouterr().err
     assert "streaming-pipeline maintain: error: argument TABLE: invalid choice: 'rides'" in error
-    assert all(name in error for name in lakehouse_table_names(project_sources()))
+    assert all(name in error for name in project_table_names())
 
 
 def test_a_retention_below_the_minimum_is_refused_before_anything_is_done(

@@ -16,32 +16,57 @@ from streaming_pipeline.devstack.project import project_defs_folder, project_sou
 from streaming_pipeline.lakehouse.settings import PipelineSettings
 
 MODULE = '''
-import dagster as dg
+"""The sum of the rides' total_amount at or above a minimum: a gold table in one module."""
 
-from streaming_pipeline.components.streamed_table import StreamedTable, WrittenTable
+import dagster as dg
+from pyspark.sql import functions as F
+
+from streaming_pipeline.components.asset_metadata import stream_metadata
+from streaming_pipeline.components.parameters import parameter
+from streaming_pipeline.components.streamed_table import QueryInputs, StepRun, StreamedTable
+from streaming_pipeline.lakehouse.engine.streams import StreamQuery, delta_stream
 from streaming_pipeline.lakehouse.table_model import GOLD, Column, Table
+from streaming_pipeline.lakehouse.tables import RAW_RIDES
 
 RIDE_TOTALS = Table("ride_totals", GOLD, (Column("total", "double", "Sum of total_amount."),))
 
 
 class RideTotalsConfig(dg.Config):
-    minimum: float = 0.0
+    minimum: float = parameter(
+        env="RIDE_TOTALS_MINIMUM", default=0.0, kind="number", description="The smallest total_amount counted"
+    )
 
 
-def ride_totals(context: dg.AssetExecutionContext, config: RideTotalsConfig) -> dg.MaterializeResult:
-    """The sum of every ride's total_amount."""
-    return dg.MaterializeResult(metadata={"minimum": config.minimum})
+def ride_totals_query(inputs: QueryInputs, config: RideTotalsConfig) -> StreamQuery:
+    lakehouse = inputs.lakehouse
+
+    def start_writer():
+        rides = delta_stream(inputs.spark, lakehouse, RAW_RIDES.name)
+        totals = rides.where(F.col("total_amount") >= config.minimum).agg(F.sum("total_amount").alias("total"))
+        return (
+            totals.writeStream.format("delta")
+            .outputMode("complete")
+            .option("checkpointLocation", lakehouse.checkpoint_path(RIDE_TOTALS.name))
+            .option("path", lakehouse.table_path(RIDE_TOTALS.name))
+        )
+
+    return StreamQuery(RIDE_TOTALS.name, start_writer, tables=(RIDE_TOTALS.name,))
+
+
+def ride_totals(step: StepRun) -> dg.MaterializeResult:
+    """The sum of every ride's total_amount at or above the minimum."""
+    return dg.MaterializeResult(metadata={**stream_metadata(step.run().report), "minimum": step.config.minimum})
 
 
 @dg.component_instance
 def load(context: dg.ComponentLoadContext) -> StreamedTable:
     return StreamedTable(
-        step="ride_totals",
-        writes=[WrittenTable(RIDE_TOTALS, deps=["raw_rides"])],
+        step=RIDE_TOTALS.name,
+        writes=[RIDE_TOTALS],
+        reads=[RAW_RIDES],
+        query=ride_totals_query,
         compute=ride_totals,
         config=RideTotalsConfig,
-        config_defaults=lambda settings: {"minimum": settings.high_amount_threshold},
-        live_query=lambda inputs, config: None,
         priority=35,
         latency_critical=True,
     )
@@ -63,13 +88,13 @@ def ride_totals_module() -> Iterator[Path]:
 def test_a_table_declared_in_its_module_gets_its_asset_continuous_query_maintenance_and_fast_run(
     ride_totals_module: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setenv("HIGH_AMOUNT_THRESHOLD", "12.5")
+    monkeypatch.setenv("RIDE_TOTALS_MINIMUM", "12.5")
     defs = build_definitions(PipelineSettings.from_env({}))
     node = defs.resolve_asset_graph().get(dg.AssetKey("ride_totals"))
     assert node.group_name == "gold"
     assert node.parent_keys == {dg.AssetKey("raw_rides")}
     assert node.automation_condition is not None  # eager on raw_rides in triggered mode
-    assert node.description == "The sum of every ride's total_amount."
+    assert node.description == "The sum of every ride's total_amount at or above the minimum."
     assets_def = defs.resolve_assets_def("ride_totals")
     assert assets_def.node_def.name == "ride_totals"
     assert assets_def.node_def.pool == "checkpoint_ride_totals"
@@ -86,3 +111,31 @@ def test_a_table_declared_in_its_module_gets_its_asset_continuous_query_maintena
 
     maintenance = defs.resolve_job_def("table_maintenance_job")
     assert maintenance.graph.node_named("maintain_ride_totals").definition.pool == "checkpoint_ride_totals"
+
+
+@pytest.mark.integration
+def test_the_new_table_module_streams_its_table_in_a_triggered_run(
+    ride_totals_module: Path, spark, tmp_path: Path, rides_csv: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The module alone makes a table a run writes: its query, with its parameter from the environment, reads
+    raw_rides; the sum is the CSV's, read with the csv module."""
+    import csv
+
+    from streaming_pipeline.resources import LakehouseResource, SparkResource
+    from streaming_pipeline_tests.conftest import SPARK_TEST_CONF
+    from streaming_pipeline_tests.defs.test_assets_direct import _write_raw_rides
+
+    monkeypatch.setenv("RIDE_TOTALS_MINIMUM", "40")
+    lakehouse = LakehouseResource(root=str(tmp_path / "lakehouse"))
+    _write_raw_rides(spark, rides_csv, lakehouse.table_path("raw_rides"))
+    with rides_csv.open(newline="") as handle:
+        amounts = [float(row["total_amount"]) for row in csv.DictReader(handle) if row["total_amount"]]
+    expected = sum(a for a in amounts if a >= 40)
+
+    step = build_definitions().resolve_assets_def("ride_totals")
+    spark_resource = SparkResource(stop_on_teardown=False, conf=SPARK_TEST_CONF)
+    (result,) = list(step(dg.build_asset_context(), spark=spark_resource, lakehouse=lakehouse))
+    assert result.metadata is not None and result.metadata["minimum"] == 40.0
+    assert result.metadata["rows_read"].value == len(amounts) == 266
+    (row,) = spark.read.format("delta").load(lakehouse.table_path("ride_totals")).collect()
+    assert row.total == pytest.approx(expected)

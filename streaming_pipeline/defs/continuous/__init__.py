@@ -21,7 +21,7 @@ from streaming_pipeline.components.kafka_delta_source import declared_sources
 from streaming_pipeline.components.streamed_table import streamed_tables
 from streaming_pipeline.defs.continuous.job import build_continuous_job
 from streaming_pipeline.defs.continuous.sensor import build_continuous_sensor
-from streaming_pipeline.lakehouse.settings import LiveSettings, PipelineSettings, SensorSettings
+from streaming_pipeline.lakehouse.settings import LiveSettings, SensorSettings
 
 
 @dg.definitions
@@ -36,5 +36,5 @@ def defs(context: dg.ComponentLoadContext) -> dg.Definitions:
         The continuous run's job and its sensor.
     """
     live, tree = LiveSettings.from_env(), context.component_tree
-    job = build_continuous_job(declared_sources(tree), streamed_tables(tree), live, PipelineSettings.from_env())
+    job = build_continuous_job(declared_sources(tree), streamed_tables(tree), live)
     return dg.Definitions(jobs=[job], sensors=[build_continuous_sensor(job, SensorSettings.from_env(), live)])

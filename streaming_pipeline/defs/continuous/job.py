@@ -12,7 +12,7 @@ from pydantic import Field
 from streaming_pipeline.components.asset_metadata import checkpoint_pool
 from streaming_pipeline.components.live_runs import CONTINUOUS_JOB
 from streaming_pipeline.components.streamed_table import (
-    LiveQueryInputs,
+    QueryInputs,
     StreamedTable,
     declared_tables,
     latency_critical_query_names,
@@ -26,7 +26,7 @@ from streaming_pipeline.lakehouse.engine.catalog import has_persistent_catalog, 
 from streaming_pipeline.lakehouse.engine.continuous import ContinuousQueries
 from streaming_pipeline.lakehouse.engine.interrupts import interrupts_held
 from streaming_pipeline.lakehouse.engine.spark import stop_session_queries
-from streaming_pipeline.lakehouse.settings import LiveSettings, PipelineSettings, trigger_interval
+from streaming_pipeline.lakehouse.settings import LiveSettings, trigger_interval
 from streaming_pipeline.lakehouse.sources import SourceTopic
 from streaming_pipeline.resources import KafkaResource, LakehouseResource, SchemaRegistryResource, SparkResource
 
@@ -95,22 +95,19 @@ class ContinuousStreamsConfig(dg.Config):
         )
 
 
-def continuous_config_class(
-    steps: Sequence[StreamedTable], settings: PipelineSettings
-) -> type[ContinuousStreamsConfig]:
+def continuous_config_class(steps: Sequence[StreamedTable]) -> type[ContinuousStreamsConfig]:
     """ContinuousStreamsConfig with a field per step that takes run config, so that the continuous run takes the
     same parameters as the triggered runs.
 
     Args:
-        steps: The streamed tables the run streams.
-        settings: The pipeline's settings, which give each step's config its defaults.
+        steps: The streamed tables the run streams (each step's config takes its defaults from the environment).
 
     Returns:
         A subclass of ContinuousStreamsConfig with one field per step that takes config (the step's config class).
     """
     fields: dict[str, Any] = {}
     for step in steps:
-        config = step.config_class(settings)
+        config = step.config_class()
         if config is not None:
             fields[step.step] = (
                 config,
@@ -181,10 +178,10 @@ def _stream(
         context.instance.add_run_tags(context.run_id, {SESSION_TAG: str(session_id)})
     # Starting a bronze query checks its table, checkpoint and topic (and raises BronzeStateError, naming
     # `streaming-pipeline replay`, when they disagree).
-    inputs = LiveQueryInputs(spark=session, lakehouse=lakehouse, run_id=context.run_id, log=context.log)
+    inputs = QueryInputs(spark=session, lakehouse=lakehouse, run_id=context.run_id, log=context.log)
     queries = [
         *(bronze_query(session, kafka, schema_registry, lakehouse, source=source) for source in sources),
-        *(step.live_query(inputs, getattr(config, step.step, None)) for step in steps),
+        *(step.query(inputs, getattr(config, step.step, None)) for step in steps),
     ]
     runner = ContinuousQueries(
         queries,
@@ -256,20 +253,19 @@ def _stop_orphaned_queries(context: dg.OpExecutionContext, spark: SparkResource)
 
 
 def build_continuous_job(
-    sources: Sequence[SourceTopic], steps: Sequence[StreamedTable], live: LiveSettings, settings: PipelineSettings
+    sources: Sequence[SourceTopic], steps: Sequence[StreamedTable], live: LiveSettings
 ) -> dg.JobDefinition:
     """The continuous run's job: one op that streams the queries of `sources` and `steps`.
 
     Args:
         sources: The sources whose bronze tables the run streams.
-        steps: The streamed tables whose live queries the run streams.
+        steps: The streamed tables whose queries the run streams (their config's defaults read from the environment).
         live: The continuous mode's settings: the default config of the run.
-        settings: The pipeline's settings: the defaults of the steps' config.
 
     Returns:
         The job `continuous_streams_job`.
     """
-    config_class = continuous_config_class(steps, settings)
+    config_class = continuous_config_class(steps)
     streams = continuous_streams_op(sources, steps, config_class)
     config = config_class.from_settings(live)
 

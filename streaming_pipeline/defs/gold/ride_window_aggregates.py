@@ -1,18 +1,13 @@
 """Trips and revenue per vendor in event-time tumbling windows, with late rides and finality; its checks."""
 
 import dagster as dg
-from pydantic import Field
 
-from streaming_pipeline.components.asset_metadata import (
-    IntervalsConfig,
-    delta_table_metadata,
-    missing_sources,
-    stream_metadata,
-)
-from streaming_pipeline.components.streamed_table import StreamedTable, WrittenTable
+from streaming_pipeline.components.asset_metadata import IntervalsConfig, delta_table_metadata, stream_metadata
+from streaming_pipeline.components.parameters import parameter
+from streaming_pipeline.components.streamed_table import QueryInputs, StepRun, StreamedTable
 from streaming_pipeline.lakehouse.engine.delta_tables import count_duplicate_keys, count_rows, small_table, table_exists
-from streaming_pipeline.lakehouse.gold.windows import ride_windows_query, update_ride_window_aggregates
-from streaming_pipeline.lakehouse.settings import DEFAULT_RIDE_WATERMARK_DELAY, DEFAULT_RIDE_WINDOW_DURATION
+from streaming_pipeline.lakehouse.engine.streams import StreamQuery
+from streaming_pipeline.lakehouse.gold.windows import ride_windows_query, window_run_result
 from streaming_pipeline.lakehouse.tables import RAW_RIDES, RIDE_WINDOW_AGGREGATES
 from streaming_pipeline.resources import LakehouseResource, SparkResource
 
@@ -23,55 +18,33 @@ class RideWindowsConfig(IntervalsConfig):
     ASSET = RIDE_WINDOW_AGGREGATES.name
     INTERVALS = ("window_duration", "watermark_delay")
 
-    window_duration: str = Field(
-        default=DEFAULT_RIDE_WINDOW_DURATION,
-        description="Length of the tumbling windows, e.g. '10 minutes' (default: RIDE_WINDOW_DURATION).",
+    window_duration: str = parameter(
+        env="RIDE_WINDOW_DURATION", default="10 minutes", kind="interval", description="The tumbling windows' length"
     )
-    watermark_delay: str = Field(
-        default=DEFAULT_RIDE_WATERMARK_DELAY,
-        description="How far behind the latest pickup a ride may arrive and still count on time "
-        "(default: RIDE_WATERMARK_DELAY).",
-    )
-
-
-@dg.component_instance
-def load(context: dg.ComponentLoadContext) -> StreamedTable:
-    return StreamedTable(
-        step=RIDE_WINDOW_AGGREGATES.name,
-        writes=[WrittenTable(RIDE_WINDOW_AGGREGATES, deps=[RAW_RIDES.name])],
-        compute=ride_window_aggregates,
-        config=RideWindowsConfig,
-        config_defaults=lambda settings: {
-            "window_duration": settings.ride_window_duration,
-            "watermark_delay": settings.ride_watermark_delay,
-        },
-        live_query=lambda inputs, config: ride_windows_query(
-            inputs.spark,
-            inputs.lakehouse,
-            window_duration=config.interval("window_duration"),
-            watermark_delay=config.interval("watermark_delay"),
-            log=inputs.log,
-        ),
-        priority=0,
+    watermark_delay: str = parameter(
+        env="RIDE_WATERMARK_DELAY",
+        default="15 minutes",
+        kind="interval",
+        description="How far behind the latest pickup a ride may arrive and still count on time",
     )
 
 
-def ride_window_aggregates(
-    context: dg.AssetExecutionContext, config: RideWindowsConfig, spark: SparkResource, lakehouse: LakehouseResource
-) -> dg.MaterializeResult:
+def windows_query(inputs: QueryInputs, config: RideWindowsConfig) -> StreamQuery:
+    return ride_windows_query(
+        inputs.spark,
+        inputs.lakehouse,
+        window_duration=config.interval("window_duration"),
+        watermark_delay=config.interval("watermark_delay"),
+        log=inputs.log,
+    )
+
+
+def counted_windows(step: StepRun) -> dg.MaterializeResult:
     """Trips and revenue per vendor in event-time tumbling windows of window_duration on pickup
     time, upserted as they change; `is_final` once the watermark (watermark_delay) passed the
     window end; rides arriving after that are counted in `late_trip_count`, never dropped silently."""
-    session = spark.get_session()
-    if missing_sources(context, lakehouse, RAW_RIDES.name):
-        return dg.MaterializeResult(metadata={"skipped": "raw_rides does not exist yet"})
-    result = update_ride_window_aggregates(
-        session,
-        lakehouse,
-        window_duration=config.interval("window_duration"),
-        watermark_delay=config.interval("watermark_delay"),
-        log=context.log,
-    )
+    result = window_run_result(step.run())
+    session, lakehouse = step.spark, step.lakehouse
     path = lakehouse.table_path(RIDE_WINDOW_AGGREGATES.name)
     metadata = {
         **stream_metadata(result.report),
@@ -105,6 +78,19 @@ def ride_window_aggregates(
             }
         )
     return dg.MaterializeResult(metadata=metadata)
+
+
+@dg.component_instance
+def load(context: dg.ComponentLoadContext) -> StreamedTable:
+    return StreamedTable(
+        step=RIDE_WINDOW_AGGREGATES.name,
+        writes=[RIDE_WINDOW_AGGREGATES],
+        reads=[RAW_RIDES],
+        query=windows_query,
+        compute=counted_windows,
+        config=RideWindowsConfig,
+        priority=0,
+    )
 
 
 @dg.asset_check(asset=RIDE_WINDOW_AGGREGATES.name, description="One row per (window_start, vendor_id).")

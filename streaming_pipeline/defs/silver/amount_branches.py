@@ -2,7 +2,6 @@
 low_amount_rides, and the check that they add up."""
 
 import dagster as dg
-from pydantic import Field
 
 from streaming_pipeline.components.asset_metadata import (
     delta_table_metadata,
@@ -10,15 +9,16 @@ from streaming_pipeline.components.asset_metadata import (
     stream_metadata,
     unpinned_check_result,
 )
-from streaming_pipeline.components.streamed_table import StreamedTable, WrittenTable
+from streaming_pipeline.components.parameters import parameter
+from streaming_pipeline.components.streamed_table import QueryInputs, StepRun, StreamedTable, WrittenTable
 from streaming_pipeline.lakehouse.engine.delta_tables import count_duplicate_keys, count_rows, table_exists
 from streaming_pipeline.lakehouse.engine.row_filters import not_null
-from streaming_pipeline.lakehouse.settings import DEFAULT_HIGH_AMOUNT_THRESHOLD
+from streaming_pipeline.lakehouse.engine.streams import StreamQuery
 from streaming_pipeline.lakehouse.silver.branches import (
     amount_branches_query,
+    branch_writes,
     branches_checkpoint,
     branches_position,
-    update_amount_branches,
 )
 from streaming_pipeline.lakehouse.tables import (
     AMOUNT_BRANCHES,
@@ -31,11 +31,40 @@ from streaming_pipeline.resources import LakehouseResource, SparkResource
 
 
 class AmountBranchesConfig(dg.Config):
-    high_amount_threshold: float = Field(
-        default=DEFAULT_HIGH_AMOUNT_THRESHOLD,
-        description="A ride with total_amount at or above it is a high amount (default: HIGH_AMOUNT_THRESHOLD, "
-        f"{DEFAULT_HIGH_AMOUNT_THRESHOLD:g}).",
+    high_amount_threshold: float = parameter(
+        env="HIGH_AMOUNT_THRESHOLD",
+        default=40.0,
+        kind="number",
+        description="A ride with `total_amount` at or above it is a high amount",
     )
+
+
+def branches_query(inputs: QueryInputs, config: AmountBranchesConfig) -> StreamQuery:
+    return amount_branches_query(inputs.spark, inputs.lakehouse, high_amount_threshold=config.high_amount_threshold)
+
+
+def branched_rides(step: StepRun):
+    """One stream from raw_rides, branched per micro-batch; a ride with no total_amount goes to neither table
+    and is counted. Exactly once: both appends are idempotent per micro-batch."""
+    result = branch_writes(step.lakehouse, step.run)
+    step.context.log.info(
+        f"{result.report.input_rows} rides: {result.high_rows} high, {result.low_rows} low, "
+        f"{result.null_amount_rides} with no total_amount (in neither)"
+    )
+    common = {
+        **stream_metadata(result.report),
+        "threshold": dg.MetadataValue.float(step.config.high_amount_threshold),
+        "null_amount_rides": dg.MetadataValue.int(result.null_amount_rides),
+    }
+    for table, written in ((HIGH_AMOUNT_RIDES, result.high_rows), (LOW_AMOUNT_RIDES, result.low_rows)):
+        yield dg.MaterializeResult(
+            asset_key=table.name,
+            metadata={
+                **common,
+                "rows_written": dg.MetadataValue.int(written),
+                **delta_table_metadata(step.spark, step.lakehouse, table),
+            },
+        )
 
 
 @dg.component_instance
@@ -45,61 +74,19 @@ def load(context: dg.ComponentLoadContext) -> StreamedTable:
         writes=[
             WrittenTable(
                 HIGH_AMOUNT_RIDES,
-                deps=[RAW_RIDES.name],
-                description="Rides with total_amount >= the threshold (config high_amount_threshold, default "
-                f"{DEFAULT_HIGH_AMOUNT_THRESHOLD:g}), "
-                "same columns as raw_rides.",
+                "Rides with total_amount >= the threshold (config high_amount_threshold), same columns as raw_rides.",
             ),
             WrittenTable(
                 LOW_AMOUNT_RIDES,
-                deps=[RAW_RIDES.name],
-                description="Rides with total_amount < the threshold (config high_amount_threshold, default "
-                f"{DEFAULT_HIGH_AMOUNT_THRESHOLD:g}), "
-                "same columns as raw_rides.",
+                "Rides with total_amount < the threshold (config high_amount_threshold), same columns as raw_rides.",
             ),
         ],
-        compute=amount_branches,
+        reads=[RAW_RIDES],
+        query=branches_query,
+        compute=branched_rides,
         config=AmountBranchesConfig,
-        config_defaults=lambda settings: {"high_amount_threshold": settings.high_amount_threshold},
-        live_query=lambda inputs, config: amount_branches_query(
-            inputs.spark, inputs.lakehouse, high_amount_threshold=config.high_amount_threshold
-        ),
         priority=30,
     )
-
-
-def amount_branches(
-    context: dg.AssetExecutionContext, config: AmountBranchesConfig, spark: SparkResource, lakehouse: LakehouseResource
-):
-    """One stream from raw_rides, branched per micro-batch; a ride with no total_amount goes to neither table
-    and is counted. Exactly once: both appends are idempotent per micro-batch."""
-    session = spark.get_session()
-    if not table_exists(lakehouse.table_path(RAW_RIDES.name)):
-        context.log.warning("raw_rides does not exist yet: nothing to branch")
-        for name in (HIGH_AMOUNT_RIDES.name, LOW_AMOUNT_RIDES.name):
-            yield dg.MaterializeResult(asset_key=name, metadata={"skipped": "raw_rides does not exist yet"})
-        return
-    result = update_amount_branches(
-        session, lakehouse, high_amount_threshold=config.high_amount_threshold, log=context.log
-    )
-    context.log.info(
-        f"{result.report.input_rows} rides: {result.high_rows} high, {result.low_rows} low, "
-        f"{result.null_amount_rides} with no total_amount (in neither)"
-    )
-    common = {
-        **stream_metadata(result.report),
-        "threshold": dg.MetadataValue.float(config.high_amount_threshold),
-        "null_amount_rides": dg.MetadataValue.int(result.null_amount_rides),
-    }
-    for table, written in ((HIGH_AMOUNT_RIDES, result.high_rows), (LOW_AMOUNT_RIDES, result.low_rows)):
-        yield dg.MaterializeResult(
-            asset_key=table.name,
-            metadata={
-                **common,
-                "rows_written": dg.MetadataValue.int(written),
-                **delta_table_metadata(session, lakehouse, table),
-            },
-        )
 
 
 @dg.asset_check(

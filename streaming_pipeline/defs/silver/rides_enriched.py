@@ -8,46 +8,49 @@ from streaming_pipeline.components.asset_metadata import (
     position_against_raw_rides,
     stream_metadata,
 )
-from streaming_pipeline.components.streamed_table import StreamedTable, WrittenTable
-from streaming_pipeline.lakehouse.engine.delta_tables import count_duplicate_keys, count_rows, table_exists
-from streaming_pipeline.lakehouse.silver.enrichment import rides_enriched_query, update_rides_enriched
+from streaming_pipeline.components.streamed_table import QueryInputs, StepRun, StreamedTable
+from streaming_pipeline.lakehouse.engine.delta_tables import count_duplicate_keys, count_rows
+from streaming_pipeline.lakehouse.engine.streams import StreamQuery
+from streaming_pipeline.lakehouse.silver.enrichment import rides_enriched_query
 from streaming_pipeline.lakehouse.tables import KAFKA_KEY, RAW_RIDES, RIDES_ENRICHED, TAXI_ZONES
 from streaming_pipeline.resources import LakehouseResource, SparkResource
+
+
+def enrichment_query(inputs: QueryInputs, config: None) -> StreamQuery:
+    return rides_enriched_query(inputs.spark, inputs.lakehouse)
+
+
+def enriched_rides(step: StepRun) -> dg.MaterializeResult:
+    """Every ride of raw_rides once, plus pu_borough, pu_zone, do_borough and do_zone: a stream-static join
+    with a broadcast of taxi_zones. An unknown location id keeps its ride, with null zone columns, and is
+    counted. Rides keep the zones they were enriched with when the lookup changes later."""
+    report = step.run().report
+    observed = report.observed_metrics("enrichment")
+    unknown_pickup, unknown_dropoff = observed.get("unknown_pickup_zones", 0), observed.get("unknown_dropoff_zones", 0)
+    if unknown_pickup or unknown_dropoff:
+        step.context.log.warning(
+            f"{unknown_pickup} pickup and {unknown_dropoff} dropoff location id(s) "
+            "are not in taxi_zones: those rides keep null zone columns"
+        )
+    return dg.MaterializeResult(
+        metadata={
+            **stream_metadata(report),
+            "unknown_pickup_zones": dg.MetadataValue.int(unknown_pickup),
+            "unknown_dropoff_zones": dg.MetadataValue.int(unknown_dropoff),
+            **delta_table_metadata(step.spark, step.lakehouse, RIDES_ENRICHED),
+        }
+    )
 
 
 @dg.component_instance
 def load(context: dg.ComponentLoadContext) -> StreamedTable:
     return StreamedTable(
         step=RIDES_ENRICHED.name,
-        writes=[WrittenTable(RIDES_ENRICHED, deps=[RAW_RIDES.name, TAXI_ZONES.name])],
-        compute=rides_enriched,
-        live_query=lambda inputs, config: rides_enriched_query(inputs.spark, inputs.lakehouse),
+        writes=[RIDES_ENRICHED],
+        reads=[RAW_RIDES, TAXI_ZONES],
+        query=enrichment_query,
+        compute=enriched_rides,
         priority=30,
-    )
-
-
-def rides_enriched(context: dg.AssetExecutionContext, spark: SparkResource, lakehouse: LakehouseResource):
-    """Every ride of raw_rides once, plus pu_borough, pu_zone, do_borough and do_zone: a stream-static join
-    with a broadcast of taxi_zones. An unknown location id keeps its ride, with null zone columns, and is
-    counted. Rides keep the zones they were enriched with when the lookup changes later."""
-    session = spark.get_session()
-    missing = [n for n in (RAW_RIDES.name, TAXI_ZONES.name) if not table_exists(lakehouse.table_path(n))]
-    if missing:
-        context.log.warning(f"{', '.join(missing)} not created yet: nothing to enrich")
-        return dg.MaterializeResult(metadata={"skipped": f"{', '.join(missing)} does not exist yet"})
-    result = update_rides_enriched(session, lakehouse, log=context.log)
-    if result.unknown_pickup_zones or result.unknown_dropoff_zones:
-        context.log.warning(
-            f"{result.unknown_pickup_zones} pickup and {result.unknown_dropoff_zones} dropoff location id(s) "
-            "are not in taxi_zones: those rides keep null zone columns"
-        )
-    return dg.MaterializeResult(
-        metadata={
-            **stream_metadata(result.report),
-            "unknown_pickup_zones": dg.MetadataValue.int(result.unknown_pickup_zones),
-            "unknown_dropoff_zones": dg.MetadataValue.int(result.unknown_dropoff_zones),
-            **delta_table_metadata(session, lakehouse, RIDES_ENRICHED),
-        }
     )
 
 

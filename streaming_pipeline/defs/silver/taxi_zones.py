@@ -3,12 +3,13 @@
 from pathlib import Path
 
 import dagster as dg
-from pydantic import Field, field_validator
+from pydantic import field_validator
 
 from streaming_pipeline.components.asset_metadata import SPARK_KINDS, delta_table_metadata, table_args
-from streaming_pipeline.components.streamed_table import with_config_class, with_defaults
+from streaming_pipeline.components.parameters import parameter, with_environment_defaults
+from streaming_pipeline.components.streamed_table import with_config_class
 from streaming_pipeline.lakehouse.errors import ConfigurationError
-from streaming_pipeline.lakehouse.settings import LiveSettings, PipelineSettings
+from streaming_pipeline.lakehouse.settings import LiveSettings
 from streaming_pipeline.lakehouse.silver.enrichment import refresh_taxi_zones
 from streaming_pipeline.lakehouse.silver.taxi_zones import shipped_taxi_zones_csv
 from streaming_pipeline.lakehouse.tables import TAXI_ZONES
@@ -17,9 +18,12 @@ from streaming_pipeline.resources.lakehouse import naming_a_store_gone_away
 
 
 class TaxiZonesConfig(dg.Config):
-    csv_path: str | None = Field(
+    csv_path: str | None = parameter(
+        env="TAXI_ZONES_CSV",
         default=None,
-        description="The zone lookup CSV to load (default: TAXI_ZONES_CSV, else the TLC lookup shipped).",
+        kind="file",
+        description="The zone lookup CSV to load",
+        shown_default="the TLC lookup shipped with the package",
     )
 
     @field_validator("csv_path")
@@ -30,9 +34,9 @@ class TaxiZonesConfig(dg.Config):
         return value
 
 
-def taxi_zones_asset(live: LiveSettings, settings: PipelineSettings) -> dg.AssetsDefinition:
-    """The lookup's asset, its csv_path defaulting to the settings' TAXI_ZONES_CSV."""
-    config = with_defaults(TaxiZonesConfig, {"csv_path": settings.taxi_zones_csv})
+def taxi_zones_asset(live: LiveSettings) -> dg.AssetsDefinition:
+    """The lookup's asset, its csv_path defaulting to TAXI_ZONES_CSV as the environment says now."""
+    config = with_environment_defaults(TaxiZonesConfig)
     return dg.asset(
         name=TAXI_ZONES.name,
         **table_args(
@@ -52,7 +56,7 @@ def taxi_zones_asset(live: LiveSettings, settings: PipelineSettings) -> dg.Asset
 @dg.definitions
 def defs(context: dg.ComponentLoadContext) -> dg.Definitions:
     """Read when the definitions load: TAXI_ZONES_CSV."""
-    return dg.Definitions(assets=[taxi_zones_asset(LiveSettings.from_env(), PipelineSettings.from_env())])
+    return dg.Definitions(assets=[taxi_zones_asset(LiveSettings.from_env())])
 
 
 def taxi_zones(

@@ -17,6 +17,7 @@ from typing import Any
 
 import dagster as dg
 
+from streaming_pipeline.defs.gold.vendor_counts import VENDOR_COUNTS
 from streaming_pipeline.devstack.bench.common import (
     PHASE_LABELS,
     bench_stack,
@@ -44,7 +45,7 @@ from streaming_pipeline.lakehouse.settings import (
     PipelineSettings,
     SensorSettings,
 )
-from streaming_pipeline.lakehouse.tables import PICKUPS_TOPIC, RAW_RIDES, RIDES_TOPIC, VENDOR_COUNTS
+from streaming_pipeline.lakehouse.tables import PICKUPS_TOPIC, RAW_RIDES, RIDES_TOPIC
 
 #: Probe rides carry a vendor id of their own (the synthetic rides have vendors 1 and 2): PROBE_VENDOR + k for the
 #: k-th probe, so that its arrival in raw_rides and in vendor_counts can be told from the load's rides.

@@ -20,11 +20,6 @@ from streaming_pipeline.devstack.bench.common import (
 )
 from streaming_pipeline.devstack.errors import BenchError
 from streaming_pipeline.devstack.synthetic import SyntheticOptions, synthetic_rides
-from streaming_pipeline.lakehouse.settings import (
-    DEFAULT_RIDE_WATERMARK_DELAY,
-    DEFAULT_RIDE_WINDOW_DURATION,
-    normalize_interval,
-)
 from streaming_pipeline.lakehouse.tables import RAW_RIDES, RIDES_TOPIC
 
 
@@ -100,6 +95,7 @@ def run_windows_bench(
     Returns:
         The timings per history size and their ratio.
     """
+    from streaming_pipeline.defs.gold.ride_window_aggregates import RideWindowsConfig
     from streaming_pipeline.lakehouse.engine.spark import connect_session
     from streaming_pipeline.lakehouse.gold.window_reconcile import reconcile_ride_windows
     from streaming_pipeline.lakehouse.gold.windows import stream_ride_windows
@@ -108,8 +104,8 @@ def run_windows_bench(
     result = WindowsResult(new_rides=new_rides, machine=machine_description(), runs=runs, history_rides=list(histories))
     options = SyntheticOptions(seed=7, late_fraction=0.01)
     # The asset's defaults.
-    window = normalize_interval(DEFAULT_RIDE_WINDOW_DURATION, name="window_duration")
-    watermark = normalize_interval(DEFAULT_RIDE_WATERMARK_DELAY, name="watermark_delay")
+    defaults = RideWindowsConfig()
+    window, watermark = defaults.interval("window_duration"), defaults.interval("watermark_delay")
     with tempfile.TemporaryDirectory(prefix="bench-windows-") as tmp, bench_stack(Path(tmp), stack_dir) as stack:
         assert stack.spark_remote
         spark = connect_session(stack.spark_remote)

@@ -239,6 +239,34 @@ def run_available_now(
                     query.stop()
 
 
+@dataclass
+class QueryRun:
+    """What one availableNow run of a StreamQuery did: its report, and what its hooks returned."""
+
+    report: StreamRunReport
+    progress: Any = None  # what `on_progress` returned for the run's micro-batches
+    after_stop: Any = None  # what `after_stop` returned
+    after_stop_seconds: float = 0.0
+
+
+def run_once(query: StreamQuery, *, log: Log | None = None) -> QueryRun:
+    """One availableNow run of `query`, as a triggered run does it: the run, then its `on_progress` with every
+    micro-batch of the run, then its `after_stop` (the query is at rest once the run has drained).
+
+    Args:
+        query: The query, as the step's query factory built it.
+        log: Where to report the micro-batches (the streams' logger when None).
+
+    Returns:
+        The run's report and what its hooks returned.
+    """
+    report = run_available_now(query.name, query.start_writer, log=log)
+    progress = query.on_progress(report) if query.on_progress is not None else None
+    started = time.monotonic()
+    after_stop = query.after_stop() if query.after_stop is not None else None
+    return QueryRun(report, progress, after_stop, time.monotonic() - started if query.after_stop else 0.0)
+
+
 def is_worker_start_timeout(message: str) -> bool:
     """True for Spark's error when a new Python worker did not connect back to the engine in time."""
     return any(marker in message for marker in WORKER_START_MARKERS)

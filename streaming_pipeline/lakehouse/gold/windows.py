@@ -4,7 +4,6 @@ in-process."""
 
 from __future__ import annotations
 
-import time
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -12,7 +11,13 @@ from pyspark.sql import functions as F
 
 from streaming_pipeline.lakehouse.engine.delta_tables import delta_path_sql, table_exists
 from streaming_pipeline.lakehouse.engine.run_log import Log
-from streaming_pipeline.lakehouse.engine.streams import StreamQuery, StreamRunReport, delta_stream, run_available_now
+from streaming_pipeline.lakehouse.engine.streams import (
+    QueryRun,
+    StreamQuery,
+    StreamRunReport,
+    delta_stream,
+    run_available_now,
+)
 from streaming_pipeline.lakehouse.gold.transformations import ride_window_aggregates
 from streaming_pipeline.lakehouse.gold.window_reconcile import (
     WINDOW_KEY,
@@ -83,7 +88,7 @@ class WindowUpsert:
 
 @dataclass
 class WindowRunResult:
-    """What a windows run (`update_ride_window_aggregates`) did: the stream's report, then its reconcile."""
+    """What a windows run (`window_run_result`) did: the stream's report, then its reconcile."""
 
     report: StreamRunReport
     watermark: Any
@@ -91,39 +96,21 @@ class WindowRunResult:
     reconcile: WindowReconcile = field(default_factory=WindowReconcile)
 
 
-def update_ride_window_aggregates(
-    spark: SparkSession,
-    lakehouse: Lakehouse,
-    *,
-    window_duration: str,
-    watermark_delay: str,
-    log: Log | None = None,
-) -> WindowRunResult:
-    """Stream the windows, then make late rides and finality visible.
-
-    Spark's watermark drops rides that arrive after their window was finalized. After the stream,
-    `reconcile_ride_windows` sets `late_trip_count` of the windows that rides added since the previous
-    reconcile fall in (windows made only of late rides are added), and `is_final` where the watermark
-    (latest pickup seen minus RIDE_WATERMARK_DELAY) has passed the window's end.
+def window_run_result(run: QueryRun) -> WindowRunResult:
+    """What one availableNow run of `ride_windows_query` (`engine.streams.run_once`) did: its stream's report, then
+    its reconcile (the query's `after_stop`), which set `late_trip_count` of the windows that rides added since the
+    previous reconcile fall in (windows made only of late rides are added), and `is_final` where the watermark
+    (latest pickup seen minus the watermark delay) has passed the window's end.
 
     Args:
-        spark: The session to run on.
-        lakehouse: Where raw_rides, the windows table and its checkpoint are.
-        window_duration: The windows' length, a Spark interval ('600 seconds').
-        watermark_delay: How far behind the latest pickup a ride still counts on time, a Spark interval.
-        log: Where to report progress (when None, the stream logs to its module's logger, the reconcile
-            not at all).
+        run: The run.
 
     Returns:
         The stream's report and the reconcile's outcome (its `seconds` set).
     """
-    report = stream_ride_windows(
-        spark, lakehouse, window_duration=window_duration, watermark_delay=watermark_delay, log=log
-    )
-    started = time.monotonic()
-    reconcile = reconcile_ride_windows(spark, lakehouse, window_duration=window_duration, log=log)
-    reconcile.seconds = time.monotonic() - started
-    return WindowRunResult(report, reconcile.watermark, reconcile.windows, reconcile)
+    reconcile: WindowReconcile = run.after_stop
+    reconcile.seconds = run.after_stop_seconds
+    return WindowRunResult(run.report, reconcile.watermark, reconcile.windows, reconcile)
 
 
 def ride_windows_query(
@@ -161,7 +148,6 @@ def ride_windows_query(
         WINDOWS,
         start_writer,
         tables=(WINDOWS,),
-        source_paths=(lakehouse.table_path(RAW_RIDES.name),),
         after_stop=lambda: reconcile_ride_windows(spark, lakehouse, window_duration=window_duration, log=log),
     )
 

@@ -3,17 +3,17 @@ low_amount_rides, in one stream whose foreachBatch handler appends to both exact
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from pyspark.sql import functions as F
 
 from streaming_pipeline.lakehouse.engine.streams import (
-    Log,
+    QueryRun,
     StreamQuery,
     StreamRunReport,
     delta_stream,
-    run_available_now,
 )
 from streaming_pipeline.lakehouse.tables import AMOUNT_BRANCHES, HIGH_AMOUNT_RIDES, LOW_AMOUNT_RIDES, RAW_RIDES
 
@@ -104,12 +104,7 @@ def amount_branches_query(spark: SparkSession, lakehouse: Lakehouse, *, high_amo
             .option("checkpointLocation", handler.checkpoint_dir)
         )
 
-    return StreamQuery(
-        AMOUNT_BRANCHES,
-        start_writer,
-        tables=(HIGH_AMOUNT, LOW_AMOUNT),
-        source_paths=(lakehouse.table_path(RAW_RIDES.name),),
-    )
+    return StreamQuery(AMOUNT_BRANCHES, start_writer, tables=(HIGH_AMOUNT, LOW_AMOUNT))
 
 
 def branches_checkpoint(lakehouse: Lakehouse) -> str:
@@ -150,17 +145,15 @@ def branches_position(lakehouse: Lakehouse) -> BranchesPosition | None:
     return BranchesPosition(high, low.table_version, low.source_version)
 
 
-def update_amount_branches(
-    spark: SparkSession, lakehouse: Lakehouse, *, high_amount_threshold: float, log: Log | None = None
-) -> BranchRunResult:
-    """One availableNow run of the branches, with what it wrote to each table."""
+def branch_writes(lakehouse: Lakehouse, run: Callable[[], QueryRun]) -> BranchRunResult:
+    """What one run of the branch query (`run`) wrote to each table: its commits to them, found by the query's
+    txnAppIds among the versions committed during the run."""
     from streaming_pipeline.lakehouse.bronze.offsets import checkpoint_id
     from streaming_pipeline.lakehouse.engine.delta_log import commits_since, latest_version
 
     high_path, low_path = lakehouse.table_path(HIGH_AMOUNT), lakehouse.table_path(LOW_AMOUNT)
     before = latest_version(high_path), latest_version(low_path)
-    query = amount_branches_query(spark, lakehouse, high_amount_threshold=high_amount_threshold)
-    report = run_available_now(query.name, query.start_writer, log=log)
+    report = run().report
     checkpoint = checkpoint_id(branches_checkpoint(lakehouse))
     high = commits_since(high_path, before[0], branch_app_id(HIGH_AMOUNT, checkpoint))
     low = commits_since(low_path, before[1], branch_app_id(LOW_AMOUNT, checkpoint))

@@ -3,20 +3,13 @@ KStream-GlobalKTable join): every ride with the names of its zones."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from pyspark.sql import functions as F
 
 from streaming_pipeline.lakehouse.engine.delta_tables import read_table
-from streaming_pipeline.lakehouse.engine.streams import (
-    Log,
-    StreamQuery,
-    StreamRunReport,
-    delta_stream,
-    run_available_now,
-)
+from streaming_pipeline.lakehouse.engine.streams import StreamQuery, delta_stream
 from streaming_pipeline.lakehouse.tables import RAW_RIDES, RIDES_ENRICHED, TAXI_ZONES
 
 if TYPE_CHECKING:
@@ -58,13 +51,6 @@ def refresh_taxi_zones(spark: SparkSession, lakehouse: Lakehouse, csv_path: str)
     return True
 
 
-@dataclass
-class EnrichmentRunResult:
-    report: StreamRunReport
-    unknown_pickup_zones: int
-    unknown_dropoff_zones: int
-
-
 def rides_enriched_query(spark: SparkSession, lakehouse: Lakehouse) -> StreamQuery:
     """Every ride of raw_rides once, with the boroughs and zones of its pickup and dropoff locations.
 
@@ -89,21 +75,4 @@ def rides_enriched_query(spark: SparkSession, lakehouse: Lakehouse) -> StreamQue
             .option("mergeSchema", "true")
         )
 
-    return StreamQuery(
-        RIDES_ENRICHED.name,
-        start_writer,
-        tables=(RIDES_ENRICHED.name,),
-        source_paths=(lakehouse.table_path(RAW_RIDES.name), lakehouse.table_path(TAXI_ZONES.name)),
-    )
-
-
-def update_rides_enriched(spark: SparkSession, lakehouse: Lakehouse, log: Log | None = None) -> EnrichmentRunResult:
-    """One availableNow run of the enrichment, with the rides whose zones are unknown counted."""
-    query = rides_enriched_query(spark, lakehouse)
-    report = run_available_now(query.name, query.start_writer, log=log)
-    observed = report.observed_metrics("enrichment")
-    return EnrichmentRunResult(
-        report,
-        unknown_pickup_zones=observed.get("unknown_pickup_zones", 0),
-        unknown_dropoff_zones=observed.get("unknown_dropoff_zones", 0),
-    )
+    return StreamQuery(RIDES_ENRICHED.name, start_writer, tables=(RIDES_ENRICHED.name,))

@@ -14,10 +14,10 @@ from streaming_pipeline.lakehouse.engine.delta_tables import table_exists
 from streaming_pipeline.lakehouse.engine.streams import (
     EPOCH,
     Log,
+    QueryRun,
     StreamQuery,
     StreamRunReport,
     delta_stream,
-    run_available_now,
 )
 from streaming_pipeline.lakehouse.silver.transformations import ride_pickup_joins
 from streaming_pipeline.lakehouse.tables import JOIN_LATE_ROWS, RAW_PICKUP_LOCATIONS, RAW_RIDES, RIDE_PICKUP_JOINS
@@ -70,32 +70,17 @@ def ride_pickup_joins_query(
             .option("path", lakehouse.table_path(JOINS))
         )
 
-    def on_progress(report: StreamRunReport) -> None:
-        _record_late_rows(spark, lakehouse, report, run_id, log)
+    def on_progress(report: StreamRunReport) -> tuple[int, int]:
+        return _record_late_rows(spark, lakehouse, report, run_id, log)
 
-    return StreamQuery(
-        JOINS,
-        start_writer,
-        tables=(JOINS, JOIN_LATE_ROWS.name),
-        source_paths=(lakehouse.table_path(RAW_RIDES.name), lakehouse.table_path(RAW_PICKUP_LOCATIONS.name)),
-        on_progress=on_progress,
-    )
+    return StreamQuery(JOINS, start_writer, tables=(JOINS, JOIN_LATE_ROWS.name), on_progress=on_progress)
 
 
-def update_ride_pickup_joins(
-    spark: SparkSession,
-    lakehouse: Lakehouse,
-    *,
-    join_max_gap: str,
-    watermark_delay: str,
-    log: Log | None = None,
-    run_id: str | None = None,
-) -> JoinRunResult:
-    """One availableNow run of the join; each of its micro-batches that dropped rows gets a row in
-    `join_late_rows`, which the first run creates."""
-    query = ride_pickup_joins_query(spark, lakehouse, join_max_gap=join_max_gap, watermark_delay=watermark_delay)
-    report = run_available_now(query.name, query.start_writer, log=log)
-    recorded, dropped = _record_late_rows(spark, lakehouse, report, run_id, log)
+def join_run_result(run: QueryRun) -> JoinRunResult:
+    """What one availableNow run of the join (`engine.streams.run_once`) did: the rows its watermark dropped, its
+    last watermark, and the rows its `on_progress` appended to `join_late_rows` (which the first run creates)."""
+    recorded, dropped = run.progress
+    report = run.report
     last = (report.progresses[-1].get("eventTime") or {}).get("watermark") if report.progresses else None
     watermark = datetime.fromisoformat(last.replace("Z", "+00:00")) if last else None
     return JoinRunResult(report, dropped, watermark, recorded)

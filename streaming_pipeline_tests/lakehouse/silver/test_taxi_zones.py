@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from streaming_pipeline.lakehouse.errors import ConfigurationError
-from streaming_pipeline.lakehouse.settings import PipelineSettings
+from streaming_pipeline.lakehouse.settings import read_parameter
 from streaming_pipeline.lakehouse.silver.taxi_zones import read_taxi_zones, shipped_taxi_zones_csv
 from streaming_pipeline_tests.lakehouse.silver.zone_helpers import PACKAGED_LOOKUP, lookup_by_csv_module
 
@@ -41,7 +41,7 @@ def test_read_taxi_zones_gives_the_265_tlc_zones_with_exact_columns(zones) -> No
 
 
 def test_the_default_lookup_is_the_one_shipped_with_the_package(no_zones_override) -> None:
-    assert PipelineSettings.from_env().taxi_zones_csv is None  # no override: the taxi_zones asset reads the shipped one
+    assert read_parameter("file", "TAXI_ZONES_CSV") is None  # no override: the taxi_zones asset reads the shipped one
     assert Path(shipped_taxi_zones_csv()) == PACKAGED_LOOKUP
     shared = PACKAGED_LOOKUP.parents[4] / "shared" / "data" / "taxi_zone_lookup.csv"
     if shared.is_file():
@@ -53,7 +53,8 @@ def test_taxi_zones_csv_overrides_the_lookup(spark, tmp_path: Path, monkeypatch:
     own.write_text('LocationID,Borough,Zone,service_zone\n7,Queens,Astoria,Boro Zone\n4,Manhattan,"Alphabet City",\n')
     monkeypatch.setenv("TAXI_ZONES_CSV", str(own))
 
-    configured = PipelineSettings.from_env().taxi_zones_csv
+    configured = read_parameter("file", "TAXI_ZONES_CSV")
+    assert isinstance(configured, str)
     assert configured == str(own.resolve())
     assert sorted(tuple(r) for r in read_taxi_zones(spark, configured).collect()) == [
         (4, "Manhattan", "Alphabet City", None),
@@ -65,7 +66,7 @@ def test_a_missing_taxi_zones_csv_names_the_variable_and_the_path(tmp_path: Path
     missing = tmp_path / "nowhere.csv"
     monkeypatch.setenv("TAXI_ZONES_CSV", str(missing))
     with pytest.raises(ConfigurationError) as caught:
-        PipelineSettings.from_env()
+        read_parameter("file", "TAXI_ZONES_CSV")
     assert "TAXI_ZONES_CSV" in str(caught.value) and str(missing) in str(caught.value)
 
 
