@@ -29,6 +29,7 @@ import dagster as dg
 from streaming_pipeline.components.asset_metadata import SPARK_KINDS, missing_sources, stream_step_args, table_args
 from streaming_pipeline.components.parameters import with_environment_defaults
 from streaming_pipeline.lakehouse.engine.streams import QueryRun, run_once
+from streaming_pipeline.lakehouse.errors import ConfigurationError
 from streaming_pipeline.lakehouse.settings import LiveSettings
 from streaming_pipeline.lakehouse.table_model import Table
 from streaming_pipeline.lakehouse.tables import DEAD_LETTER_RECORDS
@@ -202,7 +203,15 @@ class StreamedTable(dg.Component):
             yield result
 
     def build_defs(self, context: dg.ComponentLoadContext) -> dg.Definitions:
-        """Read when the definitions load: LIVE_MODE and the parameters' environment variables."""
+        """Read when the definitions load: LIVE_MODE and the parameters' environment variables. A step the
+        component tree does not list as a StreamedTable (its load function's return annotation is a string) is a
+        ConfigurationError: the continuous run, the maintenance job and the fast runs would leave it out."""
+        if not any(step is self for step in context.component_tree.get_all_components(of_type=StreamedTable)):
+            raise ConfigurationError(
+                f"{context.path}: Dagster does not see step {self.step!r} as a StreamedTable, because the return "
+                "annotation of its load function is a string (`from __future__ import annotations`): remove that "
+                "import from the module"
+            )
         return dg.Definitions(assets=[self.asset(LiveSettings.from_env())])
 
 

@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any, cast
 import dagster as dg
 
 from streaming_pipeline.defs.gold.vendor_counts import VENDOR_COUNTS
+from streaming_pipeline.defs.silver.rides_enriched import RIDES_ENRICHED
 from streaming_pipeline.devstack.errors import DemoError
 from streaming_pipeline.devstack.producer import ProduceResult, produce, rows_from_records
 from streaming_pipeline.devstack.project import QUIET_RUN_CONFIG, project_tables
@@ -71,7 +72,7 @@ PREFERRED_VIEWS: dict[str, tuple[list[str], list[str]]] = {
     tables.HIGH_AMOUNT_RIDES.name: (["total_amount"], ["vendor_id", "pickup_datetime", "total_amount", "kafka_offset"]),
     tables.LOW_AMOUNT_RIDES.name: (["total_amount"], ["vendor_id", "pickup_datetime", "total_amount", "kafka_offset"]),
     tables.TAXI_ZONES.name: (["location_id"], ["location_id", "borough", "zone", "service_zone"]),
-    tables.RIDES_ENRICHED.name: (
+    RIDES_ENRICHED.name: (
         ["pickup_datetime"],
         ["pickup_datetime", "pu_borough", "pu_zone", "do_borough", "do_zone", "total_amount"],
     ),

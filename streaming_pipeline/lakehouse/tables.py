@@ -87,18 +87,6 @@ TAXI_ZONES = Table(
     ),
 )
 
-RIDES_ENRICHED = Table(
-    "rides_enriched",
-    SILVER,
-    (
-        *RIDE_COLUMNS,
-        Column("pu_borough", "string", "Borough of the pickup zone; null for an unknown id."),
-        Column("pu_zone", "string", "Pickup zone name; null for an unknown id."),
-        Column("do_borough", "string", "Borough of the dropoff zone; null for an unknown id."),
-        Column("do_zone", "string", "Dropoff zone name; null for an unknown id."),
-    ),
-)
-
 RIDE_PICKUP_JOINS = Table(
     "ride_pickup_joins",
     SILVER,

@@ -13,6 +13,7 @@ import pytest
 from streaming_pipeline.components.streamed_table import fast_run_tables, latency_critical_query_names, streamed_tables
 from streaming_pipeline.definitions import build_definitions
 from streaming_pipeline.devstack.project import project_defs_folder, project_sources
+from streaming_pipeline.lakehouse.errors import ConfigurationError
 from streaming_pipeline.lakehouse.settings import PipelineSettings
 
 MODULE = '''
@@ -139,3 +140,25 @@ def test_the_new_table_module_streams_its_table_in_a_triggered_run(
     assert result.metadata["rows_read"].value == len(amounts) == 266
     (row,) = spark.read.format("delta").load(lakehouse.table_path("ride_totals")).collect()
     assert row.total == pytest.approx(expected)
+
+
+def test_a_module_whose_load_annotation_is_a_string_is_refused_naming_it(
+    ride_totals_module: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Dagster finds a component by its load function's return annotation: with `from __future__ import
+    annotations` it is a string, and the step would be left out of the continuous run; the definitions refuse it."""
+    import sys
+
+    docstring, rest = MODULE.split("\n\n", 1)
+    ride_totals_module.write_text(f"{docstring}\n\nfrom __future__ import annotations\n\n{rest}")
+    monkeypatch.delitem(sys.modules, "streaming_pipeline.defs.gold.scratch_ride_totals", raising=False)
+    with pytest.raises(Exception) as caught:  # noqa: PT011 - Dagster wraps the error of the module that declares it
+        build_definitions(PipelineSettings.from_env({}))
+    causes: list[BaseException] = []
+    error: BaseException | None = caught.value
+    while error is not None:
+        causes.append(error)
+        error = error.__cause__
+    refused = [str(e) for e in causes if isinstance(e, ConfigurationError)]
+    assert refused, causes
+    assert str(ride_totals_module) in refused[0] and "from __future__ import annotations" in refused[0]

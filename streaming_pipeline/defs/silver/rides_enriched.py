@@ -1,7 +1,10 @@
 """Rides enriched with their zones (the course's KStream-GlobalKTable join), and the check that each ride is there
 once."""
 
+from typing import TYPE_CHECKING
+
 import dagster as dg
+from pyspark.sql import functions as F
 
 from streaming_pipeline.components.asset_metadata import (
     delta_table_metadata,
@@ -9,15 +12,54 @@ from streaming_pipeline.components.asset_metadata import (
     stream_metadata,
 )
 from streaming_pipeline.components.streamed_table import QueryInputs, StepRun, StreamedTable
-from streaming_pipeline.lakehouse.engine.delta_tables import count_duplicate_keys, count_rows
-from streaming_pipeline.lakehouse.engine.streams import StreamQuery
-from streaming_pipeline.lakehouse.silver.enrichment import rides_enriched_query
-from streaming_pipeline.lakehouse.tables import KAFKA_KEY, RAW_RIDES, RIDES_ENRICHED, TAXI_ZONES
+from streaming_pipeline.lakehouse.engine.delta_tables import count_duplicate_keys, count_rows, read_table
+from streaming_pipeline.lakehouse.engine.streams import StreamQuery, delta_stream
+from streaming_pipeline.lakehouse.silver.transformations import enrich_rides_with_zones
+from streaming_pipeline.lakehouse.table_model import SILVER, Column, Table
+from streaming_pipeline.lakehouse.tables import KAFKA_KEY, RAW_RIDES, RIDE_COLUMNS, TAXI_ZONES
 from streaming_pipeline.resources import LakehouseResource, SparkResource
+
+if TYPE_CHECKING:
+    from pyspark.sql.streaming import DataStreamWriter
+
+RIDES_ENRICHED = Table(
+    "rides_enriched",
+    SILVER,
+    (
+        *RIDE_COLUMNS,
+        Column("pu_borough", "string", "Borough of the pickup zone; null for an unknown id."),
+        Column("pu_zone", "string", "Pickup zone name; null for an unknown id."),
+        Column("do_borough", "string", "Borough of the dropoff zone; null for an unknown id."),
+        Column("do_zone", "string", "Dropoff zone name; null for an unknown id."),
+    ),
+)
 
 
 def enrichment_query(inputs: QueryInputs, config: None) -> StreamQuery:
-    return rides_enriched_query(inputs.spark, inputs.lakehouse)
+    """Every ride of raw_rides once, with the boroughs and zones of its pickup and dropoff locations.
+
+    A stream-static join: each micro-batch joins the zone table as it is then (broadcast). Rides already
+    enriched keep the zones they were enriched with when the lookup changes later.
+    """
+    spark, lakehouse = inputs.spark, inputs.lakehouse
+
+    def start_writer() -> "DataStreamWriter":
+        zones = read_table(spark, lakehouse.table_path(TAXI_ZONES.name))
+        enriched = enrich_rides_with_zones(delta_stream(spark, lakehouse, RAW_RIDES.name), zones).observe(
+            "enrichment",
+            F.count(F.when(F.col("pu_zone").isNull(), 1)).alias("unknown_pickup_zones"),
+            F.count(F.when(F.col("do_zone").isNull(), 1)).alias("unknown_dropoff_zones"),
+        )
+        return (
+            enriched.writeStream.format("delta")
+            .outputMode("append")
+            .option("checkpointLocation", lakehouse.checkpoint_path(RIDES_ENRICHED.name))
+            .option("path", lakehouse.table_path(RIDES_ENRICHED.name))
+            # A column raw_rides gained (a new field of the value schema) joins the table with its first batch.
+            .option("mergeSchema", "true")
+        )
+
+    return StreamQuery(RIDES_ENRICHED.name, start_writer, tables=(RIDES_ENRICHED.name,))
 
 
 def enriched_rides(step: StepRun) -> dg.MaterializeResult:

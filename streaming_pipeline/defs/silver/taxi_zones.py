@@ -10,8 +10,7 @@ from streaming_pipeline.components.parameters import parameter, with_environment
 from streaming_pipeline.components.streamed_table import with_config_class
 from streaming_pipeline.lakehouse.errors import ConfigurationError
 from streaming_pipeline.lakehouse.settings import LiveSettings
-from streaming_pipeline.lakehouse.silver.enrichment import refresh_taxi_zones
-from streaming_pipeline.lakehouse.silver.taxi_zones import shipped_taxi_zones_csv
+from streaming_pipeline.lakehouse.silver.taxi_zones import refresh_taxi_zones, shipped_taxi_zones_csv
 from streaming_pipeline.lakehouse.tables import TAXI_ZONES
 from streaming_pipeline.resources import LakehouseResource, SparkResource
 from streaming_pipeline.resources.lakehouse import naming_a_store_gone_away
