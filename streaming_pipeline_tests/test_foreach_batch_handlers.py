@@ -29,7 +29,14 @@ HANDLERS = {
         checkpoint_dir="/lake/_checkpoints/raw_rides",
     ),
     "windows": WindowUpsert("/lake/ride_window_aggregates", 1_700_000_000_000_000),
-    "branches": AmountBranchWriter("/lake/high_amount_rides", "/lake/low_amount_rides", 50.0, "/lake/_checkpoints/b"),
+    "branches": AmountBranchWriter(
+        "/lake/high_amount_rides",
+        "/lake/low_amount_rides",
+        50.0,
+        "/lake/_checkpoints/b",
+        "high_amount_rides",
+        "low_amount_rides",
+    ),
 }
 
 _LOAD = """

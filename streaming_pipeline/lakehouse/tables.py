@@ -71,11 +71,6 @@ DEAD_LETTER_RECORDS = Table(
 
 # ------------------------------------------------------------------------------------------------ silver
 
-HIGH_AMOUNT_RIDES = Table("high_amount_rides", SILVER, RIDE_COLUMNS)
-LOW_AMOUNT_RIDES = Table("low_amount_rides", SILVER, RIDE_COLUMNS)
-#: The step (multi-asset) that writes both amount branches from one stream.
-AMOUNT_BRANCHES = "amount_branches"
-
 TAXI_ZONES = Table(
     "taxi_zones",
     SILVER,

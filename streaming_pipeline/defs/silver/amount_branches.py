@@ -14,20 +14,16 @@ from streaming_pipeline.components.streamed_table import QueryInputs, StepRun, S
 from streaming_pipeline.lakehouse.engine.delta_tables import count_duplicate_keys, count_rows, table_exists
 from streaming_pipeline.lakehouse.engine.row_filters import not_null
 from streaming_pipeline.lakehouse.engine.streams import StreamQuery
-from streaming_pipeline.lakehouse.silver.branches import (
-    amount_branches_query,
-    branch_writes,
-    branches_checkpoint,
-    branches_position,
-)
-from streaming_pipeline.lakehouse.tables import (
-    AMOUNT_BRANCHES,
-    HIGH_AMOUNT_RIDES,
-    KAFKA_KEY,
-    LOW_AMOUNT_RIDES,
-    RAW_RIDES,
-)
+from streaming_pipeline.lakehouse.silver.branches import AmountBranches
+from streaming_pipeline.lakehouse.table_model import SILVER, Table
+from streaming_pipeline.lakehouse.tables import KAFKA_KEY, RAW_RIDES, RIDE_COLUMNS
 from streaming_pipeline.resources import LakehouseResource, SparkResource
+
+HIGH_AMOUNT_RIDES = Table("high_amount_rides", SILVER, RIDE_COLUMNS)
+LOW_AMOUNT_RIDES = Table("low_amount_rides", SILVER, RIDE_COLUMNS)
+#: The step (multi-asset) that writes both branches from one stream.
+AMOUNT_BRANCHES = "amount_branches"
+BRANCHES = AmountBranches(source=RAW_RIDES.name, high=HIGH_AMOUNT_RIDES.name, low=LOW_AMOUNT_RIDES.name)
 
 
 class AmountBranchesConfig(dg.Config):
@@ -40,13 +36,13 @@ class AmountBranchesConfig(dg.Config):
 
 
 def branches_query(inputs: QueryInputs, config: AmountBranchesConfig) -> StreamQuery:
-    return amount_branches_query(inputs.spark, inputs.lakehouse, high_amount_threshold=config.high_amount_threshold)
+    return BRANCHES.query(inputs.spark, inputs.lakehouse, name=AMOUNT_BRANCHES, threshold=config.high_amount_threshold)
 
 
 def branched_rides(step: StepRun):
     """One stream from raw_rides, branched per micro-batch; a ride with no total_amount goes to neither table
     and is counted. Exactly once: both appends are idempotent per micro-batch."""
-    result = branch_writes(step.lakehouse, step.run)
+    result = BRANCHES.writes(step.lakehouse, step.run)
     step.context.log.info(
         f"{result.report.input_rows} rides: {result.high_rows} high, {result.low_rows} low, "
         f"{result.null_amount_rides} with no total_amount (in neither)"
@@ -107,11 +103,11 @@ def branches_add_up_to_rides_with_an_amount(spark: SparkResource, lakehouse: Lak
         rides = count_rows(session, rides_path, with_amount)
         return missing_table_result(
             f"{HIGH_AMOUNT_RIDES.name} and {LOW_AMOUNT_RIDES.name}",
-            branches_checkpoint(lakehouse),
+            BRANCHES.checkpoint(lakehouse),
             rides,
             {"high": 0, "low": 0, "raw_rides_with_amount": rides, "duplicated_keys": 0},
         )
-    position = branches_position(lakehouse)
+    position = BRANCHES.position(lakehouse)
     if position is None or position.high_version is None:
         return unpinned_check_result(LOW_AMOUNT_RIDES.name if position is None else HIGH_AMOUNT_RIDES.name)
     high = count_rows(session, high_path, version=position.high_version)
