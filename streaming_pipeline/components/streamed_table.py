@@ -191,16 +191,7 @@ class StreamedTable(dg.Component):
         session = spark.get_session()
         query = self.query(QueryInputs(session, lakehouse, context.run_id, context.log), config)
         results = self.compute(StepRun(context, session, lakehouse, config, query))
-        for result in [results] if isinstance(results, dg.MaterializeResult) else results:
-            if result.asset_key is None and len(self.writes) == 1:
-                result = dg.MaterializeResult(
-                    asset_key=self.table_names[0],
-                    metadata=result.metadata,
-                    check_results=result.check_results,
-                    data_version=result.data_version,
-                    tags=result.tags,
-                )
-            yield result
+        yield from [results] if isinstance(results, dg.MaterializeResult) else results
 
     def build_defs(self, context: dg.ComponentLoadContext) -> dg.Definitions:
         """Read when the definitions load: LIVE_MODE and the parameters' environment variables. A step the

@@ -192,4 +192,17 @@ def test_the_docs_table_of_the_assets_defaults_is_rendered_from_their_parameters
     section = text.split("## The assets' defaults", 1)[1].split("\n## ", 1)[0]
     documented = [line for line in section.splitlines() if line.startswith("| `")]
     expected = parameter_rows()
+    # A variable several assets read (RIDE_WATERMARK_DELAY) has one default.
+    defaults: dict[str, set[str]] = {}
+    for row in expected:
+        variable, default = row.split(" | ")[:2]
+        defaults.setdefault(variable, set()).add(default)
+    assert all(len(shown) == 1 for shown in defaults.values()), defaults
     assert documented == expected, "docs/configuration.md's assets' defaults should read:\n" + "\n".join(expected)
+
+
+def test_a_parameter_of_an_unknown_kind_is_refused_naming_it() -> None:
+    from streaming_pipeline.components.parameters import parameter
+
+    with pytest.raises(ValueError, match="parameter SOME_VAR: kind 'duration' is not one of number, interval, file"):
+        parameter(env="SOME_VAR", default=1.0, kind="duration", description="Anything")
