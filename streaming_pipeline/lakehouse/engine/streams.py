@@ -54,8 +54,8 @@ class StreamQuery:
     transformation, sink and checkpoint) afresh for each start; `tables` are the Delta tables it writes;
     `source_paths` are the Delta tables it reads, which must exist before it can start. Kept running
     (`engine.continuous`), the query calls `on_progress` with what its micro-batches reported since the previous
-    call, and is stopped now and then for `after_stop`: work that needs the query at rest (an availableNow run's
-    caller does both at the end of the run)."""
+    call, and is stopped now and then for `after_stop`: work that needs the query at rest (`run_once`, a triggered
+    run, calls both at the end of the run)."""
 
     name: str
     start_writer: Callable[[], DataStreamWriter]
