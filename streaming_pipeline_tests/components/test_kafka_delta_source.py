@@ -15,6 +15,7 @@ from dagster.components.testing import DefsFolderSandbox, create_defs_folder_san
 
 from streaming_pipeline.components import KafkaDeltaSource
 from streaming_pipeline_tests.avro_examples import PAYMENT_VALUE
+from streaming_pipeline_tests.error_helpers import error_chain
 
 #: What bronze adds to the value's fields (streaming_pipeline.lakehouse.table_model.KAFKA_COLUMNS), written out here.
 KAFKA_COLUMNS = ["kafka_topic", "kafka_partition", "kafka_offset", "kafka_timestamp", "schema_id"]
@@ -311,9 +312,4 @@ def test_resources_bound_by_two_sources_names_both_and_the_way_out(sandbox: Defs
 
 def _messages(error: BaseException) -> str:
     """The error and every error it was raised from (Dagster wraps the component's own)."""
-    parts: list[str] = []
-    current: BaseException | None = error
-    while current is not None:
-        parts.append(str(current))
-        current = current.__cause__ or current.__context__
-    return "\n".join(parts)
+    return "\n".join(str(e) for e in error_chain(error))

@@ -11,6 +11,7 @@ from streaming_pipeline.defs.silver.ride_pickup_joins import RidePickupJoinsConf
 from streaming_pipeline.defs.silver.taxi_zones import TaxiZonesConfig
 from streaming_pipeline.lakehouse.errors import ConfigurationError
 from streaming_pipeline.lakehouse.settings import PipelineSettings
+from streaming_pipeline_tests.error_helpers import error_chain
 
 
 def test_the_defaults_are_the_documented_ones() -> None:
@@ -56,12 +57,7 @@ def test_a_bad_parameter_default_is_refused_when_definitions_load(
     monkeypatch.setenv(variable, value)
     with pytest.raises(Exception) as caught:  # noqa: PT011 - Dagster wraps the error of the module that declares it
         build_definitions()
-    causes = []
-    error: BaseException | None = caught.value
-    while error is not None:
-        causes.append(error)
-        error = error.__cause__
-    refused = [e for e in causes if isinstance(e, ConfigurationError)]
+    refused = [e for e in error_chain(caught.value) if isinstance(e, ConfigurationError)]
     assert refused and message in str(refused[0])
 
 

@@ -15,6 +15,7 @@ from streaming_pipeline.definitions import build_definitions
 from streaming_pipeline.devstack.project import project_defs_folder, project_sources
 from streaming_pipeline.lakehouse.errors import ConfigurationError
 from streaming_pipeline.lakehouse.settings import PipelineSettings
+from streaming_pipeline_tests.error_helpers import error_chain
 
 MODULE = '''
 """The sum of the rides' total_amount at or above a minimum: a gold table in one module."""
@@ -154,11 +155,7 @@ def test_a_module_whose_load_annotation_is_a_string_is_refused_naming_it(
     monkeypatch.delitem(sys.modules, "streaming_pipeline.defs.gold.scratch_ride_totals", raising=False)
     with pytest.raises(Exception) as caught:  # noqa: PT011 - Dagster wraps the error of the module that declares it
         build_definitions(PipelineSettings.from_env({}))
-    causes: list[BaseException] = []
-    error: BaseException | None = caught.value
-    while error is not None:
-        causes.append(error)
-        error = error.__cause__
+    causes = error_chain(caught.value)
     refused = [str(e) for e in causes if isinstance(e, ConfigurationError)]
     assert refused, causes
     assert str(ride_totals_module) in refused[0] and "from __future__ import annotations" in refused[0]

@@ -6,6 +6,7 @@ import dagster as dg
 from streaming_pipeline.components.asset_metadata import IntervalsConfig, delta_table_metadata, stream_metadata
 from streaming_pipeline.components.parameters import parameter
 from streaming_pipeline.components.streamed_table import QueryInputs, StepRun, StreamedTable, WrittenTable
+from streaming_pipeline.defs.event_time import watermark_delay_parameter
 from streaming_pipeline.lakehouse.engine.delta_tables import count_duplicate_keys, read_table, table_exists
 from streaming_pipeline.lakehouse.engine.streams import StreamQuery
 from streaming_pipeline.lakehouse.silver.joins import join_run_result, ride_pickup_joins_query
@@ -23,11 +24,8 @@ class RidePickupJoinsConfig(IntervalsConfig):
         kind="interval",
         description="A pickup joins a ride within this interval after its dropoff, inclusive",
     )
-    watermark_delay: str = parameter(
-        env="RIDE_WATERMARK_DELAY",
-        default="15 minutes",
-        kind="interval",
-        description="How far behind the latest event time either side may arrive and still be joined",
+    watermark_delay: str = watermark_delay_parameter(
+        "How far behind the latest event time either side may arrive and still be joined"
     )
 
 
