@@ -14,12 +14,11 @@ from pydantic import Field, field_validator
 
 from streaming_pipeline.components.asset_metadata import checkpoint_pool
 from streaming_pipeline.components.kafka_delta_source import declared_sources
-from streaming_pipeline.components.streamed_table import StreamedTable, streamed_tables, writing_steps
+from streaming_pipeline.components.streamed_table import StreamedTable, lakehouse_tables, streamed_tables, writing_steps
 from streaming_pipeline.lakehouse.engine.delta_tables import table_exists
 from streaming_pipeline.lakehouse.engine.maintenance import (
     MaintenanceResult,
     check_retention,
-    lakehouse_table_names,
     maintain_table,
 )
 from streaming_pipeline.lakehouse.settings import DEFAULT_VACUUM_RETENTION_HOURS, MaintenanceSettings
@@ -104,7 +103,7 @@ def maintenance_definitions(
     table a step writes that `tables` does not declare), each in the pool of the step that writes it, and its
     schedule."""
     writers = writing_steps(sources, steps)
-    names = dict.fromkeys([*lakehouse_table_names(sources), *(name for step in steps for name in step.table_names)])
+    names = lakehouse_tables(sources, steps)
     ops = [maintenance_op(table, writers.get(table)) for table in names]
     retention = MaintenanceConfig(vacuum_retention_hours=settings.vacuum_retention_hours)
 

@@ -27,15 +27,12 @@ def project_sources() -> tuple[SourceTopic, ...]:
 
 
 def project_tables() -> dict[str, Table]:
-    """Every Delta table of this project's lakehouse by name: its sources' bronze tables, the tables the library
-    declares (`lakehouse.tables`), then those its streamed tables declare in their own modules."""
-    from streaming_pipeline.components.streamed_table import declared_tables, streamed_tables
-    from streaming_pipeline.lakehouse import tables
+    """Every Delta table of this project's lakehouse by name (`streamed_table.lakehouse_tables` of the sources and
+    the steps its code location declares)."""
+    from streaming_pipeline.components.streamed_table import lakehouse_tables, streamed_tables
 
     tree = dg.ComponentTree.for_project(project_defs_folder())
-    sources = declared_sources(tree)
-    library = {value.name: value for value in vars(tables).values() if isinstance(value, Table)}
-    return {**{s.bronze_table: s.table for s in sources}, **library, **declared_tables(sources, streamed_tables(tree))}
+    return lakehouse_tables(declared_sources(tree), streamed_tables(tree))
 
 
 def project_table_names() -> list[str]:
