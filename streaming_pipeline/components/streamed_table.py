@@ -277,7 +277,7 @@ def writing_steps(sources: Sequence[SourceTopic], steps: Sequence[StreamedTable]
     declares it. A table missing here has no streaming writer (the taxi-zone lookup is a batch asset; the dead
     letters get blind appends from every bronze query, which never conflict with OPTIMIZE or VACUUM)."""
     return {
-        **{source.bronze_table: source.bronze_table for source in sources},
+        **{table.name: source.bronze_table for source in sources for table in source.tables},
         **{name: step.step for step in steps for name in step.table_names},
     }
 
@@ -286,7 +286,7 @@ def declared_tables(sources: Sequence[SourceTopic], steps: Sequence[StreamedTabl
     """The declaration of every table the sources' and the steps' queries write, by name: each bronze table, the
     dead letters (every bronze query writes them) and each step's tables."""
     return {
-        **{source.bronze_table: source.table for source in sources},
+        **{table.name: table for source in sources for table in source.tables},
         DEAD_LETTER_RECORDS.name: DEAD_LETTER_RECORDS,
         **{written.table.name: written.table for step in steps for written in step.writes},
     }

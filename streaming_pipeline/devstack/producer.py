@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import json
 import logging
 import signal
 import threading
@@ -161,9 +162,13 @@ class _Encoder:
     key_field: str
     key_serializer: AvroSerializer
     value_serializer: AvroSerializer
+    #: The fields of a record key schema (a table topic's key), filled from the value's fields of the same names.
+    key_fields: tuple[str, ...] = ()
 
     def encode(self, record: Record) -> tuple[bytes | None, bytes]:
-        key = record.get(self.key_field)
+        key: Any = record.get(self.key_field)
+        if self.key_fields and key is not None:  # a record key: its fields, taken from the value
+            key = {name: record.get(name) for name in self.key_fields}
         key_context = SerializationContext(self.topic, MessageField.KEY)
         key_bytes = None if key is None else self.key_serializer(key, key_context)
         # AvroSerializer returns None only for a None object; a record always serializes to bytes
@@ -183,7 +188,12 @@ def _set_up_topic(
     kafka.ensure_topic(topic, partitions=partitions)
     registry.register(source.key_subject, key_schema)
     registry.register(source.value_subject, value_schema)
-    return _Encoder(topic, source.key_field, registry.serializer(key_schema), registry.serializer(value_schema))
+    parsed_key = json.loads(key_schema)
+    is_record = isinstance(parsed_key, dict) and parsed_key.get("type") == "record"
+    key_fields = tuple(c.name for c in source.key_columns) if is_record else ()
+    return _Encoder(
+        topic, source.key_field, registry.serializer(key_schema), registry.serializer(value_schema), key_fields
+    )
 
 
 def _producer_config(kafka: KafkaResource, acks: str) -> dict[str, Any]:

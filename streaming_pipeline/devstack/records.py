@@ -33,6 +33,7 @@ TLC_HEADERS = {
         "DOLocationID": "do_location_id",
     },
     "pickup_locations": {"PULocationID": "pu_location_id", "tpep_pickup_datetime": "pickup_datetime"},
+    "taxi_zones": {"LocationID": "location_id", "Borough": "borough", "Zone": "zone"},
 }
 
 
@@ -82,7 +83,7 @@ class CsvRow:
 
 def read_csv(path: Path, source: SourceTopic) -> Iterator[CsvRow]:
     """Yield every data row of `path` as a record of `source`; a missing file or header column raises, a bad row is
-    yielded as an error."""
+    yielded as an error. Header names match in any letter case (TLC has shipped `LocationID` and `locationid`)."""
     columns = csv_columns(source)
     if not path.is_file():
         raise InputDataError(f"CSV file not found: {path}")
@@ -92,13 +93,14 @@ def read_csv(path: Path, source: SourceTopic) -> Iterator[CsvRow]:
             header = [name.strip() for name in next(reader)]
         except StopIteration:
             raise InputDataError(f"{path}: the file is empty, expected a header line") from None
-        missing = [name for name in columns if name not in header]
+        lowered = [name.lower() for name in header]
+        missing = [name for name in columns if name.lower() not in lowered]
         if missing:
             raise InputDataError(
                 f"{path}: line 1: header lacks column(s) {', '.join(missing)}; expected the NYC TLC header "
                 f"({', '.join(columns)})"
             )
-        positions = {name: header.index(name) for name in columns}
+        positions = {name: lowered.index(name.lower()) for name in columns}
         for row in reader:
             line_number = reader.line_num
             if not row or all(not cell.strip() for cell in row):

@@ -61,11 +61,11 @@ def _spark_type(avro_type: Any, where: str) -> str:
     )
 
 
-def avro_columns(schema_text: str) -> tuple[Column, ...]:
+def avro_columns(schema_text: str, what: str = "value") -> tuple[Column, ...]:
     """The fields of an Avro record schema as table columns: name, Spark SQL type, the field's `doc`."""
     schema = json.loads(schema_text)
     if not isinstance(schema, dict) or schema.get("type") != "record":
-        raise ConfigurationError(f"a source's value schema must be an Avro record, not {schema_text[:80]!r}")
+        raise ConfigurationError(f"a source's {what} schema must be an Avro record, not {schema_text[:80]!r}")
     name = schema.get("name", "?")
     return tuple(
         Column(f["name"], _spark_type(f["type"], f"{name}.{f['name']}"), f.get("doc")) for f in schema["fields"]

@@ -15,10 +15,28 @@ from typing import TYPE_CHECKING
 
 from streaming_pipeline.lakehouse.errors import ConfigurationError
 from streaming_pipeline.lakehouse.schemas import avro_columns, load_schema
-from streaming_pipeline.lakehouse.table_model import BRONZE, KAFKA_COLUMNS, Table
+from streaming_pipeline.lakehouse.table_model import BRONZE, KAFKA_COLUMNS, Column, Table
 
 if TYPE_CHECKING:
     from collections.abc import Iterable
+
+
+APPEND = "append"
+UPSERT = "upsert"
+#: The columns a table topic's history table adds to the key's and the value's.
+HISTORY_COLUMNS = (
+    Column(
+        "valid_from",
+        "timestamp",
+        "When this version of the key became current (the Kafka timestamp, or a field of the value the source names).",
+    ),
+    Column(
+        "valid_to",
+        "timestamp",
+        "When a later record of the key (a new value or a tombstone) replaced this version; null for the current one.",
+    ),
+    Column("is_current", "boolean", "True for the key's current version (false once replaced or deleted)."),
+)
 
 
 @dataclass(frozen=True)
@@ -34,6 +52,13 @@ class SourceTopic:
     key_schema: str | None = None
     #: The value's field that is the record key (what `streaming-pipeline produce` sends as the key).
     key_field: str = ""
+    #: `append`: a stream, every record a row. `upsert`: a table topic, one row per key (its latest value), a
+    #: tombstone deleting the key's row; it needs `key_schema`, an Avro record whose fields are the key columns.
+    mode: str = APPEND
+    #: With `upsert`: every version of each key too, in `<table>_history` (SCD type 2).
+    history: bool = False
+    #: With `history`: the value's timestamp field a version is valid from (default the Kafka timestamp).
+    valid_from_field: str = ""
 
     @classmethod
     def declared(
@@ -45,6 +70,9 @@ class SourceTopic:
         key_field: str = "",
         table: str | None = None,
         description: str | None = None,
+        mode: str = APPEND,
+        history: bool = False,
+        valid_from_field: str = "",
     ) -> SourceTopic:
         """A source from the fields of its declaration, with their defaults.
 
@@ -55,6 +83,9 @@ class SourceTopic:
             key_field: the value's field that is the record key (for producers that build keys).
             table: the bronze table; default `raw_<topic>`, characters that cannot be in a table name as '_'.
             description: the asset's description; default, one naming the topic.
+            mode: `append` (a stream) or `upsert` (a table topic: the latest value per key).
+            history: with `upsert`, every version of each key too, in `<table>_history`.
+            valid_from_field: with `history`, the value's timestamp field a version is valid from.
 
         Returns:
             The source."""
@@ -64,15 +95,47 @@ class SourceTopic:
             value_schema=value_schema,
             key_schema=key_schema,
             key_field=key_field,
-            description=description
-            or f"Every record of the `{topic}` topic, decoded with its writer schema and resolved to the latest "
-            "registered schema, with its Kafka coordinates. Exactly once across re-runs and crashes.",
+            description=description or _default_description(topic, mode),
+            mode=mode,
+            history=history,
+            valid_from_field=valid_from_field,
         )
 
     @property
+    def is_table_topic(self) -> bool:
+        """True for a table topic (`mode: upsert`): one row per key, compaction's gaps normal."""
+        return self.mode == UPSERT
+
+    @property
+    def key_columns(self) -> tuple[Column, ...]:
+        """The key schema's fields (a table topic's key columns); () without a key schema."""
+        return avro_columns(load_schema(self.key_schema), what="key") if self.key_schema else ()
+
+    @property
     def table(self) -> Table:
-        """The bronze table: the value schema's fields, then the Kafka coordinates."""
-        return Table(self.bronze_table, BRONZE, (*avro_columns(load_schema(self.value_schema)), *KAFKA_COLUMNS))
+        """The bronze table: the value schema's fields, then the Kafka coordinates; a table topic's starts with the
+        key's fields."""
+        value_columns = avro_columns(load_schema(self.value_schema))
+        if not self.is_table_topic:
+            return Table(self.bronze_table, BRONZE, (*value_columns, *KAFKA_COLUMNS))
+        keys = self.key_columns
+        names = {c.name for c in keys}
+        return Table(
+            self.bronze_table, BRONZE, (*keys, *[c for c in value_columns if c.name not in names], *KAFKA_COLUMNS)
+        )
+
+    @property
+    def history_table(self) -> Table | None:
+        """A table topic's history (`history`): every version of each key, with its validity; None without."""
+        if not (self.is_table_topic and self.history):
+            return None
+        return Table(f"{self.bronze_table}_history", BRONZE, (*self.table.columns, *HISTORY_COLUMNS))
+
+    @property
+    def tables(self) -> tuple[Table, ...]:
+        """The tables this source's query writes besides the dead letters: its bronze table, and its history."""
+        history = self.history_table
+        return (self.table, *([history] if history else []))
 
     @property
     def key_subject(self) -> str:
@@ -82,6 +145,19 @@ class SourceTopic:
     @property
     def value_subject(self) -> str:
         return f"{self.topic}-value"
+
+
+def _default_description(topic: str, mode: str) -> str:
+    if mode == UPSERT:
+        return (
+            f"The latest value of each key of the `{topic}` table topic (a tombstone deletes the key's row), decoded "
+            "with its writer schema and resolved to the latest registered schema, with the Kafka coordinates of "
+            "the record it comes from. Exactly once across re-runs and crashes."
+        )
+    return (
+        f"Every record of the `{topic}` topic, decoded with its writer schema and resolved to the latest registered "
+        "schema, with its Kafka coordinates. Exactly once across re-runs and crashes."
+    )
 
 
 def check_declared_once(sources: Iterable[SourceTopic]) -> None:

@@ -12,7 +12,7 @@ must not import Dagster, take their DDL from here. The Dagster wiring derives th
 
 from __future__ import annotations
 
-from streaming_pipeline.lakehouse.sources import SourceTopic
+from streaming_pipeline.lakehouse.sources import UPSERT, SourceTopic
 from streaming_pipeline.lakehouse.table_model import (
     BRONZE,
     GOLD,
@@ -48,10 +48,25 @@ PICKUP_LOCATIONS = SourceTopic.declared(
     table="raw_pickup_locations",
     description="Every pickup event from the `pickup_locations` topic with its Kafka coordinates.",
 )
+#: The TLC taxi-zone lookup as a table topic (the course's global KTable), keyed by zone id: its table holds each
+#: zone as it is now, its history every name a zone has had; the rides are enriched with it.
+TAXI_ZONE_LOOKUP = SourceTopic.declared(
+    topic="taxi_zones",
+    value_schema="taxi_zone_value.avsc",
+    key_schema="taxi_zone_key.avsc",
+    key_field="location_id",
+    table="taxi_zones",
+    mode=UPSERT,
+    history=True,
+    description="The NYC TLC taxi zones as they are now: the latest record of each zone id of the `taxi_zones` "
+    "table topic (a tombstone deletes the zone), with the Kafka coordinates of that record. `streaming-pipeline "
+    "produce zones --csv` fills the topic from the lookup file shipped with the package.",
+)
 RIDES_TOPIC = RIDES.topic
 PICKUPS_TOPIC = PICKUP_LOCATIONS.topic
 RAW_RIDES = RIDES.table
 RAW_PICKUP_LOCATIONS = PICKUP_LOCATIONS.table
+TAXI_ZONES = TAXI_ZONE_LOOKUP.table
 #: The columns of a ride as bronze keeps it: the fields of the `rides` value schema and the Kafka coordinates.
 RIDE_COLUMNS = RAW_RIDES.columns
 
@@ -70,17 +85,6 @@ DEAD_LETTER_RECORDS = Table(
 )
 
 # ------------------------------------------------------------------------------------------------ silver
-
-TAXI_ZONES = Table(
-    "taxi_zones",
-    SILVER,
-    (
-        Column("location_id", "int", "TLC taxi zone id (LocationID)."),
-        Column("borough", "string"),
-        Column("zone", "string"),
-        Column("service_zone", "string"),
-    ),
-)
 
 RIDE_PICKUP_JOINS = Table(
     "ride_pickup_joins",

@@ -2,7 +2,7 @@
 checks, its live job and its offset sensor; and the dead-letter table's asset, which the sources share. Adding a
 topic adds none of these by hand."""
 
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from typing import TYPE_CHECKING
 
 import dagster as dg
@@ -20,6 +20,7 @@ from streaming_pipeline.components.kafka_delta_source.checks import bronze_check
 from streaming_pipeline.components.kafka_delta_source.sensors import build_offset_sensor, live_job
 from streaming_pipeline.lakehouse.bronze.ingestion import BronzeRunResult, ingest_topic
 from streaming_pipeline.lakehouse.bronze.offsets import consumed_offsets
+from streaming_pipeline.lakehouse.bronze.table_batches import marker_counts
 from streaming_pipeline.lakehouse.engine.delta_tables import read_table, table_exists
 from streaming_pipeline.lakehouse.settings import LiveSettings, SensorSettings
 from streaming_pipeline.lakehouse.sources import SourceTopic
@@ -32,27 +33,64 @@ if TYPE_CHECKING:
 
 
 def bronze_asset(source: SourceTopic, live: LiveSettings) -> dg.AssetsDefinition:
-    """The asset of a source's bronze table: one availableNow run of the topic's stream into it."""
-    table, topic = source.table, source.topic
+    """The asset of a source's bronze table: one availableNow run of the topic's stream into it. A table topic with
+    history writes its history table in the same run: the two are one multi-asset."""
+    table, topic, history = source.table, source.topic, source.history_table
+    args = table_args(table, kinds=KAFKA_KINDS, live=live, metadata={"source_topic": topic})
 
-    @dg.asset(
-        name=table.name,
-        description=source.description,
-        **table_args(table, kinds=KAFKA_KINDS, live=live, metadata={"source_topic": topic}),
-        pool=checkpoint_pool(table.name),
-    )
-    @naming_a_store_gone_away
-    def bronze_table(
+    def run(
         context: dg.AssetExecutionContext,
         spark: SparkResource,
         kafka: KafkaResource,
         schema_registry: SchemaRegistryResource,
         lakehouse: LakehouseResource,
-    ) -> dg.MaterializeResult:
-        run = ingest_topic(spark.get_session(), kafka, schema_registry, lakehouse, source=source, log=context.log)
-        return _bronze_result(context, spark.get_session(), lakehouse, run, table, topic)
+    ) -> Iterator[dg.MaterializeResult]:
+        session = spark.get_session()
+        ingested = ingest_topic(session, kafka, schema_registry, lakehouse, source=source, log=context.log)
+        yield _bronze_result(context, session, lakehouse, ingested, source)
+        if history is not None:
+            yield _history_result(session, lakehouse, ingested, source, history)
 
-    return bronze_table
+    if history is None:
+
+        @dg.asset(name=table.name, description=source.description, **args, pool=checkpoint_pool(table.name))
+        @naming_a_store_gone_away
+        def bronze_table(
+            context: dg.AssetExecutionContext,
+            spark: SparkResource,
+            kafka: KafkaResource,
+            schema_registry: SchemaRegistryResource,
+            lakehouse: LakehouseResource,
+        ) -> dg.MaterializeResult:
+            return next(run(context, spark, kafka, schema_registry, lakehouse))
+
+        return bronze_table
+
+    history_args = table_args(history, kinds=KAFKA_KINDS, live=live, metadata={"source_topic": topic})
+    history_args["deps"] = [table.name]
+    specs = [
+        dg.AssetSpec(table.name, description=source.description, **args),
+        dg.AssetSpec(
+            history.name,
+            description=f"Every version of each key of the `{topic}` table topic (SCD type 2): valid from its record "
+            "(valid_from) until the next record of its key, a new value or a tombstone (valid_to); is_current for "
+            "the key's current version. Written by the same run as the table.",
+            **history_args,
+        ),
+    ]
+
+    @dg.multi_asset(name=table.name, specs=specs, pool=checkpoint_pool(table.name))
+    @naming_a_store_gone_away
+    def table_topic_with_history(
+        context: dg.AssetExecutionContext,
+        spark: SparkResource,
+        kafka: KafkaResource,
+        schema_registry: SchemaRegistryResource,
+        lakehouse: LakehouseResource,
+    ) -> Iterator[dg.MaterializeResult]:
+        yield from run(context, spark, kafka, schema_registry, lakehouse)
+
+    return table_topic_with_history
 
 
 def _bronze_result(
@@ -60,20 +98,24 @@ def _bronze_result(
     spark: "SparkSession",
     lakehouse: LakehouseResource,
     run: BronzeRunResult,
-    table: Table,
-    topic: str,
+    source: SourceTopic,
 ) -> dg.MaterializeResult:
+    table, topic = source.table, source.topic
     asset_name, offsets = table.name, run.kafka_offset_ranges()
+    deleted = f", {run.rows_deleted} deleted" if source.is_table_topic else ""
     context.log.info(
         f"{asset_name}: {run.report.input_rows} Kafka records in {run.report.batches} micro-batch(es): "
-        f"{run.rows_written} rows written, {run.dead_letters} dead letter(s)"
+        f"{run.rows_written} rows written{deleted}, {run.dead_letters} dead letter(s)"
     )
     if run.dead_letters:
         context.log.warning(f"{asset_name}: {run.dead_letters} record(s) sent to {DEAD_LETTER_RECORDS.name}")
+    table_topic_counts = {"rows_deleted": dg.MetadataValue.int(run.rows_deleted)} if source.is_table_topic else {}
     return dg.MaterializeResult(
+        asset_key=asset_name,
         metadata={
             **stream_metadata(run.report),
             "rows_written": dg.MetadataValue.int(run.rows_written),
+            **table_topic_counts,
             "dead_letters": dg.MetadataValue.int(run.dead_letters),
             "kafka_offsets": dg.MetadataValue.json(offsets),
             "consumed_offsets": dg.MetadataValue.json(
@@ -84,8 +126,22 @@ def _bronze_result(
                     ).items()
                 }
             ),
-            **delta_table_metadata(spark, lakehouse, table),
-        }
+            **delta_table_metadata(spark, lakehouse, table, preview_order=[c.name for c in source.key_columns] or None),
+        },
+    )
+
+
+def _history_result(
+    spark: "SparkSession", lakehouse: LakehouseResource, run: BronzeRunResult, source: SourceTopic, history: Table
+) -> dg.MaterializeResult:
+    markers = [b.marker for b in run.batches]
+    return dg.MaterializeResult(
+        asset_key=history.name,
+        metadata={
+            "versions_inserted": dg.MetadataValue.int(marker_counts(markers, "versions_inserted")),
+            "versions_closed": dg.MetadataValue.int(marker_counts(markers, "versions_closed")),
+            **delta_table_metadata(spark, lakehouse, history),
+        },
     )
 
 
@@ -100,7 +156,17 @@ def source_definitions(
         assets=[bronze_asset(source, live)],
         asset_checks=bronze_checks(source),
         jobs=[job],
-        sensors=[build_offset_sensor(key, source.topic, job, policy, fast_run, running_by_default=not live.continuous)],
+        sensors=[
+            build_offset_sensor(
+                key,
+                source.topic,
+                job,
+                policy,
+                fast_run,
+                running_by_default=not live.continuous,
+                table_topic=source.is_table_topic,
+            )
+        ],
     )
 
 

@@ -10,6 +10,7 @@ from streaming_pipeline.lakehouse.bronze.offsets import (
     settled_offsets,
     table_start_offsets,
 )
+from streaming_pipeline.lakehouse.bronze.table_reconcile import reconcile_table_topic
 from streaming_pipeline.lakehouse.engine.delta_tables import count_duplicate_keys, count_rows
 from streaming_pipeline.lakehouse.engine.row_filters import all_of, equal_to, kafka_offsets_below
 from streaming_pipeline.lakehouse.errors import BronzeStateError, StreamingPipelineError
@@ -22,6 +23,8 @@ DEFAULT_MAX_LAG = 100_000
 
 def bronze_checks(source: SourceTopic) -> list[dg.AssetChecksDefinition]:
     """A source's bronze checks: reconciliation with Kafka, exactly once, consumer lag."""
+    if source.is_table_topic:
+        return [*table_topic_checks(source), consumer_lag_check(source)]
     asset_name, topic = source.bronze_table, source.topic
 
     @dg.asset_check(
@@ -62,6 +65,13 @@ def bronze_checks(source: SourceTopic) -> list[dg.AssetChecksDefinition]:
         duplicates = count_duplicate_keys(spark.get_session(), lakehouse.table_path(asset_name), KAFKA_KEY)
         return dg.AssetCheckResult(passed=duplicates == 0, metadata={"duplicated_keys": duplicates})
 
+    return [reconciles, unique, consumer_lag_check(source)]
+
+
+def consumer_lag_check(source: SourceTopic) -> dg.AssetChecksDefinition:
+    """Records of the topic not yet in the table stay below a bound (offsets: a compacted topic's gaps count)."""
+    asset_name, topic = source.bronze_table, source.topic
+
     @dg.asset_check(
         asset=asset_name,
         name="consumer_lag_below_bound",
@@ -87,4 +97,43 @@ def bronze_checks(source: SourceTopic) -> list[dg.AssetChecksDefinition]:
             },
         )
 
-    return [reconciles, unique, lag]
+    return lag
+
+
+def table_topic_checks(source: SourceTopic) -> list[dg.AssetChecksDefinition]:
+    """A table topic's checks: its table holds the latest value of each key that Kafka holds, one row per key."""
+    asset_name, topic = source.bronze_table, source.topic
+    key = [c.name for c in source.key_columns]
+
+    @dg.asset_check(
+        asset=asset_name,
+        name="reconciles_with_kafka_offsets",
+        description=f"{asset_name} holds exactly the latest record of each key of {topic} below the offsets it has "
+        "consumed (less tombstones and dead letters), read from Kafka now: gaps that compaction left are no alarm.",
+    )
+    def reconciles(spark: SparkResource, kafka: KafkaResource, lakehouse: LakehouseResource) -> dg.AssetCheckResult:
+        try:
+            found = reconcile_table_topic(spark.get_session(), kafka, lakehouse, source)
+        except BronzeStateError as exc:
+            return dg.AssetCheckResult(passed=False, metadata={"error": str(exc)})
+        return dg.AssetCheckResult(
+            passed=found.passed,
+            metadata={
+                "rows": found.rows,
+                "expected_rows": found.expected_rows,
+                "missing_records": found.missing,
+                "unexpected_rows": found.unexpected,
+                "consumed_offsets": {str(p): o for p, o in sorted(found.consumed.items())},
+            },
+        )
+
+    @dg.asset_check(
+        asset=asset_name,
+        name="one_row_per_key",
+        description=f"No key ({', '.join(key)}) appears twice in {asset_name}.",
+    )
+    def one_row_per_key(spark: SparkResource, lakehouse: LakehouseResource) -> dg.AssetCheckResult:
+        duplicates = count_duplicate_keys(spark.get_session(), lakehouse.table_path(asset_name), key)
+        return dg.AssetCheckResult(passed=duplicates == 0, metadata={"duplicated_keys": duplicates})
+
+    return [reconciles, one_row_per_key]

@@ -77,6 +77,23 @@ class KafkaDeltaSource(dg.Component, dg.Model, dg.Resolvable):
         ),
     ] = None
     description: str | None = Field(default=None, description="The asset's description in the Dagster UI.")
+    mode: Literal["append", "upsert"] = Field(
+        default="append",
+        description="`append`: a stream, every record a row. `upsert`: a table topic (the latest value per key, a "
+        "KTable): one row per key, replaced by a record of a higher offset (MERGE), deleted by a tombstone (a null "
+        "value); needs `key_schema`, an Avro record whose fields are the key columns. Suits a compacted topic "
+        "(`cleanup.policy=compact`): its gaps are no alarm.",
+    )
+    history: bool = Field(
+        default=False,
+        description="With `mode: upsert`: every version of each key too, in `<table>_history` (SCD type 2: "
+        "`valid_from`, `valid_to`, `is_current`; a tombstone closes the key's last version).",
+    )
+    valid_from_field: str = Field(
+        default="",
+        description="With `history`: the value's timestamp field a version is valid from (default: the record's "
+        "Kafka timestamp).",
+    )
     resources: Literal["from_environment"] | None = Field(
         default=None,
         description="`from_environment`: this source binds the four resources its assets use (kafka, "
@@ -118,6 +135,9 @@ class KafkaDeltaSource(dg.Component, dg.Model, dg.Resolvable):
             key_field=source.key_field,
             table=source.bronze_table,
             description=source.description,
+            mode=source.mode,
+            history=source.history,
+            valid_from_field=source.valid_from_field,
             resources=resources,
         )
         component._declared_at = context.path
@@ -138,14 +158,22 @@ class KafkaDeltaSource(dg.Component, dg.Model, dg.Resolvable):
             key_field=self.key_field,
             table=self.table,
             description=self.description,
+            mode=self.mode,
+            history=self.history,
+            valid_from_field=self.valid_from_field,
         )
 
     def build_defs(self, context: dg.ComponentLoadContext) -> dg.Definitions:
         _check_declared_once(self, context)
         _check_key_field(self, context)
+        _check_table_topic(self, context)
         _check_resources_bound_once(self, context)
         tree, live = context.component_tree, LiveSettings.from_env()
-        fast_run = fast_run_tables(self.source.bronze_table, streamed_tables(tree))
+        # A table topic's history is written by the same run as its table (one multi-asset).
+        fast_run = [
+            *fast_run_tables(self.source.bronze_table, streamed_tables(tree)),
+            *(table.name for table in self.source.tables[1:]),
+        ]
         components = _in_path_order(tree)
         # One dead-letter table for every source of the project: its asset comes with the first one.
         dead_letters = [dead_letter_asset([c.source for c in components], live)] if components[0] is self else []
@@ -171,6 +199,37 @@ def _check_key_field(component: KafkaDeltaSource, context: dg.ComponentLoadConte
             f"{_declaration_file(context)}: key_field {component.key_field!r} is not a field of the value schema "
             f"{component.value_schema} (its fields: {', '.join(fields)})"
         )
+
+
+def _check_table_topic(component: KafkaDeltaSource, context: dg.ComponentLoadContext) -> None:
+    """A ConfigurationError naming the declaration when the table-topic fields do not fit together: `upsert` without
+    a record key schema, `history` without `upsert`, a `valid_from_field` that is no timestamp field of the value."""
+    where = _declaration_file(context)
+    if component.mode != "upsert":
+        if component.history or component.valid_from_field:
+            raise ConfigurationError(
+                f"{where}: `history` and `valid_from_field` are for a table topic; set `mode: upsert` (or delete them)"
+            )
+        return
+    if component.key_schema is None:
+        raise ConfigurationError(
+            f"{where}: `mode: upsert` keeps one row per key: set `key_schema`, an Avro record schema whose fields are "
+            "the key columns"
+        )
+    try:
+        avro_columns(load_schema(component.key_schema), what="key")
+    except ConfigurationError as exc:
+        raise ConfigurationError(f"{where}: key_schema {component.key_schema}: {exc}") from exc
+    if component.valid_from_field:
+        if not component.history:
+            raise ConfigurationError(f"{where}: `valid_from_field` is for the history table: set `history: true`")
+        columns = {c.name: c.type for c in avro_columns(load_schema(component.value_schema))}
+        if columns.get(component.valid_from_field) != "timestamp":
+            timestamps = [name for name, kind in columns.items() if kind == "timestamp"] or ["none"]
+            raise ConfigurationError(
+                f"{where}: valid_from_field {component.valid_from_field!r} is not a timestamp field of the value "
+                f"schema {component.value_schema} (its timestamp fields: {', '.join(timestamps)})"
+            )
 
 
 def _check_declared_once(component: KafkaDeltaSource, context: dg.ComponentLoadContext) -> None:

@@ -175,9 +175,11 @@ def build_offset_sensor(
     fast_run: Sequence[str],
     *,
     running_by_default: bool = True,
+    table_topic: bool = False,
 ) -> dg.SensorDefinition:
     """The topic's offset sensor; `running_by_default` False in continuous mode (the continuous run streams the
-    topic; started by hand, the sensor still stands aside while a continuous run is in flight)."""
+    topic; started by hand, the sensor still stands aside while a continuous run is in flight). A `table_topic`'s
+    records deleted before they were read (compaction) are no alarm."""
     asset_name = asset_key.to_user_string()
     fast_keys = frozenset(dg.AssetKey(name) for name in fast_run)
     sensor_name = f"{asset_name}_offset_sensor"
@@ -205,7 +207,7 @@ def build_offset_sensor(
             return dg.SkipReason(str(exc))
         try:
             state = _TopicState(kafka.watermark_offsets(topic), consumed)
-            problems = topic_problems(asset_name, topic, state.consumed, state.watermarks)
+            problems = topic_problems(asset_name, topic, state.consumed, state.watermarks, table_topic=table_topic)
             waiting = sum(state.lag.values())
             if 0 < waiting < policy.min_records and not problems:
                 oldest_age = _oldest_waiting_age(kafka, topic, state)

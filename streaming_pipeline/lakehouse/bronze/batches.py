@@ -33,7 +33,7 @@ if TYPE_CHECKING:
 _REGISTRIES: dict[tuple[str, str | None, str | None, str | None], RegistryClient] = {}
 
 
-def _registry(url: str, basic_auth_user_info: str | None, ca: str | None, keystore: str | None) -> RegistryClient:
+def worker_registry(url: str, basic_auth_user_info: str | None, ca: str | None, keystore: str | None) -> RegistryClient:
     """One registry client per worker process, reused across micro-batches (its schema cache too)."""
     from streaming_pipeline.lakehouse.registry_client import RegistryClient
 
@@ -79,7 +79,7 @@ class BronzeBatchWriter:
         )
 
         steps = _StepTimer()
-        registry = _registry(self.registry_url, self.registry_auth, self.registry_ca, self.registry_keystore)
+        registry = worker_registry(self.registry_url, self.registry_auth, self.registry_ca, self.registry_keystore)
         cp_id = checkpoint_id(self.checkpoint_dir)
         app_id = bronze_app_id(self.asset_name, cp_id)
         kafka_offsets = checkpoint_batch_offsets(self.checkpoint_dir, batch_id)

@@ -23,21 +23,28 @@ def _byte_at(value: Column, position: int, length: int) -> Column:
     return F.conv(F.hex(F.substring(value, position, length)), 16, 10).cast("long")
 
 
-def split_confluent_frames(kafka_records: DataFrame) -> DataFrame:
-    """Split Kafka `value`s in Confluent wire format into schema id and Avro body.
+def split_confluent_frames(kafka_records: DataFrame, column: str = "value") -> DataFrame:
+    """Split Kafka `value`s (or `key`s: `column`) in Confluent wire format into schema id and Avro body.
 
     Input: the Kafka source's columns (key, value, topic, partition, offset, timestamp).
     Output adds `schema_id` (int), `avro_body` (binary) and `frame_error` (null when the frame is well formed).
     """
-    value = F.col("value")
+    value = F.col(column)
     length = F.length(value)
     magic = _byte_at(value, 1, 1)
     raw_schema_id = _byte_at(value, 2, 4)
+    null_error = (
+        "message value is null (tombstone); expected a Confluent Avro frame"
+        if column == "value"
+        else f"message {column} is null; expected a Confluent Avro frame"
+    )
     frame_error = (
-        F.when(value.isNull(), F.lit("message value is null (tombstone); expected a Confluent Avro frame"))
+        F.when(value.isNull(), F.lit(null_error))
         .when(
             length < CONFLUENT_HEADER_BYTES + 1,
-            F.format_string("message value is %d bytes; a Confluent Avro frame has a 5-byte header and a body", length),
+            F.format_string(
+                f"message {column} is %d bytes; a Confluent Avro frame has a 5-byte header and a body", length
+            ),
         )
         .when(magic != 0, F.format_string("wrong magic byte %d; the Confluent wire format starts with 0", magic))
         .when(
@@ -48,7 +55,7 @@ def split_confluent_frames(kafka_records: DataFrame) -> DataFrame:
     return kafka_records.select(
         "*",
         F.when(frame_error.isNull(), raw_schema_id.cast("int")).alias("schema_id"),
-        F.when(frame_error.isNull(), F.expr(f"substring(value, {CONFLUENT_HEADER_BYTES + 1})")).alias("avro_body"),
+        F.when(frame_error.isNull(), F.expr(f"substring({column}, {CONFLUENT_HEADER_BYTES + 1})")).alias("avro_body"),
         frame_error.alias("frame_error"),
     )
 

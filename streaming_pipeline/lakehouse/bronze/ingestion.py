@@ -22,10 +22,11 @@ from streaming_pipeline.lakehouse.bronze.offsets import (
     position_offsets,
     topic_problems,
 )
+from streaming_pipeline.lakehouse.bronze.table_batches import TableBatchWriter, marker_counts
 from streaming_pipeline.lakehouse.connections import KafkaConnection, Lakehouse, SchemaRegistryConnection
 from streaming_pipeline.lakehouse.engine.delta_log import BatchCounts, commits_since, latest_version
 from streaming_pipeline.lakehouse.engine.streams import Log, StreamQuery, StreamRunReport, run_available_now
-from streaming_pipeline.lakehouse.schemas import load_schema
+from streaming_pipeline.lakehouse.schemas import avro_columns, load_schema
 from streaming_pipeline.lakehouse.sources import SourceTopic
 from streaming_pipeline.lakehouse.tables import DEAD_LETTER_RECORDS
 
@@ -42,7 +43,16 @@ class BronzeRunResult:
 
     @property
     def rows_written(self) -> int:
+        """Rows appended (a stream), or inserted and updated (a table topic: its batches' markers count them)."""
+        markers = [b.marker for b in self.batches]
+        if any("rows_inserted" in m for m in markers):
+            return marker_counts(markers, "rows_inserted") + marker_counts(markers, "rows_updated")
         return sum(b.rows for b in self.batches)
+
+    @property
+    def rows_deleted(self) -> int:
+        """A table topic's rows deleted by tombstones; 0 for a stream."""
+        return marker_counts([b.marker for b in self.batches], "rows_deleted")
 
     @property
     def dead_letters(self) -> int:
@@ -77,33 +87,61 @@ def bronze_query(
     topic, asset_name = source.topic, source.bronze_table
     table_path = lakehouse.table_path(asset_name)
     checkpoint_dir = lakehouse.checkpoint_path(asset_name)
-    handler = BronzeBatchWriter(
-        registry_url=registry.url,
-        registry_auth=registry.basic_auth_user_info,
-        registry_ca=registry.ssl_ca_location,
-        registry_keystore=registry.ssl_keystore_location,
-        subject=source.value_subject,
-        fallback_reader_schema=load_schema(source.value_schema),
-        table_path=table_path,
-        dead_letter_path=lakehouse.table_path(DEAD_LETTER_RECORDS.name),
-        asset_name=asset_name,
-        checkpoint_dir=checkpoint_dir,
-    )
+    handler = batch_writer(registry, lakehouse, source)
+    tables = (asset_name, DEAD_LETTER_RECORDS.name, *(table.name for table in source.tables[1:]))
 
     def start_writer() -> DataStreamWriter:
         kafka.ensure_topic(topic)
-        starting_offsets = _starting_offsets(kafka, table_path, checkpoint_dir, asset_name, topic)
-        records = (
+        starting_offsets = _starting_offsets(kafka, table_path, checkpoint_dir, source)
+        reader = (
             spark.readStream.format("kafka")
             .options(**kafka.spark_options())
             .option("subscribe", topic)
             .option("startingOffsets", starting_offsets)
             .option("maxOffsetsPerTrigger", lakehouse.max_offsets_per_trigger)
-            .load()
         )
-        return records.writeStream.foreachBatch(handler).option("checkpointLocation", checkpoint_dir)
+        if source.is_table_topic:
+            # A compacted topic has gaps in its offsets and loses superseded records before they are read: for a
+            # table topic that is what compaction is for, not data loss (the newest record of each key stays).
+            reader = reader.option("failOnDataLoss", "false")
+        return reader.load().writeStream.foreachBatch(handler).option("checkpointLocation", checkpoint_dir)
 
-    return StreamQuery(asset_name, start_writer, tables=(asset_name, DEAD_LETTER_RECORDS.name))
+    return StreamQuery(asset_name, start_writer, tables=tables)
+
+
+def batch_writer(
+    registry: SchemaRegistryConnection, lakehouse: Lakehouse, source: SourceTopic
+) -> BronzeBatchWriter | TableBatchWriter:
+    """The foreachBatch handler of the source's table: a stream's appends every record, a table topic's MERGEs the
+    latest value of each key."""
+    asset_name = source.bronze_table
+    common: dict[str, Any] = {
+        "registry_url": registry.url,
+        "registry_auth": registry.basic_auth_user_info,
+        "registry_ca": registry.ssl_ca_location,
+        "registry_keystore": registry.ssl_keystore_location,
+        "table_path": lakehouse.table_path(asset_name),
+        "dead_letter_path": lakehouse.table_path(DEAD_LETTER_RECORDS.name),
+        "asset_name": asset_name,
+        "checkpoint_dir": lakehouse.checkpoint_path(asset_name),
+    }
+    if not source.is_table_topic:
+        return BronzeBatchWriter(
+            subject=source.value_subject, fallback_reader_schema=load_schema(source.value_schema), **common
+        )
+    assert source.key_schema is not None
+    history = source.history_table
+    return TableBatchWriter(
+        key_subject=source.key_subject,
+        value_subject=source.value_subject,
+        fallback_key_schema=load_schema(source.key_schema),
+        fallback_value_schema=load_schema(source.value_schema),
+        key_fields=tuple(c.name for c in source.key_columns),
+        value_fields=tuple(c.name for c in avro_columns(load_schema(source.value_schema))),
+        history_path=lakehouse.table_path(history.name) if history else None,
+        valid_from_field=source.valid_from_field,
+        **common,
+    )
 
 
 def ingest_topic(
@@ -142,15 +180,18 @@ def ingest_topic(
     return result
 
 
-def _starting_offsets(kafka: KafkaConnection, table_path: str, checkpoint_dir: str, asset_name: str, topic: str) -> str:
+def _starting_offsets(kafka: KafkaConnection, table_path: str, checkpoint_dir: str, source: SourceTopic) -> str:
     """Check that table, checkpoint and topic agree; the `startingOffsets` of a query with a new checkpoint.
 
     A new checkpoint starts at the earliest offsets, or where a replay said the rebuilt table starts. (A query
     with a checkpoint ignores the option and goes on from the checkpoint.)
     """
+    asset_name, topic = source.bronze_table, source.topic
     position = check_bronze_state(table_path, checkpoint_dir, asset_name)
     consumed = position_offsets(position, table_path, checkpoint_dir, asset_name, topic)
-    problems = topic_problems(asset_name, topic, consumed, kafka.watermark_offsets(topic))
+    problems = topic_problems(
+        asset_name, topic, consumed, kafka.watermark_offsets(topic), table_topic=source.is_table_topic
+    )
     if problems:
         raise BronzeStateError(problems.message())
     if checkpoint_id(checkpoint_dir) is None and consumed:

@@ -299,14 +299,16 @@ class TopicProblems:
 
 
 def topic_problems(
-    asset_name: str, topic: str, consumed: Offsets, watermarks: dict[int, tuple[int, int]]
+    asset_name: str, topic: str, consumed: Offsets, watermarks: dict[int, tuple[int, int]], *, table_topic: bool = False
 ) -> TopicProblems:
-    """Compare the consumed offsets with the topic's (earliest, end) offsets per partition."""
+    """Compare the consumed offsets with the topic's (earliest, end) offsets per partition. For a `table_topic`,
+    records deleted before they were read are no problem: what a compacted topic drops is superseded by a newer
+    record of the same key, which the table reads."""
     backwards, deleted = {}, {}
     for partition, offset in sorted(consumed.items()):
         low, high = watermarks.get(partition, (0, 0))
         if offset > high:
             backwards[partition] = (offset, high)
-        elif offset < low:
+        elif offset < low and not table_topic:
             deleted[partition] = (offset, low)
     return TopicProblems(asset_name, topic, backwards, deleted)

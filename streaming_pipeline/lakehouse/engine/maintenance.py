@@ -70,9 +70,9 @@ _UNIT_HOURS = {"week": 168.0, "day": 24.0, "hour": 1.0, "minute": 1 / 60, "secon
 
 
 def lakehouse_table_names(sources: Iterable[SourceTopic]) -> list[str]:
-    """Every Delta table of the lakehouse: the bronze table of each source, then every table `tables` declares, in
-    declaration order (the same names as the assets)."""
-    names = [source.bronze_table for source in sources]
+    """Every Delta table of the lakehouse: the tables of each source (its bronze table, a table topic's history),
+    then every table `tables` declares, in declaration order (the same names as the assets)."""
+    names = [table.name for source in sources for table in source.tables]
     for value in vars(tables).values():
         if isinstance(value, tables.Table) and value.name not in names:
             names.append(value.name)
