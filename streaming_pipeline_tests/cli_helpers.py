@@ -71,7 +71,7 @@ def run_stack_cli(*args: str, timeout: float = 300) -> subprocess.CompletedProce
 
 
 _PIPELINE_PREFIXES = ("SPARK_", "RIDE_", "JOIN_", "OFFSET_SENSOR_", "KAFKA_", "SCHEMA_REGISTRY_", "DAGSTER_")
-_PIPELINE_VARIABLES = ("LAKEHOUSE_DIR", "HIGH_AMOUNT_THRESHOLD", "TAXI_ZONES_CSV", "MAX_OFFSETS_PER_TRIGGER")
+_PIPELINE_VARIABLES = ("LAKEHOUSE_DIR", "HIGH_AMOUNT_THRESHOLD", "MAX_OFFSETS_PER_TRIGGER")
 
 
 def environment_without_pipeline_settings() -> dict[str, str]:

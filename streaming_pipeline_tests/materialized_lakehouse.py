@@ -31,10 +31,10 @@ from streaming_pipeline.definitions import pipeline_definitions
 from streaming_pipeline.devstack.cli import main as cli_main
 from streaming_pipeline.devstack.embedded.stack import StackInfo
 from streaming_pipeline.devstack.producer import produce, rows_from_records
-from streaming_pipeline.devstack.records import read_rides_csv
+from streaming_pipeline.devstack.records import read_csv, read_rides_csv, shipped_zone_lookup
 from streaming_pipeline.devstack.synthetic import SyntheticOptions, synthetic_rides
 from streaming_pipeline.lakehouse.engine.delta_log import filesystem, latest_version
-from streaming_pipeline.lakehouse.tables import PICKUPS_TOPIC, RIDES_TOPIC
+from streaming_pipeline.lakehouse.tables import PICKUPS_TOPIC, RIDES_TOPIC, TAXI_ZONE_LOOKUP
 from streaming_pipeline_tests.conftest import TLC_RIDE_COLUMNS, pipeline_resources_for
 from streaming_pipeline_tests.kafka_helpers import avro_frame, clients_of, end_offsets, environ, produce_raw
 
@@ -68,6 +68,8 @@ class MaterializedLakehouse:
     rides: pd.DataFrame  # every ride produced, columns as in raw_rides, datetimes naive UTC
     pickups: pd.DataFrame  # pu_location_id, pickup_datetime
     bad: list[BadRecord]
+    first_run_rides: int  # the rides of the first run: the first rows of `rides`
+    renamed_zone: RenamedZone  # between the first run and the second
     end_offsets: dict[str, dict[int, int]]  # per topic, after everything was produced
     runs: list[dg.ExecuteInProcessResult]  # the two runs that took the records
     after_first_run: dict[str, int | None]  # every table's version after the first run
@@ -96,9 +98,11 @@ def _write_pickups_csv(rides: pd.DataFrame, path: Path) -> pd.DataFrame:
     return pd.DataFrame({"pu_location_id": [z for z, _ in rows], "pickup_datetime": [m for _, m in rows]})
 
 
-def _cli_produce(stack: StackInfo, kind: str, path: Path) -> None:
-    """`streaming-pipeline produce` as a user runs it after `eval "$(streaming-pipeline stack env)"`."""
-    args = ["produce", kind, "--csv", str(path), "--no-progress", "--bootstrap-servers", stack.bootstrap_servers]
+def _cli_produce(stack: StackInfo, kind: str, path: Path | None) -> None:
+    """`streaming-pipeline produce` as a user runs it after `eval "$(streaming-pipeline stack env)"` (`--csv` with no
+    file when `path` is None: the shipped zone lookup)."""
+    csv_file = [] if path is None else [str(path)]
+    args = ["produce", kind, "--csv", *csv_file, "--no-progress", "--bootstrap-servers", stack.bootstrap_servers]
     with environ(stack.secure_env):
         assert cli_main([*args, "--schema-registry-url", stack.schema_registry_url]) == 0
 
@@ -157,17 +161,45 @@ def produce_first_records(stack: StackInfo, rides_csv: Path, root: Path) -> Firs
     (test_cluster_vs_local.py produces them again to compare a cluster's tables with these)."""
     rides = sample_rides(rides_csv)
     pickups = _write_pickups_csv(rides, root / "pickups.csv")
+    _cli_produce(stack, "zones", None)
     _cli_produce(stack, "rides", rides_csv)
     _cli_produce(stack, "pickups", root / "pickups.csv")
     return FirstRecords(rides, pickups, _bad_records(stack, rides_csv))
 
 
-def produce_later_records(stack: StackInfo) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
-    """The second run's records, produced to `stack`: (rides, pickups), as produced."""
+def later_rides() -> list[dict[str, Any]]:
+    """The second run's rides (synthetic, the same every time)."""
     options = SyntheticOptions(
         seed=7, start=datetime(2020, 7, 1, 2, 0, tzinfo=UTC), mean_gap_seconds=30, late_fraction=0.1
     )
-    later = list(synthetic_rides(LATER_RIDES, options))
+    return list(synthetic_rides(LATER_RIDES, options))
+
+
+@dataclass(frozen=True)
+class RenamedZone:
+    """The zone renamed on the `taxi_zones` topic between the first run and the second."""
+
+    location_id: int
+    old_name: str
+    new_name: str
+
+
+def rename_a_zone(stack: StackInfo, first: pd.DataFrame, later: list[dict[str, Any]]) -> RenamedZone:
+    """Rename the pickup zone that the most rides of both runs have, with a record of its id on the `taxi_zones`
+    table topic: the rides enriched before it keep the old name, those after get the new one."""
+    both = set(first["pu_location_id"]) & {r["pu_location_id"] for r in later}
+    location_id = int(first[first["pu_location_id"].isin(both)]["pu_location_id"].value_counts().index[0])
+    (row,) = [r for r in read_csv(shipped_zone_lookup(), TAXI_ZONE_LOOKUP) if r.record["location_id"] == location_id]
+    renamed = {**row.record, "zone": f"{row.record['zone']} (renamed)"}
+    kafka, registry = clients_of(stack)
+    result = produce(kafka, registry, TAXI_ZONE_LOOKUP.topic, rows_from_records([renamed]), show_progress=False)
+    assert (result.sent, result.failed) == (1, 0)
+    return RenamedZone(location_id, row.record["zone"], renamed["zone"])
+
+
+def produce_later_records(stack: StackInfo) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """The second run's records, produced to `stack`: (rides, pickups), as produced."""
+    later = later_rides()
     later_pickups = [
         {"pu_location_id": r["do_location_id"], "pickup_datetime": r["dropoff_datetime"] + timedelta(minutes=2)}
         for r in later[::4]
@@ -194,6 +226,7 @@ def build(stack: StackInfo, rides_csv: Path, root: Path, spark_conf: dict[str, s
     with environ(stack.secure_env):  # where each run reads its secrets (dg.EnvVar), as in `dagster dev`
         runs = [materialize_every_asset(resources, instance)]
     after_first_run = table_versions(lakehouse)
+    renamed_zone = rename_a_zone(stack, first.rides, later_rides())
     later, later_pickups = produce_later_records(stack)
     with environ(stack.secure_env):
         runs.append(materialize_every_asset(resources, instance))
@@ -210,6 +243,8 @@ def build(stack: StackInfo, rides_csv: Path, root: Path, spark_conf: dict[str, s
         rides=pd.concat([first.rides, _naive_utc(pd.DataFrame(later))], ignore_index=True),
         pickups=pd.concat([first.pickups, _naive_utc(pd.DataFrame(later_pickups))], ignore_index=True),
         bad=first.bad,
+        first_run_rides=len(first.rides),
+        renamed_zone=renamed_zone,
         end_offsets={topic: end_offsets(clients_of(stack)[0], topic) for topic in (RIDES_TOPIC, PICKUPS_TOPIC)},
         runs=runs,
         after_first_run=after_first_run,

@@ -107,23 +107,33 @@ def _check_tables(spark, resources: MaterializedLakehouse, rides: pd.DataFrame, 
             map(tuple, rides[chosen][amounts].values.tolist())
         ), table
 
-    # Enrichment: a pandas merge with the lookup read as plain CSV; every ride once.
+    # Enrichment: a pandas merge with the lookup read as plain CSV, every ride once: the first run's rides with the
+    # zones as shipped, the second's with the zone renamed on the topic between the runs.
     lookup = pd.read_csv(LOOKUP, keep_default_na=False).rename(
         columns={"locationid": "location_id"}
     )  # zone 265 is "NA"
-    expected_enriched = rides.merge(
-        lookup[["location_id", "borough", "zone"]].rename(
-            columns={"location_id": "pu_location_id", "borough": "pu_borough", "zone": "pu_zone"}
-        ),
-        on="pu_location_id",
-        how="left",
-    ).merge(
-        lookup[["location_id", "borough", "zone"]].rename(
-            columns={"location_id": "do_location_id", "borough": "do_borough", "zone": "do_zone"}
-        ),
-        on="do_location_id",
-        how="left",
+    renamed = resources.renamed_zone
+    renamed_lookup = lookup.assign(
+        zone=lookup["zone"].where(lookup["location_id"] != renamed.location_id, renamed.new_name)
     )
+
+    def enriched(part: pd.DataFrame, zones: pd.DataFrame) -> pd.DataFrame:
+        side = zones[["location_id", "borough", "zone"]]
+        return part.merge(
+            side.rename(columns={"location_id": "pu_location_id", "borough": "pu_borough", "zone": "pu_zone"}),
+            on="pu_location_id",
+            how="left",
+        ).merge(
+            side.rename(columns={"location_id": "do_location_id", "borough": "do_borough", "zone": "do_zone"}),
+            on="do_location_id",
+            how="left",
+        )
+
+    first, later = rides.iloc[: resources.first_run_rides], rides.iloc[resources.first_run_rides :]
+    assert (first["pu_location_id"] == renamed.location_id).any() and (
+        later["pu_location_id"] == renamed.location_id
+    ).any()
+    expected_enriched = pd.concat([enriched(first, lookup), enriched(later, renamed_lookup)], ignore_index=True)
     zone_columns = [
         "pickup_datetime",
         "pu_location_id",
@@ -150,7 +160,18 @@ def _check_tables(spark, resources: MaterializedLakehouse, rides: pd.DataFrame, 
             .values.tolist(),
         )
     )
-    assert len(_table(spark, resources, "taxi_zones")) == 265
+    # The zones: 265, one renamed; its history has both names, the old one closed when the new one came.
+    zones = _table(spark, resources, "taxi_zones")
+    assert len(zones) == 265
+    assert dict(zip(zones["location_id"], zones["zone"], strict=True)) == dict(
+        zip(renamed_lookup["location_id"], renamed_lookup["zone"], strict=True)
+    )
+    history = _table(spark, resources, "taxi_zones_history")
+    assert len(history) == 266
+    versions = history[history["location_id"] == renamed.location_id].sort_values("valid_from")
+    assert versions["zone"].tolist() == [renamed.old_name, renamed.new_name]
+    assert versions["is_current"].tolist() == [False, True]
+    assert versions["valid_to"].iloc[0] == versions["valid_from"].iloc[1] and pd.isna(versions["valid_to"].iloc[1])
 
 
 def test_every_table_holds_exactly_what_was_produced_after_two_runs(materialized_lakehouse, spark) -> None:

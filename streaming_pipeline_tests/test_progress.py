@@ -222,7 +222,7 @@ class _FakeKafka:
     def __init__(self, clock: FakeClock) -> None:
         self.fake_producer = _FakeProducer(clock)
 
-    def ensure_topic(self, topic: str, partitions: int = 2) -> None:
+    def ensure_topic(self, topic: str, partitions: int = 2, cleanup_policy: str | None = None) -> None:
         pass
 
     def producer(self, **_config: Any) -> _FakeProducer:

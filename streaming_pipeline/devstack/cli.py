@@ -15,7 +15,9 @@ from streaming_pipeline.lakehouse.errors import ConfigurationError
 from streaming_pipeline.lakehouse.sources import SourceTopic
 
 #: `streaming-pipeline produce <name>`: the topic's name, or a shorter one.
-_PRODUCE_NAMES = {"pickup_locations": "pickups"}
+_PRODUCE_NAMES = {"pickup_locations": "pickups", "taxi_zones": "zones"}
+#: `--csv` with no file: the zone lookup shipped with the package (for `produce zones`).
+_SHIPPED_CSV = Path("<shipped>")
 
 
 def _produce_name(source: SourceTopic) -> str:
@@ -43,7 +45,14 @@ def _add_produce_parser(subparsers: argparse._SubParsersAction) -> None:
         help="; ".join(f"{_produce_name(s)} -> topic {s.topic}" for s in sources),
     )
     records = produce.add_mutually_exclusive_group(required=True)
-    records.add_argument("--csv", type=Path, help="a CSV file with the NYC TLC header, or the Avro field names")
+    records.add_argument(
+        "--csv",
+        type=Path,
+        nargs="?",
+        const=_SHIPPED_CSV,
+        help="a CSV file with the NYC TLC header, or the Avro field names; `produce zones --csv` with no file sends "
+        "the TLC zone lookup shipped with the package",
+    )
     records.add_argument("--synthetic", type=int, metavar="N", help="N synthetic records")
     produce.add_argument("--rate", type=float, help="events per second (default: as fast as possible)")
     produce.add_argument("--acks", choices=["0", "1", "all"], default="all", help="producer acks (default all)")
@@ -66,9 +75,10 @@ def _add_produce_parser(subparsers: argparse._SubParsersAction) -> None:
 
 def _run_produce(args: argparse.Namespace) -> int:
     from streaming_pipeline.devstack.producer import produce, rows_from_records
-    from streaming_pipeline.devstack.records import read_csv
+    from streaming_pipeline.devstack.records import read_csv, shipped_zone_lookup
     from streaming_pipeline.devstack.synthetic import SyntheticOptions, synthetic_records
     from streaming_pipeline.lakehouse.settings import PipelineSettings
+    from streaming_pipeline.lakehouse.tables import TAXI_ZONE_LOOKUP
     from streaming_pipeline.resources.from_settings import build_resources, resolved
 
     resources = build_resources(PipelineSettings.from_env())
@@ -81,6 +91,10 @@ def _run_produce(args: argparse.Namespace) -> int:
     registry = schema_registry.get_client()
     source = next(s for s in project_sources() if _produce_name(s) == args.kind)
     topic = source.topic
+    if args.csv == _SHIPPED_CSV:
+        if source.topic != TAXI_ZONE_LOOKUP.topic:
+            raise ConfigurationError(f"--csv needs a file for {args.kind}; only `produce zones` has one shipped")
+        args.csv = shipped_zone_lookup()
     if args.csv is not None:
         rows = read_csv(args.csv, source)
         total = None

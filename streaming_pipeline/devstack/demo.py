@@ -21,7 +21,7 @@ from streaming_pipeline.defs.gold.vendor_counts import VENDOR_COUNTS
 from streaming_pipeline.defs.silver.amount_branches import HIGH_AMOUNT_RIDES, LOW_AMOUNT_RIDES
 from streaming_pipeline.defs.silver.rides_enriched import RIDES_ENRICHED
 from streaming_pipeline.devstack.errors import DemoError
-from streaming_pipeline.devstack.producer import ProduceResult, produce, rows_from_records
+from streaming_pipeline.devstack.producer import ProduceResult, produce, produce_zone_lookup, rows_from_records
 from streaming_pipeline.devstack.project import QUIET_RUN_CONFIG, project_tables
 from streaming_pipeline.devstack.records import read_rides_csv
 from streaming_pipeline.devstack.synthetic import SyntheticOptions, synthetic_pickups, synthetic_rides
@@ -112,6 +112,8 @@ def _check_produced(result: ProduceResult) -> None:
 def _produce(options: DemoOptions, kafka: Any, registry: Any, stages: _Stages) -> int:
     started = time.monotonic()
     with waiting("producing", say=stages.say):  # a large --csv takes a while
+        zones = produce_zone_lookup(kafka, registry)
+        _check_produced(zones)
         if options.csv is not None:
             ride_rows = list(read_rides_csv(options.csv))
             rides = [row.record for row in ride_rows if row.record is not None]
@@ -130,7 +132,8 @@ def _produce(options: DemoOptions, kafka: Any, registry: Any, stages: _Stages) -
             produce(kafka, registry, PICKUPS_TOPIC, rows_from_records(pickups), total=len(pickups), show_progress=False)
         )
     stages.say(
-        f"produced {len(rides):,} rides and {len(pickups):,} pickups from {source} ({time.monotonic() - started:.1f} s)"
+        f"produced {zones.sent} taxi zones, and {len(rides):,} rides and {len(pickups):,} pickups from {source} "
+        f"({time.monotonic() - started:.1f} s)"
     )
     return len(rides)
 

@@ -16,15 +16,18 @@ from confluent_kafka import KafkaError, KafkaException, Producer
 from confluent_kafka.serialization import MessageField, SerializationContext
 
 from streaming_pipeline.devstack.project import project_sources
-from streaming_pipeline.devstack.records import CsvRow, Record
+from streaming_pipeline.devstack.records import CsvRow, Record, read_csv, shipped_zone_lookup
 from streaming_pipeline.lakehouse.errors import ConfigurationError
 from streaming_pipeline.lakehouse.progress import Progress
 from streaming_pipeline.lakehouse.registry_client import RegistryClient
 from streaming_pipeline.lakehouse.schemas import load_schema
 from streaming_pipeline.lakehouse.sources import source_for_topic
+from streaming_pipeline.lakehouse.tables import TAXI_ZONE_LOOKUP
 from streaming_pipeline.resources.kafka import KafkaResource
 
 if TYPE_CHECKING:
+    from pathlib import Path
+
     from confluent_kafka.schema_registry.avro import AvroSerializer
 
 ACKS = ("0", "1", "all")
@@ -185,7 +188,7 @@ def _set_up_topic(
         raise ConfigurationError(f"the source of topic {topic!r} declares no key schema and key field to produce with")
     key_schema = load_schema(source.key_schema)
     value_schema = value_schema or load_schema(source.value_schema)
-    kafka.ensure_topic(topic, partitions=partitions)
+    kafka.ensure_topic(topic, partitions=partitions, cleanup_policy=source.cleanup_policy)
     registry.register(source.key_subject, key_schema)
     registry.register(source.value_subject, value_schema)
     parsed_key = json.loads(key_schema)
@@ -263,3 +266,14 @@ def _send(
         except KafkaException as exc:
             result.fail(f"line {line_number}: {exc}")
             return
+
+
+def produce_zone_lookup(
+    kafka: KafkaResource, registry: RegistryClient, csv_path: Path | None = None, *, show_progress: bool = False
+) -> ProduceResult:
+    """The TLC taxi-zone lookup (`csv_path`, default the one shipped with the package) to the `taxi_zones` table topic:
+    one record per zone, keyed by its id. A zone already there gets a new version (the same values, when the file
+    has not changed)."""
+    path = csv_path or shipped_zone_lookup()
+    rows = list(read_csv(path, TAXI_ZONE_LOOKUP))
+    return produce(kafka, registry, TAXI_ZONE_LOOKUP.topic, rows, total=len(rows), show_progress=show_progress)

@@ -7,6 +7,7 @@ import json
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from datetime import UTC, datetime
+from importlib import resources
 from pathlib import Path
 from typing import Any
 
@@ -49,6 +50,12 @@ def csv_columns(source: SourceTopic) -> dict[str, tuple[str, str, bool]]:
         nullable = isinstance(avro_field["type"], list) and "null" in avro_field["type"]
         columns[header_of.get(column.name, column.name)] = (column.name, _KINDS[column.type], nullable)
     return columns
+
+
+def shipped_zone_lookup() -> Path:
+    """The NYC TLC taxi-zone lookup (265 zones, public reference data) shipped with the package: what
+    `streaming-pipeline produce zones --csv` sends to the `taxi_zones` table topic when given no file."""
+    return Path(str(resources.files("streaming_pipeline.lakehouse") / "data" / "taxi_zone_lookup.csv"))
 
 
 def parse_timestamp(text: str) -> datetime:

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Literal
 
 from streaming_pipeline.lakehouse.errors import ConfigurationError
 from streaming_pipeline.lakehouse.schemas import avro_columns, load_schema
@@ -21,8 +21,10 @@ if TYPE_CHECKING:
     from collections.abc import Iterable
 
 
-APPEND = "append"
-UPSERT = "upsert"
+#: `append`: a stream, every record a row; `upsert`: a table topic, the latest value per key.
+SourceMode = Literal["append", "upsert"]
+APPEND: SourceMode = "append"
+UPSERT: SourceMode = "upsert"
 #: The columns a table topic's history table adds to the key's and the value's.
 HISTORY_COLUMNS = (
     Column(
@@ -54,7 +56,7 @@ class SourceTopic:
     key_field: str = ""
     #: `append`: a stream, every record a row. `upsert`: a table topic, one row per key (its latest value), a
     #: tombstone deleting the key's row; it needs `key_schema`, an Avro record whose fields are the key columns.
-    mode: str = APPEND
+    mode: SourceMode = APPEND
     #: With `upsert`: every version of each key too, in `<table>_history` (SCD type 2).
     history: bool = False
     #: With `history`: the value's timestamp field a version is valid from (default the Kafka timestamp).
@@ -70,7 +72,7 @@ class SourceTopic:
         key_field: str = "",
         table: str | None = None,
         description: str | None = None,
-        mode: str = APPEND,
+        mode: SourceMode = APPEND,
         history: bool = False,
         valid_from_field: str = "",
     ) -> SourceTopic:
@@ -105,6 +107,12 @@ class SourceTopic:
     def is_table_topic(self) -> bool:
         """True for a table topic (`mode: upsert`): one row per key, compaction's gaps normal."""
         return self.mode == UPSERT
+
+    @property
+    def cleanup_policy(self) -> str | None:
+        """The `cleanup.policy` its topic is created with when absent: `compact` for a table topic (Kafka keeps the
+        latest record of each key), the broker's default (`delete`) for a stream."""
+        return "compact" if self.is_table_topic else None
 
     @property
     def key_columns(self) -> tuple[Column, ...]:
@@ -147,7 +155,7 @@ class SourceTopic:
         return f"{self.topic}-value"
 
 
-def _default_description(topic: str, mode: str) -> str:
+def _default_description(topic: str, mode: SourceMode) -> str:
     if mode == UPSERT:
         return (
             f"The latest value of each key of the `{topic}` table topic (a tombstone deletes the key's row), decoded "

@@ -66,7 +66,7 @@ RIDES_TOPIC = RIDES.topic
 PICKUPS_TOPIC = PICKUP_LOCATIONS.topic
 RAW_RIDES = RIDES.table
 RAW_PICKUP_LOCATIONS = PICKUP_LOCATIONS.table
-TAXI_ZONES = TAXI_ZONE_LOOKUP.table
+TAXI_ZONES, TAXI_ZONES_HISTORY = TAXI_ZONE_LOOKUP.tables
 #: The columns of a ride as bronze keeps it: the fields of the `rides` value schema and the Kafka coordinates.
 RIDE_COLUMNS = RAW_RIDES.columns
 

@@ -313,3 +313,108 @@ def test_resources_bound_by_two_sources_names_both_and_the_way_out(sandbox: Defs
 def _messages(error: BaseException) -> str:
     """The error and every error it was raised from (Dagster wraps the component's own)."""
     return "\n".join(str(e) for e in error_chain(error))
+
+
+# ---------------------------------------------------------------- table topics (mode: upsert)
+
+ACCOUNT_KEY = {
+    "type": "record",
+    "name": "PaymentKey",
+    "namespace": "example.payments",
+    "fields": [{"name": "payment_id", "type": "long", "doc": "The payment's key."}],
+}
+
+
+def _declare_table_topic(sandbox: DefsFolderSandbox, attributes: dict[str, Any], key: Any = ACCOUNT_KEY) -> Path:
+    path = _declare(sandbox, "payments", {"topic": "payments", "value_schema": "payment_value.avsc", **attributes})
+    (path / "payment_key.avsc").write_text(json.dumps(key))
+    return path
+
+
+def test_scaffold_with_mode_upsert_writes_a_table_topic_with_an_example_key_that_loads(
+    sandbox: DefsFolderSandbox,
+) -> None:
+    path = sandbox.scaffold_component(
+        component_cls=KafkaDeltaSource, defs_path="accounts", scaffold_params={"mode": "upsert"}
+    )
+
+    text = (path / "defs.yaml").read_text()
+    declared = yaml.safe_load(text)["attributes"]
+    assert declared == {
+        "topic": "accounts",
+        "mode": "upsert",
+        "key_schema": "key.avsc",
+        "value_schema": "value.avsc",
+        "resources": "from_environment",
+    }
+    for optional in ("# history: true", "# valid_from_field: created_at", "# table: accounts"):
+        assert optional in text
+    assert [f["name"] for f in json.loads((path / "key.avsc").read_text())["fields"]] == ["id"]
+    with sandbox.load_component_and_build_defs(defs_path=path) as (component, defs):
+        assert isinstance(component, KafkaDeltaSource) and component.source.is_table_topic
+        assert [c.name for c in component.source.key_columns] == ["id"]
+
+
+def test_a_table_topic_builds_its_table_its_history_in_one_step_and_checks_that_allow_compaction(
+    sandbox: DefsFolderSandbox,
+) -> None:
+    path = _declare_table_topic(
+        sandbox,
+        {"key_schema": "payment_key.avsc", "mode": "upsert", "history": True, "valid_from_field": "paid_at"},
+    )
+    with sandbox.load_component_and_build_defs(defs_path=path) as (component, defs):
+        assets = defs.get_assets_def("raw_payments")
+        assert assets is defs.get_assets_def("raw_payments_history")  # one run writes both
+        columns = {
+            key.to_user_string(): [c.name for c in spec.metadata["dagster/column_schema"].columns]
+            for key, spec in assets.specs_by_key.items()
+        }
+        assert columns == {
+            "raw_payments": ["payment_id", "paid_at", "amount", *KAFKA_COLUMNS],
+            "raw_payments_history": [
+                "payment_id",
+                "paid_at",
+                "amount",
+                *KAFKA_COLUMNS,
+                "valid_from",
+                "valid_to",
+                "is_current",
+            ],
+        }
+        assert assets.specs_by_key[dg.AssetKey("raw_payments_history")].deps[0].asset_key == dg.AssetKey("raw_payments")
+        checks = {key.name for check in defs.asset_checks or [] for key in check.check_keys}
+        assert checks == {"reconciles_with_kafka_offsets", "one_row_per_key", "consumer_lag_below_bound"}
+
+
+@pytest.mark.parametrize(
+    ("attributes", "key", "expected"),
+    [
+        ({"mode": "upsert"}, ACCOUNT_KEY, "`mode: upsert` keeps one row per key: set `key_schema`"),
+        ({"history": True}, ACCOUNT_KEY, "`history` and `valid_from_field` are for a table topic; set `mode: upsert`"),
+        (
+            {"mode": "upsert", "key_schema": "payment_key.avsc"},
+            {"type": "long"},
+            "payments/payment_key.avsc: a source's key schema must be an Avro record",
+        ),
+        (
+            {"mode": "upsert", "key_schema": "payment_key.avsc", "valid_from_field": "paid_at"},
+            ACCOUNT_KEY,
+            "`valid_from_field` is for the history table: set `history: true`",
+        ),
+        (
+            {"mode": "upsert", "key_schema": "payment_key.avsc", "history": True, "valid_from_field": "amount"},
+            ACCOUNT_KEY,
+            "valid_from_field 'amount' is not a timestamp field of the value schema",
+        ),
+    ],
+)
+def test_a_table_topic_that_does_not_fit_together_names_the_file_and_the_way_out(
+    sandbox: DefsFolderSandbox, attributes: dict[str, Any], key: Any, expected: str
+) -> None:
+    path = _declare_table_topic(sandbox, attributes, key)
+
+    with pytest.raises(Exception) as raised, sandbox.build_all_defs():
+        pass
+
+    message = _messages(raised.value)
+    assert f"{path}/defs.yaml: " in message and expected in message

@@ -8,7 +8,6 @@ import pytest
 from streaming_pipeline.defs.gold.ride_window_aggregates import RideWindowsConfig
 from streaming_pipeline.defs.silver.amount_branches import AmountBranchesConfig
 from streaming_pipeline.defs.silver.ride_pickup_joins import RidePickupJoinsConfig
-from streaming_pipeline.defs.silver.taxi_zones import TaxiZonesConfig
 from streaming_pipeline.lakehouse.errors import ConfigurationError
 from streaming_pipeline.lakehouse.settings import PipelineSettings
 from streaming_pipeline_tests.error_helpers import error_chain
@@ -20,7 +19,6 @@ def test_the_defaults_are_the_documented_ones() -> None:
     assert (windows.interval("window_duration"), windows.interval("watermark_delay")) == ("600 seconds", "900 seconds")
     assert (join.interval("join_max_gap"), join.interval("watermark_delay")) == ("600 seconds", "900 seconds")
     assert AmountBranchesConfig().high_amount_threshold == 40.0
-    assert TaxiZonesConfig().csv_path is None
 
 
 @pytest.mark.parametrize(
@@ -32,7 +30,6 @@ def test_the_defaults_are_the_documented_ones() -> None:
         ),
         (lambda: RideWindowsConfig(watermark_delay="0 seconds"), "ride_window_aggregates watermark_delay='0 seconds'"),
         (lambda: RidePickupJoinsConfig(join_max_gap="10 parsecs"), "ride_pickup_joins join_max_gap='10 parsecs'"),
-        (lambda: TaxiZonesConfig(csv_path="/no/such/zones.csv"), "taxi_zones csv_path='/no/such/zones.csv'"),
     ],
 )
 def test_a_bad_value_from_the_launchpad_is_refused_by_name(make, message: str) -> None:
@@ -46,7 +43,6 @@ def test_a_bad_value_from_the_launchpad_is_refused_by_name(make, message: str) -
         ("RIDE_WINDOW_DURATION", "10 mins", "RIDE_WINDOW_DURATION='10 mins' is not a positive interval"),
         ("JOIN_MAX_GAP", "-5 minutes", "JOIN_MAX_GAP='-5 minutes' is not a positive interval"),
         ("HIGH_AMOUNT_THRESHOLD", "forty", "HIGH_AMOUNT_THRESHOLD='forty' is not a number"),
-        ("TAXI_ZONES_CSV", "/no/such/zones.csv", "TAXI_ZONES_CSV='/no/such/zones.csv': no such file"),
     ],
 )
 def test_a_bad_parameter_default_is_refused_when_definitions_load(
@@ -128,18 +124,14 @@ def test_the_defaults_come_from_the_environment_when_the_definitions_are_built(
             "amount_branches": asset_defaults("high_amount_rides"),
             "ride_pickup_joins": asset_defaults("ride_pickup_joins"),
             "ride_window_aggregates": asset_defaults("ride_window_aggregates"),
-            "taxi_zones": asset_defaults("taxi_zones"),
             "continuous": continuous.default_value["continuous_streams"]["config"],
         }
 
     first = defaults(build_definitions())
-    zones = tmp_path / "zones.csv"
-    zones.write_text("LocationID,Borough,Zone,service_zone\n")
     monkeypatch.setenv("HIGH_AMOUNT_THRESHOLD", "55.5")
     monkeypatch.setenv("JOIN_MAX_GAP", "3 minutes")
     monkeypatch.setenv("RIDE_WINDOW_DURATION", "5 minutes")
     monkeypatch.setenv("RIDE_WATERMARK_DELAY", "1 minute")
-    monkeypatch.setenv("TAXI_ZONES_CSV", str(zones))
     second = defaults(build_definitions())
     assert first["amount_branches"] == {"high_amount_threshold": 40.0}
     assert first["ride_pickup_joins"] == {"join_max_gap": "10 minutes", "watermark_delay": "15 minutes"}
@@ -147,7 +139,6 @@ def test_the_defaults_come_from_the_environment_when_the_definitions_are_built(
     assert second["amount_branches"] == {"high_amount_threshold": 55.5}
     assert second["ride_pickup_joins"] == {"join_max_gap": "3 minutes", "watermark_delay": "1 minute"}
     assert second["ride_window_aggregates"] == {"window_duration": "5 minutes", "watermark_delay": "1 minute"}
-    assert second["taxi_zones"] == {"csv_path": str(zones)}
     # The continuous run takes each step's parameters as its asset does.
     assert {step: second["continuous"][step] for step in ("amount_branches", "ride_pickup_joins")} == {
         "amount_branches": second["amount_branches"],

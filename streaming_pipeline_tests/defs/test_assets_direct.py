@@ -16,15 +16,11 @@ import pytest
 
 from streaming_pipeline.definitions import build_definitions
 from streaming_pipeline.defs.silver.amount_branches import AmountBranchesConfig
-from streaming_pipeline.defs.silver.taxi_zones import TaxiZonesConfig, taxi_zones
 from streaming_pipeline.lakehouse.tables import RAW_RIDES
 from streaming_pipeline.resources import LakehouseResource, SparkResource
 from streaming_pipeline_tests.conftest import SPARK_TEST_CONF, TLC_RIDE_COLUMNS
-from streaming_pipeline_tests.kafka_helpers import REPO_ROOT
 
 pytestmark = pytest.mark.integration
-
-SHIPPED_ZONES = REPO_ROOT / "streaming_pipeline" / "lakehouse" / "data" / "taxi_zone_lookup.csv"
 
 
 @pytest.fixture()
@@ -50,38 +46,6 @@ def _metadata_value(result: dg.MaterializeResult, key: str) -> Any:
     assert result.metadata is not None
     value = result.metadata[key]
     return value.value if isinstance(value, dg.MetadataValue) else value
-
-
-def test_taxi_zones_loads_the_shipped_lookup_once_reports_it_unchanged_and_loads_another(
-    resources, spark, tmp_path: Path
-) -> None:
-    with SHIPPED_ZONES.open(newline="") as handle:
-        expected = sorted(
-            (int(row["locationid"]), row["borough"], row["zone"], row["service_zone"]) for row in csv.DictReader(handle)
-        )
-
-    first = taxi_zones(dg.build_asset_context(), TaxiZonesConfig(), **resources)
-    assert _metadata_value(first, "changed") is True
-    assert _metadata_value(first, "dagster/row_count") == len(expected) == 265
-    path = resources["lakehouse"].table_path("taxi_zones")
-    rows = spark.read.format("delta").load(path).collect()
-    assert sorted((r.location_id, r.borough, r.zone, r.service_zone) for r in rows) == expected
-
-    again = taxi_zones(dg.build_asset_context(), TaxiZonesConfig(), **resources)
-    assert _metadata_value(again, "changed") is False
-    assert _metadata_value(again, "delta_version") == _metadata_value(first, "delta_version")
-
-    # Another lookup (one zone renamed) is loaded; then the shipped one again.
-    renamed = tmp_path / "zones.csv"
-    renamed.write_text(SHIPPED_ZONES.read_text().replace('"Newark Airport"', '"Newark Liberty"', 1))
-    assert renamed.read_text() != SHIPPED_ZONES.read_text()
-    other = taxi_zones(dg.build_asset_context(), TaxiZonesConfig(csv_path=str(renamed)), **resources)
-    assert _metadata_value(other, "changed") is True
-    zones = {r.location_id: r.zone for r in spark.read.format("delta").load(path).collect()}
-    assert zones[1] == "Newark Liberty" and len(zones) == 265
-    back = taxi_zones(dg.build_asset_context(), TaxiZonesConfig(), **resources)
-    assert _metadata_value(back, "changed") is True
-    assert sorted(spark.read.format("delta").load(path).collect()) == sorted(rows)
 
 
 def _write_raw_rides(spark: Any, rides_csv: Path, path: str) -> list[dict[str, str]]:

@@ -124,6 +124,7 @@ def test_the_continuous_job_streams_the_checkpoint_of_every_triggered_step() -> 
     assert live_query_names(project_sources(), _project_steps()) == [
         "raw_pickup_locations",
         "raw_rides",
+        "taxi_zones",
         "vendor_counts",
         "amount_branches",
         "rides_enriched",
@@ -137,7 +138,7 @@ def test_the_continuous_job_streams_the_checkpoint_of_every_triggered_step() -> 
     # Each name is the pool of the triggered step that runs the same query.
     steps = {
         node.name: node.definition.pool
-        for name in ("raw_rides_downstream_job", "raw_pickup_locations_downstream_job")
+        for name in ("raw_rides_downstream_job", "raw_pickup_locations_downstream_job", "taxi_zones_downstream_job")
         for node in defs.resolve_job_def(name).nodes
     }
     assert {checkpoint_pool(name) for name in live_query_names(project_sources(), _project_steps())} == {
@@ -145,12 +146,12 @@ def test_the_continuous_job_streams_the_checkpoint_of_every_triggered_step() -> 
     }
 
 
-def test_in_continuous_mode_the_run_is_kept_alive_the_offset_sensors_rest_and_only_taxi_zones_is_automated(
+def test_in_continuous_mode_the_run_is_kept_alive_the_offset_sensors_rest_and_nothing_is_automated(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     """The definitions as `dagster dev` loads them with LIVE_MODE=continuous, built in this process after the
-    triggered ones (the mode is read when they load): every table but the loaded taxi_zones has a freshness policy,
-    from CONTINUOUS_FRESHNESS_SECONDS; in triggered mode none has one."""
+    triggered ones (the mode is read when they load): every table has a freshness policy, from
+    CONTINUOUS_FRESHNESS_SECONDS; in triggered mode none has one."""
     from streaming_pipeline.definitions import build_definitions
 
     triggered = build_definitions()
@@ -181,6 +182,7 @@ def test_in_continuous_mode_the_run_is_kept_alive_the_offset_sensors_rest_and_on
         "default_automation_condition_sensor": "RUNNING",
         "raw_rides_offset_sensor": "STOPPED",
         "raw_pickup_locations_offset_sensor": "STOPPED",
+        "taxi_zones_offset_sensor": "STOPPED",
     }
     # The streaming tables' checks run on a schedule, in a job of their own that materializes nothing.
     assert loaded["schedules"] == {
@@ -200,9 +202,12 @@ def test_in_continuous_mode_the_run_is_kept_alive_the_offset_sensors_rest_and_on
         "ride_window_aggregates_unique_window_per_vendor",
         "ride_window_aggregates_windows_count_each_ride_once",
         "rides_enriched_enriched_rows_equal_raw_rows",
+        "taxi_zones_consumer_lag_below_bound",
+        "taxi_zones_one_row_per_key",
+        "taxi_zones_reconciles_with_kafka_offsets",
         "vendor_counts_vendor_counts_match_raw_rides",
     ]
-    assert loaded["automated"] == ["taxi_zones"]
+    assert loaded["automated"] == []
     streamed = [
         "dead_letter_records",
         "high_amount_rides",
@@ -213,6 +218,8 @@ def test_in_continuous_mode_the_run_is_kept_alive_the_offset_sensors_rest_and_on
         "ride_pickup_joins",
         "ride_window_aggregates",
         "rides_enriched",
+        "taxi_zones",
+        "taxi_zones_history",
         "vendor_counts",
     ]
     assert loaded["freshness"] == dict.fromkeys(streamed, [120.0, 60.0])
@@ -284,7 +291,7 @@ def test_the_run_reports_new_commits_and_a_caught_up_table_now_and_then_but_not_
     assert named == ["raw_rides", "vendor_counts"]  # each existing table gets its catalog name when first seen
     # vendor_counts waits for data, but raw_rides' query does not: vendor_counts may be behind what Kafka holds.
     assert reported({"vendor_counts"}) == {}
-    # Both caught up (taxi_zones is no query's): both existing tables are current; dead_letter_records has no table.
+    # Both caught up (taxi_zones is no query here): both existing tables are current; dead_letter_records has no table.
     assert reported({"raw_rides", "vendor_counts"}) == {
         "raw_rides": (0, caught_up_note),
         "vendor_counts": (0, caught_up_note),

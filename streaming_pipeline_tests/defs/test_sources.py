@@ -85,7 +85,12 @@ def test_a_third_topic_gets_its_asset_checks_sensor_job_and_place_in_the_shared_
     # The jobs that work on every table: its maintenance op, its query in the continuous run.
     maintenance = defs.resolve_job_def("table_maintenance_job")
     assert "maintain_raw_payments" in {node.name for node in maintenance.nodes}
-    assert [s.bronze_table for s in project_sources()] == ["raw_pickup_locations", "raw_rides", "raw_payments"]
+    assert [s.bronze_table for s in project_sources()] == [
+        "raw_pickup_locations",
+        "raw_rides",
+        "taxi_zones",
+        "raw_payments",
+    ]
 
 
 def test_a_third_topic_is_a_choice_of_produce_and_replay(third_topic: Path) -> None:
@@ -122,9 +127,17 @@ def test_a_source_that_binds_the_resources_in_this_project_is_named_with_the_way
 
 def test_the_command_line_works_on_the_sources_the_definitions_are_built_from() -> None:
     """`project_sources` (the command line's) are the sources of the code location's components, the library's
-    declarations of the project's two."""
+    declarations of the project's three."""
     from streaming_pipeline.components.kafka_delta_source import declared_sources
     from streaming_pipeline.definitions import defs
     from streaming_pipeline.lakehouse import tables
 
-    assert declared_sources(defs.component_tree) == project_sources() == (tables.PICKUP_LOCATIONS, tables.RIDES)
+    assert (
+        declared_sources(defs.component_tree)
+        == project_sources()
+        == (
+            tables.PICKUP_LOCATIONS,
+            tables.RIDES,
+            tables.TAXI_ZONE_LOOKUP,
+        )
+    )

@@ -126,7 +126,13 @@ def _bronze_result(
                     ).items()
                 }
             ),
-            **delta_table_metadata(spark, lakehouse, table, preview_order=[c.name for c in source.key_columns] or None),
+            # A table topic's table stays as small as its keys: its preview is sorted by them.
+            **delta_table_metadata(
+                spark,
+                lakehouse,
+                table,
+                preview_order=[c.name for c in source.key_columns] if source.is_table_topic else None,
+            ),
         },
     )
 

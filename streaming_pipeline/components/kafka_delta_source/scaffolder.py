@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from typing import Literal
 
 import dagster as dg
 from pydantic import Field
@@ -12,6 +13,10 @@ from streaming_pipeline.components.kafka_delta_source.fields import topic_name
 
 class KafkaDeltaSourceScaffoldParams(dg.Model):
     topic: str | None = Field(default=None, description="The Kafka topic (default: the folder's name).")
+    mode: Literal["append", "upsert"] = Field(
+        default="append",
+        description="`upsert` scaffolds a table topic: the latest value per key, with an example key schema.",
+    )
 
 
 class KafkaDeltaSourceScaffolder(dg.Scaffolder[KafkaDeltaSourceScaffoldParams]):
@@ -26,8 +31,12 @@ class KafkaDeltaSourceScaffolder(dg.Scaffolder[KafkaDeltaSourceScaffoldParams]):
         topic = request.params.topic or request.target_path.name
         topic_name(dg.ResolutionContext.default(), topic)
         request.target_path.mkdir(parents=True, exist_ok=True)
-        (request.target_path / "defs.yaml").write_text(_SCAFFOLD_YAML.format(type_name=request.type_name, topic=topic))
+        table_topic = request.params.mode == "upsert"
+        template = _SCAFFOLD_TABLE_TOPIC_YAML if table_topic else _SCAFFOLD_YAML
+        (request.target_path / "defs.yaml").write_text(template.format(type_name=request.type_name, topic=topic))
         (request.target_path / "value.avsc").write_text(_SCAFFOLD_SCHEMA)
+        if table_topic:
+            (request.target_path / "key.avsc").write_text(_SCAFFOLD_KEY_SCHEMA)
 
 
 _SCAFFOLD_YAML = """\
@@ -48,6 +57,46 @@ attributes:
   # source when your definitions bind the resources themselves.
   resources: from_environment
 """
+
+_SCAFFOLD_TABLE_TOPIC_YAML = """\
+# One table topic (keyed, best compacted) kept exactly once as a Delta table of the latest value per key.
+type: {type_name}
+attributes:
+  topic: {topic}
+  # A table topic: one row per key (the record of the highest offset), a tombstone (null value) deletes the key's row.
+  mode: upsert
+  # The key's Avro record schema, relative to this file: its fields are the table's key columns.
+  key_schema: key.avsc
+  # The value's Avro record schema: its fields (with their `doc`s) are the table's other columns.
+  value_schema: value.avsc
+  # Optional: every version of each key too, in <table>_history (valid_from, valid_to, is_current).
+  # history: true
+  # Optional, with history: the value's timestamp field a version is valid from (default the Kafka timestamp).
+  # valid_from_field: created_at
+  # Optional: the table and asset (default raw_<topic>, non-identifier characters as '_').
+  # table: {topic}
+  # Optional: the asset's description in the Dagster UI.
+  # description: The latest value of each key of the {topic} topic.
+  # This source binds the resources its assets use (kafka, schema_registry, spark, lakehouse), configured from the
+  # environment variables. One source of the project binds them: delete this line on the others, and on every
+  # source when your definitions bind the resources themselves.
+  resources: from_environment
+"""
+
+#: A table topic's example key: a record whose fields are the key columns.
+_SCAFFOLD_KEY_SCHEMA = (
+    json.dumps(
+        {
+            "type": "record",
+            "name": "Key",
+            "namespace": "example",
+            "doc": "An example key schema: replace it with your topic's own. Its fields are the table's key columns.",
+            "fields": [{"name": "id", "type": "long", "doc": "The example key field (the value's id)."}],
+        },
+        indent=2,
+    )
+    + "\n"
+)
 
 #: Avro has no comments: the example explains itself in `doc`s, which become the columns' descriptions.
 _SCAFFOLD_SCHEMA = (

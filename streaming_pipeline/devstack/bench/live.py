@@ -33,7 +33,7 @@ from streaming_pipeline.devstack.bench.common import (
 )
 from streaming_pipeline.devstack.engine_events import PHASES, QueryBreakdown, progress_reports, query_breakdowns
 from streaming_pipeline.devstack.errors import BenchError
-from streaming_pipeline.devstack.producer import produce, rows_from_records
+from streaming_pipeline.devstack.producer import produce, produce_zone_lookup, rows_from_records
 from streaming_pipeline.devstack.synthetic import SyntheticOptions, synthetic_rides
 from streaming_pipeline.lakehouse.engine.delta_log import latest_version
 from streaming_pipeline.lakehouse.errors import ConfigurationError
@@ -81,7 +81,7 @@ class LiveModeFigures:
     quiet_after_seconds: float = 0.0  # the catch-up -> the idle window measured (no commit for `quiet_seconds`)
     idle_cpu_percent: float = 0.0  # the Connect server and the runs in flight, once the pipeline is quiet, of one core
     idle_windows_discarded: list[str] = field(default_factory=list)  # the work inside each (tables that committed)
-    runs: int = 0  # runs the pipeline's sensors launched in this mode (not automation's taxi_zones, not schedules)
+    runs: int = 0  # runs the pipeline's sensors launched in this mode (not Declarative Automation's, not schedules)
     # Where the work goes, from the load's start until the pipeline is quiet (every table has taken the load). The
     # CPU of the Connect server and its Python workers, less what the idle engine takes over as long (measured after):
     engine_cpu_seconds_per_1000_rides: float = 0.0
@@ -537,6 +537,9 @@ def _live_run(
             kafka = KafkaResource(bootstrap_servers=stack.bootstrap_servers)
             registry = RegistryClient(stack.schema_registry_url)
             kafka.ensure_topic(RIDES_TOPIC)
+            # The zones the enrichment reads, which the taxi_zones sensor loads as the user's `produce zones` would.
+            if produce_zone_lookup(kafka, registry).failed:
+                raise BenchError("producing the taxi zones failed")
             lakehouse = work / "lakehouse"
             # The engine's event log, where Spark writes each micro-batch's progress (a stack of --stack-dir has none).
             events = work / "spark-events" if stack_dir is None else None
@@ -991,7 +994,7 @@ AUTOMATION_CONDITION_TAG = "dagster/from_automation_condition"
 
 def _sensor_runs(instance: dg.DagsterInstance, before: set[str]) -> int:
     """Runs the pipeline's sensors launched since `before` (run ids): the offset sensors' triggered runs or the
-    continuous run, not the run Declarative Automation gives a missing `taxi_zones`, nor a schedule's."""
+    continuous run, not the runs of Declarative Automation, nor a schedule's."""
     from streaming_pipeline.defs.run_retention import SENSOR_NAME_TAG
 
     return sum(

@@ -44,7 +44,7 @@ from streaming_pipeline.devstack.bench.common import (
     say,
 )
 from streaming_pipeline.devstack.errors import BenchError
-from streaming_pipeline.devstack.producer import produce, rows_from_records
+from streaming_pipeline.devstack.producer import produce, produce_zone_lookup, rows_from_records
 from streaming_pipeline.devstack.synthetic import DEFAULT_START, SyntheticOptions, synthetic_pickups, synthetic_rides
 from streaming_pipeline.lakehouse.tables import PICKUPS_TOPIC, RIDES_TOPIC
 
@@ -257,7 +257,10 @@ def _dagster_home(home: Path, stack_home: Path) -> Path:
 
 
 def _send_round(kafka: Any, registry: Any, rides: int, round_number: int) -> None:
-    """`rides` new synthetic rides whose pickup times follow the previous round's, and a tenth as many pickups."""
+    """`rides` new synthetic rides whose pickup times follow the previous round's, and a tenth as many pickups; the
+    taxi zones first, in round 0 (the warm-up run loads them)."""
+    if round_number == 0 and produce_zone_lookup(kafka, registry).failed:
+        raise BenchError("producing the taxi zones failed")
     options = SyntheticOptions(seed=round_number, start=DEFAULT_START + timedelta(seconds=2.0 * rides * round_number))
     for topic, records in (
         (RIDES_TOPIC, list(synthetic_rides(rides, options))),

@@ -159,9 +159,12 @@ class _Soak:
         self.spark = connect_session(stack.spark_remote)
         self.registry = resolved(self.resources["schema_registry"]).get_client()
         self.seed = 0
-        # The zone lookup, which the automation sensor loads under `dagster dev`, so that the enrichment runs.
+        # The zone lookup, which the enrichment reads: to its table topic, and into its table.
+        from streaming_pipeline.devstack.producer import produce_zone_lookup
         from streaming_pipeline.devstack.project import QUIET_RUN_CONFIG
 
+        if produce_zone_lookup(resolved(self.resources["kafka"]), self.registry).failed:
+            raise BenchError("producing the taxi zones failed")
         zones = self.defs.resolve_assets_def("taxi_zones")
         loaded = dg.materialize([zones], instance=self.instance, run_config=QUIET_RUN_CONFIG)  # resources bound
         if not loaded.success:

@@ -91,7 +91,7 @@ def bronze_query(
     tables = (asset_name, DEAD_LETTER_RECORDS.name, *(table.name for table in source.tables[1:]))
 
     def start_writer() -> DataStreamWriter:
-        kafka.ensure_topic(topic)
+        kafka.ensure_topic(topic, cleanup_policy=source.cleanup_policy)
         starting_offsets = _starting_offsets(kafka, table_path, checkpoint_dir, source)
         reader = (
             spark.readStream.format("kafka")

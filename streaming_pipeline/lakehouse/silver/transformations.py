@@ -53,19 +53,6 @@ def low_amount_rides(rides: DataFrame, threshold: float) -> DataFrame:
     return rides.where(F.col("total_amount") < F.lit(threshold))
 
 
-def taxi_zones_from_lookup(lookup: DataFrame) -> DataFrame:
-    """The TLC lookup (`LocationID, Borough, Zone, service_zone`) under the lakehouse's snake_case names.
-
-    A row without an id cannot match any ride, so it is not a zone.
-    """
-    return lookup.select(
-        F.col("LocationID").cast("int").alias("location_id"),
-        F.col("Borough").cast("string").alias("borough"),
-        F.col("Zone").cast("string").alias("zone"),
-        F.col("service_zone").cast("string").alias("service_zone"),
-    ).where(F.col("location_id").isNotNull())
-
-
 def enrich_rides_with_zones(rides: DataFrame, zones: DataFrame) -> DataFrame:
     """Every ride once, plus pu_borough, pu_zone, do_borough and do_zone.
 

@@ -20,7 +20,7 @@ class BrokerAway:
     def __init__(self) -> None:
         self.calls: list[str] = []
 
-    def ensure_topic(self, topic: str) -> bool:
+    def ensure_topic(self, topic: str, *, cleanup_policy: str | None = None) -> bool:
         self.calls.append(f"ensure_topic {topic}")
         raise BrokerUnavailableError(f"Kafka at 127.0.0.1:1 did not answer within 10 s (creating {topic})")
 

@@ -14,7 +14,6 @@ from pathlib import Path
 
 import pytest
 
-from streaming_pipeline.lakehouse.silver.taxi_zones import read_taxi_zones, shipped_taxi_zones_csv
 from streaming_pipeline.lakehouse.silver.transformations import (
     enrich_rides_with_zones,
     high_amount_rides,
@@ -31,7 +30,9 @@ ZONE_COLUMNS = ["kafka_offset", "pu_borough", "pu_zone", "do_borough", "do_zone"
 
 @pytest.fixture()
 def zones(spark):  # type: ignore[no-untyped-def]
-    return read_taxi_zones(spark, shipped_taxi_zones_csv())
+    """The taxi_zones table's columns the enrichment reads, with the shipped lookup's zones."""
+    rows = [(k, *v) for k, v in lookup_by_csv_module().items()]
+    return spark.createDataFrame(rows, "location_id int, borough string, zone string, service_zone string")
 
 
 def _sorted_rows(frame, columns: list[str]) -> list[tuple]:  # type: ignore[no-untyped-def]
