@@ -62,6 +62,7 @@ TABLES = {
     "high_amount_rides",
     "low_amount_rides",
     "taxi_zones",
+    "taxi_zones_history",
     "rides_enriched",
 }
 # The only columns left out of the comparison: those that name a run or a wall-clock time.
@@ -72,7 +73,11 @@ TABLES = {
 #   join_late_rows.run_id             the Dagster run
 #   join_late_rows.recorded_at        when the row was written (wall clock)
 CLOCK_COLUMNS = {"kafka_timestamp"}
-RUN_OR_CLOCK_COLUMNS = {"dead_letter_records": {"failed_at"}, "join_late_rows": {"query_id", "run_id", "recorded_at"}}
+RUN_OR_CLOCK_COLUMNS = {
+    "dead_letter_records": {"failed_at"},
+    "join_late_rows": {"query_id", "run_id", "recorded_at"},
+    "taxi_zones_history": {"valid_from", "valid_to"},  # the Kafka timestamps of the zones' records
+}
 RUN_TIMEOUT_S = 900  # one round's run on the cluster
 WORKERS = 2
 
@@ -423,7 +428,9 @@ def test_a_two_worker_cluster_shows_its_workers_gives_every_table_of_local_mode_
     assert sizes["dead_letter_records"] == len(first.bad)
     assert min(sizes[t] for t in TABLES) > 0, sizes
 
-    # Round 2: local mode's later rides and pickups; the cluster restores its streaming state from the checkpoints.
+    # Round 2: local mode's zone renamed, its later rides and pickups; the cluster restores its streaming state from
+    # the checkpoints.
+    assert local_mode.rename_a_zone(stack, first.rides, local_mode.later_rides()) == local.renamed_zone
     local_mode.produce_later_records(stack)
     _materialize_on_the_cluster(stack, lakehouse, root)
     # versions[1]: every table's newest version (the third run, with nothing new, changed none).

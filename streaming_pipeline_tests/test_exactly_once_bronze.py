@@ -27,6 +27,7 @@ from streaming_pipeline.lakehouse.bronze.offsets import (
 )
 from streaming_pipeline.lakehouse.settings import SensorSettings
 from streaming_pipeline.lakehouse.tables import RIDES, RIDES_TOPIC
+from streaming_pipeline_tests.cli_helpers import produce_with_cli
 from streaming_pipeline_tests.kafka_helpers import all_coordinates, delete_topics, end_offsets
 
 pytestmark = pytest.mark.integration
@@ -101,6 +102,7 @@ def _rides_handler(stack, lakehouse, tmp_path: Path):
 def test_checkpoint_reset_stops_the_run_and_replay_rebuilds_everything_exactly_once(stack, pipeline_resources, spark):
     lakehouse = pipeline_resources["lakehouse"]
     table, checkpoint = lakehouse.table_path("raw_rides"), lakehouse.checkpoint_path("raw_rides")
+    produce_with_cli(stack, "zones", "--csv")  # the zones rides_enriched joins, from their table topic
     _produce(stack, 40, seed=1)
     defs = _defs(pipeline_resources)
     assert dg.materialize(PIPELINE.assets, resources=pipeline_resources).success  # every table

@@ -110,6 +110,7 @@ def test_sigkill_at_random_moments_then_rerun_gives_every_record_exactly_once(
         DAGSTER_HOME=str(dagster_home),
     )
 
+    produce_with_cli(stack, "zones", "--csv")  # the zones rides_enriched joins, from their table topic
     rides, pickups, killed_in, finished_rounds = [], [], Counter(), 0
     kills_by_mode = {"triggered": 0, "continuous": 0}
     for round_number in range(MAX_ROUNDS):

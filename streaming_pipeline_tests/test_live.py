@@ -45,7 +45,7 @@ from streaming_pipeline.devstack.embedded.ports import free_port
 from streaming_pipeline.devstack.embedded.postgres import PostgresServer, connect
 from streaming_pipeline.devstack.embedded.processes import stop_pid
 from streaming_pipeline.devstack.embedded.stack import EmbeddedStack, StackInfo
-from streaming_pipeline.devstack.producer import produce, rows_from_records
+from streaming_pipeline.devstack.producer import produce, produce_zone_lookup, rows_from_records
 from streaming_pipeline.devstack.synthetic import SyntheticOptions, synthetic_rides
 from streaming_pipeline.lakehouse.registry_client import RegistryClient
 from streaming_pipeline.lakehouse.schemas import load_schema
@@ -76,6 +76,7 @@ LIVE_CHECKS = [
     "reconciles_with_kafka_offsets",
     "unique_kafka_coordinates",
     "consumer_lag_below_bound",
+    "one_row_per_key",
     "branches_add_up_to_rides_with_an_amount",
     "enriched_rows_equal_raw_rows",
     "unique_join_pairs",
@@ -188,6 +189,8 @@ def _secured(live: Live) -> StackInfo:
 
 def test_produced_rides_reach_raw_rides_and_vendor_counts_with_no_manual_step(live: Live) -> None:
     kafka, registry = _resources(live)
+    zones = produce_zone_lookup(kafka, registry)  # what `streaming-pipeline produce zones --csv` sends
+    assert (zones.sent, zones.failed) == (265, 0)
     rides = list(synthetic_rides(7, SyntheticOptions(seed=101)))
     result = produce(kafka, registry, RIDES_TOPIC, rows_from_records(rides), show_progress=False)
     assert (result.sent, result.failed) == (7, 0)
@@ -201,7 +204,7 @@ def test_produced_rides_reach_raw_rides_and_vendor_counts_with_no_manual_step(li
     assert runs and all(run.job_name == "raw_rides_downstream_job" for run in runs)
     # The windows are the run's last step (vendor_counts comes right after bronze): they follow in the same run.
     wait_until(live, "windows in ride_window_aggregates", lambda: live.count("ride_window_aggregates") > 0)
-    # The automation sensor loaded taxi_zones (missing in a new lakehouse), so the rides are enriched live too.
+    # The taxi_zones sensor loaded the zones from their table topic, so the rides are enriched live too.
     with (REPO_ROOT / "streaming_pipeline" / "lakehouse" / "data" / "taxi_zone_lookup.csv").open(newline="") as handle:
         zones = {int(row["locationid"]): row["zone"] for row in csv.DictReader(handle)}
     expected_zones = sorted((zones.get(r["pu_location_id"]), zones.get(r["do_location_id"])) for r in rides)
@@ -219,6 +222,41 @@ def test_produced_rides_reach_raw_rides_and_vendor_counts_with_no_manual_step(li
     assert vendors == expected and rides_by_name == [[7]]
     for name in ("bronze.raw_rides", "silver.rides_enriched", "gold.vendor_counts", "gold.ride_window_aggregates"):
         assert names[name] == f"file:{live.lakehouse / name.split('.')[1]}", names
+
+
+def _rename_a_zone(
+    live: Live, log: Path, before: list[dict[str, Any]], after: list[dict[str, Any]]
+) -> tuple[int, str, str, float]:
+    """Once every ride of `before` is enriched, rename the pickup zone most rides of both `before` and `after` have,
+    on the taxi_zones topic, and wait until the table has the new name; (zone id, old name, new name, the epoch
+    second after which rides get the new name)."""
+    kafka, registry = _resources(live)
+    live_helpers.wait_until(
+        "every ride enriched before the rename", lambda: live.count("rides_enriched") == len(before), log=log
+    )
+    both = {r["pu_location_id"] for r in before} & {r["pu_location_id"] for r in after}
+    location_id = max(sorted(both), key=lambda z: sum(r["pu_location_id"] == z for r in [*before, *after]))
+    with (REPO_ROOT / "streaming_pipeline" / "lakehouse" / "data" / "taxi_zone_lookup.csv").open(newline="") as handle:
+        (row,) = [r for r in csv.DictReader(handle) if int(r["locationid"]) == location_id]
+    old, new = row["zone"], f"{row['zone']} (renamed)"
+    record = {"location_id": location_id, "borough": row["borough"], "zone": new, "service_zone": row["service_zone"]}
+    assert produce(kafka, registry, "taxi_zones", rows_from_records([record]), show_progress=False).sent == 1
+
+    def renamed() -> bool:
+        zones = live.spark.read.format("delta").load(str(live.lakehouse / "taxi_zones"))
+        return [r.zone for r in zones.where(f"location_id = {location_id}").collect()] == [new]
+
+    live_helpers.wait_until("the zone renamed in taxi_zones", renamed, log=log)
+    return location_id, old, new, time.time()
+
+
+def _pu_zone_rides(live: Live, location_id: int, since: float) -> tuple[list[tuple[int, int]], list[tuple[int, int]]]:
+    """The Kafka coordinates of the rides from zone `location_id` in raw_rides: produced before `since` (epoch
+    seconds), and after."""
+    raw = live.spark.read.format("delta").load(str(live.lakehouse / "raw_rides"))
+    rows = raw.where(f"pu_location_id = {location_id}").select("kafka_partition", "kafka_offset", "kafka_timestamp")
+    found = [((r.kafka_partition, r.kafka_offset), r.kafka_timestamp.timestamp()) for r in rows.collect()]
+    return [c for c, t in found if t < since], [c for c, t in found if t >= since]
 
 
 def _by_name(live: Live, query: str) -> tuple[dict[str, str | None], tuple[dict[int, int], list[list[Any]]]]:
@@ -508,9 +546,21 @@ def test_the_continuous_mode_streams_produced_rides_to_gold_and_terminating_it_s
         log=dagster_dev.log_file,
     )
     after_restart = list(synthetic_rides(200, SyntheticOptions(seed=407)))
+    # A zone renamed on the taxi_zones table topic while the run streams: the rides enriched before keep the old name,
+    # the rides produced after it get the new one (each micro-batch joins the zones as they are then).
+    renamed = _rename_a_zone(live, dagster_dev.log_file, PRODUCED, after_restart)
     assert produce(kafka, registry, RIDES_TOPIC, rows_from_records(after_restart), show_progress=False).sent == 200
     PRODUCED.extend(after_restart)
     _wait_until_exact(live, dagster_dev.log_file, "after the kill")
+    enriched = live.spark.read.format("delta").load(str(live.lakehouse / "rides_enriched"))
+    names = {
+        (r.kafka_partition, r.kafka_offset): r.pu_zone
+        for r in enriched.where(f"pu_location_id = {renamed[0]}")
+        .select("kafka_partition", "kafka_offset", "pu_zone")
+        .collect()
+    }
+    before, after = _pu_zone_rides(live, renamed[0], renamed[3])
+    assert before and after and {names[k] for k in before} == {renamed[1]} and {names[k] for k in after} == {renamed[2]}
 
     # The schedule's check runs read the tables while the queries write them (the first minute's tick came
     # during the load or the kill above): every check of the streaming tables passed.
@@ -528,7 +578,7 @@ def test_the_continuous_mode_streams_produced_rides_to_gold_and_terminating_it_s
         .records
     )
     evaluations = [record.event_log_entry.dagster_event.event_specific_data for record in records]
-    assert len(evaluations) == 12 and {e.check_name for e in evaluations} == set(LIVE_CHECKS)
+    assert len(evaluations) == 15 and {e.check_name for e in evaluations} == set(LIVE_CHECKS)
     assert [(e.asset_key.to_user_string(), e.check_name) for e in evaluations if not e.passed] == []
 
     # Terminated from the UI's API with its sensor stopped (the offset sensors rest in this mode): no query goes on.

@@ -29,6 +29,7 @@ from streaming_pipeline.lakehouse.tables import (
     RIDE_WINDOW_AGGREGATES,
     RIDES_TOPIC,
 )
+from streaming_pipeline_tests.cli_helpers import produce_with_cli
 from streaming_pipeline_tests.kafka_helpers import SCHEMA_DIR, avro_frame, produce_raw
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
@@ -72,6 +73,7 @@ class Produced:
     def __init__(self, stack: Any) -> None:
         self.stack = stack
         self.registry = RegistryClient(stack.schema_registry_url)
+        produce_with_cli(stack, "zones", "--csv")  # the zones rides_enriched joins, from their table topic
         self.rides: dict[Coordinate, dict[str, Any]] = {}
         self.pickups: list[dict[str, Any]] = []
         self.dead: dict[Coordinate, bytes] = {}

@@ -43,6 +43,7 @@ ASSET_NAMES = (
     "high_amount_rides",
     "low_amount_rides",
     "taxi_zones",
+    "taxi_zones_history",
     "rides_enriched",
 )
 GROUPS = ("bronze", "silver", "gold")
@@ -54,7 +55,7 @@ ASSETS_PAGE = "/assets?view=flat"
 GRAPH_PAGE = "/asset-groups?expanded=" + "%2C".join(f"global%40global%3A{group}" for group in GROUPS)
 
 # The graph is drawn at up to 100% zoom, and only the nodes inside the viewport are in the DOM: a 3200x4800
-# CSS-pixel viewport at device scale 0.5 holds the whole graph (three groups stacked, 11 assets) and gives a
+# CSS-pixel viewport at device scale 0.5 holds the whole graph (three groups stacked, 12 assets) and gives a
 # 1600x2400 image.
 WINDOW = ("--window-size=3200,4800", "--force-device-scale-factor=0.5")
 BUDGETS_MS = (15_000, 30_000)  # virtual time per attempt; the second attempt only if the first was short

@@ -30,6 +30,7 @@ EXPECTED_ASSETS = {
     "high_amount_rides",
     "low_amount_rides",
     "taxi_zones",
+    "taxi_zones_history",
     "rides_enriched",
     "ride_pickup_joins",
     "join_late_rows",
@@ -42,6 +43,10 @@ EXPECTED_SCHEMAS = {
     "pickup_locations": {
         "pickup_location_key.avsc": "int",
         "pickup_location_value.avsc": "streaming_pipeline.pickups.PickupLocation",
+    },
+    "taxi_zones": {
+        "taxi_zone_key.avsc": "streaming_pipeline.zones.TaxiZoneKey",
+        "taxi_zone_value.avsc": "streaming_pipeline.zones.TaxiZone",
     },
 }
 #: The development stack and the tools: only in an extra, never in the base requirements.
