@@ -46,6 +46,13 @@ CHECKS = [
 ]
 
 
+def _write_zones(spark, lakehouse: LakehouseResource) -> None:  # type: ignore[no-untyped-def]
+    """The taxi_zones table as its table topic's table would hold the rides' two zones."""
+    zones = [(132, "Queens", "JFK Airport", "Airports"), (10, "Queens", "Baisley Park", "Boro Zone")]
+    zones_ddl = "location_id int, borough string, zone string, service_zone string"
+    spark.createDataFrame(zones, zones_ddl).write.format("delta").save(lakehouse.table_path("taxi_zones"))
+
+
 def run_checks(resources: dict, checks: list) -> dict[str, tuple[bool, dg.AssetCheckSeverity, dict]]:
     """`checks` alone, as the schedule runs them: each one's (passed, severity, metadata values) by name."""
     result = dg.materialize([*ASSETS, *CHECKS], selection=dg.AssetSelection.checks(*checks), resources=resources)
@@ -84,6 +91,7 @@ def test_the_checks_compare_each_table_with_the_raw_rides_version_it_was_compute
         assert version is not None
         return version
 
+    _write_zones(spark, lakehouse)
     # Vendor 1 three times, vendor 2 once; amounts 50 (high), 10 and 20 (low), one without an amount.
     first = append((1, at(9, 0), 50.0), (1, at(9, 5), 10.0), (2, at(9, 31), None), (1, at(9, 31), 20.0))
     assert first == 0
@@ -233,9 +241,7 @@ def test_a_check_without_its_table_passes_on_empty_raw_rides_warns_while_its_que
     # The queries write them (the zones as their table topic's table would hold them); then their checkpoints are
     # deleted, so no commit of either table names the raw_rides version it came from any more: a warning, not a
     # comparison of the tables as they stand.
-    zones = [(132, "Queens", "JFK Airport", "Airports"), (10, "Queens", "Baisley Park", "Boro Zone")]
-    zones_ddl = "location_id int, borough string, zone string, service_zone string"
-    spark.createDataFrame(zones, zones_ddl).write.format("delta").save(lakehouse.table_path("taxi_zones"))
+    _write_zones(spark, lakehouse)
     assert dg.materialize(
         [*ASSETS, *CHECKS],
         selection=dg.AssetSelection.assets("rides_enriched", "vendor_counts"),

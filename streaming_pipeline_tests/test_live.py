@@ -552,6 +552,9 @@ def test_the_continuous_mode_streams_produced_rides_to_gold_and_terminating_it_s
     assert produce(kafka, registry, RIDES_TOPIC, rows_from_records(after_restart), show_progress=False).sent == 200
     PRODUCED.extend(after_restart)
     _wait_until_exact(live, dagster_dev.log_file, "after the kill")
+    live_helpers.wait_until(
+        "every ride enriched", lambda: live.count("rides_enriched") == len(PRODUCED), log=dagster_dev.log_file
+    )
     enriched = live.spark.read.format("delta").load(str(live.lakehouse / "rides_enriched"))
     names = {
         (r.kafka_partition, r.kafka_offset): r.pu_zone

@@ -84,14 +84,13 @@ class TableBatchWriter:
         attempt = uuid.uuid4().hex
         decoded = decode_keyed_records(batch, key_schemas, key_reader, value_schemas, value_reader).persist()
         try:
-            append_once(
-                dead_letter_rows(decoded),
-                self.dead_letter_path,
-                dead_letter_app_id(app_id),
-                batch_id,
-                attempt,
-                extra=extra,
-            )
+            dead_letters = dead_letter_rows(decoded)
+            # Only a batch with undecodable records writes to the table every source shares (an empty commit there
+            # would race other runs' first writes of it for nothing).
+            if not dead_letters.isEmpty():
+                append_once(
+                    dead_letters, self.dead_letter_path, dead_letter_app_id(app_id), batch_id, attempt, extra=extra
+                )
             rows = keyed_rows(decoded, self.key_fields, self.value_fields)
             spark = batch.sparkSession
             columns = [c for c in rows.columns if c != TOMBSTONE]
