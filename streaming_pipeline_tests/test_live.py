@@ -40,12 +40,13 @@ import pytest
 
 from streaming_pipeline.components.live_runs import run_pid
 from streaming_pipeline.devstack.embedded.dagster_dev import DagsterDev
-from streaming_pipeline.devstack.embedded.dagster_home import write_dagster_yaml
+from streaming_pipeline.devstack.embedded.dagster_home import create_pool_limits, write_dagster_yaml
 from streaming_pipeline.devstack.embedded.ports import free_port
 from streaming_pipeline.devstack.embedded.postgres import PostgresServer, connect
 from streaming_pipeline.devstack.embedded.processes import stop_pid
 from streaming_pipeline.devstack.embedded.stack import EmbeddedStack, StackInfo
 from streaming_pipeline.devstack.producer import produce, produce_zone_lookup, rows_from_records
+from streaming_pipeline.devstack.project import project_pools
 from streaming_pipeline.devstack.synthetic import SyntheticOptions, synthetic_rides
 from streaming_pipeline.lakehouse.registry_client import RegistryClient
 from streaming_pipeline.lakehouse.schemas import load_schema
@@ -155,6 +156,7 @@ def live(
     }
     with PostgresServer(root / "postgres", free_port(), log_dir=root / "logs") as postgres:
         write_dagster_yaml(stack.dagster_home, postgres.storage_config())  # as `stack up --dagster-postgres` does
+        create_pool_limits(stack.dagster_home, project_pools())
         dagster_dev = DagsterDev(env, root / "dagster-dev.log").start()  # the README's `dagster dev -w workspace.yaml`
         live = Live(
             stack,

@@ -44,3 +44,13 @@ def project_table_names() -> list[str]:
 #: run's console log at WARNING, so that Dagster's DEBUG lines (each step's start, output, success) stay out of the
 #: tool's output.
 QUIET_RUN_CONFIG = {"loggers": {"console": {"config": {"log_level": "WARNING"}}}}
+
+
+def project_pools() -> list[str]:
+    """The concurrency pool of every streaming checkpoint of this project (`asset_metadata.checkpoint_pool` of each
+    query of the continuous run, which are the triggered steps' too)."""
+    from streaming_pipeline.components.asset_metadata import checkpoint_pool
+    from streaming_pipeline.components.streamed_table import live_query_names, streamed_tables
+
+    tree = dg.ComponentTree.for_project(project_defs_folder())
+    return [checkpoint_pool(name) for name in live_query_names(project_sources(), streamed_tables(tree))]

@@ -16,7 +16,7 @@ postgres:`` block puts the run, event-log and schedule storage in the stack's Po
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -91,3 +91,24 @@ def write_dagster_yaml(dagster_home: Path, postgres_db: Mapping[str, Any] | None
         text += postgres_storage_yaml(postgres_db)
     path.write_text(text)
     return path
+
+
+def create_pool_limits(dagster_home: Path, pools: Iterable[str]) -> list[str]:
+    """Give each of `pools` that has none its default limit in the instance of `dagster_home`, one after another; the
+    pools created.
+
+    Dagster creates a pool's limit when a step first claims it. On PostgreSQL, two runs whose steps first claim one
+    pool at the same moment (the `rides` and `taxi_zones` sensor runs both hold `rides_enriched`) both insert it, and
+    the loser's run fails (dagster-io/dagster#33552). Created up front, no run creates one."""
+    import dagster as dg
+
+    instance = dg.DagsterInstance.from_config(str(dagster_home))
+    try:
+        storage = instance.event_log_storage
+        existing = storage.get_concurrency_keys()
+        created = [pool for pool in pools if pool not in existing]
+        for pool in created:
+            storage.initialize_concurrency_limit_to_default(pool)
+        return created
+    finally:
+        instance.dispose()

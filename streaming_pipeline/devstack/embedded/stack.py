@@ -51,7 +51,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
-from streaming_pipeline.devstack.embedded.dagster_home import write_dagster_yaml
+from streaming_pipeline.devstack.embedded.dagster_home import create_pool_limits, write_dagster_yaml
 from streaming_pipeline.devstack.embedded.kafka_broker import DEFAULT_HEAP, EmbeddedKafkaBroker, stored_cluster_id
 from streaming_pipeline.devstack.embedded.object_store import (
     DEFAULT_BUCKET,
@@ -496,6 +496,10 @@ class EmbeddedStack:
         if self._postgres_enabled(state) and port:
             postgres_db = storage_config(self._host(state), port, self.postgres_dir / "pgpass")
         write_dagster_yaml(self.dagster_home, postgres_db)
+        if postgres_db is not None:
+            from streaming_pipeline.devstack.project import project_pools
+
+            create_pool_limits(self.dagster_home, project_pools())
 
     def _host(self, state: State) -> str:
         return str(state.get("host") or self.host)
