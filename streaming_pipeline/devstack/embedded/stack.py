@@ -496,10 +496,6 @@ class EmbeddedStack:
         if self._postgres_enabled(state) and port:
             postgres_db = storage_config(self._host(state), port, self.postgres_dir / "pgpass")
         write_dagster_yaml(self.dagster_home, postgres_db)
-        if postgres_db is not None:
-            from streaming_pipeline.devstack.project import project_pools
-
-            create_pool_limits(self.dagster_home, project_pools())
 
     def _host(self, state: State) -> str:
         return str(state.get("host") or self.host)
@@ -889,6 +885,9 @@ class EmbeddedStack:
         state["postgres"] = _started(server.pid, server.port, enabled=True, postgres_version=server.version)
         # dagster.yaml names the port, which is known only now on a first start.
         self._write_dagster_yaml(state)
+        from streaming_pipeline.devstack.project import project_pools
+
+        create_pool_limits(self.dagster_home, project_pools())
         return server
 
     def _start_spark_cluster(
