@@ -50,6 +50,18 @@ def rides_csv() -> Path:
     return path
 
 
+@pytest.fixture(scope="session", autouse=True)
+def spark_scratch_in_the_session(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
+    """Spark's scratch space (SPARK_LOCAL_DIRS) in the session's temporary directory, for this process and every
+    process it starts: a driver that is killed (the kill fuzz, a stopped run) cannot delete its copies of the
+    engine's jars (hundreds of MiB with S3A's) and would leave them in /tmp; pytest removes old sessions' folders."""
+    scratch = tmp_path_factory.getbasetemp() / "spark-scratch"
+    scratch.mkdir()
+    with pytest.MonkeyPatch.context() as environment:
+        environment.setenv("SPARK_LOCAL_DIRS", str(scratch))
+        yield scratch
+
+
 SPARK_TEST_CONF = {"spark.master": "local[2]", "spark.driver.memory": "2g", "spark.sql.shuffle.partitions": "2"}
 
 

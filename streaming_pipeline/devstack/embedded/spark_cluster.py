@@ -445,7 +445,6 @@ class SparkStandaloneCluster:
         env["SPARK_DAEMON_MEMORY"] = DAEMON_MEMORY
         for name in (
             "SPARK_MASTER",
-            "SPARK_LOCAL_DIRS",
             "SPARK_WORKER_DIR",
             "SPARK_WORKER_OPTS",
             "SPARK_MASTER_OPTS",

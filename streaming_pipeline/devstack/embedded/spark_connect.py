@@ -87,6 +87,7 @@ def spark_environment(host: str) -> dict[str, str]:
     env.setdefault("MALLOC_ARENA_MAX", "2")
     env.pop("SPARK_REMOTE", None)  # the process is (part of) the engine, not a client of one
     env.pop("SPARK_CONNECT_MODE_ENABLED", None)
+    env.pop("SPARK_LOCAL_DIRS", None)  # it would win over the process's own spark.local.dir
     return env
 
 

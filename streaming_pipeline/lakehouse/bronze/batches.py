@@ -91,7 +91,13 @@ class BronzeBatchWriter:
             # the same decoding as its rows (the schemas of that attempt), not from what the registry holds today.
             writer_schemas, latest = self._schemas_of(registry, written, batch_id)
         else:
-            writer_schemas, latest = self._current_schemas(registry, batch, batch_id)
+            writer_schemas, latest = current_schemas(
+                registry,
+                self.subject,
+                self.fallback_reader_schema,
+                batch,
+                f"micro-batch {batch_id} of {self.asset_name}",
+            )
         steps.lap("registry")
         # The marker records the checkpoint, this batch's end offsets (what the table has consumed, readable from
         # the Delta log by the sensor and the checks on any storage), the schemas its records were decoded with
@@ -126,20 +132,6 @@ class BronzeBatchWriter:
             dead_letter_rows(decoded), self.dead_letter_path, dead_letter_app_id(app_id), batch_id, attempt, extra=extra
         )
 
-    def _current_schemas(self, registry: RegistryClient, batch: DataFrame, batch_id: int) -> tuple[dict[int, str], str]:
-        """The versions of the subject now (writer schemas by id) and the latest one's text."""
-        writer_schemas = registry.subject_schemas(self.subject)
-        if not writer_schemas and not batch.isEmpty():
-            # An emptied or wrong registry would turn every record into a dead letter while the checkpoint
-            # moves on: stop the stream instead, before anything of this batch is written.
-            raise RegistryUnavailableError(
-                f"the schema registry at {self.registry_url} has no versions of subject {self.subject!r}, so no "
-                f"record of micro-batch {batch_id} could be decoded; check SCHEMA_REGISTRY_URL, or register the "
-                "schema (`streaming-pipeline produce` does). Nothing was written and the batch will be read again."
-            )
-        latest = registry.latest(self.subject)
-        return writer_schemas, latest[1] if latest else self.fallback_reader_schema
-
     def _schemas_of(
         self, registry: RegistryClient, marker: dict[str, Any], batch_id: int
     ) -> tuple[dict[int, str], str]:
@@ -158,6 +150,25 @@ class BronzeBatchWriter:
             )
         writer_schemas = {i: str(texts[i]) for i in ids}
         return writer_schemas, str(texts[int(reader_id)]) if reader_id is not None else self.fallback_reader_schema
+
+
+def current_schemas(
+    registry: RegistryClient, subject: str, fallback: str, batch: DataFrame, batch_name: str
+) -> tuple[dict[int, str], str]:
+    """The versions of `subject` now (writer schemas by id) and the latest one's text (`fallback` when none).
+
+    A registry without the subject while `batch` (`batch_name`, for the error) has records raises: an emptied or
+    wrong registry would turn every record into a dead letter while the checkpoint moves on, so the stream stops
+    instead, before anything of the batch is written."""
+    writer_schemas = registry.subject_schemas(subject)
+    if not writer_schemas and not batch.isEmpty():
+        raise RegistryUnavailableError(
+            f"the schema registry at {registry.url} has no versions of subject {subject!r}, so no record of "
+            f"{batch_name} could be decoded; check SCHEMA_REGISTRY_URL, or register the schema "
+            "(`streaming-pipeline produce` does). Nothing was written and the batch will be read again."
+        )
+    latest = registry.latest(subject)
+    return writer_schemas, latest[1] if latest else fallback
 
 
 class _StepTimer:

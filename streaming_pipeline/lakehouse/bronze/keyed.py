@@ -81,16 +81,24 @@ def key_versions(rows: DataFrame, key_fields: Sequence[str], valid_from: Column 
     (`valid_from`, default the Kafka timestamp), `valid_to` (the next record of its key's `valid_from`, a tombstone's
     too; null for the newest) and `is_current` (no record of its key follows). A tombstone's time is its Kafka
     timestamp."""
-    since = F.col("kafka_timestamp") if valid_from is None else F.coalesce(valid_from, F.col("kafka_timestamp"))
     by_offset = Window.partitionBy(*key_fields).orderBy("kafka_offset")
-    timed = rows.withColumn("valid_from", since).withColumn("valid_to", F.lead("valid_from").over(by_offset))
+    timed = rows.withColumn("valid_from", _since(valid_from)).withColumn(
+        "valid_to", F.lead("valid_from").over(by_offset)
+    )
     return timed.where(~F.col(TOMBSTONE)).withColumn("is_current", F.col("valid_to").isNull())
 
 
 def first_change_per_key(rows: DataFrame, key_fields: Sequence[str], valid_from: Column | None = None) -> DataFrame:
     """For each key among `rows`: the offset and time of its first record (which ends the key's current version in
     the history table), as `kafka_offset` and `valid_from`."""
-    since = F.col("kafka_timestamp") if valid_from is None else F.coalesce(valid_from, F.col("kafka_timestamp"))
     return rows.groupBy(*key_fields).agg(
-        F.min("kafka_offset").alias("kafka_offset"), F.min_by(since, F.col("kafka_offset")).alias("valid_from")
+        F.min("kafka_offset").alias("kafka_offset"),
+        F.min_by(_since(valid_from), F.col("kafka_offset")).alias("valid_from"),
     )
+
+
+def _since(valid_from: Column | None) -> Column:
+    """The time a record's version is valid from: `valid_from` (the declared field) when set, else (and for a
+    tombstone, whose fields are null) the Kafka timestamp."""
+    kafka_time = F.col("kafka_timestamp")
+    return kafka_time if valid_from is None else F.coalesce(valid_from, kafka_time)

@@ -23,15 +23,17 @@ import uuid
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from streaming_pipeline.lakehouse.bronze.batches import bronze_app_id, dead_letter_app_id, worker_registry
+from streaming_pipeline.lakehouse.bronze.batches import (
+    bronze_app_id,
+    current_schemas,
+    dead_letter_app_id,
+    worker_registry,
+)
 from streaming_pipeline.lakehouse.bronze.offsets import checkpoint_batch_offsets, checkpoint_id
 from streaming_pipeline.lakehouse.engine.delta_tables import append_once, delta_path_sql, table_exists
-from streaming_pipeline.lakehouse.errors import RegistryUnavailableError
 
 if TYPE_CHECKING:
-    from pyspark.sql import DataFrame, SparkSession
-
-    from streaming_pipeline.lakehouse.registry_client import RegistryClient
+    from pyspark.sql import DataFrame
 
 
 @dataclass
@@ -71,9 +73,12 @@ class TableBatchWriter:
         registry = worker_registry(self.registry_url, self.registry_auth, self.registry_ca, self.registry_keystore)
         cp_id = checkpoint_id(self.checkpoint_dir)
         app_id = bronze_app_id(self.asset_name, cp_id)
-        key_schemas, key_reader = self._schemas(registry, self.key_subject, self.fallback_key_schema, batch, batch_id)
-        value_schemas, value_reader = self._schemas(
-            registry, self.value_subject, self.fallback_value_schema, batch, batch_id
+        batch_name = f"micro-batch {batch_id} of {self.asset_name}"
+        key_schemas, key_reader = current_schemas(
+            registry, self.key_subject, self.fallback_key_schema, batch, batch_name
+        )
+        value_schemas, value_reader = current_schemas(
+            registry, self.value_subject, self.fallback_value_schema, batch, batch_name
         )
         extra: dict[str, Any] = {
             "checkpoint_id": cp_id,
@@ -92,35 +97,19 @@ class TableBatchWriter:
                     dead_letters, self.dead_letter_path, dead_letter_app_id(app_id), batch_id, attempt, extra=extra
                 )
             rows = keyed_rows(decoded, self.key_fields, self.value_fields)
-            spark = batch.sparkSession
             columns = [c for c in rows.columns if c != TOMBSTONE]
             self._ensure_columns(rows.select(*columns), self.table_path)
-            extra.update(self._merge_latest(spark, latest_per_key(rows, self.key_fields), columns, batch_id))
+            extra.update(self._merge_latest(latest_per_key(rows, self.key_fields), columns, batch_id))
             if self.history_path is not None:
                 valid_from = F.col(self.valid_from_field) if self.valid_from_field else None
                 versions = key_versions(rows, self.key_fields, valid_from).drop(TOMBSTONE)
                 self._ensure_columns(versions, self.history_path)
                 closes = first_change_per_key(rows, self.key_fields, valid_from)
-                extra.update(self._merge_history(spark, versions, closes, batch_id))
+                extra.update(self._merge_history(versions, closes, batch_id))
             # The batch's transaction and marker: what the table has consumed (an empty append commits them).
             append_once(rows.select(*columns).limit(0), self.table_path, app_id, batch_id, attempt, extra=extra)
         finally:
             decoded.unpersist()
-
-    def _schemas(
-        self, registry: RegistryClient, subject: str, fallback: str, batch: DataFrame, batch_id: int
-    ) -> tuple[dict[int, str], str]:
-        """The versions of `subject` now (writer schemas by id) and the latest one's text (`fallback` when none)."""
-        schemas = registry.subject_schemas(subject)
-        if not schemas and not batch.isEmpty():
-            raise RegistryUnavailableError(
-                f"the schema registry at {self.registry_url} has no versions of subject {subject!r}, so no record of "
-                f"micro-batch {batch_id} of {self.asset_name} could be decoded; check SCHEMA_REGISTRY_URL, or "
-                "register the schema (`streaming-pipeline produce` does). Nothing was written and the batch will be "
-                "read again."
-            )
-        latest = registry.latest(subject)
-        return schemas, latest[1] if latest else fallback
 
     @staticmethod
     def _ensure_columns(rows: DataFrame, path: str) -> None:
@@ -130,37 +119,30 @@ class TableBatchWriter:
             return
         rows.limit(0).write.format("delta").mode("append").option("mergeSchema", "true").save(path)
 
-    def _merge_latest(
-        self, spark: SparkSession, latest: DataFrame, columns: list[str], batch_id: int
-    ) -> dict[str, int]:
+    def _merge_latest(self, latest: DataFrame, columns: list[str], batch_id: int) -> dict[str, int]:
         """MERGE the newest record of each key: a tombstone deletes the key's row, a value replaces an older one or
         is inserted. Returns the rows inserted, updated and deleted."""
         from streaming_pipeline.lakehouse.bronze.keyed import TOMBSTONE
 
-        view = self._view("latest", batch_id)
-        latest.createOrReplaceTempView(view)
         newer = "(s.kafka_partition <> t.kafka_partition OR s.kafka_offset > t.kafka_offset)"
-        try:
-            metrics = spark.sql(
-                f"MERGE INTO {delta_path_sql(self.table_path)} t USING {view} s ON {_keys_equal(self.key_fields)} "
-                f"WHEN MATCHED AND s.{TOMBSTONE} AND {newer} THEN DELETE "
-                f"WHEN MATCHED AND NOT s.{TOMBSTONE} AND {newer} THEN UPDATE SET "
-                + ", ".join(f"{_quoted(c)} = s.{_quoted(c)}" for c in columns)
-                + f" WHEN NOT MATCHED AND NOT s.{TOMBSTONE} THEN INSERT ({', '.join(map(_quoted, columns))}) "
-                f"VALUES ({', '.join('s.' + _quoted(c) for c in columns)})"
-            ).collect()
-        finally:
-            spark.catalog.dropTempView(view)
-        row = metrics[0].asDict() if metrics else {}
+        view = self._view("latest", batch_id)
+        row = self._merge(
+            latest,
+            view,
+            f"MERGE INTO {delta_path_sql(self.table_path)} t USING {view} s ON {_keys_equal(self.key_fields)} "
+            f"WHEN MATCHED AND s.{TOMBSTONE} AND {newer} THEN DELETE "
+            f"WHEN MATCHED AND NOT s.{TOMBSTONE} AND {newer} THEN UPDATE SET "
+            + ", ".join(f"{_quoted(c)} = s.{_quoted(c)}" for c in columns)
+            + f" WHEN NOT MATCHED AND NOT s.{TOMBSTONE} THEN INSERT ({', '.join(map(_quoted, columns))}) "
+            f"VALUES ({', '.join('s.' + _quoted(c) for c in columns)})",
+        )
         return {
-            "rows_inserted": int(row.get("num_inserted_rows") or 0),
-            "rows_updated": int(row.get("num_updated_rows") or 0),
-            "rows_deleted": int(row.get("num_deleted_rows") or 0),
+            "rows_inserted": row.get("num_inserted_rows", 0),
+            "rows_updated": row.get("num_updated_rows", 0),
+            "rows_deleted": row.get("num_deleted_rows", 0),
         }
 
-    def _merge_history(
-        self, spark: SparkSession, versions: DataFrame, closes: DataFrame, batch_id: int
-    ) -> dict[str, int]:
+    def _merge_history(self, versions: DataFrame, closes: DataFrame, batch_id: int) -> dict[str, int]:
         """MERGE into the history table: close each key's current version that a record of this batch supersedes
         (`valid_to`, `is_current` false), and insert the batch's versions. Returns the versions inserted and
         closed."""
@@ -171,8 +153,6 @@ class TableBatchWriter:
         staged = versions.withColumn("_change", F.lit("version")).unionByName(
             closes.withColumn("_change", F.lit("close")), allowMissingColumns=True
         )
-        view = self._view("history", batch_id)
-        staged.createOrReplaceTempView(view)
         keys = _keys_equal(self.key_fields)
         on = (
             f"({keys} AND s._change = 'close' AND t.is_current AND "
@@ -180,20 +160,28 @@ class TableBatchWriter:
             f"({keys} AND s._change = 'version' AND t.kafka_partition = s.kafka_partition "
             "AND t.kafka_offset = s.kafka_offset)"
         )
+        view = self._view("history", batch_id)
+        row = self._merge(
+            staged,
+            view,
+            f"MERGE INTO {delta_path_sql(self.history_path)} t USING {view} s ON {on} "
+            "WHEN MATCHED AND s._change = 'close' THEN UPDATE SET valid_to = s.valid_from, is_current = false "
+            f"WHEN NOT MATCHED AND s._change = 'version' THEN INSERT ({', '.join(map(_quoted, columns))}) "
+            f"VALUES ({', '.join('s.' + _quoted(c) for c in columns)})",
+        )
+        return {"versions_inserted": row.get("num_inserted_rows", 0), "versions_closed": row.get("num_updated_rows", 0)}
+
+    @staticmethod
+    def _merge(source: DataFrame, view: str, statement: str) -> dict[str, int]:
+        """Run the MERGE `statement`, whose source is `source` as the temporary view `view`; returns Delta's metrics
+        of it (`num_inserted_rows`, ...)."""
+        spark = source.sparkSession
+        source.createOrReplaceTempView(view)
         try:
-            metrics = spark.sql(
-                f"MERGE INTO {delta_path_sql(self.history_path)} t USING {view} s ON {on} "
-                "WHEN MATCHED AND s._change = 'close' THEN UPDATE SET valid_to = s.valid_from, is_current = false "
-                f"WHEN NOT MATCHED AND s._change = 'version' THEN INSERT ({', '.join(map(_quoted, columns))}) "
-                f"VALUES ({', '.join('s.' + _quoted(c) for c in columns)})"
-            ).collect()
+            metrics = spark.sql(statement).collect()
         finally:
             spark.catalog.dropTempView(view)
-        row = metrics[0].asDict() if metrics else {}
-        return {
-            "versions_inserted": int(row.get("num_inserted_rows") or 0),
-            "versions_closed": int(row.get("num_updated_rows") or 0),
-        }
+        return {name: int(value or 0) for name, value in (metrics[0].asDict() if metrics else {}).items()}
 
     def _view(self, what: str, batch_id: int) -> str:
         return f"{what}_{re.sub(r'[^A-Za-z0-9_]', '_', self.asset_name)}_{batch_id}_{uuid.uuid4().hex[:8]}"
