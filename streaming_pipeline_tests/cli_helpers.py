@@ -74,13 +74,19 @@ _PIPELINE_PREFIXES = ("SPARK_", "RIDE_", "JOIN_", "OFFSET_SENSOR_", "KAFKA_", "S
 _PIPELINE_VARIABLES = ("LAKEHOUSE_DIR", "HIGH_AMOUNT_THRESHOLD", "MAX_OFFSETS_PER_TRIGGER")
 
 
-def environment_without_pipeline_settings() -> dict[str, str]:
-    """This process's environment minus every variable the pipeline reads, for a subprocess that gets its own."""
+def environment_without(prefixes: tuple[str, ...], names: tuple[str, ...] = ()) -> dict[str, str]:
+    """This process's environment minus the variables whose names start with `prefixes` or are `names`, but for
+    SPARK_LOCAL_DIRS (the session's Spark scratch, conftest.py), for a subprocess that gets its own settings."""
     return {
         name: value
         for name, value in os.environ.items()
-        if not name.startswith(_PIPELINE_PREFIXES) and name not in _PIPELINE_VARIABLES
+        if name == "SPARK_LOCAL_DIRS" or not (name.startswith(prefixes) or name in names)
     }
+
+
+def environment_without_pipeline_settings() -> dict[str, str]:
+    """This process's environment minus every variable the pipeline reads, for a subprocess that gets its own."""
+    return environment_without(_PIPELINE_PREFIXES, _PIPELINE_VARIABLES)
 
 
 def produce_with_cli(stack: Any, *args: str) -> None:

@@ -41,6 +41,7 @@ from streaming_pipeline.devstack.embedded.stack import EmbeddedStack, StackInfo,
 from streaming_pipeline.devstack.errors import StackError
 from streaming_pipeline_tests import materialized_lakehouse as local_mode
 from streaming_pipeline_tests.cli_helpers import (
+    environment_without,
     environment_without_pipeline_settings,
     run_stack_cli,
     start_materializing_every_asset,
@@ -193,7 +194,7 @@ def _check_status_and_executors(stack: StackInfo, root: Path) -> set[int]:
         text=True,
         timeout=600,
         check=False,
-        env={k: v for k, v in os.environ.items() if not k.startswith("SPARK_")},
+        env=environment_without(("SPARK_",)),
     )
     assert client.returncode == 0, client.stdout + client.stderr[-4000:]
     result = json.loads(client.stdout.strip().splitlines()[-1])
@@ -325,7 +326,7 @@ spark.stop()
 
 def _by_name_in_a_session_of_its_own(stack: StackInfo, root: Path, *queries: str) -> list[list[list[Any]]]:
     assert stack.object_store_url
-    clean = {key: value for key, value in os.environ.items() if not key.startswith(("AWS_", "SPARK_"))}
+    clean = environment_without(("AWS_", "SPARK_"))
     catalog_dir = stack.directory / "spark" / "catalog"
     done = subprocess.run(
         [

@@ -6,13 +6,14 @@ silver/test_taxi_zones.py and test_sql.py.
 
 from __future__ import annotations
 
-import os
 import subprocess
 import sys
 from collections import Counter
 from pathlib import Path
 
 import pytest
+
+from streaming_pipeline_tests.cli_helpers import environment_without
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 
@@ -23,7 +24,7 @@ def test_sql_command_prints_json_rows_and_fails_in_one_line(materialized_lakehou
     """Over the session's materialized lakehouse: the rows on the session's engine (SPARK_REMOTE, as `stack env`
     exports it), counted here from the rides the lakehouse was given; the bad query with an in-process Spark (no
     SPARK_REMOTE), whose driver would log the parse error a second time if the command let it."""
-    local = {k: v for k, v in os.environ.items() if not k.startswith("SPARK_")}
+    local = environment_without(("SPARK_",))
     local["LAKEHOUSE_DIR"] = str(materialized_lakehouse.lakehouse)
     env = {**local, "SPARK_REMOTE": str(session_stack.up(engine=True).spark_remote)}
     counts = Counter(int(v) for v in materialized_lakehouse.rides["vendor_id"])
