@@ -9,6 +9,7 @@ from collections.abc import Mapping
 from typing import IO, Any
 
 from streaming_pipeline.devstack.cli import main as cli_main
+from streaming_pipeline.devstack.embedded.dagster_dev import MACHINE_SETTINGS
 from streaming_pipeline_tests.kafka_helpers import REPO_ROOT
 
 # `dagster asset materialize -m streaming_pipeline.definitions --select '*'`: every asset, in one run.
@@ -75,12 +76,13 @@ _PIPELINE_VARIABLES = ("LAKEHOUSE_DIR", "HIGH_AMOUNT_THRESHOLD", "MAX_OFFSETS_PE
 
 
 def environment_without(prefixes: tuple[str, ...], names: tuple[str, ...] = ()) -> dict[str, str]:
-    """This process's environment minus the variables whose names start with `prefixes` or are `names`, but for
-    SPARK_LOCAL_DIRS (the session's Spark scratch, conftest.py), for a subprocess that gets its own settings."""
+    """This process's environment minus the variables whose names start with `prefixes` or are `names`, but for the
+    machine's settings (`dagster_dev.MACHINE_SETTINGS`: the session's Spark scratch, conftest.py), for a subprocess
+    that gets its own settings."""
     return {
         name: value
         for name, value in os.environ.items()
-        if name == "SPARK_LOCAL_DIRS" or not (name.startswith(prefixes) or name in names)
+        if name in MACHINE_SETTINGS or not (name.startswith(prefixes) or name in names)
     }
 
 

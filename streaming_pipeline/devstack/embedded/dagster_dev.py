@@ -32,8 +32,8 @@ _FOREIGN_PREFIXES = (
     "LIVE_MODE",
     "CONTINUOUS_",
 )
-# Where Spark keeps its scratch belongs to the machine, not to a stack: it stays.
-_MACHINE_SETTINGS = ("SPARK_LOCAL_DIRS",)
+#: Settings of the machine, not of a stack, among those: they stay (where Spark keeps its scratch).
+MACHINE_SETTINGS = ("SPARK_LOCAL_DIRS",)
 
 
 class DagsterDev:
@@ -42,9 +42,7 @@ class DagsterDev:
     def __init__(self, env: Mapping[str, str], log_file: Path, *, port: int | None = None) -> None:
         self.port = port or free_port()
         self.log_file = log_file
-        self.env = {
-            k: v for k, v in os.environ.items() if k in _MACHINE_SETTINGS or not k.startswith(_FOREIGN_PREFIXES)
-        }
+        self.env = {k: v for k, v in os.environ.items() if k in MACHINE_SETTINGS or not k.startswith(_FOREIGN_PREFIXES)}
         self.env.update(env)
         self.env["PYTHONUNBUFFERED"] = "1"
         self._proc: subprocess.Popen[bytes] | None = None
