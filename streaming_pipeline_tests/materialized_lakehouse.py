@@ -5,9 +5,9 @@ and every asset materialized (with its checks) in two runs, as Dagster's CLI wou
 (`s3a://lakehouse/materialized`): every test that reads them reads S3. test_cluster_vs_local.py produces the same
 records to a cluster's stack and compares.
 
-- First run: the real NYC TLC sample (266 rides, `../shared/data/rides.csv`), a pickup at the dropoff zone of every
-  fifth ride (on the join's inclusive 10-minute bound, just outside it, and between), four ride records no schema
-  decodes (garbage, an unknown schema id, a wrong magic byte, a truncated frame) and one such pickup.
+- First run: the real NYC TLC sample (266 rides, `data/rides.csv` beside this file), a pickup at the dropoff zone of
+  every fifth ride (on the join's inclusive 10-minute bound, just outside it, and between), four ride records no
+  schema decodes (garbage, an unknown schema id, a wrong magic byte, a truncated frame) and one such pickup.
 - Second run: 40 synthetic rides after the sample, a tenth of them an hour late, and a pickup near the dropoff of
   every fourth: the streaming state (windows, join, counts) carries over from the checkpoints of the first run.
 - Third run: nothing new; the versions of every table before and after it are kept for a test to compare.

@@ -22,9 +22,6 @@ def test_the_shipped_lookup_gives_the_265_tlc_zones_as_records_of_the_table_topi
     assert len(rows) == 265 == len(expected) == len(records)
     assert {k: (r["borough"], r["zone"], r["service_zone"]) for k, r in records.items()} == expected
     assert records[1] == {"location_id": 1, "borough": "EWR", "zone": "Newark Airport", "service_zone": "EWR"}
-    shared = PACKAGED_LOOKUP.parents[4] / "shared" / "data" / "taxi_zone_lookup.csv"
-    if shared.is_file():
-        assert PACKAGED_LOOKUP.read_bytes() == shared.read_bytes()
 
 
 def test_another_lookup_in_the_tlc_header_s_other_letter_case_and_a_malformed_row(tmp_path: Path) -> None:
