@@ -1,7 +1,7 @@
 """The `sql` command as a user types it: JSON rows on stdout, and a bad query as one `error:` line.
 
-The pure pieces (branching, enrichment, the lookup, the formats) are tested in silver/test_transformations.py,
-silver/test_taxi_zones.py and test_sql.py.
+The pure pieces (branching, enrichment, the lookup, the formats) are tested in
+lakehouse/silver/test_transformations.py, devstack/test_zone_lookup.py and test_sql.py.
 """
 
 from __future__ import annotations

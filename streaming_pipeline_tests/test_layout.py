@@ -1,13 +1,15 @@
 """The configuration that CI's `lint-imports` and `dg check defs` read (pyproject.toml). CI runs both tools
 before the suite; these tests check that what they are told to check exists and covers every module, so that a
 renamed or new module cannot leave a contract or the code location pointing at nothing, or stand outside every
-wall; and that the README and docs/ stay within their sizes."""
+wall; and that the README, the changelog and docs/ stay within their sizes and name no commit hash."""
 
 from __future__ import annotations
 
 import importlib
 import importlib.util
 import os
+import re
+import subprocess
 import tomllib
 from pathlib import Path
 
@@ -91,7 +93,6 @@ def test_the_library_imports_and_declares_its_tables_without_the_code_location(t
     no `defs/` and no other part of the code location: the library reads none of its files."""
     import json
     import shutil
-    import subprocess
     import sys
 
     package = Path(__file__).resolve().parents[1] / "streaming_pipeline"
@@ -126,19 +127,71 @@ def test_the_library_imports_and_declares_its_tables_without_the_code_location(t
     assert found["topics"] == ["rides", "pickup_locations"]
 
 
-# The sizes a reader can take in at once: the README a page, every other page of docs/ a sitting.
+# The sizes a reader can take in at once: the README a page, every other page of docs/ a sitting, the changelog (by
+# release) and the testing page (how to run the suite, its current figures) less.
 README_MAX_BYTES = 8_000
 DOCS_PAGE_MAX_BYTES = 15_000
+PAGE_MAX_BYTES = {"CHANGELOG.md": 12_000, "docs/testing.md": 4_000}
+ROOT = Path(__file__).resolve().parents[1]
 
 
-def test_the_readme_and_every_docs_page_stay_within_their_size() -> None:
-    root = Path(__file__).resolve().parents[1]
-    sizes = {path.relative_to(root).as_posix(): path.stat().st_size for path in (root / "docs").glob("*.md")}
+def test_the_readme_the_changelog_and_every_docs_page_stay_within_their_size() -> None:
+    sizes = {path.relative_to(ROOT).as_posix(): path.stat().st_size for path in (ROOT / "docs").glob("*.md")}
     assert sizes, "docs/ has no page"
-    too_long = {page: size for page, size in sizes.items() if size > DOCS_PAGE_MAX_BYTES}
-    readme = (root / "README.md").stat().st_size
-    if readme > README_MAX_BYTES:
-        too_long["README.md"] = readme
-    assert not too_long, f"over their size (README {README_MAX_BYTES:,} B, a docs page {DOCS_PAGE_MAX_BYTES:,} B): " + (
-        ", ".join(f"{page} {size:,} B" for page, size in sorted(too_long.items()))
+    sizes["README.md"] = (ROOT / "README.md").stat().st_size
+    sizes["CHANGELOG.md"] = (ROOT / "CHANGELOG.md").stat().st_size
+    limits = {page: DOCS_PAGE_MAX_BYTES for page in sizes} | {"README.md": README_MAX_BYTES} | PAGE_MAX_BYTES
+    too_long = {page: size for page, size in sizes.items() if size > limits[page]}
+    assert not too_long, "over their size: " + ", ".join(
+        f"{page} {size:,} B (at most {limits[page]:,} B)" for page, size in sorted(too_long.items())
     )
+
+
+# A word that may be a commit hash: 7 to 40 lowercase hex digits standing alone.
+_HEX_WORD = re.compile(r"(?<![0-9A-Za-z_])[0-9a-f]{7,40}(?![0-9A-Za-z_])")
+
+
+def _commits() -> list[str]:
+    """Every commit of this repository's history (`git rev-list --all`); none outside a git checkout or without git."""
+    import shutil
+
+    if not (ROOT / ".git").exists() or shutil.which("git") is None:
+        return []
+    listed = subprocess.run(
+        ["git", "rev-list", "--all"], cwd=ROOT, capture_output=True, text=True, timeout=60, check=False
+    )
+    assert listed.returncode == 0, f"git rev-list --all failed: {listed.stderr}"
+    return listed.stdout.split()
+
+
+def _commit_hashes_in(text: str, commits: list[str]) -> list[str]:
+    """The words of `text` that are commit hashes: a prefix of a commit of this repository, or any hex word with both
+    a digit and a letter (a hash of any repository; a number such as 1000000 or 20261123 has no letter)."""
+    return [
+        word
+        for word in _HEX_WORD.findall(text)
+        if (re.search(r"[0-9]", word) and re.search(r"[a-f]", word)) or any(c.startswith(word) for c in commits)
+    ]
+
+
+def test_the_readme_the_changelog_and_the_docs_name_no_commit_hash() -> None:
+    """The pages are reference, true of the code now, and the changelog is by release: a figure names its date and
+    release, a baseline what it was, never a commit, which is history."""
+    commits = _commits()
+    if commits:  # it finds this repository's own hashes, abbreviated or whole
+        assert _commit_hashes_in(f"measured on {commits[-1][:7]}, see {commits[0]}.", commits) == [
+            commits[-1][:7],
+            commits[0],
+        ]
+    assert _commit_hashes_in("1a01901 `ff042ec`, 1000000 rides, seed 20261123, deadbeef", []) == [
+        "1a01901",
+        "ff042ec",
+    ]
+    pages = [ROOT / "README.md", ROOT / "CHANGELOG.md", *sorted((ROOT / "docs").glob("*.md"))]
+    named = {
+        f"{page.relative_to(ROOT).as_posix()}:{number}": hashes
+        for page in pages
+        for number, line in enumerate(page.read_text().splitlines(), start=1)
+        if (hashes := _commit_hashes_in(line, commits))
+    }
+    assert not named, f"commit hashes in the docs (name the date and release instead): {named}"

@@ -3,7 +3,7 @@ in. Plain Python: the foreachBatch handlers and the command line read it without
 
 A source is declared as a `streaming_pipeline.components.KafkaDeltaSource` component, in a `defs.yaml` or in Python
 (docs/extending.md): the component builds its Dagster definitions from `SourceTopic.declared(...)`, and the
-functions of the library that work on sources receive them. The project's own two sources, which its silver and
+functions of the library that work on sources receive them. The project's own three sources, which its silver and
 gold tables read, are declared in Python in `tables.py`.
 """
 
@@ -50,7 +50,8 @@ class SourceTopic:
     #: The value's Avro schema: a file name in `schemas/`, or an absolute path (a component's `value_schema`).
     value_schema: str
     description: str
-    #: The key's Avro schema, as `value_schema`; None when the topic's keys are not Avro (bronze ignores keys).
+    #: The key's Avro schema, as `value_schema`; None when the topic's keys are not Avro (a stream's bronze table
+    #: ignores keys; a table topic needs one).
     key_schema: str | None = None
     #: The value's field that is the record key (what `streaming-pipeline produce` sends as the key).
     key_field: str = ""

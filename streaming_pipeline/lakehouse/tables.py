@@ -1,9 +1,10 @@
 """Every Delta table of the lakehouse, defined once: its name (the Dagster asset key), its layer (the asset group) and
 its columns (name, Spark SQL type, description), as docs/tables.md documents them. A bronze table is derived from
-its source's declaration (`streaming_pipeline.lakehouse.sources.SourceTopic`): the project's two sources are
-declared here, and the code location makes each a `KafkaDeltaSource` (`defs/bronze/<source>.py`). The silver and
-gold tables whose foreachBatch handlers or shared transformations need their DDL are declared here too; a table
-that needs none is declared in its own module of `defs/` (`vendor_counts`).
+its source's declaration (`streaming_pipeline.lakehouse.sources.SourceTopic`): the project's three sources (the
+`rides` and `pickup_locations` streams and the `taxi_zones` table topic) are declared here, and the code location
+makes each a `KafkaDeltaSource` (`defs/bronze/<source>.py`). The silver and gold tables whose foreachBatch
+handlers or shared transformations need their DDL are declared here too; a table that needs none is declared in
+its own module of `defs/` (`vendor_counts`, `rides_enriched`, the amount branches).
 
 Plain Python, importing neither Dagster nor Spark: the foreachBatch handlers, which run in a Spark worker that
 must not import Dagster, take their DDL from here. The Dagster wiring derives the schemas the UI shows

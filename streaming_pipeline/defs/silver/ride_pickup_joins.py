@@ -22,7 +22,8 @@ class RidePickupJoinsConfig(IntervalsConfig):
         env="JOIN_MAX_GAP",
         default="10 minutes",
         kind="interval",
-        description="A pickup joins a ride within this interval after its dropoff, inclusive",
+        description="A pickup joins a ride when its time is within this interval of the dropoff, before or after, "
+        "inclusive",
     )
     watermark_delay: str = watermark_delay_parameter(
         "How far behind the latest event time either side may arrive and still be joined"
