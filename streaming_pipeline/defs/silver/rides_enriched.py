@@ -4,7 +4,6 @@ once."""
 from typing import TYPE_CHECKING
 
 import dagster as dg
-from pyspark.sql import functions as F
 
 from streaming_pipeline.components.asset_metadata import (
     delta_table_metadata,
@@ -41,6 +40,8 @@ def enrichment_query(inputs: QueryInputs, config: None) -> StreamQuery:
     A stream-static join: each micro-batch joins the zone table as it is then (broadcast). Rides already
     enriched keep the zones they were enriched with when the lookup changes later.
     """
+    from pyspark.sql import functions as F
+
     spark, lakehouse = inputs.spark, inputs.lakehouse
 
     def start_writer() -> "DataStreamWriter":

@@ -14,9 +14,6 @@ import json
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from pyspark.sql import Window
-from pyspark.sql import functions as F
-
 from streaming_pipeline.lakehouse.bronze.offsets import Offsets, consumed_offsets, table_start_offsets
 from streaming_pipeline.lakehouse.engine.delta_tables import read_table, table_exists
 from streaming_pipeline.lakehouse.tables import DEAD_LETTER_RECORDS
@@ -71,6 +68,11 @@ def _expected_records(
 ) -> DataFrame:
     """(kafka_partition, kafka_offset) of the latest decodable record per key in [start, until), tombstones left
     out."""
+    # Imported here, not at the top: the bronze checks import this module, and the sensors and checks load without
+    # Spark's client (streaming_pipeline_tests/test_import_weight.py).
+    from pyspark.sql import Window
+    from pyspark.sql import functions as F
+
     records = (
         spark.read.format("kafka")
         .options(**kafka.spark_options())

@@ -14,9 +14,6 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlparse
 
-from pyspark.errors import StreamingQueryException
-from pyspark.sql.streaming import DataStreamWriter
-
 from streaming_pipeline.lakehouse.engine.interrupts import interrupts_held
 from streaming_pipeline.lakehouse.engine.query_starts import one_query_start_at_a_time
 from streaming_pipeline.lakehouse.engine.run_log import (
@@ -26,6 +23,7 @@ from streaming_pipeline.lakehouse.errors import StreamingRunError
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
+    from pyspark.sql.streaming import DataStreamWriter
 
     from streaming_pipeline.lakehouse.connections import Lakehouse
 
@@ -183,6 +181,10 @@ def run_available_now(
     foreachBatch worker did not connect back in time is tried again, at most MAX_WORKER_START_RETRIES times. Each
     start holds the machine's query-start lock (`engine.query_starts`).
     """
+    # Imported here, not at the top: the assets import this module, and the sensors and checks load without Spark's
+    # client (streaming_pipeline_tests/test_import_weight.py).
+    from pyspark.errors import StreamingQueryException
+
     log = log or _LOG
     report = StreamRunReport(query_name=query_name)
     worker_retries = 0

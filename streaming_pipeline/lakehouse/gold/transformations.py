@@ -6,12 +6,18 @@ DataFrames (unit tests) and on streaming DataFrames (the assets).
 
 from __future__ import annotations
 
-from pyspark.sql import DataFrame
-from pyspark.sql import functions as F
+from typing import TYPE_CHECKING
+
+# pyspark is imported in the functions that use it: the asset checks import this module, and the sensors and
+# checks load without Spark's client (streaming_pipeline_tests/test_import_weight.py).
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame
 
 
 def vendor_counts(rides: DataFrame) -> DataFrame:
     """Running number of rides per vendor."""
+    from pyspark.sql import functions as F
+
     return rides.groupBy("vendor_id").agg(F.count(F.lit(1)).alias("trip_count"))
 
 
@@ -21,6 +27,8 @@ def ride_window_aggregates(rides: DataFrame, window_duration: str, watermark_del
     With `watermark_delay` (streaming), windows are finalized once the watermark passes their end and
     later rides are left out of the aggregate (`window_late_counts` counts them).
     """
+    from pyspark.sql import functions as F
+
     if watermark_delay is not None:
         rides = rides.withWatermark("pickup_datetime", watermark_delay)
     return (
@@ -52,6 +60,8 @@ def window_late_counts(all_rides_per_window: DataFrame, aggregates: DataFrame) -
     `late_trip_count`, previous_late_trip_count (0 for a window it lacks). A window missing from `aggregates`
     had only late rides.
     """
+    from pyspark.sql import functions as F
+
     everything = all_rides_per_window.select(
         "window_start", "window_end", "vendor_id", F.col("trip_count").alias("all_trip_count")
     )

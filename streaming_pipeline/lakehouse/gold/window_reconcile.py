@@ -18,9 +18,6 @@ from dataclasses import dataclass
 from functools import reduce
 from typing import TYPE_CHECKING, Any
 
-from pyspark.sql import functions as F
-from pyspark.sql.types import StructType
-
 from streaming_pipeline.lakehouse.engine.delta_log import DeltaLog, filesystem, numbered_files, read_text
 from streaming_pipeline.lakehouse.engine.delta_tables import delta_path_sql, read_table, small_table, sum_columns
 from streaming_pipeline.lakehouse.engine.run_log import Log
@@ -29,6 +26,8 @@ from streaming_pipeline.lakehouse.engine.streams import EPOCH, from_epoch_micros
 from streaming_pipeline.lakehouse.gold.transformations import ride_window_aggregates, window_late_counts
 from streaming_pipeline.lakehouse.tables import RAW_RIDES, RIDE_WINDOW_AGGREGATES
 
+# pyspark is imported in the functions that use it: the asset checks import this module, and the sensors and
+# checks load without Spark's client (streaming_pipeline_tests/test_import_weight.py).
 if TYPE_CHECKING:
     from pyspark.sql import Column, DataFrame, SparkSession
 
@@ -258,17 +257,23 @@ def _covering_ranges(windows: list[tuple[int, int]], limit: int) -> list[tuple[i
 
 
 def _micros(value: int) -> Column:
+    from pyspark.sql import functions as F
+
     return F.timestamp_micros(F.lit(value))
 
 
 def _in_ranges(column: str, ranges: list[tuple[int, int]]) -> Column:
     """`column` in one of the [start, end) ranges of epoch microseconds; false when there is none."""
+    from pyspark.sql import functions as F
+
     terms = [(F.col(column) >= _micros(s)) & (F.col(column) < _micros(e)) for s, e in ranges]
     return reduce(lambda a, b: a | b, terms) if terms else F.lit(False)
 
 
 def _same_window(left: DataFrame, right: DataFrame, how: str) -> DataFrame:
     """`left` semi- or anti-joined with `right` on (window_start, vendor_id), null vendors matching."""
+    from pyspark.sql import functions as F
+
     keys = right.select(F.col("window_start").alias("_k_start"), F.col("vendor_id").alias("_k_vendor"))
     condition = (F.col("window_start") == F.col("_k_start")) & F.col("vendor_id").eqNullSafe(F.col("_k_vendor"))
     return left.join(keys, condition, how)
@@ -293,6 +298,8 @@ def reconcile_ride_windows(
     Returns:
         What the reconcile did, and why (`reason`).
     """
+    from pyspark.sql import functions as F
+
     table_path = lakehouse.table_path(WINDOWS)
     result = WindowReconcile()
     point = _reconcile_point(spark, lakehouse, result)
@@ -454,6 +461,9 @@ def _counts_of_touched_windows(
 ) -> tuple[DataFrame, DataFrame]:
     """The counts and the table's rows of the windows that the rides in `files` (added to raw_rides since the
     previous reconcile) fall in; sets `result.new_rides`."""
+    from pyspark.sql import functions as F
+    from pyspark.sql.types import StructType
+
     # The files as Delta wrote them (no column mapping, no deletion vector: appends), with the table's types.
     columns = StructType([rides.schema[c] for c in ("pickup_datetime", "vendor_id", "total_amount")])
     touched = (
@@ -487,6 +497,8 @@ def _changed_windows(
 ) -> list[Any]:
     """The windows whose late count or finality changes (start_us, end_us, vendor_id, late_trip_count, is_final,
     late_found), brought to the driver."""
+    from pyspark.sql import functions as F
+
     recounted = window_late_counts(counts, current).select(
         "window_start",
         "window_end",
@@ -531,6 +543,8 @@ def _merge_reconciled(
 ) -> None:
     """One MERGE of the `changed` windows (rows of `_changed_windows`), its commit marked with `marker` and with the
     Delta transaction `txn` (appId, the raw_rides version it reconciled)."""
+    from pyspark.sql import functions as F
+
     changes = spark.createDataFrame(
         [(r["start_us"], r["end_us"], r["vendor_id"], r["late_trip_count"], r["is_final"]) for r in changed],
         "start_us long, end_us long, vendor_id int, late_trip_count long, is_final boolean",

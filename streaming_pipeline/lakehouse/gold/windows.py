@@ -7,8 +7,6 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from pyspark.sql import functions as F
-
 from streaming_pipeline.lakehouse.engine.delta_tables import delta_path_sql, table_exists
 from streaming_pipeline.lakehouse.engine.run_log import Log
 from streaming_pipeline.lakehouse.engine.streams import (
@@ -56,6 +54,8 @@ class WindowUpsert:
             batch: The windows Spark updated in the micro-batch (the columns of `ride_window_aggregates`).
             batch_id: Spark's id of the micro-batch (names the batch's temporary view).
         """
+        from pyspark.sql import functions as F
+
         spark = batch.sparkSession
         updates = batch.select(
             "window_start",

@@ -8,8 +8,6 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from pyspark.sql import functions as F
-
 from streaming_pipeline.lakehouse.engine.streams import (
     QueryRun,
     StreamQuery,
@@ -46,6 +44,7 @@ class AmountBranchWriter:
         import uuid
 
         from pyspark.sql import Observation
+        from pyspark.sql import functions as F
 
         from streaming_pipeline.lakehouse.bronze.offsets import checkpoint_id
         from streaming_pipeline.lakehouse.engine.delta_tables import append_once

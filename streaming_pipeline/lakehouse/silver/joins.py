@@ -7,8 +7,6 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
-from pyspark.sql import functions as F
-
 from streaming_pipeline.lakehouse.engine.delta_log import latest_version
 from streaming_pipeline.lakehouse.engine.delta_tables import table_exists
 from streaming_pipeline.lakehouse.engine.streams import (
@@ -122,6 +120,8 @@ def record_join_late_rows(spark: SparkSession, path: str, rows: list[tuple[Any, 
     last batch id as txnAppId/txnVersion, so recording the same batches again adds nothing. The rows that were
     appended. With no rows the table is created empty when it does not exist yet, so that it can be queried
     (and is empty) before the watermark has dropped anything."""
+    from pyspark.sql import functions as F
+
     if not rows:
         if not table_exists(path):
             spark.createDataFrame([], JOIN_LATE_ROWS.ddl).write.format("delta").mode("append").save(path)

@@ -6,8 +6,12 @@ DataFrames (unit tests) and on streaming DataFrames (the assets).
 
 from __future__ import annotations
 
-from pyspark.sql import DataFrame
-from pyspark.sql import functions as F
+from typing import TYPE_CHECKING
+
+# pyspark is imported in the functions that use it: the asset checks import this module, and the sensors and
+# checks load without Spark's client (streaming_pipeline_tests/test_import_weight.py).
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame
 
 
 def ride_pickup_joins(
@@ -18,6 +22,8 @@ def ride_pickup_joins(
     The bound is inclusive. With `watermark_delay` (streaming) both sides carry an event-time
     watermark, so Spark can drop join state that no future event can match.
     """
+    from pyspark.sql import functions as F
+
     ride_side = rides.select(
         F.col("vendor_id"),
         F.col("do_location_id").alias("ride_location_id"),
@@ -45,11 +51,15 @@ def ride_pickup_joins(
 
 def high_amount_rides(rides: DataFrame, threshold: float) -> DataFrame:
     """Rides with total_amount >= threshold; a null amount is neither high nor low."""
+    from pyspark.sql import functions as F
+
     return rides.where(F.col("total_amount") >= F.lit(threshold))
 
 
 def low_amount_rides(rides: DataFrame, threshold: float) -> DataFrame:
     """Rides with total_amount < threshold; a null amount is neither high nor low."""
+    from pyspark.sql import functions as F
+
     return rides.where(F.col("total_amount") < F.lit(threshold))
 
 
@@ -61,6 +71,8 @@ def enrich_rides_with_zones(rides: DataFrame, zones: DataFrame) -> DataFrame:
     supported stream-static join when `rides` is streaming. One zone per id, so a duplicated id in a custom
     lookup cannot duplicate rides.
     """
+    from pyspark.sql import functions as F
+
     unique_zones = zones.dropDuplicates(["location_id"])
 
     def side(prefix: str) -> DataFrame:
