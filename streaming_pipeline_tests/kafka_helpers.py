@@ -6,12 +6,9 @@ one too: `clients_of(stack)`)."""
 from __future__ import annotations
 
 import contextlib
-import csv
 import os
-import struct
 import time
-from collections.abc import Iterable, Iterator, Mapping, Sequence
-from datetime import datetime
+from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -20,10 +17,8 @@ from confluent_kafka.admin import AdminClient
 from confluent_kafka.serialization import MessageField, SerializationContext
 
 from streaming_pipeline.devstack.embedded.stack import StackInfo
-from streaming_pipeline.devstack.records import csv_columns
 from streaming_pipeline.lakehouse.registry_client import RegistryClient
 from streaming_pipeline.lakehouse.settings import PipelineSettings
-from streaming_pipeline.lakehouse.tables import RIDES
 from streaming_pipeline.resources import KafkaResource
 from streaming_pipeline.resources.from_settings import build_resources, resolved
 
@@ -126,38 +121,12 @@ def avro_frame(
     return registry_resource.serializer(schema_str)(datum, SerializationContext(topic, field))
 
 
-def confluent_header(frame: bytes) -> tuple[int, int]:
-    """(magic byte, schema id) of a Confluent frame."""
-    magic, schema_id = struct.unpack(">bI", frame[:5])
-    return magic, schema_id
-
-
 def delta_log_versions(table_path: str | Path) -> list[int]:
     """Versions with a commit file in the table's _delta_log (empty when the table does not exist)."""
     log_dir = Path(str(table_path).removeprefix("file:")) / "_delta_log"
     if not log_dir.is_dir():
         return []
     return sorted(int(p.name.split(".")[0]) for p in log_dir.glob("*.json") if p.name.split(".")[0].isdigit())
-
-
-def write_rides_csv(path: Path, rides: Iterable[Mapping[str, Any]]) -> Path:
-    """Write ride records (Avro field names) as a CSV with the NYC TLC header."""
-    header = list(csv_columns(RIDES))
-    with path.open("w", newline="") as handle:
-        writer = csv.writer(handle)
-        writer.writerow(header)
-        for ride in rides:
-            row = []
-            for name in header:
-                value = ride.get(csv_columns(RIDES)[name][0])
-                if value is None:
-                    row.append("")
-                elif isinstance(value, datetime):
-                    row.append(value.strftime("%Y-%m-%d %H:%M:%S"))
-                else:
-                    row.append(str(value))
-            writer.writerow(row)
-    return path
 
 
 def delete_topics(cluster: Cluster, topics: Sequence[str], timeout: float = 30.0) -> None:

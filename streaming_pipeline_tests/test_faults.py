@@ -1,43 +1,29 @@
-"""Fault injection on the real embedded stack: schema evolution, bad bytes, late events, registry outage
-(killed runs are in test_kill_fuzz.py). Every expectation is computed in the test from what the test produced."""
+"""Fault injection on the real embedded stack: bad bytes, the registry away, the object store stopped mid-run (killed
+runs are in test_kill_fuzz.py; schema changes in test_schema_evolution.py and test_exactly_once_bronze.py; late rides
+in test_exactly_once_windows.py and the materialized lakehouse). Every expectation is computed in the test from what
+the test produced."""
 
 from __future__ import annotations
 
-from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import dagster as dg
-import pandas as pd
 import pytest
-from confluent_kafka.serialization import MessageField
-from pyspark.sql import functions as F
 
-from streaming_pipeline.defs.gold.ride_window_aggregates import RideWindowsConfig
 from streaming_pipeline.devstack.cli import main as cli_main
-from streaming_pipeline.devstack.synthetic import SyntheticOptions, synthetic_rides
-from streaming_pipeline.lakehouse.registry_client import RegistryClient
 from streaming_pipeline.lakehouse.tables import RIDES
 from streaming_pipeline_tests.kafka_helpers import (
-    SCHEMA_DIR,
     all_coordinates,
-    avro_frame,
-    confluent_header,
     delta_log_versions,
     end_offsets,
-    produce_raw,
-    write_rides_csv,
 )
 from streaming_pipeline_tests.pipeline_assets import pipeline_asset
 
 raw_rides = pipeline_asset(RIDES.bronze_table)
-dead_letter_records = pipeline_asset("dead_letter_records")
-vendor_counts = pipeline_asset("vendor_counts")
-ride_window_aggregates = pipeline_asset("ride_window_aggregates")
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
 TOPIC = "rides"
-VALUE_SUBJECT = "rides-value"
 
 
 # ----------------------------------------------------------------------------- helpers
@@ -88,80 +74,7 @@ def _read(spark, resources, table: str):
     return spark.read.format("delta").load(resources["lakehouse"].table_path(table))
 
 
-def _registry(stack) -> RegistryClient:
-    return RegistryClient(stack.schema_registry_url)
-
-
-# ----------------------------------------------------------------------------- 2. schema evolution
-
-
-def test_v2_rides_after_v1_add_a_column_null_for_old_rows(stack, pipeline_resources, spark, rides_csv):
-    _produce(stack, "--csv", str(rides_csv))
-    old_offsets = end_offsets(stack.bootstrap_servers, TOPIC)
-    old_coordinates = all_coordinates(TOPIC, old_offsets)
-    assert len(old_coordinates) == 266
-    _materialize([raw_rides, vendor_counts], pipeline_resources)
-    assert _read(spark, pipeline_resources, "raw_rides").count() == 266
-
-    registry = _registry(stack)
-    v1_id, _ = registry.latest(VALUE_SUBJECT)
-    v2_schema = (SCHEMA_DIR / "ride_value_v2.avsc").read_text()
-    key_schema = (SCHEMA_DIR / "ride_key.avsc").read_text()
-    v2_id = registry.register(VALUE_SUBJECT, v2_schema)
-    assert v2_id != v1_id
-
-    fees = [1.25, 0.0, 2.5, 17.75, 0.5]
-    new_rides = [
-        {**ride, "airport_fee": fee}
-        for ride, fee in zip(synthetic_rides(len(fees), SyntheticOptions(seed=5)), fees, strict=True)
-    ]
-    messages = []
-    for ride in new_rides:
-        value = avro_frame(registry, v2_schema, ride, TOPIC)
-        assert confluent_header(value) == (0, v2_id)
-        messages.append((avro_frame(registry, key_schema, ride["vendor_id"], TOPIC, MessageField.KEY), value))
-    placed = produce_raw(stack.bootstrap_servers, TOPIC, messages)
-    expected_new = {(TOPIC, p, o): ride for (p, o), ride in zip(placed, new_rides, strict=True)}
-
-    _materialize([raw_rides, vendor_counts], pipeline_resources)
-
-    raw = _read(spark, pipeline_resources, "raw_rides")
-    assert "airport_fee" in raw.columns
-    rows = {
-        (r.kafka_topic, r.kafka_partition, r.kafka_offset): r
-        for r in raw.select(
-            "kafka_topic",
-            "kafka_partition",
-            "kafka_offset",
-            "airport_fee",
-            "schema_id",
-            "vendor_id",
-            "total_amount",
-            "trip_distance",
-        ).collect()
-    }
-    assert len(rows) == raw.count() == 271
-    assert set(rows) == old_coordinates | set(expected_new)
-    for coordinate in old_coordinates:
-        assert rows[coordinate].airport_fee is None, coordinate
-        assert rows[coordinate].schema_id == v1_id, coordinate
-    for coordinate, ride in expected_new.items():
-        row = rows[coordinate]
-        assert (row.airport_fee, row.schema_id) == (ride["airport_fee"], v2_id), coordinate
-        assert (row.vendor_id, row.total_amount, row.trip_distance) == (
-            ride["vendor_id"],
-            ride["total_amount"],
-            ride["trip_distance"],
-        ), coordinate
-
-    csv_vendors = pd.read_csv(rides_csv)["VendorID"].tolist()
-    expected_counts = pd.Series(csv_vendors + [r["vendor_id"] for r in new_rides]).value_counts()
-    got_counts = {r.vendor_id: r.trip_count for r in _read(spark, pipeline_resources, "vendor_counts").collect()}
-    assert sum(got_counts.values()) == 271
-    assert got_counts == {int(v): int(n) for v, n in expected_counts.items()}
-
-
-# ----------------------------------------------------------------------------- 3. bad bytes
+# ----------------------------------------------------------------------------- bad bytes
 
 
 def test_undecodable_records_go_to_dead_letters_and_nothing_is_lost(materialized_lakehouse, spark):
@@ -188,116 +101,7 @@ def test_undecodable_records_go_to_dead_letters_and_nothing_is_lost(materialized
         assert row.failed_at is not None, bad.name
 
 
-# ----------------------------------------------------------------------------- 4. late events
-
-
-def _hand_made_rides(start: datetime, count: int) -> list[dict]:
-    rides = []
-    for k in range(count):
-        pickup = start + timedelta(minutes=4 * k, seconds=(37 * k) % 60)
-        rides.append(_ride(pickup, vendor_id=1 if k % 3 == 0 else 2, total_amount=5.0 + 0.25 * k))
-    return rides
-
-
-def _ride(pickup: datetime, *, vendor_id: int, total_amount: float) -> dict:
-    # Amounts are multiples of 1/4, so every sum is exact in binary floating point.
-    return {
-        "vendor_id": vendor_id,
-        "pickup_datetime": pickup,
-        "dropoff_datetime": pickup + timedelta(minutes=9),
-        "passenger_count": 1,
-        "trip_distance": 2.5,
-        "rate_code_id": 1,
-        "store_and_fwd_flag": "N",
-        "pu_location_id": 161,
-        "do_location_id": 236,
-        "payment_type": 1,
-        "fare_amount": total_amount - 1.0,
-        "extra": 0.5,
-        "mta_tax": 0.5,
-        "tip_amount": 0.0,
-        "tolls_amount": 0.0,
-        "improvement_surcharge": 0.0,
-        "total_amount": total_amount,
-        "congestion_surcharge": 0.0,
-    }
-
-
-def _window_rows(spark, resources) -> dict[tuple[int, int], object]:
-    frame = _read(spark, resources, "ride_window_aggregates").select(
-        F.expr("unix_seconds(window_start)").alias("ws"),
-        F.expr("unix_seconds(window_end)").alias("we"),
-        "vendor_id",
-        "trip_count",
-        "late_trip_count",
-        "total_amount_sum",
-        "is_final",
-    )
-    rows = frame.collect()
-    keyed = {(r.ws, r.vendor_id): r for r in rows}
-    assert len(keyed) == len(rows), "duplicate (window_start, vendor_id) rows"
-    return keyed
-
-
-def _per_window(rides: list[dict]) -> pd.DataFrame:
-    frame = pd.DataFrame(
-        {
-            "ws": [int(r["pickup_datetime"].timestamp()) // 600 * 600 for r in rides],
-            "vendor_id": [r["vendor_id"] for r in rides],
-            "total_amount": [r["total_amount"] for r in rides],
-        }
-    )
-    return frame.groupby(["ws", "vendor_id"]).agg(n=("total_amount", "size"), s=("total_amount", "sum"))
-
-
-def test_late_ride_is_counted_not_dropped(stack, pipeline_resources, spark, tmp_path):
-    config = RideWindowsConfig()  # the windows the run below uses
-    assert (config.interval("window_duration"), config.interval("watermark_delay")) == ("600 seconds", "900 seconds")
-    on_time = _hand_made_rides(datetime(2020, 7, 1, 8, 0, tzinfo=UTC), 60)  # 4 hours
-    _produce(stack, "--csv", str(write_rides_csv(tmp_path / "on_time.csv", on_time)))
-    _materialize([raw_rides, ride_window_aggregates], pipeline_resources)
-
-    max_pickup = max(int(r["pickup_datetime"].timestamp()) for r in on_time)
-    watermark = max_pickup - 15 * 60
-    expected_on_time = _per_window(on_time)
-    first = _window_rows(spark, pipeline_resources)
-    assert set(first) == set(expected_on_time.index)
-    for (ws, vendor), expected in expected_on_time.iterrows():
-        row = first[(ws, vendor)]
-        assert (row.trip_count, row.late_trip_count, row.total_amount_sum) == (expected.n, 0, expected.s)
-        assert row.we == ws + 600
-        assert row.is_final == (row.we <= watermark), (ws, vendor)
-
-    # One ride 2 hours before the latest pickup: its window ended long before the watermark.
-    late_pickup = datetime.fromtimestamp(max_pickup - 2 * 3600, tz=UTC)
-    late = _ride(late_pickup, vendor_id=2, total_amount=99.5)
-    late_key = (int(late_pickup.timestamp()) // 600 * 600, 2)
-    assert late_key in first and first[late_key].is_final, "precondition: the late ride's window is final already"
-    _produce(stack, "--csv", str(write_rides_csv(tmp_path / "late.csv", [late])))
-    _materialize([raw_rides, ride_window_aggregates], pipeline_resources)
-
-    everything = _per_window(on_time + [late])
-    second = _window_rows(spark, pipeline_resources)
-    assert set(second) == set(everything.index)
-    for key, expected in everything.iterrows():
-        row = second[key]
-        assert row.trip_count + row.late_trip_count == expected.n, key
-        assert row.is_final == (row.we <= watermark), key  # the late ride does not move the watermark
-    # The window was final before the late ride arrived: the ride is counted as late, the on-time
-    # figures of the window stay what they were when it became final.
-    late_row = second[late_key]
-    assert (late_row.trip_count, late_row.late_trip_count, late_row.total_amount_sum) == (
-        first[late_key].trip_count,
-        1,
-        first[late_key].total_amount_sum,
-    ), f"late ride absorbed into a final window: before {first[late_key]}, after {late_row}"
-    for key in everything.index:
-        row = second[key]
-        assert row.late_trip_count == (1 if key == late_key else 0), key
-        assert row.total_amount_sum == expected_on_time.loc[key].s, key
-
-
-# ----------------------------------------------------------------------------- 5. registry down
+# ----------------------------------------------------------------------------- the registry down
 
 
 def test_registry_down_fails_run_clearly_and_loses_nothing(stack, pipeline_resources, spark, rides_csv):

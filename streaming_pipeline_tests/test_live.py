@@ -4,16 +4,15 @@ session's Spark Connect engine, and `dagster dev` (webserver + daemon, sensors a
 subprocesses with the stack's `stack env`, its Dagster storage in an embedded PostgreSQL server (what `stack up
 --dagster-postgres` gives). Nothing is materialized by hand.
 
-The tests share the stack, a lakehouse and a `dagster dev` (started again only to switch modes), in file order:
-rides reach gold, and PostgreSQL's own tables record the sensor's runs and their events; a run that fails while
-the registry is down is retried once it is back; no two steps ever worked on a checkpoint at once; the README's
-replay, with the sensor paused, rebuilds raw_rides and gold over the engine; `dagster dev` restarted with
+The tests share the stack, a lakehouse and a `dagster dev` (started again only to switch modes, twice), in file
+order: rides reach gold, and PostgreSQL's own tables record the sensor's runs and their events; a run that fails
+while the registry is down is retried once it is back; no two steps ever worked on a checkpoint at once; the
+README's replay, with the sensor paused, rebuilds raw_rides and gold over the engine; `dagster dev` restarted with
 LIVE_MODE=continuous streams what is produced next, exactly once, with its tables fresh, through a SIGKILL of its
-run, until its run is terminated; switching back to triggered, where the leader of a partition of the rides topic
-is SIGKILLed under load and started again, and again to continuous is exact, and a new field registered while the
-continuous queries run reaches the branches and rides_enriched; and, last, that continuous run goes on exactly once
-after the engine dies and is started again, after a partition's leader is SIGKILLed under load, and after the
-whole Kafka cluster, then the registry, were away.
+run; a new field registered while the continuous queries run reaches the branches and rides_enriched; that
+continuous run goes on exactly once after the engine dies and is started again, after a partition's leader is
+SIGKILLed under load, and after the whole Kafka cluster, then the registry, were away, until it is terminated; and,
+last, switching back to triggered is exact while a partition's leader is SIGKILLed under the sensor's runs.
 No test asserts a time: waits are bounded only so that a broken path fails instead of hanging.
 """
 
@@ -464,13 +463,14 @@ def test_replay_with_the_sensor_paused_rebuilds_raw_rides_and_gold_over_the_engi
     assert old.count() == len(PRODUCED)
 
 
-def test_the_continuous_mode_streams_produced_rides_to_gold_and_terminating_it_stops_the_queries(
+def test_the_continuous_mode_streams_produced_rides_to_gold_exactly_once_through_a_kill_of_its_run(
     live: Live, tmp_path: Path
 ) -> None:
     """Switching to `LIVE_MODE=continuous` (dagster dev restarted with it, same stack and lakehouse): the sensor
     launches the continuous run, which carries rides produced under load to raw_rides and vendor_counts exactly
-    once, with no triggered run; the schedule runs the asset checks beside it (every minute here), and they pass
-    while the tables stream; terminating the run from the UI's API stops every query."""
+    once from where the triggered runs left them, with no triggered run; its process SIGKILLed under load, the
+    sensor relaunches it; the schedule runs the asset checks beside it (every minute here), and they pass while the
+    tables stream. The continuous run goes on for the next tests."""
     kafka, registry = _resources(live)
     env = {**_continuous_env(live), "CONTINUOUS_CHECKS_CRON": "* * * * *"}
     dagster_dev = live.restart_dagster_dev(env, tmp_path / "dagster-dev-continuous.log")
@@ -586,60 +586,13 @@ def test_the_continuous_mode_streams_produced_rides_to_gold_and_terminating_it_s
     assert len(evaluations) == 15 and {e.check_name for e in evaluations} == set(LIVE_CHECKS)
     assert [(e.asset_key.to_user_string(), e.check_name) for e in evaluations if not e.passed] == []
 
-    # Terminated from the UI's API with its sensor stopped (the offset sensors rest in this mode): no query goes on.
-    _stop_the_continuous_run(live, dagster_dev)
-    offsets = live.lakehouse / "_checkpoints" / "raw_rides" / "offsets"
-    batches = sorted(offsets.iterdir())
-    more = list(synthetic_rides(20, SyntheticOptions(seed=405)))
-    assert produce(kafka, registry, RIDES_TOPIC, rows_from_records(more), show_progress=False).sent == 20
-    time.sleep(10)  # a query still running would have started a micro-batch (500 ms trigger) by now
-    assert sorted(offsets.iterdir()) == batches
-    assert live.count("raw_rides") == len(PRODUCED)
-    PRODUCED.extend(more)  # in Kafka only: the next mode carries them
 
-
-def test_switching_to_triggered_and_back_to_continuous_loses_and_duplicates_nothing(live: Live, tmp_path: Path) -> None:
-    """continuous -> triggered -> continuous on the same checkpoints, with rides produced in each mode (and the 20
-    the terminated continuous run left in Kafka): the offset sensor's run takes over where the continuous queries
-    stopped, the continuous run where the triggered run stopped, and every table is exact after each switch. The
-    continuous run goes on for the next test."""
-    kafka, registry = _resources(live)
-
-    def produce_and_check(seed: int, log: Path) -> None:
-        rides = list(synthetic_rides(300, SyntheticOptions(seed=seed)))
-        assert produce(kafka, registry, RIDES_TOPIC, rows_from_records(rides), show_progress=False).sent == 300
-        PRODUCED.extend(rides)
-        _wait_until_exact(live, log)
-
-    # Counted before the sensor can launch anything: its first run may start at once, for the rides the terminated
-    # continuous run left, and take the new ones too.
-    sensor_runs_before = _live_job_runs(live)
-    dagster_dev = live.restart_dagster_dev(live.env, tmp_path / "dagster-dev-triggered.log")
-    _set_sensor(dagster_dev, SENSOR_NAME, running=True)  # paused since the replay
-    produce_and_check(408, dagster_dev.log_file)
-    # The offset sensor's runs carried them: triggered mode is back, with no continuous run.
-    assert _live_job_runs(live) > sensor_runs_before
-    assert _continuous_run(live) is None
-    # The leader of a partition of the rides topic SIGKILLed under load while the sensor's runs take the rides, and
-    # started again as `stack up` does: every ride lands once.
-    _kill_a_leader_under_load(live, list(synthetic_rides(KILL_LOAD, SyntheticOptions(seed=414))), dagster_dev.log_file)
-
-    dagster_dev = live.restart_dagster_dev(_continuous_env(live), tmp_path / "dagster-dev-continuous-again.log")
-    _set_sensor(dagster_dev, "continuous_streams_sensor", running=True)  # the previous test stopped it
-    live_helpers.wait_until(
-        "the sensor launches the continuous run again",
-        lambda: _continuous_run(live) is not None,
-        log=dagster_dev.log_file,
-    )
-    produce_and_check(409, dagster_dev.log_file)
-    _a_new_field_flows_through_the_running_queries(live, dagster_dev.log_file)
-
-
-def _a_new_field_flows_through_the_running_queries(live: Live, log: Path) -> None:
+def test_a_new_field_registered_while_the_continuous_queries_run_reaches_the_silver_tables(live: Live) -> None:
     """A compatible version with a new field, registered and produced while the continuous queries run: the Delta
     streams of raw_rides see its schema change and restart, and the field reaches the branches and rides_enriched,
-    null in every older row, with no failed query; the UI's column schema shows it. The next test's producers go
+    null in every older row, with no failed query; the UI's column schema shows it. The next tests' producers go
     back to the first version."""
+    log = live.dagster_dev.log_file
     run = _continuous_run(live)
     assert run is not None
     kafka, registry = _resources(live)
@@ -706,14 +659,14 @@ def _a_new_field_flows_through_the_running_queries(live: Live, log: Path) -> Non
     )
 
 
-def test_the_continuous_mode_stays_exact_when_the_engine_a_leader_the_cluster_and_the_registry_go_away(
+def test_the_continuous_mode_stays_exact_when_the_engine_a_leader_the_cluster_and_the_registry_go_away_until_terminated(
     live: Live, tmp_path: Path
 ) -> None:
     """The Spark Connect server SIGKILLed while rides stream in, and started again as `stack up` does: the run
     fails, the sensor relaunches it, and the new run goes on from the checkpoints. Then the leader of a partition
-    SIGKILLed under load and started again; the whole Kafka cluster stopped for 20 s and started again; then the
-    registry: the same run goes on. Every ride lands once, carried by the continuous runs alone. It goes on with the
-    continuous run the previous test left (or starts one)."""
+    SIGKILLed under load and started again; the whole Kafka cluster stopped for 10 s and started again; then the
+    registry: the same run goes on. Every ride lands once, carried by the continuous runs alone. Terminated from the
+    UI's API, the run stops every query. It goes on with the continuous run the previous test left (or starts one)."""
     kafka, registry = _resources(live)
     stack_dir = live.engine_dir
     dagster_dev = live.dagster_dev
@@ -759,11 +712,11 @@ def test_the_continuous_mode_stays_exact_when_the_engine_a_leader_the_cluster_an
     # A partition's leader killed under load: the other two nodes take over its partitions, and the run goes on.
     _kill_a_leader_under_load(live, list(synthetic_rides(KILL_LOAD, SyntheticOptions(seed=415))), log)
 
-    # The whole cluster away for 20 s: the run waits for it, and what is produced once it is back lands once too.
+    # The whole cluster away for 10 s: the run waits for it, and what is produced once it is back lands once too.
     nodes = _secured(live).kafka_node_pids
     with ThreadPoolExecutor(len(nodes)) as pool:  # together: a node stopped after the others waits for a quorum
         list(pool.map(lambda pid: stop_pid(pid, timeout=30), nodes.values()))
-    time.sleep(20)
+    time.sleep(10)
     back = _secured(live)
     assert back.bootstrap_servers == live.stack.bootstrap_servers
     more = list(synthetic_rides(300, SyntheticOptions(seed=411)))
@@ -791,7 +744,33 @@ def test_the_continuous_mode_stays_exact_when_the_engine_a_leader_the_cluster_an
     _wait_until_exact(live, log, "after the registry came back")
     after = _continuous_run(live)
     assert after is not None and after.run_id == relaunched.run_id  # neither outage failed the run
+
+    # Terminated from the UI's API with its sensor stopped (the offset sensors rest in this mode): no query goes on.
     _stop_the_continuous_run(live, dagster_dev)
+    offsets = live.lakehouse / "_checkpoints" / "raw_rides" / "offsets"
+    batches = sorted(offsets.iterdir())
+    more = list(synthetic_rides(20, SyntheticOptions(seed=405)))
+    assert produce(kafka, registry, RIDES_TOPIC, rows_from_records(more), show_progress=False).sent == 20
+    time.sleep(5)  # a query still running would have started a micro-batch (500 ms trigger) by now
+    assert sorted(offsets.iterdir()) == batches
+    assert live.count("raw_rides") == len(PRODUCED)
+    PRODUCED.extend(more)  # in Kafka only: the next mode carries them
+
+
+def test_switching_back_to_triggered_loses_and_duplicates_nothing_through_a_leader_kill(
+    live: Live, tmp_path: Path
+) -> None:
+    """continuous -> triggered on the same checkpoints (triggered -> continuous is the continuous test's start): the
+    offset sensor's runs take the rides the terminated continuous run left in Kafka and rides produced now, while
+    the leader of a partition of the rides topic is SIGKILLed under that load and started again; every table is
+    exact, with no continuous run."""
+    sensor_runs_before = _live_job_runs(live)
+    dagster_dev = live.restart_dagster_dev(live.env, tmp_path / "dagster-dev-triggered.log")
+    _set_sensor(dagster_dev, SENSOR_NAME, running=True)  # paused since the replay
+    _kill_a_leader_under_load(live, list(synthetic_rides(KILL_LOAD, SyntheticOptions(seed=414))), dagster_dev.log_file)
+    # The offset sensor's runs carried them: triggered mode is back, with no continuous run.
+    assert _live_job_runs(live) > sensor_runs_before
+    assert _continuous_run(live) is None
 
 
 def _kill_under_load(live: Live, rides: list[dict[str, Any]], *, rate: int, pid: int, latest: float) -> None:

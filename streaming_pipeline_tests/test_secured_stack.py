@@ -171,6 +171,7 @@ def test_the_secured_client_waits_for_a_broker_that_is_away_instead_of_calling_i
         kafka.topic_partitions("rides")
 
 
+@pytest.mark.slow  # it reads what the materialized lakehouse's runs wrote: the whole scenario runs first
 def test_no_log_of_the_stack_the_engine_or_the_runs_holds_a_password(
     secured_stack: StackInfo, materialized_lakehouse, session_stack
 ) -> None:

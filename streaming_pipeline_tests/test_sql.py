@@ -1,14 +1,18 @@
-"""Unit tests of `sql` (SQL over the lakehouse's Delta tables and the answer's formats), exact output.
+"""`sql`: SQL over the lakehouse's Delta tables and the answer's formats, exact output; and the command as a user
+types it, over the session's materialized lakehouse (JSON rows on stdout, a bad query as one `error:` line).
 
-Expected output is written by hand, never with the code under test. Inputs use timezone-aware UTC datetimes
-(session time zone UTC).
+Expected output is written by hand or counted from what the lakehouse was given, never with the code under test.
+Inputs use timezone-aware UTC datetimes (session time zone UTC).
 """
 
 from __future__ import annotations
 
 import datetime as dt
 import os
+import subprocess
+import sys
 import time
+from collections import Counter
 from decimal import Decimal
 
 import pytest
@@ -16,6 +20,8 @@ import pytest
 from streaming_pipeline.lakehouse.engine.catalog import register, registered_location, unregister
 from streaming_pipeline.lakehouse.errors import QueryError
 from streaming_pipeline.lakehouse.sql import format_rows, register_tables, run_sql
+from streaming_pipeline_tests.cli_helpers import environment_without
+from streaming_pipeline_tests.kafka_helpers import REPO_ROOT
 
 UTC = dt.UTC
 
@@ -158,3 +164,37 @@ def test_a_bad_query_is_a_query_error_on_one_line(spark, lakehouse: dict[str, st
 def test_an_unknown_format_is_refused() -> None:
     with pytest.raises(ValueError, match="xml"):
         format_rows(["a"], [(1,)], "xml")
+
+
+@pytest.mark.integration
+@pytest.mark.slow
+def test_sql_command_prints_json_rows_and_fails_in_one_line(materialized_lakehouse, session_stack) -> None:
+    """Over the session's materialized lakehouse: the rows on the session's engine (SPARK_REMOTE, as `stack env`
+    exports it), counted here from the rides the lakehouse was given; the bad query with an in-process Spark (no
+    SPARK_REMOTE), whose driver would log the parse error a second time if the command let it."""
+    local = environment_without(("SPARK_",))
+    local["LAKEHOUSE_DIR"] = str(materialized_lakehouse.lakehouse)
+    env = {**local, "SPARK_REMOTE": str(session_stack.up(engine=True).spark_remote)}
+    counts = Counter(int(v) for v in materialized_lakehouse.rides["vendor_id"])
+    command = [sys.executable, "-m", "streaming_pipeline.devstack.cli", "sql"]
+    ok = subprocess.run(
+        [*command, "SELECT vendor_id, trip_count FROM gold.vendor_counts ORDER BY vendor_id", "--format", "json"],
+        cwd=REPO_ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+    assert ok.returncode == 0, ok.stderr[-3000:]
+    assert ok.stdout == "".join(
+        f'{{"vendor_id": {vendor}, "trip_count": {count}}}\n' for vendor, count in sorted(counts.items())
+    )
+    assert "BetaWarning" not in ok.stderr, ok.stderr[-3000:]
+    bad = subprocess.run(
+        [*command, "SELEC 1"], cwd=REPO_ROOT, env=local, capture_output=True, text=True, timeout=300, check=False
+    )
+    assert bad.returncode == 1 and bad.stdout == ""
+    errors = [line for line in bad.stderr.splitlines() if line.startswith("error: ")]
+    assert len(errors) == 1 and "PARSE_SYNTAX_ERROR" in errors[0], bad.stderr[-3000:]
+    assert "Traceback" not in bad.stderr and "SQLQueryContextLogger" not in bad.stderr
