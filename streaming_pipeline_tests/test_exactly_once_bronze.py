@@ -351,8 +351,10 @@ def test_reader_schema_registered_between_micro_batches_is_used_by_the_next_one(
     handler(kafka_batch({p: 0 for p in v1_end}, v1_end), 0)
 
     registry = RegistryClient(stack.schema_registry_url)
+    v1_id, _ = registry.latest("rides-value")
     v2_schema = (SCHEMA_DIR / "ride_value_v2.avsc").read_text()
     v2_id = registry.register("rides-value", v2_schema)
+    assert v2_id != v1_id
     key_schema = (SCHEMA_DIR / "ride_key.avsc").read_text()
     fees = [3.25, 0.75, 1.5]
     rides = [
@@ -380,7 +382,8 @@ def test_reader_schema_registered_between_micro_batches_is_used_by_the_next_one(
     assert len(rows) == 4 + 3
     for (partition, offset), ride in zip(placed, rides, strict=True):
         assert rows[(partition, offset)] == (ride["airport_fee"], v2_id)
-    assert [fee for (p, o), (fee, _) in rows.items() if (p, o) not in set(placed)] == [None] * 4
+    # The v1 rows: no fee, and the id of the schema they were written with.
+    assert [row for (p, o), row in rows.items() if (p, o) not in set(placed)] == [(None, v1_id)] * 4
 
 
 def test_a_batch_replayed_after_a_crash_gets_its_dead_letters_from_the_schemas_its_rows_were_decoded_with(

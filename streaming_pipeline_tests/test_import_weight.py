@@ -10,6 +10,7 @@ already), as `test_foreach_batch_handlers` loads the handlers without Dagster.
 from __future__ import annotations
 
 import ast
+import gc
 import importlib
 import importlib.util
 import json
@@ -52,6 +53,18 @@ def _dagster_names(tree: ast.Module) -> set[str]:
     return names
 
 
+def _parsed(source: str, filename: str) -> ast.Module:
+    """`ast.parse` with no garbage collection while it runs. In this process a collection can run a finalizer that
+    logs a traceback (SQLAlchemy's pool does), and Python 3.11 parses source again to print a traceback: ast.parse
+    entered again from inside itself fails with "SystemError: AST constructor recursion depth mismatch"."""
+    gc.collect()
+    gc.disable()
+    try:
+        return ast.parse(source, filename)
+    finally:
+        gc.enable()
+
+
 def _about_sensors_or_checks(name: str) -> bool:
     """A word of `name` (snake_case or CamelCase) is sensor(s) or check(s); not `checkpoint_pools`."""
     return any(word.lower() in _WORDS for word in re.findall(r"[A-Z]?[a-z]+", name))
@@ -68,7 +81,7 @@ def _is_sensor_or_check_module(name: str) -> bool:
     spec = importlib.util.find_spec(name)
     assert spec is not None and spec.origin is not None, name
     with open(spec.origin, encoding="utf-8") as source:
-        used = _dagster_names(ast.parse(source.read(), spec.origin))
+        used = _dagster_names(_parsed(source.read(), spec.origin))
     return any(_about_sensors_or_checks(n) for n in used)
 
 

@@ -108,6 +108,7 @@ def test_the_registry_refuses_a_client_with_an_error_naming_the_setting(
     registry.latest("a-subject-nobody-made")  # the stack's own settings are taken (None: no such subject)
 
 
+@pytest.mark.slow  # two pipeline runs
 def test_a_run_with_a_wrong_password_fails_naming_it_and_loses_nothing(
     secured_stack: StackInfo, spark: object, spark_test_conf: dict[str, str], tmp_path: Path
 ) -> None:
