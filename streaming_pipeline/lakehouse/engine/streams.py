@@ -5,16 +5,17 @@ from __future__ import annotations
 
 import json
 import logging
+import posixpath
 import re
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlparse
 
 from streaming_pipeline.lakehouse.engine.interrupts import interrupts_held
+from streaming_pipeline.lakehouse.engine.object_store import bucket_and_key, is_object_store, s3_filesystem
 from streaming_pipeline.lakehouse.engine.query_starts import one_query_start_at_a_time
 from streaming_pipeline.lakehouse.engine.run_log import (
     Log as Log,  # re-exported: the streams' modules import it from here
@@ -85,20 +86,40 @@ _UNFINISHED_WRITE = re.compile(r"\.{1,2}\d+\.[0-9a-f-]+\.tmp(\.crc)?")
 
 def remove_unfinished_log_writes(message: str) -> list[str]:
     """When `message` is Spark's refusal to start a query at batch 0 because its checkpoint's offsets log (on the
-    local file system) is not empty, and that log holds nothing but the temporary files of a killed write, remove
-    them and return their names; else remove nothing and return []."""
+    local file system or an object store) is not empty, and that log holds nothing but the temporary files of a
+    killed write, remove them and return their locations; else remove nothing and return []."""
     if UNFINISHED_WRITE_MARKER not in message:
         return []
     match = _NOT_EMPTY_LOCATION.search(message)
-    if match is None or urlparse(match.group(1)).scheme != "file":
+    if match is None:
         return []
-    log_dir = Path(urlparse(match.group(1)).path)
-    files = sorted(log_dir.iterdir()) if log_dir.is_dir() else []
-    if not files or not all(_UNFINISHED_WRITE.fullmatch(f.name) for f in files):
+    location = match.group(1).rstrip("/")
+    reached = _log_file_system(location)
+    if reached is None:
         return []
-    for file in files:
-        file.unlink()
-    return [str(file) for file in files]
+    file_system, log_dir = reached
+    try:
+        names = sorted(posixpath.basename(path) for path in file_system.ls(log_dir, detail=False))
+    except FileNotFoundError:
+        return []
+    if not names or not all(_UNFINISHED_WRITE.fullmatch(name) for name in names):
+        return []
+    for name in names:
+        file_system.rm_file(f"{log_dir}/{name}")
+    return [f"{location}/{name}" for name in names]
+
+
+def _log_file_system(location: str) -> tuple[Any, str] | None:
+    """fsspec's file system of a checkpoint log at `location` (`file:` or an object store's URI) and the log's path
+    in it; None for another scheme."""
+    if urlparse(location).scheme == "file":
+        from fsspec.implementations.local import LocalFileSystem
+
+        return LocalFileSystem(), urlparse(location).path
+    if is_object_store(location):
+        bucket, key = bucket_and_key(location)
+        return s3_filesystem(), f"{bucket}/{key}"
+    return None
 
 
 @dataclass

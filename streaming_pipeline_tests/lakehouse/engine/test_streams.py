@@ -9,7 +9,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from fsspec.implementations.local import LocalFileSystem
+from fsspec.implementations.memory import MemoryFileSystem
 
+from streaming_pipeline.lakehouse.engine import streams
 from streaming_pipeline.lakehouse.engine.streams import (
     MAX_WORKER_START_RETRIES,
     WORKER_START_RETRY_SECONDS,
@@ -100,30 +103,41 @@ def test_other_start_errors_are_not_retried() -> None:
     assert writer.starts == 1 and log.warnings == []
 
 
-def _not_empty(log_dir: Path) -> str:
-    """Spark 4's refusal to start at batch 0, as a killed run's leftover makes it (seen in a kill test)."""
+def _not_empty(location: str) -> str:
+    """Spark 4's refusal to start at batch 0, as a killed run's leftover makes it (seen in the kill tests)."""
     return (
         f"[STREAM_FAILED] Query [id = 44ee39c0] terminated with exception: [STATE_STORE_CHECKPOINT_LOCATION_NOT_EMPTY] "
-        f"The checkpoint location file:{log_dir} should be empty on batch 0\nPlease either use a new checkpoint "
+        f"The checkpoint location {location} should be empty on batch 0\nPlease either use a new checkpoint "
         "location, or delete the existing data in the checkpoint location. SQLSTATE: 42K03"
     )
 
 
-def test_only_the_unfinished_writes_of_a_killed_run_are_removed_from_an_offsets_log(tmp_path: Path) -> None:
-    offsets = tmp_path / "offsets"
-    offsets.mkdir()
-    leftover = offsets / ".0.1520a768-3722-4c4d-bf57-b56664f99c7d.tmp"
-    leftover.touch()
+@pytest.mark.parametrize("store", ["file", "s3a"])
+def test_only_the_unfinished_writes_of_a_killed_run_are_removed_from_an_offsets_log(
+    store: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """On the local disk, and on an object store (fsspec's in-memory file system standing in for the S3 client)."""
+    if store == "file":
+        file_system: Any = LocalFileSystem()
+        log_dir, location = str(tmp_path / "offsets"), f"file:{tmp_path}/offsets"
+    else:
+        file_system = MemoryFileSystem()
+        monkeypatch.setattr(streams, "s3_filesystem", lambda: file_system)
+        log_dir, location = f"bucket-{uuid.uuid4().hex[:8]}/lakehouse/_checkpoints/t/offsets", "s3a://"
+        location += log_dir
+    file_system.makedirs(log_dir, exist_ok=True)
+    leftover = ".0.1520a768-3722-4c4d-bf57-b56664f99c7d.tmp"
+    file_system.touch(f"{log_dir}/{leftover}")
     assert remove_unfinished_log_writes("[DELTA_TABLE_NOT_FOUND] no table") == []
-    assert remove_unfinished_log_writes(_not_empty(offsets).replace("file:", "s3a://bucket")) == []
-    assert leftover.exists()
+    assert remove_unfinished_log_writes(_not_empty(location.replace(f"{store}:", "abfss:"))) == []
+    assert file_system.exists(f"{log_dir}/{leftover}")
     # A log with a batch in it is not a leftover: Spark's error stands.
-    (offsets / "0").write_text("v1\n")
-    assert remove_unfinished_log_writes(_not_empty(offsets)) == []
-    assert leftover.exists()
-    (offsets / "0").unlink()
-    assert remove_unfinished_log_writes(_not_empty(offsets)) == [str(leftover)]
-    assert list(offsets.iterdir()) == []
+    file_system.pipe(f"{log_dir}/0", b"v1\n")
+    assert remove_unfinished_log_writes(_not_empty(location)) == []
+    assert file_system.exists(f"{log_dir}/{leftover}")
+    file_system.rm_file(f"{log_dir}/0")
+    assert remove_unfinished_log_writes(_not_empty(location)) == [f"{location}/{leftover}"]
+    assert file_system.ls(log_dir, detail=False) == []
 
 
 def test_a_query_whose_checkpoint_a_run_killed_at_batch_0_left_behind_starts_and_writes_every_row(
