@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -57,6 +58,38 @@ def spark_scratch_in_the_session(tmp_path_factory: pytest.TempPathFactory) -> It
     with pytest.MonkeyPatch.context() as environment:
         environment.setenv("SPARK_LOCAL_DIRS", str(scratch))
         yield scratch
+
+
+@pytest.fixture(scope="session", autouse=True)
+def java_artifacts_resolving_from_the_start(request: pytest.FixtureRequest) -> Iterator[None]:
+    """The jar sets the collected tests will need, resolved from the session's start, each in a thread of its own:
+    into an empty cache (CI's) the downloads then overlap one another and the first tests, instead of each holding
+    up the first test that needs it (S3A's 690 MB, s3proxy's 152 jars). A test that needs a set still being
+    resolved waits for it (one resolution per set: `jars.resolve` holds the set's lock); a set that fails to
+    resolve here is resolved again, with its error, by the test that needs it."""
+    from streaming_pipeline.lakehouse.engine import jars
+
+    needed = set().union(*(getattr(item, "fixturenames", ()) for item in request.session.items))
+    sets = []
+    if "spark" in needed:
+        sets.append(jars.spark_artifacts)
+    if "session_stack" in needed or "secured_stack" in needed:
+        sets.append(jars.kafka_broker_artifacts)
+    if _uses_the_object_store(request.session):
+        sets += [jars.s3a_artifacts, jars.object_store_artifacts]
+
+    def resolve(artifacts: jars.ArtifactSet) -> None:
+        try:
+            jars.resolve(artifacts, progress=None)
+        except Exception:  # the test that needs the set resolves it again, and fails with the error
+            pass
+
+    threads = [threading.Thread(target=resolve, args=(artifacts(),), daemon=True) for artifacts in sets]
+    for thread in threads:
+        thread.start()
+    yield
+    for thread in threads:  # no resolution outlives the session
+        thread.join()
 
 
 SPARK_TEST_CONF = {"spark.master": "local[2]", "spark.driver.memory": "2g", "spark.sql.shuffle.partitions": "2"}
