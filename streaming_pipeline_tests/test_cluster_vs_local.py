@@ -1,15 +1,14 @@
 """What a Spark standalone cluster changes (2 workers, executors in their own JVMs, each in a working directory of
 its own, the lake on the stack's object store, so that no disk is shared), on the smallest part of the pipeline
 that shows it: the bronze handlers' Python workers on executors (raw_rides, raw_pickup_locations and their dead
-letters), a stateful query's state restored from checkpoints on the store (vendor_counts, the windows) and a MERGE
-(the windows' upsert, the taxi_zones table topic and its history). Those tables equal local mode's, row for row,
-on the same Kafka records.
+letters), a stateful query's state restored from checkpoints on the store (vendor_counts) and a MERGE (the
+taxi_zones table topic and its history). Those tables equal local mode's, row for row, on the same Kafka records.
 
 Local mode's tables are the session's materialized lakehouse (materialized_lakehouse.py: the TLC sample, pickups
 near its dropoffs, undecodable records, then later rides with late ones, in two runs on the in-process engine, on
 the session stack's object store). The test produces the same records, the same bytes at the same coordinates, to
 a stack of its own, whose Spark Connect server drives a master with 2 workers, and materializes the selection with
-Dagster's CLI as a user does, in the same two rounds: the second run restores the streaming state (windows, counts)
+Dagster's CLI as a user does, in the same two rounds: the second run restores the streaming state (the counts)
 from the checkpoints on the store. After each round every table of the selection is compared as a multiset of rows
 with local mode's at the same point (its version after the first run, then its newest), both read by the test
 session's Spark: local mode's over S3, the cluster's from the files its store keeps for its objects (its
@@ -55,13 +54,13 @@ from streaming_pipeline_tests.materialized_lakehouse import MaterializedLakehous
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
 # The tables the cluster writes (the selection it materializes: bronze with its dead letters, a stateful count,
-# the windows' stateful MERGE, a table topic's MERGE and history) and compares with local mode's.
+# a table topic's MERGE and history) and compares with local mode's. The windows' state lives in the same state
+# store as the counts', and their MERGE is a foreachBatch handler's as the zones' is.
 TABLES = {
     "raw_rides",
     "raw_pickup_locations",
     "dead_letter_records",
     "vendor_counts",
-    "ride_window_aggregates",
     "taxi_zones",
     "taxi_zones_history",
 }
@@ -418,7 +417,7 @@ def test_a_two_worker_cluster_shows_its_workers_gives_local_mode_s_tables_and_st
     _materialize_on_the_cluster(stack, lakehouse, root)
     sizes = _assert_identical(spark, local.lakehouse, local.after_first_run, stored, "after the first runs")
     # The input reached every table (so the comparison compares something): every ride and pickup, the dead
-    # letters, the counts, the windows, the zones.
+    # letters, the counts, the zones.
     assert sizes["raw_rides"] == len(first.rides) and sizes["raw_pickup_locations"] == len(first.pickups)
     assert sizes["dead_letter_records"] == len(first.bad)
     assert min(sizes[t] for t in TABLES) > 0, sizes
