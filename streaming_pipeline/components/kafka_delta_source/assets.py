@@ -21,7 +21,7 @@ from streaming_pipeline.components.kafka_delta_source.sensors import build_offse
 from streaming_pipeline.lakehouse.bronze.ingestion import BronzeRunResult, ingest_topic
 from streaming_pipeline.lakehouse.bronze.offsets import consumed_offsets
 from streaming_pipeline.lakehouse.bronze.table_batches import marker_counts
-from streaming_pipeline.lakehouse.engine.delta_tables import read_table, table_exists
+from streaming_pipeline.lakehouse.engine.delta_tables import create_if_missing, read_table
 from streaming_pipeline.lakehouse.settings import LiveSettings, SensorSettings
 from streaming_pipeline.lakehouse.sources import SourceTopic
 from streaming_pipeline.lakehouse.tables import DEAD_LETTER_RECORDS, KAFKA_KEY, Table
@@ -192,8 +192,7 @@ def dead_letter_asset(sources: Sequence[SourceTopic], live: LiveSettings) -> dg.
         with raw bytes and the reason. The bronze ingestion appends them in the same micro-batch as the
         good rows; this asset makes sure the table exists and reports what is in it."""
         session, path = spark.get_session(), lakehouse.table_path(DEAD_LETTER_RECORDS.name)
-        if not table_exists(path):
-            session.createDataFrame([], DEAD_LETTER_RECORDS.ddl).write.format("delta").mode("append").save(path)
+        create_if_missing(session, path, DEAD_LETTER_RECORDS.ddl)  # each source's runs have this step
         from pyspark.sql import functions as F
 
         frame = read_table(session, path)

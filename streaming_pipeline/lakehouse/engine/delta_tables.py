@@ -30,6 +30,23 @@ def table_exists(path: str) -> bool:
     return latest_version(path) is not None
 
 
+def create_if_missing(session: SparkSession, path: str, ddl: str) -> None:
+    """Create an empty Delta table of schema `ddl` at `path` unless one is there.
+
+    Two writers that both find no table and create it race for its first commit, and Delta fails the loser
+    (DELTA_PROTOCOL_CHANGED: "multiple writers are writing to an empty directory"), as two runs' steps that report
+    the same table did. A creation that failed while a table appeared at `path` lost that race: the table it was
+    to create is there. Any other failure is raised. (Delta's exception reaches a Spark Connect client as an
+    UnknownException and an in-process driver's caller as a Py4JJavaError: what tells the race is the table.)"""
+    if table_exists(path):
+        return
+    try:
+        session.createDataFrame([], ddl).write.format("delta").mode("append").save(path)
+    except Exception:
+        if not table_exists(path):
+            raise
+
+
 def append_once(
     frame: DataFrame,
     path: str,

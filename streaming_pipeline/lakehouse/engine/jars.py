@@ -1,8 +1,9 @@
 """Every Java artifact the project needs, resolved once from Maven Central by one resolver into a project cache.
 
-Four artifact sets: the Kafka broker's classpath; Spark's Delta/Kafka/Avro packages (for the Spark Connect server
-and for in-process sessions); the development stack's object store (s3proxy); and Hadoop's S3A connector, which a
-Spark JVM adds only for a lakehouse on `s3a://`. Each is resolved by Apache Ivy, whose standalone jar ships
+Five artifact sets: the Kafka broker's classpath; Spark's Delta/Kafka/Avro packages (for the Spark Connect server
+and for in-process sessions); the development stack's object store (s3proxy); Hadoop's S3A connector, which a
+Spark JVM adds only for a lakehouse on `s3a://`; and PostgreSQL's JDBC driver, for a table catalog whose metastore is
+in PostgreSQL. Each is resolved by Apache Ivy, whose standalone jar ships
 in pyspark's ``jars/`` folder, with settings of our own: Maven Central only (or
 $STREAMING_PIPELINE_MAVEN_REPOSITORY) and a private Ivy cache. No foreign local repository (``~/.m2``,
 ``~/.ivy2``) is consulted, so a POM without its jar left there by another tool cannot break resolution.

@@ -8,7 +8,7 @@ from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
 from streaming_pipeline.lakehouse.engine.delta_log import latest_version
-from streaming_pipeline.lakehouse.engine.delta_tables import table_exists
+from streaming_pipeline.lakehouse.engine.delta_tables import create_if_missing
 from streaming_pipeline.lakehouse.engine.streams import (
     EPOCH,
     Log,
@@ -123,8 +123,7 @@ def record_join_late_rows(spark: SparkSession, path: str, rows: list[tuple[Any, 
     from pyspark.sql import functions as F
 
     if not rows:
-        if not table_exists(path):
-            spark.createDataFrame([], JOIN_LATE_ROWS.ddl).write.format("delta").mode("append").save(path)
+        create_if_missing(spark, path, JOIN_LATE_ROWS.ddl)
         return 0
     frame = spark.createDataFrame(
         rows,
