@@ -150,8 +150,16 @@ class SparkConnectServer(ManagedProcess):
         return settings
 
     def command(self) -> list[str]:
+        from streaming_pipeline.lakehouse.engine.class_data import java_options
+
         settings = self.settings()
         jars = settings.pop("spark.jars")
+        # spark-submit's --driver-java-options wins over the setting: the setting's options go there too.
+        driver_options = [
+            settings.pop("spark.driver.extraJavaOptions", ""),
+            f"-Dlog4j2.configurationFile={self.work_dir / 'log4j2.properties'}",
+            *java_options(),  # the class-data archive (engine/class_data.py)
+        ]
         command = [
             str(pyspark_home() / "bin" / "spark-submit"),
             "--class",
@@ -161,7 +169,7 @@ class SparkConnectServer(ManagedProcess):
             "--jars",
             jars,
             "--driver-java-options",
-            f"-Dlog4j2.configurationFile={self.work_dir / 'log4j2.properties'}",
+            " ".join(filter(None, driver_options)),
         ]
         for key, value in settings.items():
             command += ["--conf", f"{key}={value}"]

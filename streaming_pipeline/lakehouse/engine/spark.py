@@ -221,9 +221,12 @@ def open_remote_session(url: str, conf: dict[str, str] | None = None) -> SparkSe
 
 
 def start_local_session(conf: dict[str, str]) -> SparkSession:
-    """An in-process Spark driver started with `conf` (see `engine_conf`)."""
+    """An in-process Spark driver started with `conf` (see `engine_conf`), mapping the class-data archive
+    (engine/class_data.py) when there is one."""
     from pyspark.errors import PySparkRuntimeError
     from pyspark.sql import SparkSession
+
+    from streaming_pipeline.lakehouse.engine.class_data import with_java_options
 
     if settings.is_spark_connect_client():
         raise SparkUnavailableError(
@@ -231,7 +234,7 @@ def start_local_session(conf: dict[str, str]) -> SparkSession:
             "session in it: set SPARK_REMOTE (sc://host:port) for every session, or use another process"
         )
     builder = SparkSession.builder.appName("streaming-pipeline")
-    for key, value in conf.items():
+    for key, value in with_java_options(conf).items():
         builder = builder.config(key, value)
     try:
         session = builder.getOrCreate()
