@@ -150,15 +150,14 @@ class SparkConnectServer(ManagedProcess):
         return settings
 
     def command(self) -> list[str]:
-        from streaming_pipeline.lakehouse.engine.class_data import java_options
+        from streaming_pipeline.lakehouse.engine.class_data import with_java_options
 
-        settings = self.settings()
+        settings = with_java_options(self.settings())  # the class-data archive (engine/class_data.py)
         jars = settings.pop("spark.jars")
         # spark-submit's --driver-java-options wins over the setting: the setting's options go there too.
         driver_options = [
             settings.pop("spark.driver.extraJavaOptions", ""),
             f"-Dlog4j2.configurationFile={self.work_dir / 'log4j2.properties'}",
-            *java_options(),  # the class-data archive (engine/class_data.py)
         ]
         command = [
             str(pyspark_home() / "bin" / "spark-submit"),

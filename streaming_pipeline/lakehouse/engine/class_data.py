@@ -34,7 +34,7 @@ def archive_path() -> Path:
     return cache_root() / "class-data" / f"spark-{hashlib.sha256(identity.encode()).hexdigest()[:16]}.jsa"
 
 
-def java_options() -> list[str]:
+def _java_options() -> list[str]:
     """The options that map the archive, when there is one; else none, and a training run is started in the
     background to make it (it ends at once when another one is under way)."""
     from streaming_pipeline.lakehouse.errors import JavaNotFoundError
@@ -53,7 +53,7 @@ def with_java_options(conf: dict[str, str], key: str = "spark.driver.extraJavaOp
     """`conf` with the archive's options added to `key`'s (after the options it has), unless those name an archive."""
     if "Archive" in conf.get(key, ""):
         return dict(conf)
-    options = java_options()
+    options = _java_options()
     if not options:
         return dict(conf)
     return {**conf, key: " ".join(filter(None, [conf.get(key, ""), *options]))}
