@@ -75,7 +75,8 @@ def table_args(
         owners=OWNERS,
         tags=layer_tags(table.layer),
         metadata={
-            "dagster/column_schema": column_schema(table),
+            # a table declared by its query has its columns' types once it is written
+            **({"dagster/column_schema": column_schema(table)} if all(c.type for c in table.columns) else {}),
             "dagster/table_name": table.catalog_name,
             **(metadata or {}),
         },
@@ -145,10 +146,16 @@ class IntervalsConfig(dg.Config):
 
 
 PREVIEW_ROWS = 10
+EVOLVED_COLUMN = "Added by schema evolution: a later version of the source's value schema has this field."
 
 
 def delta_table_metadata(
-    spark: SparkSession, lakehouse: LakehouseResource, table: tables.Table, *, preview_order: list[str] | None = None
+    spark: SparkSession,
+    lakehouse: LakehouseResource,
+    table: tables.Table,
+    *,
+    preview_order: list[str] | None = None,
+    undeclared: str | None = EVOLVED_COLUMN,
 ) -> dict[str, Any]:
     """Path, version, row count, the columns (`current_column_schema`) and a preview of 10 rows of `table`; an
     engine with a persistent catalog gets the table's name (`engine.catalog`) the first time it exists.
@@ -178,20 +185,22 @@ def delta_table_metadata(
         "table_path": dg.MetadataValue.path(path),
         "delta_version": dg.MetadataValue.int(version),
         "dagster/row_count": dg.MetadataValue.int(rows),
-        "dagster/column_schema": current_column_schema(spark, path, version, table),
+        "dagster/column_schema": current_column_schema(spark, path, version, table, undeclared),
         "preview": dg.MetadataValue.md(markdown_table(sample)),
     }
 
 
-EVOLVED_COLUMN = "Added by schema evolution: a later version of the source's value schema has this field."
-
-
 def current_column_schema(
-    spark: SparkSession | None, path: str, version: int, declared: tables.Table
+    spark: SparkSession | None,
+    path: str,
+    version: int,
+    declared: tables.Table,
+    undeclared: str | None = EVOLVED_COLUMN,
 ) -> dg.TableSchema | None:
     """The columns of the table at `path` as its Delta metadata holds them at `version`, which schema evolution may
     have widened beyond the `declared` ones, with the declaration's descriptions (a column it does not have is
-    marked `EVOLVED_COLUMN`); read with delta-rs, else with Spark (None when neither can: no session given)."""
+    described `undeclared`: by default marked `EVOLVED_COLUMN`); read with delta-rs, else with Spark (None when
+    neither can: no session given)."""
     found = snapshot_columns(path, version)
     if found is None:
         if spark is None:
@@ -200,7 +209,7 @@ def current_column_schema(
     descriptions = {c.name: c.description for c in declared.columns}
     return dg.TableSchema(
         columns=[
-            dg.TableColumn(name, type_, description=descriptions[name] if name in descriptions else EVOLVED_COLUMN)
+            dg.TableColumn(name, type_, description=descriptions[name] if name in descriptions else undeclared)
             for name, type_ in found
         ]
     )

@@ -80,6 +80,7 @@ class WrittenTable:
 
     table: Table
     description: str | None = None
+    owners: tuple[str, ...] | None = None  # None: the project's (asset_metadata.OWNERS)
 
 
 class StreamedTable(dg.Component):
@@ -104,7 +105,7 @@ class StreamedTable(dg.Component):
         *,
         step: str,
         writes: Sequence[Table | WrittenTable],
-        reads: Sequence[Table],
+        reads: Sequence[Table | str],
         query: Callable[[QueryInputs, Any], StreamQuery],
         compute: Callable[[StepRun], dg.MaterializeResult | Iterator[dg.MaterializeResult]],
         priority: int,
@@ -113,7 +114,7 @@ class StreamedTable(dg.Component):
     ) -> None:
         self.step = step
         self.writes = tuple(w if isinstance(w, WrittenTable) else WrittenTable(w) for w in writes)
-        self.read_tables = tuple(reads)
+        self.read_names = tuple(r if isinstance(r, str) else r.name for r in reads)
         self.make_query = query
         self.compute = compute
         self.priority = priority
@@ -127,13 +128,13 @@ class StreamedTable(dg.Component):
     @property
     def reads(self) -> set[str]:
         """The names of the tables its query streams from."""
-        return {table.name for table in self.read_tables}
+        return set(self.read_names)
 
     def query(self, inputs: QueryInputs, config: Any) -> StreamQuery:
         """The step's query for `inputs` and `config`, with the paths of the tables it reads."""
         query = self.make_query(inputs, config)
         return dataclasses.replace(
-            query, source_paths=tuple(inputs.lakehouse.table_path(t.name) for t in self.read_tables)
+            query, source_paths=tuple(inputs.lakehouse.table_path(name) for name in self.read_names)
         )
 
     def config_class(self, environ: Mapping[str, str] | None = None) -> type[dg.Config] | None:
@@ -144,14 +145,16 @@ class StreamedTable(dg.Component):
     def asset(self, live: LiveSettings, environ: Mapping[str, str] | None = None) -> dg.AssetsDefinition:
         """The step's asset, one spec per table it writes, for the live mode and the environment given."""
         deps = sorted(self.reads)
-        specs = [
-            dg.AssetSpec(
-                written.table.name,
-                description=written.description or inspect.getdoc(self.compute),
-                **table_args(written.table, kinds=SPARK_KINDS, live=live, deps=deps),
+        specs = []
+        for written in self.writes:
+            args = table_args(written.table, kinds=SPARK_KINDS, live=live, deps=deps)
+            if written.owners is not None:
+                args["owners"] = list(written.owners)
+            specs.append(
+                dg.AssetSpec(
+                    written.table.name, description=written.description or inspect.getdoc(self.compute), **args
+                )
             )
-            for written in self.writes
-        ]
         config_class = self.config_class(environ)
         body = self._body() if config_class is None else with_config_class(self._body_with_config(), config_class)
         return dg.multi_asset(name=self.step, specs=specs, **stream_step_args(self.step, priority=self.priority))(
@@ -242,9 +245,21 @@ def with_config_class(compute: Callable[..., Any], config_class: type[dg.Config]
     return wrapper
 
 
+class DeclaresStreamedTable:
+    """A component that declares a streaming step by other means (YAML, a decorator): `streamed_tables` finds its
+    step as it finds a `StreamedTable`."""
+
+    def streamed_table(self) -> StreamedTable:
+        raise NotImplementedError
+
+
 def streamed_tables(tree: dg.ComponentTree) -> list[StreamedTable]:
     """Every streaming step the project declares, the higher priority first (then by name)."""
-    return sorted(tree.get_all_components(of_type=StreamedTable), key=lambda t: (-t.priority, t.step))
+    steps = [
+        *tree.get_all_components(of_type=StreamedTable),
+        *(c.streamed_table() for c in tree.get_all_components(of_type=DeclaresStreamedTable)),  # type: ignore[type-var]
+    ]
+    return sorted(steps, key=lambda t: (-t.priority, t.step))
 
 
 def live_query_names(sources: Sequence[SourceTopic], steps: Sequence[StreamedTable]) -> list[str]:

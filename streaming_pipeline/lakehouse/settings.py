@@ -122,6 +122,7 @@ _PARAMETER_READERS = {
     "number": lambda env, name: _number(env, name, None),
     "interval": _interval_text,
     "file": _existing_file,
+    "text": lambda env, name: env.get(name) or None,
 }
 PARAMETER_KINDS = tuple(_PARAMETER_READERS)
 
@@ -131,7 +132,7 @@ def read_parameter(kind: str, name: str, environ: Mapping[str, str] | None = Non
 
     Args:
         kind: How to read it: 'number' (a float), 'interval' (a Spark interval such as '10 minutes', kept as
-            written) or 'file' (an existing file, made absolute).
+            written), 'file' (an existing file, made absolute) or 'text' (as written, for a SQL parameter).
         name: The variable.
         environ: Where to read it (the process's environment when None).
 

@@ -44,10 +44,14 @@ def test_scaffold_writes_every_field_and_an_example_schema_that_loads(sandbox: D
     declared = yaml.safe_load(text)
     # the sandbox scaffolds by the defining module's name; `dg scaffold defs` writes the name it is given
     assert declared.pop("type") == "streaming_pipeline.components.kafka_delta_source.component.KafkaDeltaSource"
-    # A first source binds the resources, as a project made by `create-dagster project` binds none.
-    assert declared == {
-        "attributes": {"topic": "orders", "value_schema": "value.avsc", "resources": "from_environment"}
-    }
+    assert declared == {"attributes": {"topic": "orders", "value_schema": "value.avsc"}}
+    # The project binds no resources: the first scaffold binds them at the defs folder's root, the dg way.
+    resources = sandbox.defs_folder_path / "resources.py"
+    assert "@dg.definitions" in resources.read_text()
+    written = resources.read_text()
+    second = sandbox.scaffold_component(component_cls=KafkaDeltaSource, defs_path="payments")
+    assert "resources" not in (second / "defs.yaml").read_text()
+    assert resources.read_text() == written
     for optional in ("# key_schema: key.avsc", "# table: raw_orders", "# description:"):
         assert optional in text
     example = json.loads((path / "value.avsc").read_text())
@@ -345,7 +349,6 @@ def test_scaffold_with_mode_upsert_writes_a_table_topic_with_an_example_key_that
         "mode": "upsert",
         "key_schema": "key.avsc",
         "value_schema": "value.avsc",
-        "resources": "from_environment",
     }
     for optional in ("# history: true", "# valid_from_field: created_at", "# table: accounts"):
         assert optional in text

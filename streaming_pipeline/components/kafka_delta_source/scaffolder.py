@@ -9,6 +9,7 @@ import dagster as dg
 from pydantic import Field
 
 from streaming_pipeline.components.kafka_delta_source.fields import topic_name
+from streaming_pipeline.components.project_resources import write_resources_module
 
 
 class KafkaDeltaSourceScaffoldParams(dg.Model):
@@ -21,7 +22,8 @@ class KafkaDeltaSourceScaffoldParams(dg.Model):
 
 class KafkaDeltaSourceScaffolder(dg.Scaffolder[KafkaDeltaSourceScaffoldParams]):
     """`dg scaffold defs streaming_pipeline.components.KafkaDeltaSource <path>`: a `defs.yaml` with every field
-    (the optional ones commented out) and an example value schema beside it, to replace with the topic's own."""
+    (the optional ones commented out) and an example value schema beside it, to replace with the topic's own. The
+    first scaffold of a project also writes its `resources.py` (`project_resources`)."""
 
     @classmethod
     def get_scaffold_params(cls) -> type[KafkaDeltaSourceScaffoldParams]:
@@ -37,6 +39,7 @@ class KafkaDeltaSourceScaffolder(dg.Scaffolder[KafkaDeltaSourceScaffoldParams]):
         (request.target_path / "value.avsc").write_text(_SCAFFOLD_SCHEMA)
         if table_topic:
             (request.target_path / "key.avsc").write_text(_SCAFFOLD_KEY_SCHEMA)
+        write_resources_module(request.target_path)
 
 
 _SCAFFOLD_YAML = """\
@@ -52,10 +55,6 @@ attributes:
   # table: raw_{topic}
   # Optional: the asset's description in the Dagster UI.
   # description: Every record of the {topic} topic.
-  # This source binds the resources its assets use (kafka, schema_registry, spark, lakehouse), configured from the
-  # environment variables. One source of the project binds them: delete this line on the others, and on every
-  # source when your definitions bind the resources themselves.
-  resources: from_environment
 """
 
 _SCAFFOLD_TABLE_TOPIC_YAML = """\
@@ -77,10 +76,6 @@ attributes:
   # table: {topic}
   # Optional: the asset's description in the Dagster UI.
   # description: The latest value of each key of the {topic} topic.
-  # This source binds the resources its assets use (kafka, schema_registry, spark, lakehouse), configured from the
-  # environment variables. One source of the project binds them: delete this line on the others, and on every
-  # source when your definitions bind the resources themselves.
-  resources: from_environment
 """
 
 #: A table topic's example key: a record whose fields are the key columns.

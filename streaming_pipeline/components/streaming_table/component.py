@@ -1,0 +1,362 @@
+"""`StreamingTable`: a silver or gold Delta table streamed from other tables of the lakehouse, declared in any `dg`
+project by a `defs.yaml` with its SQL, or in Python by a function (`streaming_table`).
+
+    type: streaming_pipeline.components.StreamingTable
+    attributes:
+      name: large_orders
+      sql: SELECT * FROM STREAM(raw_orders) WHERE total > ${min_total}
+      parameters:
+        min_total: {default: "100", env: LARGE_ORDER_MIN_TOTAL}
+
+What the table reads comes from its SQL (`STREAM(t)` streams `t`, any other table is read as it is at each
+micro-batch): its asset's deps, the skip while a source is missing, the continuous run's wait. The component turns
+its YAML into the library's declaration (`lakehouse.streaming_tables.StreamingTableQuery`) and builds its step as
+this project's own tables are built (`StreamedTable`): the asset with its group, owners, catalog name and column
+docs, its config (the SQL's parameters, their defaults from the environment), its triggered runs, and its place in
+the continuous run, the fast runs and table maintenance.
+"""
+
+from __future__ import annotations
+
+import functools
+import inspect
+import re
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any, Literal, Self
+
+import dagster as dg
+import pydantic
+from pydantic import BaseModel, Field, PrivateAttr
+
+from streaming_pipeline.components.asset_metadata import delta_table_metadata, stream_metadata
+from streaming_pipeline.components.parameters import parameter, parameters_of
+from streaming_pipeline.components.streamed_table import (
+    DeclaresStreamedTable,
+    QueryInputs,
+    StepRun,
+    StreamedTable,
+    WrittenTable,
+    declared_tables,
+    streamed_tables,
+)
+from streaming_pipeline.components.streaming_table.scaffolder import StreamingTableScaffolder
+from streaming_pipeline.lakehouse.errors import ConfigurationError
+from streaming_pipeline.lakehouse.sources import SourceTopic
+from streaming_pipeline.lakehouse.streaming_sql import StreamingSql, parameters_in, read_sql
+from streaming_pipeline.lakehouse.streaming_tables import (
+    SqlTransformation,
+    StreamingTableQuery,
+    Transformation,
+    Watermark,
+)
+from streaming_pipeline.lakehouse.table_model import Column, Table
+
+_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+
+
+class WatermarkAttributes(dg.Model):
+    column: str = Field(description="The streamed table's event-time column.")
+    delay: str = Field(description="How late a row may arrive, a Spark interval: '10 minutes'.")
+
+
+class ParameterAttributes(dg.Model):
+    default: str = Field(description="The value without the environment variable, as the SQL takes it.")
+    env: str | None = Field(
+        default=None, description="The environment variable that sets it (default: its name, upper)."
+    )
+    description: str = Field(default="", description="What the parameter does.")
+
+
+@dg.scaffold_with(StreamingTableScaffolder)
+class StreamingTable(DeclaresStreamedTable, dg.Component, dg.Model, dg.Resolvable):
+    """A Delta table streamed from other tables of the lakehouse by a Spark SQL query, exactly once, in a shape:
+    `append`, `complete` or `upsert` by `keys`."""
+
+    name: str = Field(description="The table and its asset.", examples=["large_orders"])
+    sql: str = Field(
+        default="",
+        description="A Spark SQL query over the lakehouse's tables by asset name. `STREAM(t)` reads `t` as a stream "
+        "(only its new rows); any other table is read as it is at each micro-batch (a stream-static join). "
+        "`${name}` is a parameter.",
+        examples=["SELECT * FROM STREAM(raw_orders) WHERE total > ${min_total}"],
+    )
+    mode: Literal["append", "complete", "upsert"] = Field(
+        default="append",
+        description="`append`: rows as they come (an aggregation needs a watermark, and emits a group once it "
+        "passes); `complete`: an aggregate small enough to rewrite at each micro-batch; `upsert`: the rows each "
+        "micro-batch changes merged by `keys` (one row per key).",
+    )
+    keys: list[str] = Field(default_factory=list, description="With `upsert`: the columns that identify a row.")
+    watermarks: dict[str, WatermarkAttributes] = Field(
+        default_factory=dict,
+        description="Per streamed table: its event-time column and how late its rows may be (windows, "
+        "aggregations in append mode, stream-stream joins).",
+    )
+    parameters: dict[str, ParameterAttributes] = Field(
+        default_factory=dict, description="The SQL's `${name}` parameters: run config, defaults from the environment."
+    )
+    group: str = Field(default="silver", description="The asset group and the table's catalog schema.")
+    description: str | None = Field(default=None, description="The asset's description in the Dagster UI.")
+    columns: dict[str, str] = Field(default_factory=dict, description="Column descriptions, by column name.")
+    owners: list[str] = Field(default_factory=list, description="The asset's owners (`team:...`, an e-mail).")
+    latency_critical: bool = Field(
+        default=False,
+        description="In continuous mode it triggers as often as the bronze tables it reads, and a triggered run of "
+        "the one bronze table it reads writes it too.",
+    )
+    priority: int = Field(default=0, description="Its place among the ready steps of a run (higher first).")
+
+    _transformation: Transformation | None = PrivateAttr(default=None)
+    _reads: tuple[tuple[str, ...], tuple[str, ...]] | None = PrivateAttr(default=None)
+    _declared_at: Path | None = PrivateAttr(default=None)
+    _step: StreamedTable | None = PrivateAttr(default=None)
+
+    @classmethod
+    def load(cls, attributes: BaseModel | None, context: dg.ComponentLoadContext) -> Self:
+        component = super().load(attributes, context)
+        component._declared_at = context.path / "defs.yaml"
+        return component
+
+    @property
+    def declared_at(self) -> Path | None:
+        """The file that declares it: its defs.yaml, or the Python module of its function."""
+        return self._declared_at
+
+    # --- the declaration ---------------------------------------------------------------------------------------
+
+    def parameter_defaults(self) -> dict[str, str]:
+        return {name: p.default for name, p in self.parameters.items()}
+
+    def reads(self) -> tuple[tuple[str, ...], tuple[str, ...]]:
+        """The tables it streams, and those it reads as they are: from its SQL, or as its function declares them."""
+        if self._reads is None:
+            sql = self.read_sql()
+            self._reads = (sql.streamed, sql.static)
+        return self._reads
+
+    def read_sql(self) -> StreamingSql:
+        """Its SQL, read with its parameters' defaults; a ConfigurationError naming this declaration when it cannot
+        be: SQL that does not parse, or uses a parameter it does not declare."""
+        try:
+            if not self.sql.strip():
+                raise ConfigurationError("`sql` is empty: give the table's query")
+            undeclared = [p for p in parameters_in(self.sql) if p not in self.parameters]
+            if undeclared:
+                raise ConfigurationError(
+                    f"the SQL uses {', '.join('${' + p + '}' for p in undeclared)}: declare each under `parameters` "
+                    "with its default"
+                )
+            return read_sql(self.sql, self.parameter_defaults())
+        except ConfigurationError as exc:
+            raise ConfigurationError(f"{self.declared_at}: {self.name}: {exc}") from exc
+
+    def table_query(self) -> StreamingTableQuery:
+        """The library's declaration of the table: what the engine runs, and what a unit test runs on rows."""
+        streams, tables = self.reads()
+        return StreamingTableQuery(
+            name=self.name,
+            streams=streams,
+            tables=tables,
+            transformation=self._transformation or SqlTransformation(self.sql),
+            mode=self.mode,
+            keys=tuple(self.keys),
+            watermarks={name: Watermark(w.column, w.delay) for name, w in self.watermarks.items()},
+        )
+
+    def table(self) -> Table:
+        return Table(self.name, self.group, tuple(Column(n, "", d) for n, d in self.columns.items()))
+
+    def config_class(self) -> type[dg.Config] | None:
+        """The run config of its parameters (None: it has none): a field each, its default from the environment."""
+        if not self.parameters:
+            return None
+        fields: dict[str, Any] = {
+            name: (
+                str,
+                parameter(
+                    env=p.env or name.upper(),
+                    default=p.default,
+                    kind="text",
+                    description=p.description or f"The SQL's ${{{name}}}",
+                ),
+            )
+            for name, p in self.parameters.items()
+        }
+        return pydantic.create_model(f"{self.name}_config", __base__=dg.Config, __module__=__name__, **fields)
+
+    def streamed_table(self) -> StreamedTable:
+        """Its step, as the continuous run, the fast runs and table maintenance find every step of the project."""
+        if self._step is None:
+            streams, tables = self.reads()
+            description = self.description or self._default_description()
+            preview_order = tuple(self.keys) if self.mode == "upsert" else ()
+            self._step = StreamedTable(
+                step=self.name,
+                writes=[WrittenTable(self.table(), description, tuple(self.owners))],
+                reads=[*streams, *tables],
+                query=functools.partial(_query, self.table_query()),
+                compute=functools.partial(_materialized, self.table(), preview_order),
+                priority=self.priority,
+                config=self.config_class(),
+                latency_critical=self.latency_critical,
+            )
+        return self._step
+
+    def _default_description(self) -> str:
+        streams, tables = self.reads()
+        reads = ", ".join([*(f"STREAM({name})" for name in streams), *tables])
+        return f"A streaming table ({self.mode}) from {reads}."
+
+    # --- building ----------------------------------------------------------------------------------------------
+
+    def build_defs(self, context: dg.ComponentLoadContext) -> dg.Definitions:
+        """Read when the definitions load: the checks of the declaration against the project (each refusal names
+        this file), then the step's asset."""
+        try:
+            self._check(context.component_tree)
+        except ConfigurationError as exc:
+            if str(self.declared_at) in str(exc):
+                raise
+            raise ConfigurationError(f"{self.declared_at}: {exc}") from exc
+        from streaming_pipeline.lakehouse.settings import LiveSettings
+
+        return dg.Definitions(assets=[self.streamed_table().asset(LiveSettings.from_env())])
+
+    def _check(self, tree: dg.ComponentTree) -> None:
+        if not _NAME.fullmatch(self.name):
+            raise ConfigurationError(f"name {self.name!r} is not a table name (letters, digits and _)")
+        used = set() if self._transformation else set(self.read_sql().parameters)
+        unused = sorted(set(self.parameters) - used) if not self._transformation else []
+        if unused:
+            raise ConfigurationError(f"{self.name}: parameter(s) {', '.join(unused)} are not used by the SQL")
+        streams, tables = self.reads()
+        self._check_shape(streams)
+        self._check_sources(tree, [*streams, *tables])
+
+    def _check_shape(self, streams: Sequence[str]) -> None:
+        if not streams:
+            raise ConfigurationError(
+                f"{self.name}: it streams no table: mark the table it streams from STREAM(<table>)"
+            )
+        stray = sorted(set(self.watermarks) - set(streams))
+        if stray:
+            raise ConfigurationError(
+                f"{self.name}: watermarks for {', '.join(stray)}, which it does not stream (it streams "
+                f"{', '.join(streams)})"
+            )
+        if self.mode == "upsert" and not self.keys:
+            raise ConfigurationError(f"{self.name}: `mode: upsert` merges rows by key: set `keys`, the key columns")
+        if self.mode != "upsert" and self.keys:
+            raise ConfigurationError(f"{self.name}: `keys` are for `mode: upsert`")
+        if self._transformation is not None:
+            return
+        aggregates = self.read_sql().aggregates
+        if self.mode == "append" and aggregates and not self.watermarks:
+            raise ConfigurationError(
+                f"{self.name}: an aggregation in `mode: append` emits a group once its watermark passes: declare "
+                "`watermarks` for the table it streams, or use `mode: complete` (a small aggregate) or "
+                "`mode: upsert` with `keys`"
+            )
+        if self.mode == "complete" and not aggregates:
+            raise ConfigurationError(
+                f"{self.name}: `mode: complete` rewrites an aggregate at each micro-batch, and the SQL does not "
+                "aggregate: use `mode: append`"
+            )
+
+    def _check_sources(self, tree: dg.ComponentTree, reads: Sequence[str]) -> None:
+        from streaming_pipeline.components.kafka_delta_source import KafkaDeltaSource
+
+        sources: list[SourceTopic] = [c.source for c in tree.get_all_components(of_type=KafkaDeltaSource)]
+        steps = streamed_tables(tree)
+        writers = [step for step in steps if self.name in step.table_names]
+        if len(writers) > 1 or any(self.name == t.name for s in sources for t in s.tables):
+            raise ConfigurationError(f"table {self.name!r} is declared more than once in the project")
+        known = set(declared_tables(sources, steps))
+        unknown = [name for name in reads if name not in known]
+        if unknown:
+            raise ConfigurationError(
+                f"{self.name} reads {', '.join(unknown)}, which no declaration of the project writes (the tables: "
+                f"{', '.join(sorted(known))})"
+            )
+
+    # --- Python ------------------------------------------------------------------------------------------------
+
+    @classmethod
+    def of_function(
+        cls,
+        function: Callable[..., Any],
+        context: dg.ComponentLoadContext,
+        *,
+        streams: Sequence[str],
+        tables: Sequence[str] = (),
+        **attributes: Any,
+    ) -> Self:
+        """The component of a table whose query is a Python function (`streaming_table`)."""
+        component = cls(name=attributes.pop("name", function.__name__), **attributes)
+        if component.description is None:
+            component.description = inspect.getdoc(function)
+        component._transformation = _FunctionTransformation(function)
+        component._reads = (tuple(streams), tuple(tables))
+        component._declared_at = context.path
+        return component
+
+
+class _FunctionTransformation:
+    """A streaming table's Python function, called with each input by its table name."""
+
+    def __init__(self, function: Callable[..., Any]) -> None:
+        self.function = function
+
+    def __call__(self, spark: Any, inputs: Any) -> Any:
+        return self.function(**inputs.streams, **inputs.tables)
+
+
+def streaming_table(
+    *,
+    streams: Sequence[str],
+    tables: Sequence[str] = (),
+    **attributes: Any,
+) -> Callable[[Callable[..., Any]], Callable[[dg.ComponentLoadContext], StreamingTable]]:
+    """A streaming table whose query is a Python function, in a module of the defs folder:
+
+        @streaming_table(streams=["raw_orders"], watermarks={"raw_orders": {"column": "ordered_at", "delay": "1 hour"}})
+        def hourly_orders(raw_orders: DataFrame) -> DataFrame:
+            '''Orders per hour.'''
+            return raw_orders.groupBy(F.window("ordered_at", "1 hour")).count()
+
+    The function takes each table it reads by name (a streaming DataFrame for `streams`, the table as it is for
+    `tables`) and returns the table's rows; the other arguments are the YAML's attributes (`mode`, `keys`,
+    `watermarks`, `group`, `columns`, `owners`, ...). The module's name for the function becomes the component's
+    load function; the function stays reachable as its `function` attribute, for unit tests
+    (`StreamingTable.table_query().rows_for`)."""
+
+    def declare(function: Callable[..., Any]) -> Callable[[dg.ComponentLoadContext], StreamingTable]:
+        def load(context: dg.ComponentLoadContext) -> StreamingTable:
+            return StreamingTable.of_function(function, context, streams=streams, tables=tables, **attributes)
+
+        load.__annotations__ = {"context": dg.ComponentLoadContext, "return": StreamingTable}
+        load.__name__ = load.__qualname__ = function.__name__
+        load.__module__ = function.__module__
+        declared = dg.component_instance(load)
+        declared.function = function  # type: ignore[attr-defined]
+        return declared
+
+    return declare
+
+
+def _query(table_query: StreamingTableQuery, inputs: QueryInputs, config: Any) -> Any:
+    values = {} if config is None else {p.field: getattr(config, p.field) for p in parameters_of(type(config))}
+    return table_query.query(inputs.spark, inputs.lakehouse, values)
+
+
+def _materialized(table: Table, preview_order: tuple[str, ...], step: StepRun) -> dg.MaterializeResult:
+    run = step.run()
+    return dg.MaterializeResult(
+        metadata={
+            **stream_metadata(run.report),
+            **delta_table_metadata(
+                step.spark, step.lakehouse, table, preview_order=list(preview_order) or None, undeclared=None
+            ),
+        }
+    )

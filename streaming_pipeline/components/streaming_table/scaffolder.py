@@ -1,0 +1,81 @@
+"""`dg scaffold defs streaming_pipeline.components.StreamingTable <path>`: what it writes."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import dagster as dg
+import yaml
+from pydantic import Field
+
+from streaming_pipeline.components.project_resources import defs_root, write_resources_module
+
+_LAYERS = ("bronze", "silver", "gold")
+
+
+class StreamingTableScaffoldParams(dg.Model):
+    source: str | None = Field(
+        default=None,
+        description="The table it streams from (default: the first bronze table a KafkaDeltaSource of the project "
+        "declares).",
+    )
+
+
+class StreamingTableScaffolder(dg.Scaffolder[StreamingTableScaffoldParams]):
+    """A `defs.yaml` whose SQL streams every row of a table of the project, with the optional fields commented
+    out: a table that loads and runs, to edit into the one you want. The first scaffold of a project also writes
+    its `resources.py` (`project_resources`)."""
+
+    @classmethod
+    def get_scaffold_params(cls) -> type[StreamingTableScaffoldParams]:
+        return StreamingTableScaffoldParams
+
+    def scaffold(self, request: dg.ScaffoldRequest[StreamingTableScaffoldParams]) -> None:
+        name = request.target_path.name
+        group = request.target_path.parent.name if request.target_path.parent.name in _LAYERS else "silver"
+        source = request.params.source or _first_bronze_table(request.target_path) or "raw_orders"
+        request.target_path.mkdir(parents=True, exist_ok=True)
+        (request.target_path / "defs.yaml").write_text(
+            _SCAFFOLD_YAML.format(type_name=request.type_name, name=name, group=group, source=source)
+        )
+        write_resources_module(request.target_path)
+
+
+def _first_bronze_table(target: Path) -> str | None:
+    """The bronze table of the first KafkaDeltaSource `defs.yaml` of the project, by path."""
+    root = defs_root(target)
+    for declaration in sorted(root.rglob("defs.yaml")) if root else []:
+        loaded = yaml.safe_load(declaration.read_text()) or {}
+        if str(loaded.get("type", "")).endswith("KafkaDeltaSource"):
+            attributes = loaded.get("attributes") or {}
+            topic = str(attributes.get("topic", ""))
+            return str(attributes.get("table") or "raw_" + "".join(c if c.isalnum() else "_" for c in topic))
+    return None
+
+
+_SCAFFOLD_YAML = """\
+# A Delta table streamed exactly once from other tables of the lakehouse by a Spark SQL query.
+type: {type_name}
+attributes:
+  name: {name}
+  # The query, over the lakehouse's tables by asset name: STREAM(t) reads t's new rows as a stream; any other table
+  # is read as it is at each micro-batch (a stream-static join). ${{name}} is a parameter, declared below.
+  sql: |
+    SELECT *
+    FROM STREAM({source})
+  # append (rows as they come), complete (a small aggregate rewritten each micro-batch) or upsert (merged by keys).
+  mode: append
+  # With mode upsert: the columns that identify a row.
+  # keys: [id]
+  # Per streamed table: its event-time column and how late its rows may be (windows, aggregations in append mode).
+  # watermarks:
+  #   {source}: {{column: created_at, delay: 10 minutes}}
+  # The SQL's parameters: run config; the environment variable sets the default.
+  # parameters:
+  #   min_amount: {{default: "10", env: MIN_AMOUNT, description: The smallest amount kept}}
+  group: {group}
+  # description: What the table holds.
+  # columns:
+  #   id: The column's description.
+  # owners: [team:data]
+"""

@@ -1,0 +1,166 @@
+"""A streaming table declared by its query, in SQL or in Python, and run as one Structured Streaming query: its
+inputs read from the lakehouse (a streamed table with its watermark, any other as it is at each micro-batch), its
+transformation, and its sink by shape:
+
+- `append`: each micro-batch's new rows appended to Delta (an aggregation emits a group once its watermark passes);
+- `complete`: the whole result rewritten at each micro-batch (a small aggregate);
+- `upsert`: the rows each micro-batch changed, merged into the table by `keys` (Delta MERGE).
+
+Exactly once: the query's checkpoint (one per table) records what it read; the Delta sink commits each micro-batch
+once, and a MERGE of the same micro-batch again writes the same rows.
+
+Plain Python and Spark, no Dagster: the upsert handler runs in the engine's Python worker.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Literal
+
+from streaming_pipeline.lakehouse.engine.delta_tables import delta_path_sql, table_exists
+from streaming_pipeline.lakehouse.engine.streams import StreamQuery, delta_stream
+from streaming_pipeline.lakehouse.streaming_sql import read_sql
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame, SparkSession
+    from pyspark.sql.streaming import DataStreamWriter
+
+    from streaming_pipeline.lakehouse.connections import Lakehouse
+
+Mode = Literal["append", "complete", "upsert"]
+MODES: tuple[Mode, ...] = ("append", "complete", "upsert")
+
+
+@dataclass(frozen=True)
+class Watermark:
+    """How late a streamed input's rows may arrive: `column` is its event time, `delay` a Spark interval."""
+
+    column: str
+    delay: str
+
+
+@dataclass(frozen=True)
+class Inputs:
+    """What a streaming table's transformation is given: each table it streams (watermarked as declared) and each
+    table it reads as it is, by name; and its parameters' values."""
+
+    streams: Mapping[str, DataFrame]
+    tables: Mapping[str, DataFrame]
+    parameters: Mapping[str, Any] = field(default_factory=dict)
+
+
+#: A transformation: the session and the inputs to the table's rows.
+Transformation = Callable[["SparkSession", Inputs], "DataFrame"]
+
+
+@dataclass(frozen=True)
+class SqlTransformation:
+    """A streaming table's SQL (`streaming_sql`), run with each table reference replaced by its input."""
+
+    sql: str
+
+    def __call__(self, spark: SparkSession, inputs: Inputs) -> DataFrame:
+        text, arguments = read_sql(self.sql, inputs.parameters).with_arguments()
+        frames: dict[str, Any] = {
+            argument: (inputs.streams if streamed else inputs.tables)[table]
+            for argument, (table, streamed) in arguments.items()
+        }
+        return spark.sql(text, **frames)
+
+
+@dataclass(frozen=True)
+class StreamingTableQuery:
+    """A streaming table as the engine runs it: its name (which names its checkpoint), what it streams and reads,
+    its transformation, its shape and keys, and the watermark of each streamed input that has one."""
+
+    name: str
+    streams: tuple[str, ...]
+    tables: tuple[str, ...]
+    transformation: Transformation
+    mode: Mode = "append"
+    keys: tuple[str, ...] = ()
+    watermarks: Mapping[str, Watermark] = field(default_factory=dict)
+
+    @property
+    def reads(self) -> tuple[str, ...]:
+        return tuple(dict.fromkeys([*self.streams, *self.tables]))
+
+    def frame(self, spark: SparkSession, lakehouse: Lakehouse, parameters: Mapping[str, Any]) -> DataFrame:
+        """The table's rows as a streaming DataFrame over the lakehouse."""
+        streams = {name: self.watermarked(name, delta_stream(spark, lakehouse, name)) for name in self.streams}
+        tables = {name: spark.read.format("delta").load(lakehouse.table_path(name)) for name in self.tables}
+        return self.transformation(spark, Inputs(streams, tables, parameters))
+
+    def watermarked(self, name: str, frame: DataFrame) -> DataFrame:
+        watermark = self.watermarks.get(name)
+        return frame if watermark is None else frame.withWatermark(watermark.column, watermark.delay)
+
+    def query(self, spark: SparkSession, lakehouse: Lakehouse, parameters: Mapping[str, Any]) -> StreamQuery:
+        """The table's streaming query, ready to run once or keep running, with the source paths it waits for."""
+        path, checkpoint = lakehouse.table_path(self.name), lakehouse.checkpoint_path(self.name)
+
+        def start_writer() -> DataStreamWriter:
+            rows = self.frame(spark, lakehouse, parameters)
+            if self.mode == "upsert":
+                writer = rows.writeStream.outputMode("update").foreachBatch(KeyedUpsert(path, self.keys))
+                return writer.option("checkpointLocation", checkpoint)
+            return (
+                rows.writeStream.format("delta")
+                .outputMode(self.mode)
+                .option("checkpointLocation", checkpoint)
+                .option("path", path)
+            )
+
+        return StreamQuery(
+            self.name,
+            start_writer,
+            tables=(self.name,),
+            source_paths=tuple(lakehouse.table_path(name) for name in self.reads),
+        )
+
+    def rows_for(
+        self,
+        spark: SparkSession,
+        inputs: Mapping[str, DataFrame],
+        parameters: Mapping[str, Any] | None = None,
+    ) -> DataFrame:
+        """The transformation on the batch DataFrames `inputs` (by table name) instead of the lakehouse: what a
+        unit test asserts on, with no Kafka, no Delta and no checkpoint. A watermark is declared on a batch frame
+        too, where Spark ignores it."""
+        missing = sorted(set(self.reads) - set(inputs))
+        if missing:
+            raise ValueError(f"{self.name} reads {', '.join(missing)}: give a DataFrame for each")
+        streams = {name: self.watermarked(name, inputs[name]) for name in self.streams}
+        tables = {name: inputs[name] for name in self.tables}
+        return self.transformation(spark, Inputs(streams, tables, dict(parameters or {})))
+
+
+@dataclass
+class KeyedUpsert:
+    """foreachBatch handler of an `upsert` table: the micro-batch's rows merged into the table by `keys` (one row
+    per key: the batch's row replaces the table's, a key new to the table is inserted). A micro-batch merged again
+    after a crash writes the same rows: the table is the same."""
+
+    table_path: str
+    keys: Sequence[str]
+
+    def __call__(self, batch: DataFrame, batch_id: int) -> None:
+        """Merge one micro-batch.
+
+        Args:
+            batch: The rows the micro-batch changed (in update mode: the groups it updated).
+            batch_id: Spark's id of the micro-batch (names the batch's temporary view).
+        """
+        rows = batch.dropDuplicates(list(self.keys))
+        if not table_exists(self.table_path):
+            rows.write.format("delta").mode("append").save(self.table_path)
+            return
+        view = f"upsert_{abs(hash(self.table_path))}_{batch_id}"
+        rows.createOrReplaceTempView(view)
+        condition = " AND ".join(f"t.`{key}` <=> s.`{key}`" for key in self.keys)
+        batch.sparkSession.sql(
+            f"MERGE INTO {delta_path_sql(self.table_path)} t USING {view} s ON {condition} "
+            "WHEN MATCHED THEN UPDATE SET * WHEN NOT MATCHED THEN INSERT *"
+        )
+        batch.sparkSession.catalog.dropTempView(view)

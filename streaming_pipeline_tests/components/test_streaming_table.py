@@ -1,0 +1,302 @@
+"""`StreamingTable` in a defs folder of its own (Dagster's component sandbox) beside a `KafkaDeltaSource`: what its
+SQL reads, what one declaration builds, each refusal `dg check defs` gives (naming the file and the fault), what
+`dg scaffold defs` writes; then each shape run on the session's Spark, twice over the same lakehouse (each row
+once), and the unit-test helper on rows the test gives. Expected rows are computed here from the input rows."""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import dagster as dg
+import pytest
+import yaml
+from dagster.components.testing import DefsFolderSandbox, create_defs_folder_sandbox
+
+from streaming_pipeline.components import StreamingTable
+from streaming_pipeline.lakehouse.streaming_sql import StreamingSqlError, read_sql
+from streaming_pipeline_tests.avro_examples import PAYMENT_VALUE
+from streaming_pipeline_tests.error_helpers import error_chain
+
+
+def _messages(error: BaseException) -> str:
+    return "\n".join(str(e) for e in error_chain(error))
+
+
+@pytest.fixture()
+def sandbox() -> Iterator[DefsFolderSandbox]:
+    with create_defs_folder_sandbox() as sandbox:
+        source = sandbox.defs_folder_path / "payments"
+        source.mkdir(parents=True)
+        (source / "payment_value.avsc").write_text(json.dumps(PAYMENT_VALUE))
+        (source / "defs.yaml").write_text(
+            yaml.safe_dump(
+                {
+                    "type": "streaming_pipeline.components.KafkaDeltaSource",
+                    "attributes": {"topic": "payments", "value_schema": "payment_value.avsc"},
+                }
+            )
+        )
+        yield sandbox
+
+
+def _declare(sandbox: DefsFolderSandbox, folder: str, attributes: dict[str, Any]) -> Path:
+    path = sandbox.defs_folder_path / folder
+    path.mkdir(parents=True)
+    (path / "defs.yaml").write_text(
+        yaml.safe_dump({"type": "streaming_pipeline.components.StreamingTable", "attributes": attributes})
+    )
+    return path
+
+
+# --- the SQL --------------------------------------------------------------------------------------------------------
+
+
+def test_the_sql_names_what_it_streams_what_it_reads_as_it_is_and_runs_as_written() -> None:
+    sql = (
+        "SELECT p.payment_id, a.owner\n"
+        "FROM STREAM( raw_payments ) p JOIN `accounts` a ON p.account = a.id\n"
+        "WHERE p.amount > ${min_amount} AND p.note RLIKE '{x}'"
+    )
+    read = read_sql(sql, {"min_amount": 10})
+    assert (read.streamed, read.static, read.parameters, read.aggregates) == (
+        ("raw_payments",),
+        ("accounts",),
+        ("min_amount",),
+        False,
+    )
+    text, arguments = read.with_arguments()
+    assert text == (
+        "SELECT p.payment_id, a.owner\nFROM {stream_0} p JOIN {table_1} a ON p.account = a.id\n"
+        "WHERE p.amount > 10 AND p.note RLIKE '{{x}}'"
+    )
+    assert arguments == {"stream_0": ("raw_payments", True), "table_1": ("accounts", False)}
+    windows = read_sql(
+        "WITH s AS (SELECT * FROM STREAM(raw_payments)) "
+        "SELECT window(paid_at, '1 hour') AS w, count(*) AS n FROM s GROUP BY window(paid_at, '1 hour')",
+        {},
+    )
+    assert (windows.reads, windows.aggregates) == (("raw_payments",), True)
+
+
+@pytest.mark.parametrize(
+    ("sql", "fault"),
+    [
+        ("SELECT * FROM STREAM(raw_payments) WHERE", "the SQL does not parse: line 1, column"),
+        ("SELECT * FROM STREAM raw_payments", "write STREAM(raw_payments), with parentheses"),
+        ("SELECT * FROM finance.accounts", "name a table of the lakehouse by its asset name (accounts)"),
+        ("SELECT 1; SELECT 2", "2 statements"),
+        ("DELETE FROM raw_payments", "not a query"),
+    ],
+)
+def test_sql_that_cannot_be_a_streaming_table_is_refused_naming_the_fault(sql: str, fault: str) -> None:
+    with pytest.raises(StreamingSqlError, match=None) as raised:
+        read_sql(sql, {})
+    assert fault in str(raised.value)
+
+
+# --- one declaration ------------------------------------------------------------------------------------------------
+
+
+def test_a_declaration_builds_an_asset_that_depends_on_what_its_sql_reads_with_its_parameters_as_config(
+    sandbox: DefsFolderSandbox, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("LARGE_PAYMENT_MIN", "250")
+    path = _declare(
+        sandbox,
+        "large_payments",
+        {
+            "name": "large_payments",
+            "sql": "SELECT payment_id, amount FROM STREAM(raw_payments) WHERE amount > ${min_amount}",
+            "parameters": {"min_amount": {"default": "100", "env": "LARGE_PAYMENT_MIN", "description": "Smallest"}},
+            "group": "gold",
+            "description": "Payments over the threshold.",
+            "columns": {"amount": "Dollars."},
+            "owners": ["team:finance"],
+        },
+    )
+    with sandbox.load_component_and_build_defs(defs_path=path) as (component, defs):
+        assert isinstance(component, StreamingTable)
+        asset = defs.get_assets_def("large_payments")
+        spec = asset.specs_by_key[dg.AssetKey("large_payments")]
+        assert (spec.group_name, spec.description, spec.owners) == (
+            "gold",
+            "Payments over the threshold.",
+            ["team:finance"],
+        )
+        assert [dep.asset_key for dep in spec.deps] == [dg.AssetKey("raw_payments")]
+        assert spec.metadata["dagster/table_name"] == "gold.large_payments"
+        config = asset.op.config_schema.as_field().default_value
+        assert config == {"min_amount": "250"}  # the environment's, read when the definitions load
+
+
+@pytest.mark.parametrize(
+    ("attributes", "fault"),
+    [
+        ({"sql": "SELECT * FROM STREAM(raw_payments) WHERE"}, "the SQL does not parse"),
+        ({"sql": "SELECT * FROM STREAM(raw_refunds)"}, "reads raw_refunds, which no declaration of the project writes"),
+        (
+            {"sql": "SELECT account, count(*) AS n FROM STREAM(raw_payments) GROUP BY account"},
+            "an aggregation in `mode: append` emits a group once its watermark passes",
+        ),
+        (
+            {"sql": "SELECT account, count(*) AS n FROM STREAM(raw_payments) GROUP BY account", "mode": "upsert"},
+            "`mode: upsert` merges rows by key: set `keys`",
+        ),
+        ({"sql": "SELECT * FROM STREAM(raw_payments)", "mode": "complete"}, "the SQL does not aggregate"),
+        ({"sql": "SELECT * FROM STREAM(raw_payments) WHERE amount > ${m}"}, "declare each under `parameters`"),
+        ({"sql": "SELECT * FROM raw_payments"}, "it streams no table: mark the table it streams from STREAM"),
+        ({"name": "raw_payments", "sql": "SELECT * FROM STREAM(raw_payments)"}, "declared more than once"),
+    ],
+)
+def test_a_declaration_that_cannot_run_is_refused_naming_its_file_and_the_fault(
+    sandbox: DefsFolderSandbox, attributes: dict[str, Any], fault: str
+) -> None:
+    path = _declare(sandbox, "payments_out", {"name": "payments_out", **attributes})
+    with pytest.raises(Exception) as raised, sandbox.build_all_defs():
+        pass
+    chain = _messages(raised.value)
+    assert str(path / "defs.yaml") in chain and fault in chain, chain
+
+
+def test_a_parameter_without_a_default_is_refused_naming_the_field(sandbox: DefsFolderSandbox) -> None:
+    path = _declare(
+        sandbox,
+        "payments_out",
+        {
+            "name": "payments_out",
+            "sql": "SELECT * FROM STREAM(raw_payments) WHERE amount > ${m}",
+            "parameters": {"m": {"env": "M"}},
+        },
+    )
+    with pytest.raises(Exception) as raised, sandbox.load_component_and_build_defs(defs_path=path):
+        pass
+    chain = _messages(raised.value)
+    assert "default" in chain and "m" in chain and str(path / "defs.yaml") in chain, chain
+
+
+def test_the_same_table_declared_twice_is_refused(sandbox: DefsFolderSandbox) -> None:
+    for folder in ("one", "two"):
+        _declare(sandbox, folder, {"name": "payments_out", "sql": "SELECT * FROM STREAM(raw_payments)"})
+    with pytest.raises(Exception) as raised, sandbox.build_all_defs():
+        pass
+    assert "table 'payments_out' is declared more than once" in _messages(raised.value)
+
+
+def test_scaffold_writes_a_table_that_streams_the_projects_source_and_loads(sandbox: DefsFolderSandbox) -> None:
+    path = sandbox.scaffold_component(component_cls=StreamingTable, defs_path="gold/payments_copy")
+    declared = yaml.safe_load((path / "defs.yaml").read_text())["attributes"]
+    assert declared == {
+        "name": "payments_copy",
+        "sql": "SELECT *\nFROM STREAM(raw_payments)\n",
+        "mode": "append",
+        "group": "gold",
+    }
+    with sandbox.build_all_defs() as defs:
+        spec = defs.get_assets_def("payments_copy").specs_by_key[dg.AssetKey("payments_copy")]
+        assert [dep.asset_key for dep in spec.deps] == [dg.AssetKey("raw_payments")]
+        assert sorted(defs.resources or {}) == ["kafka", "lakehouse", "schema_registry", "spark"]
+
+
+# --- on Spark -------------------------------------------------------------------------------------------------------
+
+T0 = dt.datetime(2024, 1, 1, tzinfo=dt.UTC)
+PAYMENTS = "payment_id long, account string, amount double, paid_at timestamp"
+
+
+def _payments(first: int, count: int) -> list[tuple[int, str, float, dt.datetime]]:
+    return [(i, f"a{i % 3}", float(i * 10), T0 + dt.timedelta(minutes=i)) for i in range(first, first + count)]
+
+
+def test_each_shape_streams_each_row_once_over_two_runs_and_the_helper_runs_the_query_on_given_rows(
+    spark: Any, tmp_path: Path
+) -> None:
+    from streaming_pipeline.lakehouse.engine.streams import run_once
+    from streaming_pipeline.lakehouse.streaming_sql import read_sql as read
+    from streaming_pipeline.lakehouse.streaming_tables import SqlTransformation, StreamingTableQuery, Watermark
+    from streaming_pipeline.resources import LakehouseResource
+
+    lakehouse = LakehouseResource(root=str(tmp_path / "lakehouse"))
+
+    def append_payments(rows: list[tuple[int, str, float, dt.datetime]]) -> None:
+        frame = spark.createDataFrame(rows, PAYMENTS)
+        frame.write.format("delta").mode("append").save(lakehouse.table_path("raw_payments"))
+
+    def declared(name: str, sql: str, mode: str = "append", **extra: Any) -> StreamingTableQuery:
+        sql_read = read(sql, {"min_amount": 0})
+        return StreamingTableQuery(name, sql_read.streamed, sql_read.static, SqlTransformation(sql), mode, **extra)
+
+    owners = lakehouse.table_path("accounts")
+    tables = {
+        "large": declared("large", "SELECT payment_id, amount FROM STREAM(raw_payments) WHERE amount > ${min_amount}"),
+        "owned": declared(
+            "owned",
+            "SELECT p.payment_id, a.owner FROM STREAM(raw_payments) p JOIN accounts a ON p.account = a.account",
+        ),
+        "totals": declared(
+            "totals",
+            "SELECT account, count(*) AS n, sum(amount) AS total FROM STREAM(raw_payments) GROUP BY account",
+            "complete",
+        ),
+        "latest": declared(
+            "latest",
+            "SELECT account, max(payment_id) AS last_id FROM STREAM(raw_payments) GROUP BY account",
+            "upsert",
+            keys=("account",),
+        ),
+        "per_10_minutes": declared(
+            "per_10_minutes",
+            "SELECT window(paid_at, '10 minutes').start AS start, count(*) AS n FROM STREAM(raw_payments) "
+            "GROUP BY window(paid_at, '10 minutes')",
+            watermarks={"raw_payments": Watermark("paid_at", "0 seconds")},
+        ),
+    }
+    parameters = {"min_amount": "95"}
+    first, second = _payments(0, 12), _payments(12, 18)
+    append_payments(first)
+    spark.createDataFrame([("a0", "Ann"), ("a1", "Bob")], "account string, owner string").write.format("delta").save(
+        owners
+    )
+    for table in tables.values():
+        run_once(table.query(spark, lakehouse, parameters))
+    append_payments(second)
+    spark.createDataFrame([("a2", "Cy")], "account string, owner string").write.format("delta").mode("append").save(
+        owners
+    )
+    for table in tables.values():  # twice: a run with nothing new writes nothing
+        run_once(table.query(spark, lakehouse, parameters))
+        run_once(table.query(spark, lakehouse, parameters))
+
+    def rows(name: str) -> list[tuple[Any, ...]]:
+        return sorted(tuple(r) for r in spark.read.format("delta").load(lakehouse.table_path(name)).collect())
+
+    every = first + second
+    names = {"a0": "Ann", "a1": "Bob", "a2": "Cy"}
+    assert rows("large") == [(i, a) for i, _, a, _ in every if a > 95]
+    # the accounts as they were at each micro-batch: a2 had no owner for the first run's payments
+    assert rows("owned") == sorted(
+        [(i, names[acc]) for i, acc, _, _ in first if acc != "a2"] + [(i, names[acc]) for i, acc, _, _ in second]
+    )
+    by_account = {acc: [p for p in every if p[1] == acc] for acc in names}
+    assert rows("totals") == [(acc, len(ps), sum(p[2] for p in ps)) for acc, ps in sorted(by_account.items())]
+    assert rows("latest") == [(acc, max(p[0] for p in ps)) for acc, ps in sorted(by_account.items())]
+    # append: a window is written once, with every payment of it, after a micro-batch's watermark (the latest
+    # paid_at before it) passed its end; Spark emits it one micro-batch later than the one that closed it.
+    latest = max(p[3] for p in every)
+    starts = sorted({T0 + dt.timedelta(minutes=10 * (p[0] // 10)) for p in every})
+    closed = {
+        s.replace(tzinfo=None): sum(1 for p in every if s <= p[3] < s + dt.timedelta(minutes=10))
+        for s in starts
+        if s + dt.timedelta(minutes=10) <= latest
+    }
+    written = rows("per_10_minutes")
+    assert written and all(closed.get(start) == n for start, n in written), (written, closed)
+    assert written[0] == (T0.replace(tzinfo=None), 10)
+
+    # The helper for unit tests: the query on rows the test gives, no lakehouse.
+    given = spark.createDataFrame(_payments(0, 5), PAYMENTS)
+    helped = tables["totals"].rows_for(spark, {"raw_payments": given})
+    assert sorted(tuple(r) for r in helped.collect()) == [("a0", 2, 30.0), ("a1", 2, 50.0), ("a2", 1, 20.0)]
