@@ -99,7 +99,7 @@ def test_every_sensor_and_check_module_imports_without_pyspark() -> None:
     assert {
         "streaming_pipeline.components.kafka_delta_source.sensors",  # the offset sensors
         "streaming_pipeline.components.kafka_delta_source.checks",  # the bronze checks
-        "streaming_pipeline.defs.continuous.sensor",
+        "streaming_pipeline.components.continuous.sensor",
         "streaming_pipeline.defs.automation",
         "streaming_pipeline.defs.live_checks",
     } <= set(modules), modules

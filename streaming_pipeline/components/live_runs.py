@@ -10,7 +10,8 @@ import dagster as dg
 from streaming_pipeline.lakehouse.process_state import process_alive
 from streaming_pipeline.lakehouse.settings import SensorSettings
 
-#: The continuous mode's job (`defs/continuous/job.py`): while a run of it is in flight, the offset sensors stand aside.
+#: The continuous mode's job (`components/continuous/job.py`): while a run of it is in flight, the offset sensors
+#: stand aside.
 CONTINUOUS_JOB = "continuous_streams_job"
 
 IN_FLIGHT = [

@@ -97,7 +97,8 @@ class StreamedTable(dg.Component):
       definitions load;
     - `priority`: its place among the ready steps of a run (higher first);
     - `latency_critical`: in continuous mode it triggers as often as the bronze tables it reads, and a triggered
-      fast run of that bronze table writes it too.
+      fast run of that bronze table writes it too;
+    - `updates_in_place`: its query changes rows it wrote (complete, MERGE), so no other query may stream it.
     """
 
     def __init__(
@@ -111,6 +112,7 @@ class StreamedTable(dg.Component):
         priority: int,
         config: type[dg.Config] | None = None,
         latency_critical: bool = False,
+        updates_in_place: bool = False,
     ) -> None:
         self.step = step
         self.writes = tuple(w if isinstance(w, WrittenTable) else WrittenTable(w) for w in writes)
@@ -120,6 +122,7 @@ class StreamedTable(dg.Component):
         self.priority = priority
         self.config = config
         self.latency_critical = latency_critical
+        self.updates_in_place = updates_in_place
 
     @property
     def table_names(self) -> list[str]:

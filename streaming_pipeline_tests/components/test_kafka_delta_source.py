@@ -68,7 +68,7 @@ def test_scaffold_writes_every_field_and_an_example_schema_that_loads(sandbox: D
         ]
 
 
-def test_an_instance_builds_the_bronze_asset_its_checks_live_job_sensor_and_resources(
+def test_an_instance_builds_the_bronze_asset_its_checks_live_job_sensor_resources_and_the_continuous_mode(
     sandbox: DefsFolderSandbox,
 ) -> None:
     path = _declare(
@@ -102,8 +102,12 @@ def test_an_instance_builds_the_bronze_asset_its_checks_live_job_sensor_and_reso
             "reconciles_with_kafka_offsets",
             "unique_kafka_coordinates",
         ]
-        assert [job.name for job in defs.jobs or []] == ["raw_payments_downstream_job"]
-        assert [sensor.name for sensor in defs.sensors or []] == ["raw_payments_offset_sensor"]
+        # the project's first source also brings the continuous mode (every source's and streaming table's query)
+        assert sorted(job.name for job in defs.jobs or []) == ["continuous_streams_job", "raw_payments_downstream_job"]
+        assert sorted(sensor.name for sensor in defs.sensors or []) == [
+            "continuous_streams_sensor",
+            "raw_payments_offset_sensor",
+        ]
         assert sorted(defs.resources or {}) == ["kafka", "lakehouse", "schema_registry", "spark"]
         # The project's dead letters come with its (first) source, downstream of its bronze table.
         dead_letters = defs.resolve_asset_graph().get(dg.AssetKey("dead_letter_records"))

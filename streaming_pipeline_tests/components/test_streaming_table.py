@@ -40,7 +40,32 @@ def sandbox() -> Iterator[DefsFolderSandbox]:
                 }
             )
         )
+        accounts = sandbox.defs_folder_path / "accounts"  # a table topic: updated in place
+        accounts.mkdir()
+        (accounts / "key.avsc").write_text(json.dumps(ACCOUNT_KEY))
+        (accounts / "value.avsc").write_text(json.dumps(ACCOUNT_VALUE))
+        (accounts / "defs.yaml").write_text(
+            yaml.safe_dump(
+                {
+                    "type": "streaming_pipeline.components.KafkaDeltaSource",
+                    "attributes": {
+                        "topic": "accounts",
+                        "mode": "upsert",
+                        "key_schema": "key.avsc",
+                        "value_schema": "value.avsc",
+                    },
+                }
+            )
+        )
         yield sandbox
+
+
+ACCOUNT_KEY = {"type": "record", "name": "AccountKey", "fields": [{"name": "account", "type": "string"}]}
+ACCOUNT_VALUE = {
+    "type": "record",
+    "name": "Account",
+    "fields": [{"name": "account", "type": "string"}, {"name": "owner", "type": "string"}],
+}
 
 
 def _declare(sandbox: DefsFolderSandbox, folder: str, attributes: dict[str, Any]) -> Path:
@@ -150,6 +175,10 @@ def test_a_declaration_builds_an_asset_that_depends_on_what_its_sql_reads_with_i
         ({"sql": "SELECT * FROM STREAM(raw_payments) WHERE amount > ${m}"}, "declare each under `parameters`"),
         ({"sql": "SELECT * FROM raw_payments"}, "it streams no table: mark the table it streams from STREAM"),
         ({"name": "raw_payments", "sql": "SELECT * FROM STREAM(raw_payments)"}, "declared more than once"),
+        (
+            {"sql": "SELECT * FROM STREAM(raw_accounts)"},
+            "streams raw_accounts, which is updated in place (a table topic",
+        ),
     ],
 )
 def test_a_declaration_that_cannot_run_is_refused_naming_its_file_and_the_fault(

@@ -249,7 +249,7 @@ def test_the_run_reports_new_commits_and_a_caught_up_table_now_and_then_but_not_
     import pyarrow as pa
     from deltalake import write_deltalake
 
-    from streaming_pipeline.defs.continuous.table_reporter import TableReporter
+    from streaming_pipeline.components.continuous.table_reporter import TableReporter
     from streaming_pipeline.lakehouse.engine.streams import StreamQuery
     from streaming_pipeline.resources import LakehouseResource
 
@@ -339,7 +339,7 @@ def test_the_run_claims_every_checkpoint_pool_lends_one_to_a_waiting_step_and_ta
     it (its query held meanwhile), and the query resumes once the pool is the run's again; the run frees them all."""
     from types import SimpleNamespace
 
-    from streaming_pipeline.defs.continuous.checkpoint_pools import CheckpointPools, lend_and_take_back
+    from streaming_pipeline.components.continuous.checkpoint_pools import CheckpointPools, lend_and_take_back
 
     overrides = {"concurrency": {"pools": {"granularity": "op", "default_limit": 1}}}
     with dg.instance_for_test(temp_dir=str(tmp_path), overrides=overrides) as instance:
@@ -384,7 +384,7 @@ def test_the_run_claims_every_checkpoint_pool_lends_one_to_a_waiting_step_and_ta
 def test_without_op_granular_pools_the_run_claims_nothing_and_says_so(tmp_path: Path) -> None:
     from types import SimpleNamespace
 
-    from streaming_pipeline.defs.continuous.checkpoint_pools import CheckpointPools
+    from streaming_pipeline.components.continuous.checkpoint_pools import CheckpointPools
 
     with dg.instance_for_test(temp_dir=str(tmp_path)) as instance:
         log = _Log()

@@ -8,7 +8,8 @@ asset with its columns from the Avro `doc`s, its checks, its live job and offset
 from_environment`, the four resources too, configured from the same environment variables as the project
 (docs/configuration.md), for a project whose definitions bind none. The project's first source (by path) also
 builds the dead-letter table's asset, downstream of every source's bronze table: a project that declares sources
-gets it without declaring anything more.
+gets it without declaring anything more, and so does the continuous mode's job and sensor
+(`components.continuous`).
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from typing import Annotated, Literal, Self
 import dagster as dg
 from pydantic import BaseModel, Field, PrivateAttr
 
+from streaming_pipeline.components.continuous import continuous_definitions
 from streaming_pipeline.components.kafka_delta_source.assets import dead_letter_asset, source_definitions
 from streaming_pipeline.components.kafka_delta_source.fields import (
     key_schema_file,
@@ -175,12 +177,20 @@ class KafkaDeltaSource(dg.Component, dg.Model, dg.Resolvable):
             *(table.name for table in self.source.tables[1:]),
         ]
         components = _in_path_order(tree)
-        # One dead-letter table for every source of the project: its asset comes with the first one.
-        dead_letters = [dead_letter_asset([c.source for c in components], live)] if components[0] is self else []
         bound = dict(build_resources(PipelineSettings.from_env())) if self.resources == "from_environment" else {}
-        return dg.Definitions.merge(
+        own = dg.Definitions.merge(
             source_definitions(self.source, SensorSettings.from_env(), live, fast_run),
-            dg.Definitions(assets=dead_letters, resources=bound),
+            dg.Definitions(resources=bound),
+        )
+        if components[0] is not self:
+            return own
+        # What the project has once, whatever its sources: it comes with the first one. The dead-letter table of
+        # every source, and the continuous mode of every source and streaming table.
+        sources = [c.source for c in components]
+        return dg.Definitions.merge(
+            own,
+            dg.Definitions(assets=[dead_letter_asset(sources, live)]),
+            continuous_definitions(sources, streamed_tables(tree)),
         )
 
 

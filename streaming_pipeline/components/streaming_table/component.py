@@ -200,6 +200,7 @@ class StreamingTable(DeclaresStreamedTable, dg.Component, dg.Model, dg.Resolvabl
                 priority=self.priority,
                 config=self.config_class(),
                 latency_critical=self.latency_critical,
+                updates_in_place=self.mode != "append",
             )
         return self._step
 
@@ -232,7 +233,7 @@ class StreamingTable(DeclaresStreamedTable, dg.Component, dg.Model, dg.Resolvabl
             raise ConfigurationError(f"{self.name}: parameter(s) {', '.join(unused)} are not used by the SQL")
         streams, tables = self.reads()
         self._check_shape(streams)
-        self._check_sources(tree, [*streams, *tables])
+        self._check_sources(tree, streams, tables)
 
     def _check_shape(self, streams: Sequence[str]) -> None:
         if not streams:
@@ -264,7 +265,7 @@ class StreamingTable(DeclaresStreamedTable, dg.Component, dg.Model, dg.Resolvabl
                 "aggregate: use `mode: append`"
             )
 
-    def _check_sources(self, tree: dg.ComponentTree, reads: Sequence[str]) -> None:
+    def _check_sources(self, tree: dg.ComponentTree, streams: Sequence[str], tables: Sequence[str]) -> None:
         from streaming_pipeline.components.kafka_delta_source import KafkaDeltaSource
 
         sources: list[SourceTopic] = [c.source for c in tree.get_all_components(of_type=KafkaDeltaSource)]
@@ -273,11 +274,22 @@ class StreamingTable(DeclaresStreamedTable, dg.Component, dg.Model, dg.Resolvabl
         if len(writers) > 1 or any(self.name == t.name for s in sources for t in s.tables):
             raise ConfigurationError(f"table {self.name!r} is declared more than once in the project")
         known = set(declared_tables(sources, steps))
-        unknown = [name for name in reads if name not in known]
+        unknown = [name for name in [*streams, *tables] if name not in known]
         if unknown:
             raise ConfigurationError(
                 f"{self.name} reads {', '.join(unknown)}, which no declaration of the project writes (the tables: "
                 f"{', '.join(sorted(known))})"
+            )
+        updated = {t.name for s in sources if s.is_table_topic for t in s.tables}
+        updated |= {
+            name for step in steps if step.step != self.name and step.updates_in_place for name in step.table_names
+        }
+        streamed_updated = [name for name in streams if name in updated]
+        if streamed_updated:
+            raise ConfigurationError(
+                f"{self.name} streams {', '.join(streamed_updated)}, which is updated in place (a table topic, or an "
+                "upsert or complete table): a stream reads appends only. Read it as it is at each micro-batch, "
+                "without STREAM (a stream-static join)"
             )
 
     # --- Python ------------------------------------------------------------------------------------------------

@@ -16,8 +16,8 @@ _LAYERS = ("bronze", "silver", "gold")
 class StreamingTableScaffoldParams(dg.Model):
     source: str | None = Field(
         default=None,
-        description="The table it streams from (default: the first bronze table a KafkaDeltaSource of the project "
-        "declares).",
+        description="The table it streams from (default: the first bronze table of an append KafkaDeltaSource of "
+        "the project).",
     )
 
 
@@ -42,12 +42,13 @@ class StreamingTableScaffolder(dg.Scaffolder[StreamingTableScaffoldParams]):
 
 
 def _first_bronze_table(target: Path) -> str | None:
-    """The bronze table of the first KafkaDeltaSource `defs.yaml` of the project, by path."""
+    """The bronze table of the first KafkaDeltaSource `defs.yaml` of the project that is a stream (not a table
+    topic, which is updated in place), by path."""
     root = defs_root(target)
     for declaration in sorted(root.rglob("defs.yaml")) if root else []:
         loaded = yaml.safe_load(declaration.read_text()) or {}
-        if str(loaded.get("type", "")).endswith("KafkaDeltaSource"):
-            attributes = loaded.get("attributes") or {}
+        attributes = loaded.get("attributes") or {}
+        if str(loaded.get("type", "")).endswith("KafkaDeltaSource") and attributes.get("mode") != "upsert":
             topic = str(attributes.get("topic", ""))
             return str(attributes.get("table") or "raw_" + "".join(c if c.isalnum() else "_" for c in topic))
     return None

@@ -1,5 +1,6 @@
 """The continuous mode (`LIVE_MODE=continuous`, docs/continuous-mode.md): one long-running run keeps every streaming
-query of the pipeline running on the warm engine, and a sensor keeps that run alive.
+query of a project running on the warm engine, and a sensor keeps that run alive. A project's first
+`KafkaDeltaSource` builds both (`continuous_definitions`), for whatever sources and streaming tables it declares.
 
 The run's one op claims the concurrency pool of every checkpoint it streams when it starts (`CheckpointPools`), so
 no second continuous run works on them meanwhile, and lends one to a step of another run that waits for it (a
@@ -12,29 +13,30 @@ that a day of streaming adds a bounded number of events. Terminating the run (UI
 termination is taken between two rounds of calls to the engine, never inside one (`engine.interrupts`).
 
 The run's job and its op are in `job.py`, the sensor in `sensor.py`, what the op claims and reports in
-`checkpoint_pools.py` and `table_reporter.py` (those two define nothing that loads as a definition).
+`checkpoint_pools.py` and `table_reporter.py`.
 """
+
+from collections.abc import Sequence
 
 import dagster as dg
 
-from streaming_pipeline.components.kafka_delta_source import declared_sources
-from streaming_pipeline.components.streamed_table import streamed_tables
-from streaming_pipeline.defs.continuous.job import build_continuous_job
-from streaming_pipeline.defs.continuous.sensor import build_continuous_sensor
+from streaming_pipeline.components.continuous.job import build_continuous_job
+from streaming_pipeline.components.continuous.sensor import build_continuous_sensor
+from streaming_pipeline.components.streamed_table import StreamedTable
 from streaming_pipeline.lakehouse.settings import LiveSettings, SensorSettings
+from streaming_pipeline.lakehouse.sources import SourceTopic
 
 
-@dg.definitions
-def defs(context: dg.ComponentLoadContext) -> dg.Definitions:
-    """Read when the definitions load: the project's sources and streamed tables, the sensor policy, LIVE_MODE and
-    the defaults of the run's config.
+def continuous_definitions(sources: Sequence[SourceTopic], steps: Sequence[StreamedTable]) -> dg.Definitions:
+    """Read when the definitions load: the sensor policy, LIVE_MODE and the defaults of the run's config.
 
     Args:
-        context: dg's load context, whose component tree holds the project's sources and streamed tables.
+        sources: The project's sources, whose bronze queries the run keeps running.
+        steps: The project's streaming tables, whose queries the run keeps running after them.
 
     Returns:
         The continuous run's job and its sensor.
     """
-    live, tree = LiveSettings.from_env(), context.component_tree
-    job = build_continuous_job(declared_sources(tree), streamed_tables(tree), live)
+    live = LiveSettings.from_env()
+    job = build_continuous_job(sources, steps, live)
     return dg.Definitions(jobs=[job], sensors=[build_continuous_sensor(job, SensorSettings.from_env(), live)])

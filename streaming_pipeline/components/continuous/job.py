@@ -10,6 +10,8 @@ import pydantic
 from pydantic import Field
 
 from streaming_pipeline.components.asset_metadata import checkpoint_pool
+from streaming_pipeline.components.continuous.checkpoint_pools import CheckpointPools, lend_and_take_back
+from streaming_pipeline.components.continuous.table_reporter import TableReporter
 from streaming_pipeline.components.live_runs import CONTINUOUS_JOB
 from streaming_pipeline.components.streamed_table import (
     QueryInputs,
@@ -19,8 +21,6 @@ from streaming_pipeline.components.streamed_table import (
     live_query_names,
     with_config_class,
 )
-from streaming_pipeline.defs.continuous.checkpoint_pools import CheckpointPools, lend_and_take_back
-from streaming_pipeline.defs.continuous.table_reporter import TableReporter
 from streaming_pipeline.lakehouse.bronze.ingestion import bronze_query
 from streaming_pipeline.lakehouse.engine.catalog import has_persistent_catalog, register
 from streaming_pipeline.lakehouse.engine.continuous import ContinuousQueries
