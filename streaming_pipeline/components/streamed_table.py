@@ -275,8 +275,11 @@ def latency_critical_query_names(sources: Sequence[SourceTopic], steps: Sequence
     """The queries whose tables a user waits for, which trigger most often in continuous mode: the latency-critical
     steps, the bronze tables they read, and a bronze table no step reads (it is what its user waits for). The others
     trigger less often, to leave them the cores: on 2 cores every query that triggers often makes each of their
-    micro-batches longer (docs/performance.md)."""
+    micro-batches longer (docs/performance.md). A project that marks no step latency-critical has every query
+    trigger as often."""
     critical = [step for step in steps if step.latency_critical]
+    if not critical:  # no table is waited for more than another: none is made to wait
+        return live_query_names(sources, steps)
     read = {table for step in steps for table in step.reads}
     read_by_critical = {table for step in critical for table in step.reads}
     bronze = [s.bronze_table for s in sources if s.bronze_table in read_by_critical or s.bronze_table not in read]

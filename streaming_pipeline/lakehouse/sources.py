@@ -94,7 +94,7 @@ class SourceTopic:
             The source."""
         return cls(
             topic=topic,
-            bronze_table=table or "raw_" + re.sub(r"[^A-Za-z0-9_]", "_", topic),
+            bronze_table=table or default_bronze_table(topic),
             value_schema=value_schema,
             key_schema=key_schema,
             key_field=key_field,
@@ -185,3 +185,9 @@ def source_for_topic(sources: Iterable[SourceTopic], topic: str) -> SourceTopic:
         if source.topic == topic:
             return source
     raise ConfigurationError(f"unknown topic {topic!r}; choose one of {', '.join(s.topic for s in sources)}")
+
+
+def default_bronze_table(topic: str) -> str:
+    """A topic's bronze table when its declaration names none: `raw_<topic>`, characters that cannot be in a table
+    name as '_'."""
+    return "raw_" + re.sub(r"[^A-Za-z0-9_]", "_", topic)

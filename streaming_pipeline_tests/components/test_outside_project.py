@@ -1,31 +1,43 @@
-"""`KafkaDeltaSource` used from outside: a new `dg` project in a temporary folder (its own package, `defs/` and
+"""A streaming lakehouse of a user's own: a new `dg` project in a temporary folder (its own package, `defs/` and
 `pyproject.toml`, written by `create-dagster project`, its `definitions.py` unchanged), with this package installed,
-declares a topic of its own with `dg scaffold defs` and a schema the test writes. `dg check defs` passes, and
-records produced with Confluent's serializer reach its bronze table exactly once through `dagster asset
-materialize` on the session's secured stack (its settings and secrets from `stack env`: Kafka's three nodes over
-SASL_SSL, the registry over HTTPS with basic auth) with the session's engine; the materialization's columns carry
-the schema's `doc`s, and only the field a later schema version adds is marked as evolved; the project lists a
-dead-letter asset of its own, in which an undecodable record lands."""
+declares an append topic and a table topic with `dg scaffold defs ... KafkaDeltaSource`, three SQL tables with
+`dg scaffold defs ... StreamingTable` (a filter with a parameter, a stream-static join with the table topic, an
+aggregation in `complete` mode) and one Python table (`streaming_table`, an upsert by key). Records produced with
+Confluent's serializer, on the session's secured stack (Kafka's three nodes over SASL_SSL, the registry over HTTPS
+with basic auth) with the session's engine, reach every table:
+
+1. by `dagster asset materialize` (with a record that cannot be decoded);
+2. by the offset sensors of `dagster dev` (its daemon launching the live jobs), with a later schema version;
+3. by the continuous run of `dagster dev` with LIVE_MODE=continuous, whose process is SIGKILLed while records
+   arrive and which its sensor launches again.
+
+After each, every table's rows equal what the test computes from the records it sent: each row once."""
 
 from __future__ import annotations
 
+import datetime as dt
 import json
 import os
+import signal
 import subprocess
 import sys
+from collections import Counter
 from pathlib import Path
 from typing import Any
 
 import pytest
 import yaml
 
+from streaming_pipeline.devstack.embedded.dagster_dev import DagsterDev
 from streaming_pipeline.devstack.embedded.stack import StackInfo
 from streaming_pipeline_tests.cli_helpers import environment_without_pipeline_settings
 from streaming_pipeline_tests.kafka_helpers import REPO_ROOT, clients_of
+from streaming_pipeline_tests.live_helpers import wait_until
 from streaming_pipeline_tests.session_stack import SessionStack
 
 pytestmark = [pytest.mark.slow, pytest.mark.integration]
 
+T0 = dt.datetime(2024, 1, 1, tzinfo=dt.UTC)
 ORDER_KEY = {"type": "long"}
 ORDER_VALUE = {
     "type": "record",
@@ -33,8 +45,9 @@ ORDER_VALUE = {
     "namespace": "example.shop",
     "fields": [
         {"name": "order_id", "type": "long", "doc": "The shop's order number."},
-        {"name": "customer", "type": "string", "doc": "Who ordered."},
-        {"name": "total", "type": ["null", "double"], "default": None, "doc": "Total, EUR."},
+        {"name": "customer_id", "type": "long", "doc": "Who ordered."},
+        {"name": "total", "type": "double", "doc": "Total, EUR."},
+        {"name": "ordered_at", "type": {"type": "long", "logicalType": "timestamp-micros"}, "doc": "When."},
     ],
 }
 #: A later version of the value schema, registered by a producer, not declared in the defs.yaml.
@@ -42,6 +55,14 @@ ORDER_VALUE_V2 = {
     **ORDER_VALUE,
     "fields": [*ORDER_VALUE["fields"], {"name": "coupon", "type": ["null", "string"], "default": None}],  # type: ignore[list-item]
 }
+CUSTOMER_KEY = {"type": "record", "name": "CustomerKey", "fields": [{"name": "id", "type": "long"}]}
+CUSTOMER_VALUE = {
+    "type": "record",
+    "name": "Customer",
+    "fields": [{"name": "id", "type": "long"}, {"name": "name", "type": "string", "doc": "The customer's name."}],
+}
+#: Customers 0 to 2 exist; customer 3 orders too, and is never a row of raw_customers.
+CUSTOMERS = {0: "Ann", 1: "Bob", 2: "Cy"}
 #: The bronze table's Kafka columns and their descriptions (streaming_pipeline.lakehouse.table_model.KAFKA_COLUMNS,
 #: written out).
 KAFKA_COLUMN_DOCS = {
@@ -52,14 +73,82 @@ KAFKA_COLUMN_DOCS = {
     "schema_id": "Registry id of the writer schema the record was encoded with.",
 }
 EVOLVED = "Added by schema evolution: a later version of the source's value schema has this field."
+#: The SQL tables, as a user writes them; ${min_total} is set by LARGE_ORDER_MIN_TOTAL (60) over its default (50).
+SQL_TABLES = {
+    "silver/large_orders": {
+        "name": "large_orders",
+        "sql": "SELECT order_id, customer_id, total FROM STREAM(raw_orders) WHERE total > ${min_total}",
+        "parameters": {"min_total": {"default": "50", "env": "LARGE_ORDER_MIN_TOTAL"}},
+        "columns": {"total": "Total, EUR."},
+    },
+    "silver/orders_named": {
+        "name": "orders_named",
+        "sql": "SELECT o.order_id, c.name, o.total\n"
+        "FROM STREAM(raw_orders) o JOIN raw_customers c ON o.customer_id = c.id",
+    },
+    "gold/customer_totals": {
+        "name": "customer_totals",
+        "group": "gold",
+        "mode": "complete",
+        "sql": "SELECT customer_id, count(*) AS orders, sum(total) AS total\n"
+        "FROM STREAM(raw_orders) GROUP BY customer_id",
+    },
+}
+PYTHON_TABLE = '''\
+from pyspark.sql import DataFrame
+from pyspark.sql import functions as F
+
+from streaming_pipeline.components import streaming_table
+
+
+@streaming_table(streams=["raw_orders"], mode="upsert", keys=["customer_id"], group="gold")
+def last_orders(raw_orders: DataFrame) -> DataFrame:
+    """Each customer's latest order."""
+    return raw_orders.groupBy("customer_id").agg(F.max("order_id").alias("last_order_id"))
+'''
 BIN = Path(sys.executable).parent
 
 
-def _orders(first: int, count: int) -> list[dict[str, object]]:
+def _orders(first: int, count: int) -> list[dict[str, Any]]:
     return [
-        {"order_id": i, "customer": f"c{i % 3}", "total": None if i % 4 == 0 else i * 1.5}
+        {"order_id": i, "customer_id": i % 4, "total": float(i * 7 % 100), "ordered_at": T0 + dt.timedelta(minutes=i)}
         for i in range(first, first + count)
     ]
+
+
+def _expected(orders: list[dict[str, Any]]) -> dict[str, list[tuple[Any, ...]]]:
+    """Every table's rows, sorted, from the orders sent (and CUSTOMERS)."""
+    by_customer: dict[int, list[dict[str, Any]]] = {}
+    for order in orders:
+        by_customer.setdefault(order["customer_id"], []).append(order)
+    return {
+        "large_orders": sorted((o["order_id"], o["customer_id"], o["total"]) for o in orders if o["total"] > 60),
+        "orders_named": sorted(
+            (o["order_id"], CUSTOMERS[o["customer_id"]], o["total"]) for o in orders if o["customer_id"] in CUSTOMERS
+        ),
+        "customer_totals": sorted((c, len(os_), sum(o["total"] for o in os_)) for c, os_ in by_customer.items()),
+        "last_orders": sorted((c, max(o["order_id"] for o in os_)) for c, os_ in by_customer.items()),
+    }
+
+
+def _tables(lakehouse: Path) -> dict[str, list[tuple[Any, ...]]]:
+    """Every streaming table's rows, sorted (read with delta-rs; a table not written yet has none)."""
+    from deltalake import DeltaTable
+
+    columns = {
+        "large_orders": ["order_id", "customer_id", "total"],
+        "orders_named": ["order_id", "name", "total"],
+        "customer_totals": ["customer_id", "orders", "total"],
+        "last_orders": ["customer_id", "last_order_id"],
+    }
+    found = {}
+    for table, names in columns.items():
+        if not (lakehouse / table / "_delta_log").is_dir():
+            found[table] = []
+            continue
+        rows = DeltaTable(str(lakehouse / table)).to_pyarrow_table().to_pylist()
+        found[table] = sorted(tuple(row[name] for name in names) for row in rows)
+    return found
 
 
 def _run(command: list[str], cwd: Path, env: dict[str, str], timeout: float = 300, stdout_only: bool = False) -> str:
@@ -85,118 +174,201 @@ def _column_docs(dagster_home: Path | None, asset: str) -> dict[str, str | None]
     return {column.name: column.description for column in schema.columns}
 
 
-def _produce(
-    stack: StackInfo,
-    orders: list[dict[str, object]],
-    raw: list[bytes],
-    value_schema: dict[str, object] = ORDER_VALUE,
-) -> None:
-    """`orders` with Confluent's Avro serializer and `value_schema` (schemas registered under topic name strategy),
-    then `raw` values as they are."""
-    from confluent_kafka import Producer, SerializingProducer
-    from confluent_kafka.schema_registry.avro import AvroSerializer
+class Producer:
+    """Confluent's Avro serializers on the secured stack (the settings `stack env` gives), schemas registered under
+    the topic name strategy."""
 
-    kafka, registry_client = clients_of(stack)  # the secured stack's settings, as `stack env` gives them
-    registry = registry_client.client()
-    producer = SerializingProducer(
-        {
-            **kafka.client_config(),
-            "key.serializer": AvroSerializer(registry, json.dumps(ORDER_KEY)),
-            "value.serializer": AvroSerializer(registry, json.dumps(value_schema)),
-        }
-    )
-    for order in orders:
-        producer.produce("orders", key=order["order_id"], value=order)
-    assert producer.flush(30) == 0
-    plain = Producer(kafka.client_config())
-    for value in raw:
+    def __init__(self, stack: StackInfo) -> None:
+        kafka, registry_client = clients_of(stack)
+        self.config, self.registry = kafka.client_config(), registry_client.client()
+
+    def customers(self) -> None:
+        self._send(
+            "customers", CUSTOMER_KEY, CUSTOMER_VALUE, [({"id": i}, {"id": i, "name": n}) for i, n in CUSTOMERS.items()]
+        )
+
+    def orders(self, orders: list[dict[str, Any]], value_schema: dict[str, Any] = ORDER_VALUE) -> None:
+        self._send("orders", ORDER_KEY, value_schema, [(o["order_id"], o) for o in orders])
+
+    def raw(self, value: bytes) -> None:
+        from confluent_kafka import Producer as PlainProducer
+
+        plain = PlainProducer(self.config)
         plain.produce("orders", value=value)
-    assert plain.flush(30) == 0
+        assert plain.flush(30) == 0
+
+    def _send(self, topic: str, key: Any, value: Any, records: list[tuple[Any, Any]]) -> None:
+        from confluent_kafka import SerializingProducer
+        from confluent_kafka.schema_registry.avro import AvroSerializer
+
+        producer = SerializingProducer(
+            {
+                **self.config,
+                "key.serializer": AvroSerializer(self.registry, json.dumps(key)),
+                "value.serializer": AvroSerializer(self.registry, json.dumps(value)),
+            }
+        )
+        for record_key, record_value in records:
+            producer.produce(topic, key=record_key, value=record_value)
+        assert producer.flush(30) == 0
 
 
-def test_a_new_dg_project_ingests_its_own_topic_exactly_once_with_the_component(
+def test_a_new_dg_project_declares_its_own_streaming_lakehouse_and_streams_it_exactly_once(
     session_stack: SessionStack, secured_stack: StackInfo, tmp_path: Path
 ) -> None:
+    import dagster as dg
     from deltalake import DeltaTable
+
+    from streaming_pipeline.components.live_runs import run_pid
 
     assert REPO_ROOT not in tmp_path.parents
     info = session_stack.clear_secured(secured_stack, tmp_path / "dagster_home")
-    project = tmp_path / "orders_demo"
+    project = tmp_path / "shop"
     lakehouse = tmp_path / "lakehouse"
     env = {
         **environment_without_pipeline_settings(),
         **info.env(),
         "LAKEHOUSE_DIR": str(lakehouse),
+        "LARGE_ORDER_MIN_TOTAL": "60",
         "PATH": f"{BIN}{os.pathsep}{os.environ.get('PATH', '')}",
         # the new project's package, as `pip install -e .` or `uv sync` would make it importable
         "PYTHONPATH": str(project / "src"),
         "DAGSTER_DISABLE_TELEMETRY": "1",
     }
     _run([str(BIN / "create-dagster"), "project", str(project), "--no-uv-sync"], tmp_path, env)
-    definitions = project / "src" / "orders_demo" / "definitions.py"
+    definitions = project / "src" / "shop" / "definitions.py"
     written = definitions.read_text()
     assert "load_from_defs_folder" in written and "streaming_pipeline" not in written
-
     listed = _run([str(BIN / "dg"), "list", "components", "--json"], project, env)
     assert "streaming_pipeline.components.KafkaDeltaSource" in listed
-    _run(
-        [str(BIN / "dg"), "scaffold", "defs", "streaming_pipeline.components.KafkaDeltaSource", "orders"], project, env
-    )
-    folder = project / "src" / "orders_demo" / "defs" / "orders"
-    (folder / "order_key.avsc").write_text(json.dumps(ORDER_KEY))
-    (folder / "order_value.avsc").write_text(json.dumps(ORDER_VALUE))
-    declaration = yaml.safe_load((folder / "defs.yaml").read_text())
-    assert declaration == {
+    assert "streaming_pipeline.components.StreamingTable" in listed
+
+    # The sources, scaffolded: the first writes the project's resources.py, no scaffold a line to delete.
+    scaffold = [str(BIN / "dg"), "scaffold", "defs"]
+    _run([*scaffold, "streaming_pipeline.components.KafkaDeltaSource", "orders"], project, env)
+    _run([*scaffold, "streaming_pipeline.components.KafkaDeltaSource", "customers", "--mode", "upsert"], project, env)
+    defs = project / "src" / "shop" / "defs"
+    assert yaml.safe_load((defs / "orders" / "defs.yaml").read_text()) == {
         "type": "streaming_pipeline.components.KafkaDeltaSource",
-        # the project's first source binds the resources, its definitions.py being create-dagster's
-        "attributes": {"topic": "orders", "value_schema": "value.avsc", "resources": "from_environment"},
+        "attributes": {"topic": "orders", "value_schema": "value.avsc"},
     }
-    declaration["attributes"].update(value_schema="order_value.avsc", key_schema="order_key.avsc")
-    (folder / "defs.yaml").write_text(yaml.safe_dump(declaration))
-    (folder / "value.avsc").unlink()
+    assert "@dg.definitions" in (defs / "resources.py").read_text()
+    (defs / "orders" / "value.avsc").write_text(json.dumps(ORDER_VALUE))
+    (defs / "customers" / "key.avsc").write_text(json.dumps(CUSTOMER_KEY))
+    (defs / "customers" / "value.avsc").write_text(json.dumps(CUSTOMER_VALUE))
+    # The tables: the scaffold streams the project's append source; each is then what the user wants.
+    for path, attributes in SQL_TABLES.items():
+        _run([*scaffold, "streaming_pipeline.components.StreamingTable", path], project, env)
+        scaffolded = yaml.safe_load((defs / path / "defs.yaml").read_text())
+        assert scaffolded["attributes"]["sql"] == "SELECT *\nFROM STREAM(raw_orders)\n"
+        scaffolded["attributes"] = attributes
+        (defs / path / "defs.yaml").write_text(yaml.safe_dump(scaffolded))
+    (defs / "gold" / "last_orders.py").write_text(PYTHON_TABLE)
     _run([str(BIN / "dg"), "check", "defs"], project, env)
     listed_defs = json.loads(_run([str(BIN / "dg"), "list", "defs", "--json"], project, env, stdout_only=True))
     assets = {asset["asset_key"]: asset for asset in listed_defs["assets"]}
-    assert sorted(assets) == ["dead_letter_records", "raw_orders"]
-    assert assets["dead_letter_records"]["dependency_keys"] == ["raw_orders"]
-    assert assets["dead_letter_records"]["group_name"] == "bronze"
-    assert [job["name"] for job in listed_defs["jobs"]] == ["raw_orders_downstream_job"]
-
-    materialize = [
-        str(BIN / "dagster"),
-        "asset",
-        "materialize",
-        "-m",
-        "orders_demo.definitions",
-        "--select",
-        "raw_orders",
+    tables = ["customer_totals", "large_orders", "last_orders", "orders_named"]
+    assert sorted(assets) == sorted(["dead_letter_records", "raw_customers", "raw_orders", *tables])
+    assert {name: sorted(assets[name]["dependency_keys"]) for name in tables} == {
+        "customer_totals": ["raw_orders"],
+        "large_orders": ["raw_orders"],
+        "last_orders": ["raw_orders"],
+        "orders_named": ["raw_customers", "raw_orders"],
+    }
+    assert {name: assets[name]["group_name"] for name in tables} == {
+        "customer_totals": "gold",
+        "large_orders": "silver",
+        "last_orders": "gold",
+        "orders_named": "silver",
+    }
+    assert sorted(job["name"] for job in listed_defs["jobs"]) == [
+        "continuous_streams_job",
+        "raw_customers_downstream_job",
+        "raw_orders_downstream_job",
     ]
-    _produce(info, _orders(0, 20), [])
-    _run(materialize, project, env)
-    _produce(info, _orders(20, 10), [b"not avro"])
-    _run(materialize, project, env)
-    columns = _column_docs(info.dagster_home, "raw_orders")
-    assert columns == {**{f["name"]: f["doc"] for f in ORDER_VALUE["fields"]}, **KAFKA_COLUMN_DOCS}  # type: ignore[union-attr]
 
-    # A producer moves on to a later version of the value schema, with a field the declaration does not have.
-    _produce(info, _orders(30, 5), [], ORDER_VALUE_V2)
-    _run([*materialize[:-1], "*"], project, env)  # every asset of the project: raw_orders, then its dead letters
-    columns = _column_docs(info.dagster_home, "raw_orders")
-    assert [name for name, doc in columns.items() if doc == EVOLVED] == ["coupon"]
-    assert {name: doc for name, doc in columns.items() if name != "coupon"} == {
+    # 1. `dagster asset materialize`, with a record that cannot be decoded.
+    producer = Producer(info)
+    materialize = [str(BIN / "dagster"), "asset", "materialize", "-m", "shop.definitions", "--select", "*"]
+    sent = _orders(0, 20)
+    producer.customers()
+    producer.orders(sent)
+    producer.raw(b"not avro")
+    _run(materialize, project, env)
+    assert _tables(lakehouse) == _expected(sent)
+    assert _column_docs(info.dagster_home, "raw_orders") == {
         **{f["name"]: f["doc"] for f in ORDER_VALUE["fields"]},  # type: ignore[union-attr]
         **KAFKA_COLUMN_DOCS,
     }
-    dead_letters = _latest_materialization(info.dagster_home, "dead_letter_records")
-    assert dead_letters["dead_letters_by_topic"].value == {"orders": 1}
+    assert _column_docs(info.dagster_home, "large_orders") == {
+        "order_id": None,
+        "customer_id": None,
+        "total": "Total, EUR.",
+    }
+    # 2. The offset sensors of `dagster dev`: the daemon launches raw_orders' live job, with every table downstream.
+    dev_env = {**env, "OFFSET_SENSOR_INTERVAL_SECONDS": "5", "OFFSET_SENSOR_RETRY_BACKOFF_SECONDS": "2"}
+    target = ["-m", "shop.definitions"]
+    log = tmp_path / "dagster-dev-triggered.log"
+    with (
+        DagsterDev(dev_env, log, target=target, cwd=project),
+        dg.DagsterInstance.from_config(str(info.dagster_home)) as instance,
+    ):
+        # a producer moves on to a later version of the value schema, with a field the declaration does not have
+        later = _orders(20, 25)
+        producer.orders(later, ORDER_VALUE_V2)
+        sent += later
+        wait_until("the sensors' runs write every table", lambda: _tables(lakehouse) == _expected(sent), log=log)
+
+        def sensor_runs() -> list[Any]:
+            return list(
+                instance.get_runs(filters=dg.RunsFilter(tags={"dagster/sensor_name": "raw_orders_offset_sensor"}))
+            )
+
+        wait_until("the sensors' runs end", lambda: all(run.is_finished for run in sensor_runs()), log=log)
+        assert sensor_runs() and all(run.status == dg.DagsterRunStatus.SUCCESS for run in sensor_runs())
+    columns = _column_docs(info.dagster_home, "raw_orders")
+    assert [name for name, doc in columns.items() if doc == EVOLVED] == ["coupon"]
+    assert _latest_materialization(info.dagster_home, "dead_letter_records")["dead_letters_by_topic"].value == {
+        "orders": 1
+    }
+
+    # 3. The continuous run, SIGKILLed while records arrive, and launched again by its sensor.
+    log = tmp_path / "dagster-dev-continuous.log"
+    with (
+        DagsterDev({**dev_env, "LIVE_MODE": "continuous"}, log, target=target, cwd=project),
+        dg.DagsterInstance.from_config(str(info.dagster_home)) as instance,
+    ):
+
+        def continuous_run() -> Any:
+            runs = instance.get_runs(
+                filters=dg.RunsFilter(job_name="continuous_streams_job", statuses=[dg.DagsterRunStatus.STARTED])
+            )
+            return runs[0] if runs else None
+
+        wait_until("a continuous run", lambda: continuous_run() is not None, log=log)
+        later = _orders(45, 20)
+        producer.orders(later)
+        sent += later
+        wait_until("the continuous run writes every table", lambda: _tables(lakehouse) == _expected(sent), log=log)
+        killed = continuous_run()
+        pid = run_pid(instance, killed.run_id)
+        assert pid is not None
+        later = _orders(65, 20)
+        producer.orders(later[:10])
+        os.kill(pid, signal.SIGKILL)
+        producer.orders(later[10:])
+        sent += later
+        wait_until(
+            "another continuous run",
+            lambda: (run := continuous_run()) is not None and run.run_id != killed.run_id,
+            log=log,
+        )
+        wait_until("the new run writes every table", lambda: _tables(lakehouse) == _expected(sent), log=log)
 
     assert definitions.read_text() == written
     rows = DeltaTable(str(lakehouse / "raw_orders")).to_pyarrow_table().to_pylist()
-    assert sorted((r["order_id"], r["customer"], r["total"]) for r in rows) == [
-        (o["order_id"], o["customer"], o["total"]) for o in _orders(0, 35)
-    ]
-    coordinates = [(r["kafka_partition"], r["kafka_offset"]) for r in rows]
-    assert len(set(coordinates)) == 35
+    assert sorted(r["order_id"] for r in rows) == [o["order_id"] for o in sent]
+    assert not [c for c, n in Counter((r["kafka_partition"], r["kafka_offset"]) for r in rows).items() if n > 1]
     dead = [
         r
         for r in DeltaTable(str(lakehouse / "dead_letter_records")).to_pyarrow_table().to_pylist()

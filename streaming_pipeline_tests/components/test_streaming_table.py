@@ -176,6 +176,13 @@ def test_a_declaration_builds_an_asset_that_depends_on_what_its_sql_reads_with_i
         ({"sql": "SELECT * FROM raw_payments"}, "it streams no table: mark the table it streams from STREAM"),
         ({"name": "raw_payments", "sql": "SELECT * FROM STREAM(raw_payments)"}, "declared more than once"),
         (
+            {
+                "sql": "SELECT * FROM STREAM(raw_payments)",
+                "watermarks": {"raw_payments": {"column": "a", "delay": "x"}},
+            },
+            "payments_out: the watermark delay of raw_payments",
+        ),
+        (
             {"sql": "SELECT * FROM STREAM(raw_accounts)"},
             "streams raw_accounts, which is updated in place (a table topic",
         ),
@@ -205,6 +212,31 @@ def test_a_parameter_without_a_default_is_refused_naming_the_field(sandbox: Defs
         pass
     chain = _messages(raised.value)
     assert "default" in chain and "m" in chain and str(path / "defs.yaml") in chain, chain
+
+
+_PYTHON_TABLE = """
+from pyspark.sql import functions as F
+
+from streaming_pipeline.components import streaming_table
+
+
+@streaming_table(streams=["raw_payments"], tables=["raw_accounts"], group="gold", owners=["team:finance"])
+def payment_owners(raw_payments, raw_accounts, parameters):
+    \"\"\"Each payment with its account's owner.\"\"\"
+    return raw_payments.join(raw_accounts, "account").select("payment_id", "owner")
+"""
+
+
+def test_a_python_function_declares_a_table_with_the_same_attributes(sandbox: DefsFolderSandbox) -> None:
+    (sandbox.defs_folder_path / "payment_owners.py").write_text(_PYTHON_TABLE)
+    with sandbox.build_all_defs() as defs:
+        spec = defs.get_assets_def("payment_owners").specs_by_key[dg.AssetKey("payment_owners")]
+        assert (spec.group_name, spec.description, spec.owners) == (
+            "gold",
+            "Each payment with its account's owner.",
+            ["team:finance"],
+        )
+        assert sorted(dep.asset_key.to_user_string() for dep in spec.deps) == ["raw_accounts", "raw_payments"]
 
 
 def test_the_same_table_declared_twice_is_refused(sandbox: DefsFolderSandbox) -> None:
@@ -325,7 +357,12 @@ def test_each_shape_streams_each_row_once_over_two_runs_and_the_helper_runs_the_
     assert written and all(closed.get(start) == n for start, n in written), (written, closed)
     assert written[0] == (T0.replace(tzinfo=None), 10)
 
-    # The helper for unit tests: the query on rows the test gives, no lakehouse.
+    # The helper for unit tests: a declaration's query on rows the test gives, no lakehouse.
     given = spark.createDataFrame(_payments(0, 5), PAYMENTS)
-    helped = tables["totals"].rows_for(spark, {"raw_payments": given})
+    declaration = StreamingTable(
+        name="totals",
+        mode="complete",
+        sql="SELECT account, count(*) AS n, sum(amount) AS total FROM STREAM(raw_payments) GROUP BY account",
+    )
+    helped = declaration.table_query().rows_for(spark, {"raw_payments": given})
     assert sorted(tuple(r) for r in helped.collect()) == [("a0", 2, 30.0), ("a1", 2, 50.0), ("a2", 1, 20.0)]

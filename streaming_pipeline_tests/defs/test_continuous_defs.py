@@ -108,14 +108,17 @@ def _step(name: str, reads: list[str], *, latency_critical: bool = False) -> Str
 
 
 def test_a_bronze_table_no_step_reads_is_latency_critical_and_one_read_by_slow_steps_only_is_not() -> None:
-    """In a project of its own a source's bronze table is what its user waits for; read by a slow step only, it
-    streams at the downstream interval with it."""
+    """In a project of its own a source's bronze table is what its user waits for; read by a slow step only (when
+    another step is latency-critical), it streams at the downstream interval with it."""
     orders = SourceTopic.declared(topic="orders", value_schema='{"type": "record", "name": "o", "fields": []}')
     refunds = SourceTopic.declared(topic="refunds", value_schema='{"type": "record", "name": "r", "fields": []}')
     assert latency_critical_query_names([orders], []) == ["raw_orders"]
     steps = [_step("order_totals", ["raw_orders"], latency_critical=True), _step("refund_joins", ["raw_refunds"])]
     assert latency_critical_query_names([orders, refunds], steps) == ["raw_orders", "order_totals"]
     assert live_query_names([orders, refunds], steps) == ["raw_orders", "raw_refunds", "order_totals", "refund_joins"]
+    # A project that marks no step latency-critical waits for every table alike: every query triggers as often.
+    slow = [_step("order_totals", ["raw_orders"]), _step("refund_joins", ["raw_refunds"])]
+    assert latency_critical_query_names([orders, refunds], slow) == live_query_names([orders, refunds], slow)
 
 
 def test_the_continuous_job_streams_the_checkpoint_of_every_triggered_step() -> None:

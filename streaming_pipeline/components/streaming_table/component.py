@@ -13,7 +13,7 @@ micro-batch): its asset's deps, the skip while a source is missing, the continuo
 its YAML into the library's declaration (`lakehouse.streaming_tables.StreamingTableQuery`) and builds its step as
 this project's own tables are built (`StreamedTable`): the asset with its group, owners, catalog name and column
 docs, its config (the SQL's parameters, their defaults from the environment), its triggered runs, and its place in
-the continuous run, the fast runs and table maintenance.
+the continuous run and the fast runs (and, in this project, in table maintenance).
 """
 
 from __future__ import annotations
@@ -42,6 +42,7 @@ from streaming_pipeline.components.streamed_table import (
 )
 from streaming_pipeline.components.streaming_table.scaffolder import StreamingTableScaffolder
 from streaming_pipeline.lakehouse.errors import ConfigurationError
+from streaming_pipeline.lakehouse.settings import interval_seconds
 from streaming_pipeline.lakehouse.sources import SourceTopic
 from streaming_pipeline.lakehouse.streaming_sql import StreamingSql, parameters_in, read_sql
 from streaming_pipeline.lakehouse.streaming_tables import (
@@ -227,10 +228,15 @@ class StreamingTable(DeclaresStreamedTable, dg.Component, dg.Model, dg.Resolvabl
     def _check(self, tree: dg.ComponentTree) -> None:
         if not _NAME.fullmatch(self.name):
             raise ConfigurationError(f"name {self.name!r} is not a table name (letters, digits and _)")
-        used = set() if self._transformation else set(self.read_sql().parameters)
-        unused = sorted(set(self.parameters) - used) if not self._transformation else []
+        if self._transformation is not None:
+            return self._check_declared_reads(tree)
+        used = set(self.read_sql().parameters)
+        unused = sorted(set(self.parameters) - used)
         if unused:
             raise ConfigurationError(f"{self.name}: parameter(s) {', '.join(unused)} are not used by the SQL")
+        self._check_declared_reads(tree)
+
+    def _check_declared_reads(self, tree: dg.ComponentTree) -> None:
         streams, tables = self.reads()
         self._check_shape(streams)
         self._check_sources(tree, streams, tables)
@@ -246,6 +252,8 @@ class StreamingTable(DeclaresStreamedTable, dg.Component, dg.Model, dg.Resolvabl
                 f"{self.name}: watermarks for {', '.join(stray)}, which it does not stream (it streams "
                 f"{', '.join(streams)})"
             )
+        for name, watermark in self.watermarks.items():
+            interval_seconds(watermark.delay, name=f"{self.name}: the watermark delay of {name}")
         if self.mode == "upsert" and not self.keys:
             raise ConfigurationError(f"{self.name}: `mode: upsert` merges rows by key: set `keys`, the key columns")
         if self.mode != "upsert" and self.keys:
@@ -315,13 +323,16 @@ class StreamingTable(DeclaresStreamedTable, dg.Component, dg.Model, dg.Resolvabl
 
 
 class _FunctionTransformation:
-    """A streaming table's Python function, called with each input by its table name."""
+    """A streaming table's Python function, called with each input by its table name, and with its parameters'
+    values as `parameters` when it takes that argument."""
 
     def __init__(self, function: Callable[..., Any]) -> None:
         self.function = function
+        self.takes_parameters = "parameters" in inspect.signature(function).parameters
 
     def __call__(self, spark: Any, inputs: Any) -> Any:
-        return self.function(**inputs.streams, **inputs.tables)
+        parameters = {"parameters": dict(inputs.parameters)} if self.takes_parameters else {}
+        return self.function(**inputs.streams, **inputs.tables, **parameters)
 
 
 def streaming_table(
@@ -338,7 +349,8 @@ def streaming_table(
             return raw_orders.groupBy(F.window("ordered_at", "1 hour")).count()
 
     The function takes each table it reads by name (a streaming DataFrame for `streams`, the table as it is for
-    `tables`) and returns the table's rows; the other arguments are the YAML's attributes (`mode`, `keys`,
+    `tables`), and `parameters` (a dict of the declared parameters' values) when it names that argument, and returns
+    the table's rows; the other arguments are the YAML's attributes (`mode`, `keys`,
     `watermarks`, `group`, `columns`, `owners`, ...). The module's name for the function becomes the component's
     load function; the function stays reachable as its `function` attribute, for unit tests
     (`StreamingTable.table_query().rows_for`)."""

@@ -9,6 +9,8 @@ import yaml
 from pydantic import Field
 
 from streaming_pipeline.components.project_resources import defs_root, write_resources_module
+from streaming_pipeline.lakehouse.errors import ConfigurationError
+from streaming_pipeline.lakehouse.sources import default_bronze_table
 
 _LAYERS = ("bronze", "silver", "gold")
 
@@ -33,7 +35,12 @@ class StreamingTableScaffolder(dg.Scaffolder[StreamingTableScaffoldParams]):
     def scaffold(self, request: dg.ScaffoldRequest[StreamingTableScaffoldParams]) -> None:
         name = request.target_path.name
         group = request.target_path.parent.name if request.target_path.parent.name in _LAYERS else "silver"
-        source = request.params.source or _first_bronze_table(request.target_path) or "raw_orders"
+        source = request.params.source or _first_bronze_table(request.target_path)
+        if source is None:
+            raise ConfigurationError(
+                f"{request.target_path}: the project has no append KafkaDeltaSource for the table to stream from: "
+                "scaffold one first, or name the table with --source <table>"
+            )
         request.target_path.mkdir(parents=True, exist_ok=True)
         (request.target_path / "defs.yaml").write_text(
             _SCAFFOLD_YAML.format(type_name=request.type_name, name=name, group=group, source=source)
@@ -42,15 +49,26 @@ class StreamingTableScaffolder(dg.Scaffolder[StreamingTableScaffoldParams]):
 
 
 def _first_bronze_table(target: Path) -> str | None:
-    """The bronze table of the first KafkaDeltaSource `defs.yaml` of the project that is a stream (not a table
-    topic, which is updated in place), by path."""
+    """The bronze table of the project's first append `KafkaDeltaSource` by path (a table topic is updated in place,
+    and cannot be streamed), as Dagster loads the project's components, else as its `defs.yaml` files declare them
+    (a project whose package is not importable yet); None when it has none."""
+    from streaming_pipeline.components.kafka_delta_source import KafkaDeltaSource
+
+    try:
+        tree = dg.ComponentTree.for_project(target)
+        sources = sorted(tree.get_all_components(of_type=KafkaDeltaSource), key=lambda c: str(c.declared_at))
+        return next((c.source.bronze_table for c in sources if not c.source.is_table_topic), None)
+    except Exception:  # the project does not load as a package: read its defs.yaml files
+        return _first_bronze_table_declared(target)
+
+
+def _first_bronze_table_declared(target: Path) -> str | None:
     root = defs_root(target)
     for declaration in sorted(root.rglob("defs.yaml")) if root else []:
         loaded = yaml.safe_load(declaration.read_text()) or {}
         attributes = loaded.get("attributes") or {}
         if str(loaded.get("type", "")).endswith("KafkaDeltaSource") and attributes.get("mode") != "upsert":
-            topic = str(attributes.get("topic", ""))
-            return str(attributes.get("table") or "raw_" + "".join(c if c.isalnum() else "_" for c in topic))
+            return str(attributes.get("table") or default_bronze_table(str(attributes.get("topic", ""))))
     return None
 
 

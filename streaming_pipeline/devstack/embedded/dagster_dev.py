@@ -12,7 +12,7 @@ import sys
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from types import TracebackType
 
@@ -37,11 +37,21 @@ MACHINE_SETTINGS = ("SPARK_LOCAL_DIRS",)
 
 
 class DagsterDev:
-    """`dagster dev -w workspace.yaml` from the project root, with `env` (the stack's addresses) on top."""
+    """`dagster dev -w workspace.yaml` from the project root, with `env` (the stack's addresses) on top; or, with
+    `target` and `cwd`, another project's (`-m its_package.definitions` in its folder)."""
 
-    def __init__(self, env: Mapping[str, str], log_file: Path, *, port: int | None = None) -> None:
+    def __init__(
+        self,
+        env: Mapping[str, str],
+        log_file: Path,
+        *,
+        port: int | None = None,
+        target: Sequence[str] = ("-w", "workspace.yaml"),
+        cwd: Path = PROJECT_ROOT,
+    ) -> None:
         self.port = port or free_port()
         self.log_file = log_file
+        self.target, self.cwd = list(target), cwd
         self.env = {k: v for k, v in os.environ.items() if k in MACHINE_SETTINGS or not k.startswith(_FOREIGN_PREFIXES)}
         self.env.update(env)
         self.env["PYTHONUNBUFFERED"] = "1"
@@ -65,10 +75,10 @@ class DagsterDev:
         if "DAGSTER_HOME" not in self.env:
             raise StackError("dagster dev needs DAGSTER_HOME (the embedded stack's `stack env` exports it)")
         self._proc = start_background(
-            [sys.executable, "-m", "dagster", "dev", "-w", "workspace.yaml", "-h", LOOPBACK, "-p", str(self.port)],
+            [sys.executable, "-m", "dagster", "dev", *self.target, "-h", LOOPBACK, "-p", str(self.port)],
             self.log_file,
             env=self.env,
-            cwd=PROJECT_ROOT,
+            cwd=self.cwd,
             label=f"dagster dev on {self.url}",
         )
         deadline = time.monotonic() + timeout
