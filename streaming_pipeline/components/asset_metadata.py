@@ -75,8 +75,8 @@ def table_args(
         owners=OWNERS,
         tags=layer_tags(table.layer),
         metadata={
-            # a table declared by its query has its columns' types once it is written
-            **({"dagster/column_schema": column_schema(table)} if all(c.type for c in table.columns) else {}),
+            # a table declared by its query has its columns once it is written
+            **({} if table.columns_from_query else {"dagster/column_schema": column_schema(table)}),
             "dagster/table_name": table.catalog_name,
             **(metadata or {}),
         },
@@ -155,7 +155,6 @@ def delta_table_metadata(
     table: tables.Table,
     *,
     preview_order: list[str] | None = None,
-    undeclared: str | None = EVOLVED_COLUMN,
 ) -> dict[str, Any]:
     """Path, version, row count, the columns (`current_column_schema`) and a preview of 10 rows of `table`; an
     engine with a persistent catalog gets the table's name (`engine.catalog`) the first time it exists.
@@ -185,7 +184,7 @@ def delta_table_metadata(
         "table_path": dg.MetadataValue.path(path),
         "delta_version": dg.MetadataValue.int(version),
         "dagster/row_count": dg.MetadataValue.int(rows),
-        "dagster/column_schema": current_column_schema(spark, path, version, table, undeclared),
+        "dagster/column_schema": current_column_schema(spark, path, version, table),
         "preview": dg.MetadataValue.md(markdown_table(sample)),
     }
 
@@ -195,18 +194,18 @@ def current_column_schema(
     path: str,
     version: int,
     declared: tables.Table,
-    undeclared: str | None = EVOLVED_COLUMN,
 ) -> dg.TableSchema | None:
     """The columns of the table at `path` as its Delta metadata holds them at `version`, which schema evolution may
     have widened beyond the `declared` ones, with the declaration's descriptions (a column it does not have is
-    described `undeclared`: by default marked `EVOLVED_COLUMN`); read with delta-rs, else with Spark (None when
-    neither can: no session given)."""
+    marked `EVOLVED_COLUMN`, unless the declaration takes its columns from its query); read with delta-rs, else with
+    Spark (None when neither can: no session given)."""
     found = snapshot_columns(path, version)
     if found is None:
         if spark is None:
             return None
         found = [(f.name, f.dataType.simpleString()) for f in read_table(spark, path, version).schema.fields]
     descriptions = {c.name: c.description for c in declared.columns}
+    undeclared = None if declared.columns_from_query else EVOLVED_COLUMN
     return dg.TableSchema(
         columns=[
             dg.TableColumn(name, type_, description=descriptions[name] if name in descriptions else undeclared)

@@ -22,6 +22,9 @@ class Table:
     name: str
     layer: str  # bronze, silver or gold: the asset group
     columns: tuple[Column, ...]
+    #: Its columns are whatever its query gives (a table declared by its SQL): `columns` only describe some of them,
+    #: and have no types.
+    columns_from_query: bool = False
 
     @property
     def catalog_name(self) -> str:

@@ -365,6 +365,12 @@ def test_a_new_dg_project_declares_its_own_streaming_lakehouse_and_streams_it_ex
         )
         wait_until("the new run writes every table", lambda: _tables(lakehouse) == _expected(sent), log=log)
 
+    # the continuous run's reports describe the SQL table's columns as the materializations do
+    assert _column_docs(info.dagster_home, "large_orders") == {
+        "order_id": None,
+        "customer_id": None,
+        "total": "Total, EUR.",
+    }
     assert definitions.read_text() == written
     rows = DeltaTable(str(lakehouse / "raw_orders")).to_pyarrow_table().to_pylist()
     assert sorted(r["order_id"] for r in rows) == [o["order_id"] for o in sent]

@@ -166,7 +166,8 @@ class StreamingTable(DeclaresStreamedTable, dg.Component, dg.Model, dg.Resolvabl
         )
 
     def table(self) -> Table:
-        return Table(self.name, self.group, tuple(Column(n, "", d) for n, d in self.columns.items()))
+        columns = tuple(Column(name, "", description) for name, description in self.columns.items())
+        return Table(self.name, self.group, columns, columns_from_query=True)
 
     def config_class(self) -> type[dg.Config] | None:
         """The run config of its parameters (None: it has none): a field each, its default from the environment."""
@@ -379,8 +380,6 @@ def _materialized(table: Table, preview_order: tuple[str, ...], step: StepRun) -
     return dg.MaterializeResult(
         metadata={
             **stream_metadata(run.report),
-            **delta_table_metadata(
-                step.spark, step.lakehouse, table, preview_order=list(preview_order) or None, undeclared=None
-            ),
+            **delta_table_metadata(step.spark, step.lakehouse, table, preview_order=list(preview_order) or None),
         }
     )
