@@ -81,6 +81,7 @@ class StreamingTableQuery:
     mode: Mode = "append"
     keys: tuple[str, ...] = ()
     watermarks: Mapping[str, Watermark] = field(default_factory=dict)
+    sequence_by: str | None = None
 
     @property
     def reads(self) -> tuple[str, ...]:
@@ -103,7 +104,8 @@ class StreamingTableQuery:
         def start_writer() -> DataStreamWriter:
             rows = self.frame(spark, lakehouse, parameters)
             if self.mode == "upsert":
-                writer = rows.writeStream.outputMode("update").foreachBatch(KeyedUpsert(path, self.keys))
+                upsert = KeyedUpsert(path, self.keys, self.sequence_by)
+                writer = rows.writeStream.outputMode("update").foreachBatch(upsert)
                 return writer.option("checkpointLocation", checkpoint)
             return (
                 rows.writeStream.format("delta")
@@ -138,12 +140,15 @@ class StreamingTableQuery:
 
 @dataclass
 class KeyedUpsert:
-    """foreachBatch handler of an `upsert` table: the micro-batch's rows merged into the table by `keys` (one row
-    per key: the batch's row replaces the table's, a key new to the table is inserted). A micro-batch merged again
-    after a crash writes the same rows: the table is the same."""
+    """foreachBatch handler of an `upsert` table: the micro-batch's rows merged into the table by `keys`, one row per
+    key. With `sequence_by`, a key's row is the one with the highest value of that column, in the micro-batch and
+    against the table (a row that arrives after a newer one of its key changes nothing), as Lakeflow's AUTO CDC
+    orders changes; without it, the batch's row replaces the table's, and of several rows of a key in one micro-batch
+    one is kept. A micro-batch merged again after a crash writes the same rows: the table is the same."""
 
     table_path: str
     keys: Sequence[str]
+    sequence_by: str | None = None
 
     def __call__(self, batch: DataFrame, batch_id: int) -> None:
         """Merge one micro-batch.
@@ -152,15 +157,27 @@ class KeyedUpsert:
             batch: The rows the micro-batch changed (in update mode: the groups it updated).
             batch_id: Spark's id of the micro-batch (names the batch's temporary view).
         """
-        rows = batch.dropDuplicates(list(self.keys))
+        rows = self.latest_per_key(batch)
         if not table_exists(self.table_path):
             rows.write.format("delta").mode("append").save(self.table_path)
             return
         view = f"upsert_{abs(hash(self.table_path))}_{batch_id}"
         rows.createOrReplaceTempView(view)
         condition = " AND ".join(f"t.`{key}` <=> s.`{key}`" for key in self.keys)
+        newer = "" if self.sequence_by is None else f" AND s.`{self.sequence_by}` >= t.`{self.sequence_by}`"
         batch.sparkSession.sql(
             f"MERGE INTO {delta_path_sql(self.table_path)} t USING {view} s ON {condition} "
-            "WHEN MATCHED THEN UPDATE SET * WHEN NOT MATCHED THEN INSERT *"
+            f"WHEN MATCHED{newer} THEN UPDATE SET * WHEN NOT MATCHED THEN INSERT *"
         )
         batch.sparkSession.catalog.dropTempView(view)
+
+    def latest_per_key(self, batch: DataFrame) -> DataFrame:
+        """One row per key of `batch`: the one with the highest `sequence_by`, else any one."""
+        if self.sequence_by is None:
+            return batch.dropDuplicates(list(self.keys))
+        from pyspark.sql import Window
+        from pyspark.sql import functions as F
+
+        order = Window.partitionBy(*self.keys).orderBy(F.col(self.sequence_by).desc())
+        ranked = batch.withColumn("__upsert_rank", F.row_number().over(order))
+        return ranked.where("__upsert_rank = 1").drop("__upsert_rank")

@@ -172,6 +172,7 @@ def test_a_declaration_builds_an_asset_that_depends_on_what_its_sql_reads_with_i
             "`mode: upsert` merges rows by key: set `keys`",
         ),
         ({"sql": "SELECT * FROM STREAM(raw_payments)", "mode": "complete"}, "the SQL does not aggregate"),
+        ({"sql": "SELECT * FROM STREAM(raw_payments)", "sequence_by": "paid_at"}, "are for `mode: upsert`"),
         ({"sql": "SELECT * FROM STREAM(raw_payments) WHERE amount > ${m}"}, "declare each under `parameters`"),
         ({"sql": "SELECT * FROM raw_payments"}, "it streams no table: mark the table it streams from STREAM"),
         ({"name": "raw_payments", "sql": "SELECT * FROM STREAM(raw_payments)"}, "declared more than once"),
@@ -308,6 +309,13 @@ def test_each_shape_streams_each_row_once_over_two_runs_and_the_helper_runs_the_
             "upsert",
             keys=("account",),
         ),
+        "owners_now": declared(
+            "owners_now",
+            "SELECT account, version, owner FROM STREAM(account_changes)",
+            "upsert",
+            keys=("account",),
+            sequence_by="version",
+        ),
         "per_10_minutes": declared(
             "per_10_minutes",
             "SELECT window(paid_at, '10 minutes').start AS start, count(*) AS n FROM STREAM(raw_payments) "
@@ -321,8 +329,17 @@ def test_each_shape_streams_each_row_once_over_two_runs_and_the_helper_runs_the_
     spark.createDataFrame([("a0", "Ann"), ("a1", "Bob")], "account string, owner string").write.format("delta").save(
         owners
     )
+    changes = lakehouse.table_path("account_changes")
+    change = "account string, version long, owner string"
+    # a0's version 3 comes before its version 2, in an earlier micro-batch; a1's two versions in one micro-batch
+    spark.createDataFrame([("a0", 1, "Ann"), ("a0", 3, "Ann3"), ("a1", 2, "Bob")], change).write.format("delta").save(
+        changes
+    )
     for table in tables.values():
         run_once(table.query(spark, lakehouse, parameters))
+    spark.createDataFrame([("a0", 2, "Old"), ("a1", 5, "Bob5"), ("a1", 4, "Bob4")], change).write.format("delta").mode(
+        "append"
+    ).save(changes)
     append_payments(second)
     spark.createDataFrame([("a2", "Cy")], "account string, owner string").write.format("delta").mode("append").save(
         owners
@@ -344,6 +361,8 @@ def test_each_shape_streams_each_row_once_over_two_runs_and_the_helper_runs_the_
     by_account = {acc: [p for p in every if p[1] == acc] for acc in names}
     assert rows("totals") == [(acc, len(ps), sum(p[2] for p in ps)) for acc, ps in sorted(by_account.items())]
     assert rows("latest") == [(acc, max(p[0] for p in ps)) for acc, ps in sorted(by_account.items())]
+    # sequence_by: each account's highest version, whatever the order its versions arrived in
+    assert rows("owners_now") == [("a0", 3, "Ann3"), ("a1", 5, "Bob5")]
     # append: a window is written once, with every payment of it, after a micro-batch's watermark (the latest
     # paid_at before it) passed its end; Spark emits it one micro-batch later than the one that closed it.
     latest = max(p[3] for p in every)

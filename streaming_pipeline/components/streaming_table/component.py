@@ -89,6 +89,11 @@ class StreamingTable(DeclaresStreamedTable, dg.Component, dg.Model, dg.Resolvabl
         "micro-batch changes merged by `keys` (one row per key).",
     )
     keys: list[str] = Field(default_factory=list, description="With `upsert`: the columns that identify a row.")
+    sequence_by: str | None = Field(
+        default=None,
+        description="With `upsert`: the column that orders a key's rows (a version, a timestamp); the row with its "
+        "highest value is kept, and a row older than the table's changes nothing.",
+    )
     watermarks: dict[str, WatermarkAttributes] = Field(
         default_factory=dict,
         description="Per streamed table: its event-time column and how late its rows may be (windows, "
@@ -163,6 +168,7 @@ class StreamingTable(DeclaresStreamedTable, dg.Component, dg.Model, dg.Resolvabl
             mode=self.mode,
             keys=tuple(self.keys),
             watermarks={name: Watermark(w.column, w.delay) for name, w in self.watermarks.items()},
+            sequence_by=self.sequence_by,
         )
 
     def table(self) -> Table:
@@ -257,8 +263,8 @@ class StreamingTable(DeclaresStreamedTable, dg.Component, dg.Model, dg.Resolvabl
             interval_seconds(watermark.delay, name=f"{self.name}: the watermark delay of {name}")
         if self.mode == "upsert" and not self.keys:
             raise ConfigurationError(f"{self.name}: `mode: upsert` merges rows by key: set `keys`, the key columns")
-        if self.mode != "upsert" and self.keys:
-            raise ConfigurationError(f"{self.name}: `keys` are for `mode: upsert`")
+        if self.mode != "upsert" and (self.keys or self.sequence_by):
+            raise ConfigurationError(f"{self.name}: `keys` and `sequence_by` are for `mode: upsert`")
         if self._transformation is not None:
             return
         aggregates = self.read_sql().aggregates
