@@ -50,8 +50,8 @@ class ContinuousStreamsConfig(dg.Config):
     trigger_interval: str = Field(
         default=_LIVE.trigger_interval,
         description="The queries of the tables a user waits for (the steps declared latency-critical, the bronze "
-        "tables they read, and each bronze table no step reads) start a micro-batch this often, when data waits "
-        "(default: CONTINUOUS_TRIGGER_INTERVAL, 500 milliseconds).",
+        "tables they read, and each bronze table no step reads; every query when no step is latency-critical) "
+        "start a micro-batch this often, when data waits (default: CONTINUOUS_TRIGGER_INTERVAL, 500 milliseconds).",
     )
     downstream_trigger_interval: str = Field(
         default=_LIVE.downstream_trigger_interval,

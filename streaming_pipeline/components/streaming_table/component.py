@@ -115,6 +115,7 @@ class StreamingTable(DeclaresStreamedTable, dg.Component, dg.Model, dg.Resolvabl
 
     _transformation: Transformation | None = PrivateAttr(default=None)
     _reads: tuple[tuple[str, ...], tuple[str, ...]] | None = PrivateAttr(default=None)
+    _sql: StreamingSql | None = PrivateAttr(default=None)
     _declared_at: Path | None = PrivateAttr(default=None)
     _step: StreamedTable | None = PrivateAttr(default=None)
 
@@ -136,14 +137,19 @@ class StreamingTable(DeclaresStreamedTable, dg.Component, dg.Model, dg.Resolvabl
 
     def reads(self) -> tuple[tuple[str, ...], tuple[str, ...]]:
         """The tables it streams, and those it reads as they are: from its SQL, or as its function declares them."""
-        if self._reads is None:
-            sql = self.read_sql()
-            self._reads = (sql.streamed, sql.static)
-        return self._reads
+        if self._reads is not None:
+            return self._reads
+        sql = self.read_sql()
+        return sql.streamed, sql.static
 
     def read_sql(self) -> StreamingSql:
-        """Its SQL, read with its parameters' defaults; a ConfigurationError naming this declaration when it cannot
-        be: SQL that does not parse, or uses a parameter it does not declare."""
+        """Its SQL, read once with its parameters' defaults; a ConfigurationError naming this declaration when it
+        cannot be: SQL that does not parse, or uses a parameter it does not declare."""
+        if self._sql is None:
+            self._sql = self._parsed_sql()
+        return self._sql
+
+    def _parsed_sql(self) -> StreamingSql:
         try:
             if not self.sql.strip():
                 raise ConfigurationError("`sql` is empty: give the table's query")

@@ -84,8 +84,9 @@ attributes:
     FROM STREAM({source})
   # append (rows as they come), complete (a small aggregate rewritten each micro-batch) or upsert (merged by keys).
   mode: append
-  # With mode upsert: the columns that identify a row.
+  # With mode upsert: the columns that identify a row, and the column that orders a key's rows (the highest wins).
   # keys: [id]
+  # sequence_by: created_at
   # Per streamed table: its event-time column and how late its rows may be (windows, aggregations in append mode).
   # watermarks:
   #   {source}: {{column: created_at, delay: 10 minutes}}
