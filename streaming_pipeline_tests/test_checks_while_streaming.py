@@ -17,7 +17,7 @@ import dagster as dg
 import pytest
 
 from streaming_pipeline.defs.gold.ride_window_aggregates import windows_count_each_ride_once
-from streaming_pipeline.defs.gold.vendor_counts import vendor_counts_match_raw_rides
+from streaming_pipeline.defs.gold.vendor_counts_check import vendor_counts_match_raw_rides
 from streaming_pipeline.defs.silver.amount_branches import branches_add_up_to_rides_with_an_amount
 from streaming_pipeline.defs.silver.rides_enriched import enriched_rows_equal_raw_rows
 from streaming_pipeline.lakehouse.bronze.offsets import settled_offsets

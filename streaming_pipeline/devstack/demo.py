@@ -17,7 +17,6 @@ from typing import TYPE_CHECKING, Any, cast
 
 import dagster as dg
 
-from streaming_pipeline.defs.gold.vendor_counts import VENDOR_COUNTS
 from streaming_pipeline.defs.silver.amount_branches import HIGH_AMOUNT_RIDES, LOW_AMOUNT_RIDES
 from streaming_pipeline.defs.silver.rides_enriched import RIDES_ENRICHED
 from streaming_pipeline.devstack.errors import DemoError
@@ -57,7 +56,6 @@ PREFERRED_VIEWS: dict[str, tuple[list[str], list[str]]] = {
         ["kafka_topic", "kafka_partition", "kafka_offset"],
         ["kafka_topic", "kafka_partition", "kafka_offset", "error"],
     ),
-    VENDOR_COUNTS.name: (["vendor_id"], ["vendor_id", "trip_count"]),
     tables.RIDE_WINDOW_AGGREGATES.name: (
         ["window_start", "vendor_id"],
         ["window_start", "window_end", "vendor_id", "trip_count", "total_amount_sum", "late_trip_count", "is_final"],

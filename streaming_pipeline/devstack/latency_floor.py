@@ -47,12 +47,11 @@ def start_floor_queries(
     from pyspark.sql import functions as F
     from pyspark.sql.avro.functions import from_avro
 
-    from streaming_pipeline.defs.gold.vendor_counts import VENDOR_COUNTS
     from streaming_pipeline.lakehouse.schemas import load_schema
     from streaming_pipeline.lakehouse.tables import RAW_RIDES
 
     raw = lakehouse / RAW_RIDES.name
-    counts = lakehouse / VENDOR_COUNTS.name
+    counts = lakehouse / "vendor_counts"
     checkpoints = lakehouse / "_checkpoints"
     rides = (
         spark.readStream.format("kafka")

@@ -41,12 +41,13 @@ class TableReference:
 @dataclass(frozen=True)
 class StreamingSql:
     """A streaming table's SQL, read: the tables it streams (`STREAM(t)`) and reads as they are, the parameters it
-    uses and whether it aggregates."""
+    uses, whether it aggregates, and the plain columns its outermost query groups by."""
 
     text: str
     references: tuple[TableReference, ...]
     parameters: tuple[str, ...]
     aggregates: bool
+    grouped_by: tuple[str, ...] = ()
 
     @property
     def streamed(self) -> tuple[str, ...]:
@@ -120,7 +121,9 @@ def read_sql(sql: str, values: Mapping[str, object]) -> StreamingSql:
     for table in query.find_all(exp.Table):
         references.extend(_references(table, ctes, parsed_text))
     aggregates = any(True for _ in query.find_all(exp.AggFunc)) or any(True for _ in query.find_all(exp.Group))
-    return StreamingSql(text, tuple(references), parameters_in(sql), aggregates)
+    group = query.args.get("group")
+    grouped_by = tuple(c.name for c in group.expressions if isinstance(c, exp.Column)) if group else ()
+    return StreamingSql(text, tuple(references), parameters_in(sql), aggregates, grouped_by)
 
 
 def _references(table: exp.Table, ctes: set[str], text: str) -> list[TableReference]:

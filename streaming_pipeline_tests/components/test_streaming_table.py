@@ -72,7 +72,9 @@ def _declare(sandbox: DefsFolderSandbox, folder: str, attributes: dict[str, Any]
     path = sandbox.defs_folder_path / folder
     path.mkdir(parents=True)
     (path / "defs.yaml").write_text(
-        yaml.safe_dump({"type": "streaming_pipeline.components.StreamingTable", "attributes": attributes})
+        yaml.safe_dump(
+            {"type": "streaming_pipeline.components.StreamingTable", "attributes": attributes}, sort_keys=False
+        )
     )
     return path
 
@@ -101,10 +103,12 @@ def test_the_sql_names_what_it_streams_what_it_reads_as_it_is_and_runs_as_writte
     assert arguments == {"stream_0": ("raw_payments", True), "table_1": ("accounts", False)}
     windows = read_sql(
         "WITH s AS (SELECT * FROM STREAM(raw_payments)) "
-        "SELECT window(paid_at, '1 hour') AS w, count(*) AS n FROM s GROUP BY window(paid_at, '1 hour')",
+        "SELECT window(paid_at, '1 hour') AS w, account, count(*) AS n FROM s GROUP BY window(paid_at, '1 hour'), "
+        "account",
         {},
     )
-    assert (windows.reads, windows.aggregates) == (("raw_payments",), True)
+    # the plain columns it groups by sort a complete table's preview
+    assert (windows.reads, windows.aggregates, windows.grouped_by) == (("raw_payments",), True, ("account",))
 
 
 @pytest.mark.parametrize(
@@ -156,6 +160,23 @@ def test_a_declaration_builds_an_asset_that_depends_on_what_its_sql_reads_with_i
         assert spec.metadata["dagster/table_name"] == "gold.large_payments"
         config = asset.op.config_schema.as_field().default_value
         assert config == {"min_amount": "250"}  # the environment's, read when the definitions load
+        assert "dagster/column_schema" not in spec.metadata  # no types: the columns are the query's, once written
+
+
+def test_columns_with_a_type_each_declare_the_schema_the_ui_shows_before_the_first_run(
+    sandbox: DefsFolderSandbox,
+) -> None:
+    columns = {"payment_id": {"type": "BIGINT"}, "amount": {"type": "double", "description": "Dollars."}}
+    path = _declare(
+        sandbox,
+        "payments_copy",
+        {"name": "payments_copy", "sql": "SELECT payment_id, amount FROM STREAM(raw_payments)", "columns": columns},
+    )
+    with sandbox.load_component_and_build_defs(defs_path=path) as (_, defs):
+        spec = defs.get_assets_def("payments_copy").specs_by_key[dg.AssetKey("payments_copy")]
+        assert spec.metadata["dagster/column_schema"] == dg.TableSchema(
+            columns=[dg.TableColumn("payment_id", "bigint"), dg.TableColumn("amount", "double", description="Dollars.")]
+        )
 
 
 @pytest.mark.parametrize(
@@ -186,6 +207,10 @@ def test_a_declaration_builds_an_asset_that_depends_on_what_its_sql_reads_with_i
         (
             {"sql": "SELECT * FROM STREAM(raw_accounts)"},
             "streams raw_accounts, which is updated in place (a table topic",
+        ),
+        (
+            {"sql": "SELECT * FROM STREAM(raw_payments)", "columns": {"a": {"type": "int"}, "b": "B."}},
+            "gives the type of some columns and not of b",
         ),
     ],
 )

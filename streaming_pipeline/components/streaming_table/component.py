@@ -61,6 +61,15 @@ class WatermarkAttributes(dg.Model):
     delay: str = Field(description="How late a row may arrive, a Spark interval: '10 minutes'.")
 
 
+class ColumnAttributes(dg.Model):
+    type: str | None = Field(
+        default=None,
+        description="Its Spark SQL type (`bigint`, `string`, `timestamp`, ...): declare the type of every column "
+        "or of none.",
+    )
+    description: str | None = Field(default=None, description="What the column holds.")
+
+
 class ParameterAttributes(dg.Model):
     default: str = Field(description="The value without the environment variable, as the SQL takes it.")
     env: str | None = Field(
@@ -104,7 +113,12 @@ class StreamingTable(DeclaresStreamedTable, dg.Component, dg.Model, dg.Resolvabl
     )
     group: str = Field(default="silver", description="The asset group and the table's catalog schema.")
     description: str | None = Field(default=None, description="The asset's description in the Dagster UI.")
-    columns: dict[str, str] = Field(default_factory=dict, description="Column descriptions, by column name.")
+    columns: dict[str, str | ColumnAttributes] = Field(
+        default_factory=dict,
+        description="By column name: its description, or `{type, description}`. With the type of every column "
+        "the table's schema is declared: the UI shows it before the first run, and a column the query adds later "
+        "is marked as added by schema evolution.",
+    )
     owners: list[str] = Field(default_factory=list, description="The asset's owners (`team:...`, an e-mail).")
     latency_critical: bool = Field(
         default=False,
@@ -177,9 +191,27 @@ class StreamingTable(DeclaresStreamedTable, dg.Component, dg.Model, dg.Resolvabl
             sequence_by=self.sequence_by,
         )
 
+    def declared_columns(self) -> dict[str, ColumnAttributes]:
+        return {
+            name: column if isinstance(column, ColumnAttributes) else ColumnAttributes(description=column)
+            for name, column in self.columns.items()
+        }
+
     def table(self) -> Table:
-        columns = tuple(Column(name, "", description) for name, description in self.columns.items())
-        return Table(self.name, self.group, columns, columns_from_query=True)
+        """The table: with a declared schema when every column has a type, else the columns its query gives."""
+        declared = self.declared_columns()
+        columns = tuple(Column(name, (c.type or "").lower(), c.description) for name, c in declared.items())
+        typed = bool(declared) and all(c.type for c in declared.values())
+        return Table(self.name, self.group, columns, columns_from_query=not typed)
+
+    def preview_order(self) -> tuple[str, ...]:
+        """How its preview is sorted: an upsert table by its keys, a complete one by the columns it groups by; an
+        append table, which grows, shows any rows."""
+        if self.mode == "upsert":
+            return tuple(self.keys)
+        if self.mode == "complete" and self._transformation is None:
+            return self.read_sql().grouped_by
+        return ()
 
     def config_class(self) -> type[dg.Config] | None:
         """The run config of its parameters (None: it has none): a field each, its default from the environment."""
@@ -204,7 +236,7 @@ class StreamingTable(DeclaresStreamedTable, dg.Component, dg.Model, dg.Resolvabl
         if self._step is None:
             streams, tables = self.reads()
             description = self.description or self._default_description()
-            preview_order = tuple(self.keys) if self.mode == "upsert" else ()
+            preview_order = self.preview_order()
             self._step = StreamedTable(
                 step=self.name,
                 writes=[WrittenTable(self.table(), description, tuple(self.owners))],
@@ -241,6 +273,12 @@ class StreamingTable(DeclaresStreamedTable, dg.Component, dg.Model, dg.Resolvabl
     def _check(self, tree: dg.ComponentTree) -> None:
         if not _NAME.fullmatch(self.name):
             raise ConfigurationError(f"name {self.name!r} is not a table name (letters, digits and _)")
+        untyped = [name for name, c in self.declared_columns().items() if not c.type]
+        if untyped and len(untyped) < len(self.columns):
+            raise ConfigurationError(
+                f"{self.name}: `columns` gives the type of some columns and not of {', '.join(untyped)}: declare the "
+                "type of every column (a declared schema) or of none"
+            )
         if self._transformation is not None:
             return self._check_declared_reads(tree)
         used = set(self.read_sql().parameters)

@@ -17,7 +17,6 @@ from typing import Any
 
 import dagster as dg
 
-from streaming_pipeline.defs.gold.vendor_counts import VENDOR_COUNTS
 from streaming_pipeline.devstack.bench.common import (
     PHASE_LABELS,
     bench_stack,
@@ -50,6 +49,8 @@ from streaming_pipeline.lakehouse.tables import PICKUPS_TOPIC, RAW_RIDES, RIDES_
 #: Probe rides carry a vendor id of their own (the synthetic rides have vendors 1 and 2): PROBE_VENDOR + k for the
 #: k-th probe, so that its arrival in raw_rides and in vendor_counts can be told from the load's rides.
 PROBE_VENDOR = 1000
+#: The gold table the latency is read from (`defs/gold/vendor_counts`): it counts the probe vendor's rides.
+VENDOR_COUNTS = "vendor_counts"
 LIVE_MODES = ("triggered", "continuous")
 #: `--floor`: the latency floor's figures are reported as a mode of this name.
 FLOOR_MODE = "floor"
@@ -247,7 +248,7 @@ class _ProbeWatcher:
 
     def __init__(self, lakehouse: Path) -> None:
         self.raw_path = lakehouse / RAW_RIDES.name
-        self.counts_path = lakehouse / VENDOR_COUNTS.name
+        self.counts_path = lakehouse / VENDOR_COUNTS
         self.raw_seen: dict[int, float] = {}
         self.counted: dict[int, float] = {}
         self._raw_version = -1
@@ -1018,7 +1019,7 @@ class _LiveTables:
 
     def __init__(self, lakehouse: Path) -> None:
         self.raw = str(lakehouse / RAW_RIDES.name)
-        self.counts = str(lakehouse / VENDOR_COUNTS.name)
+        self.counts = str(lakehouse / VENDOR_COUNTS)
 
     def _rides(self) -> int:
         from streaming_pipeline.lakehouse.engine.table_snapshot import row_count

@@ -1,4 +1,4 @@
-"""Gold transformations: running counts per vendor, event-time windows and their late rides.
+"""Gold transformations: event-time windows and their late rides.
 
 Pure Spark transformations: DataFrame in, DataFrame out; no session, no I/O. They work the same on static
 DataFrames (unit tests) and on streaming DataFrames (the assets).
@@ -12,13 +12,6 @@ from typing import TYPE_CHECKING
 # checks load without Spark's client (streaming_pipeline_tests/test_import_weight.py).
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
-
-
-def vendor_counts(rides: DataFrame) -> DataFrame:
-    """Running number of rides per vendor."""
-    from pyspark.sql import functions as F
-
-    return rides.groupBy("vendor_id").agg(F.count(F.lit(1)).alias("trip_count"))
 
 
 def ride_window_aggregates(rides: DataFrame, window_duration: str, watermark_delay: str | None = None) -> DataFrame:

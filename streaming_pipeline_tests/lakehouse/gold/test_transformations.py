@@ -1,4 +1,4 @@
-"""Unit tests of `gold.transformations` (vendor counts, ride windows, late counts) on small static DataFrames.
+"""Unit tests of `gold.transformations` (ride windows, late counts) on small static DataFrames.
 
 Every expected row is written by hand or computed in plain Python here, never with the code under test.
 Inputs use timezone-aware UTC datetimes; Spark (session time zone UTC) returns naive UTC datetimes.
@@ -9,11 +9,7 @@ from __future__ import annotations
 import datetime as dt
 from collections import defaultdict
 
-from streaming_pipeline.lakehouse.gold.transformations import (
-    ride_window_aggregates,
-    vendor_counts,
-    window_late_counts,
-)
+from streaming_pipeline.lakehouse.gold.transformations import ride_window_aggregates, window_late_counts
 from streaming_pipeline_tests.dataframe_helpers import assert_exact, at
 
 UTC = dt.UTC
@@ -21,22 +17,6 @@ WINDOW_DDL = (
     "window_start timestamp, window_end timestamp, vendor_id int, trip_count long, "
     "total_amount_sum double, max_pickup_datetime timestamp"
 )
-
-
-# ---------------------------------------------------------------- vendor_counts
-
-
-def test_vendor_counts_counts_rides_per_vendor_including_null_vendor(spark):
-    rides = spark.createDataFrame(
-        [(1, 10.0), (2, 5.0), (1, 3.0), (None, 1.0), (1, 2.0), (None, 4.0), (7, 0.0)],
-        "vendor_id int, total_amount double",
-    )
-    assert_exact(spark, vendor_counts(rides), [(1, 3), (2, 1), (None, 2), (7, 1)], "vendor_id int, trip_count long")
-
-
-def test_vendor_counts_of_no_rides_is_empty(spark):
-    rides = spark.createDataFrame([], "vendor_id int, total_amount double")
-    assert_exact(spark, vendor_counts(rides), [], "vendor_id int, trip_count long")
 
 
 # ---------------------------------------------------------------- ride_window_aggregates
