@@ -70,8 +70,8 @@ SENSOR_NAME = "raw_rides_offset_sensor"
 #: Rides of the continuous mode's first load, and of each load a process is killed under (at 400 a second, killed
 #: 0.5 s in or later, before the load ends); STREAMING_PIPELINE_TEST_DEPTH multiplies them.
 LOAD, KILL_LOAD = scaled(1_000), scaled(800)
-#: The names of the streaming tables' asset checks, which live_checks_job runs: the first three for each of the two
-#: bronze tables, 12 checks in all.
+#: The names of the streaming tables' asset checks, which live_checks_job runs: three for each bronze table (the table
+#: topic's one_row_per_key in place of unique_kafka_coordinates), 16 checks in all.
 LIVE_CHECKS = [
     "reconciles_with_kafka_offsets",
     "unique_kafka_coordinates",
@@ -83,6 +83,7 @@ LIVE_CHECKS = [
     "vendor_counts_match_raw_rides",
     "unique_window_per_vendor",
     "windows_count_each_ride_once",
+    "not_behind_sources",
 ]
 
 
@@ -583,7 +584,7 @@ def test_the_continuous_mode_streams_produced_rides_to_gold_exactly_once_through
         .records
     )
     evaluations = [record.event_log_entry.dagster_event.event_specific_data for record in records]
-    assert len(evaluations) == 15 and {e.check_name for e in evaluations} == set(LIVE_CHECKS)
+    assert len(evaluations) == 16 and {e.check_name for e in evaluations} == set(LIVE_CHECKS)
     assert [(e.asset_key.to_user_string(), e.check_name) for e in evaluations if not e.passed] == []
 
 

@@ -28,7 +28,6 @@ import dagster as dg
 
 from streaming_pipeline.components.asset_metadata import SPARK_KINDS, missing_sources, stream_step_args, table_args
 from streaming_pipeline.components.parameters import with_environment_defaults
-from streaming_pipeline.lakehouse.engine.maintenance import lakehouse_table_names
 from streaming_pipeline.lakehouse.engine.streams import QueryRun, run_once
 from streaming_pipeline.lakehouse.errors import ConfigurationError
 from streaming_pipeline.lakehouse.settings import LiveSettings
@@ -311,15 +310,3 @@ def declared_tables(sources: Sequence[SourceTopic], steps: Sequence[StreamedTabl
         DEAD_LETTER_RECORDS.name: DEAD_LETTER_RECORDS,
         **{written.table.name: written.table for step in steps for written in step.writes},
     }
-
-
-def lakehouse_tables(sources: Sequence[SourceTopic], steps: Sequence[StreamedTable]) -> dict[str, Table]:
-    """Every Delta table of a project's lakehouse by name: each source's bronze table and the tables the library
-    declares (`engine.maintenance.lakehouse_table_names`, in that order), then the tables the steps declare in their
-    own modules."""
-    from streaming_pipeline.lakehouse import tables
-
-    library = {value.name: value for value in vars(tables).values() if isinstance(value, Table)}
-    declared = {**library, **declared_tables(sources, steps)}
-    names = [*lakehouse_table_names(sources), *(name for step in steps for name in step.table_names)]
-    return {name: declared[name] for name in dict.fromkeys(names)}

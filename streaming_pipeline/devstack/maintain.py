@@ -52,7 +52,7 @@ def _tables_a_run_writes(run: dg.DagsterRun, defs: dg.Definitions, every: frozen
     """The lakehouse tables `run` may write: its assets and the assets that must run with them (a multi-asset's
     siblings), with the dead letters when it ingests a bronze table. Another maintenance run, or a job this code
     location does not know, counts as writing every table."""
-    from streaming_pipeline.defs.maintenance import MAINTENANCE_JOB
+    from streaming_pipeline.components.maintenance import MAINTENANCE_JOB
 
     if run.job_name == MAINTENANCE_JOB:
         return every
@@ -97,7 +97,7 @@ def maintain(
 ) -> str:
     """Run the maintenance ops of `tables` (every table when empty) once; print one line per table and return the
     run id. Nothing is done when the retention is below the minimum or a run that writes one of them is in flight."""
-    from streaming_pipeline.defs.maintenance import MAINTENANCE_JOB, op_name
+    from streaming_pipeline.components.maintenance import MAINTENANCE_JOB, op_name
 
     if retain_hours is not None:
         check_retention(retain_hours, what="--retain-hours")

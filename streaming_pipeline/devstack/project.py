@@ -27,12 +27,12 @@ def project_sources() -> tuple[SourceTopic, ...]:
 
 
 def project_tables() -> dict[str, Table]:
-    """Every Delta table of this project's lakehouse by name (`streamed_table.lakehouse_tables` of the sources and
+    """Every Delta table of this project's lakehouse by name (`streamed_table.declared_tables` of the sources and
     the steps its code location declares)."""
-    from streaming_pipeline.components.streamed_table import lakehouse_tables, streamed_tables
+    from streaming_pipeline.components.streamed_table import declared_tables, streamed_tables
 
     tree = dg.ComponentTree.for_project(project_defs_folder())
-    return lakehouse_tables(declared_sources(tree), streamed_tables(tree))
+    return declared_tables(declared_sources(tree), streamed_tables(tree))
 
 
 def project_table_names() -> list[str]:

@@ -102,8 +102,18 @@ def test_an_instance_builds_the_bronze_asset_its_checks_live_job_sensor_resource
             "reconciles_with_kafka_offsets",
             "unique_kafka_coordinates",
         ]
-        # the project's first source also brings the continuous mode (every source's and streaming table's query)
-        assert sorted(job.name for job in defs.jobs or []) == ["continuous_streams_job", "raw_payments_downstream_job"]
+        # the project's first source also brings the continuous mode (every source's and streaming table's query,
+        # and its checks' schedule) and the table maintenance
+        assert sorted(job.name for job in defs.jobs or []) == [
+            "continuous_streams_job",
+            "live_checks_job",
+            "raw_payments_downstream_job",
+            "table_maintenance_job",
+        ]
+        assert sorted(schedule.name for schedule in defs.schedules or []) == [
+            "live_checks_schedule",
+            "table_maintenance_schedule",
+        ]
         assert sorted(sensor.name for sensor in defs.sensors or []) == [
             "continuous_streams_sensor",
             "raw_payments_offset_sensor",

@@ -283,8 +283,10 @@ def test_a_new_dg_project_declares_its_own_streaming_lakehouse_and_streams_it_ex
     }
     assert sorted(job["name"] for job in listed_defs["jobs"]) == [
         "continuous_streams_job",
+        "live_checks_job",
         "raw_customers_downstream_job",
         "raw_orders_downstream_job",
+        "table_maintenance_job",
     ]
 
     # 1. `dagster asset materialize`, with a record that cannot be decoded.

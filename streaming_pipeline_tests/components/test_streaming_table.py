@@ -17,6 +17,8 @@ import yaml
 from dagster.components.testing import DefsFolderSandbox, create_defs_folder_sandbox
 
 from streaming_pipeline.components import StreamingTable
+from streaming_pipeline.components.streaming_table.checks import not_behind_sources_check
+from streaming_pipeline.lakehouse.engine.source_lag import source_lag
 from streaming_pipeline.lakehouse.streaming_sql import StreamingSqlError, read_sql
 from streaming_pipeline_tests.avro_examples import PAYMENT_VALUE
 from streaming_pipeline_tests.error_helpers import error_chain
@@ -401,6 +403,23 @@ def test_each_shape_streams_each_row_once_over_two_runs_and_the_helper_runs_the_
     assert written and all(closed.get(start) == n for start, n in written), (written, closed)
     assert written[0] == (T0.replace(tzinfo=None), 10)
 
+    # Not behind its sources: each query has read raw_payments' newest version; a commit no run has read yet is
+    # unread, since its commit time (the table's history, as Spark reads it).
+    caught_up = spark.sql(f"DESCRIBE HISTORY delta.`{lakehouse.table_path('raw_payments')}`").first()
+    lag = source_lag(lakehouse.checkpoint_path("totals"), "raw_payments", lakehouse.table_path("raw_payments"))
+    assert (lag.read_version, lag.latest_version, lag.oldest_unread_at) == (caught_up.version, caught_up.version, None)
+    append_payments(_payments(30, 1))
+    unread = spark.sql(f"DESCRIBE HISTORY delta.`{lakehouse.table_path('raw_payments')}`").first()
+    lag = source_lag(lakehouse.checkpoint_path("totals"), "raw_payments", lakehouse.table_path("raw_payments"))
+    assert (lag.read_version, lag.latest_version) == (caught_up.version, unread.version)
+    commit = Path(lakehouse.table_path("raw_payments")) / "_delta_log" / f"{unread.version:020d}.json"
+    (info,) = [line["commitInfo"] for line in map(json.loads, commit.read_text().splitlines()) if "commitInfo" in line]
+    assert lag.oldest_unread_at == info["timestamp"] / 1000
+    for tolerance, passed in ((3600.0, True), (0.0, False)):
+        result = not_behind_sources_check("totals", ["raw_payments"], tolerance)(lakehouse=lakehouse)
+        assert (result.passed, result.severity) == (passed, dg.AssetCheckSeverity.WARN)
+        assert result.metadata["raw_payments_read_version"].value == caught_up.version
+
     # The helper for unit tests: a declaration's query on rows the test gives, no lakehouse.
     given = spark.createDataFrame(_payments(0, 5), PAYMENTS)
     declaration = StreamingTable(
@@ -410,3 +429,17 @@ def test_each_shape_streams_each_row_once_over_two_runs_and_the_helper_runs_the_
     )
     helped = declaration.table_query().rows_for(spark, {"raw_payments": given})
     assert sorted(tuple(r) for r in helped.collect()) == [("a0", 2, 30.0), ("a1", 2, 50.0), ("a2", 1, 20.0)]
+
+
+def test_the_first_source_brings_the_maintenance_of_every_table_of_the_project(sandbox: DefsFolderSandbox) -> None:
+    _declare(sandbox, "payments_out", {"name": "payments_out", "sql": "SELECT * FROM STREAM(raw_payments)"})
+    with sandbox.build_all_defs() as defs:
+        (job,) = [job for job in defs.jobs or [] if job.name == "table_maintenance_job"]
+        pools = {node.tags["table"]: node.pool for node in job.all_node_defs}
+    # each table's op in the pool of the query that writes it; the dead letters, which every source writes, in none
+    assert pools == {
+        "raw_accounts": "checkpoint_raw_accounts",
+        "raw_payments": "checkpoint_raw_payments",
+        "dead_letter_records": None,
+        "payments_out": "checkpoint_payments_out",
+    }

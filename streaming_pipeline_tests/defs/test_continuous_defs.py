@@ -208,6 +208,7 @@ def test_in_continuous_mode_the_run_is_kept_alive_the_offset_sensors_rest_and_no
         "taxi_zones_consumer_lag_below_bound",
         "taxi_zones_one_row_per_key",
         "taxi_zones_reconciles_with_kafka_offsets",
+        "vendor_counts_not_behind_sources",
         "vendor_counts_vendor_counts_match_raw_rides",
     ]
     assert loaded["automated"] == []

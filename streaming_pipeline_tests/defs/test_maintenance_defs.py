@@ -9,8 +9,8 @@ import dagster as dg
 import pytest
 from dagster._core.test_utils import create_run_for_test
 
+from streaming_pipeline.components.maintenance import MAINTENANCE_JOB, MAINTENANCE_SCHEDULE
 from streaming_pipeline.definitions import build_definitions, defs
-from streaming_pipeline.defs.maintenance import MAINTENANCE_JOB, MAINTENANCE_SCHEDULE
 from streaming_pipeline.devstack import cli
 from streaming_pipeline.devstack import maintain as maintain_module
 from streaming_pipeline.devstack.maintain import maintain, runs_writing

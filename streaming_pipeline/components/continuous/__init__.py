@@ -13,13 +13,15 @@ that a day of streaming adds a bounded number of events. Terminating the run (UI
 termination is taken between two rounds of calls to the engine, never inside one (`engine.interrupts`).
 
 The run's job and its op are in `job.py`, the sensor in `sensor.py`, what the op claims and reports in
-`checkpoint_pools.py` and `table_reporter.py`.
+`checkpoint_pools.py` and `table_reporter.py`; the job and schedule that run every asset check beside it (its queries
+write all the time, and materialize nothing) in `checks_schedule.py`.
 """
 
 from collections.abc import Sequence
 
 import dagster as dg
 
+from streaming_pipeline.components.continuous.checks_schedule import live_checks_definitions
 from streaming_pipeline.components.continuous.job import build_continuous_job
 from streaming_pipeline.components.continuous.sensor import build_continuous_sensor
 from streaming_pipeline.components.streamed_table import StreamedTable
@@ -35,8 +37,11 @@ def continuous_definitions(sources: Sequence[SourceTopic], steps: Sequence[Strea
         steps: The project's streaming tables, whose queries the run keeps running after them.
 
     Returns:
-        The continuous run's job and its sensor.
+        The continuous run's job and its sensor, and the job and schedule that run every asset check beside it.
     """
     live = LiveSettings.from_env()
     job = build_continuous_job(sources, steps, live)
-    return dg.Definitions(jobs=[job], sensors=[build_continuous_sensor(job, SensorSettings.from_env(), live)])
+    return dg.Definitions.merge(
+        dg.Definitions(jobs=[job], sensors=[build_continuous_sensor(job, SensorSettings.from_env(), live)]),
+        live_checks_definitions(live),
+    )

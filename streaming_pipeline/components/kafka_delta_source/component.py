@@ -29,10 +29,11 @@ from streaming_pipeline.components.kafka_delta_source.fields import (
     value_schema_file,
 )
 from streaming_pipeline.components.kafka_delta_source.scaffolder import KafkaDeltaSourceScaffolder
+from streaming_pipeline.components.maintenance import maintenance_definitions
 from streaming_pipeline.components.streamed_table import fast_run_tables, streamed_tables
 from streaming_pipeline.lakehouse.errors import ConfigurationError
 from streaming_pipeline.lakehouse.schemas import avro_columns, load_schema
-from streaming_pipeline.lakehouse.settings import LiveSettings, PipelineSettings, SensorSettings
+from streaming_pipeline.lakehouse.settings import LiveSettings, MaintenanceSettings, PipelineSettings, SensorSettings
 from streaming_pipeline.lakehouse.sources import SourceTopic
 from streaming_pipeline.resources.from_settings import build_resources
 
@@ -185,12 +186,13 @@ class KafkaDeltaSource(dg.Component, dg.Model, dg.Resolvable):
         if components[0] is not self:
             return own
         # What the project has once, whatever its sources: it comes with the first one. The dead-letter table of
-        # every source, and the continuous mode of every source and streaming table.
-        sources = [c.source for c in components]
+        # every source, and the continuous mode and the table maintenance of every source and streaming table.
+        sources, steps = [c.source for c in components], streamed_tables(tree)
         return dg.Definitions.merge(
             own,
             dg.Definitions(assets=[dead_letter_asset(sources, live)]),
-            continuous_definitions(sources, streamed_tables(tree)),
+            continuous_definitions(sources, steps),
+            maintenance_definitions(sources, steps, MaintenanceSettings.from_env()),
         )
 
 

@@ -40,6 +40,7 @@ from streaming_pipeline.components.streamed_table import (
     declared_tables,
     streamed_tables,
 )
+from streaming_pipeline.components.streaming_table.checks import not_behind_sources_check
 from streaming_pipeline.components.streaming_table.scaffolder import StreamingTableScaffolder
 from streaming_pipeline.lakehouse.errors import ConfigurationError
 from streaming_pipeline.lakehouse.settings import interval_seconds
@@ -268,7 +269,12 @@ class StreamingTable(DeclaresStreamedTable, dg.Component, dg.Model, dg.Resolvabl
             raise ConfigurationError(f"{self.declared_at}: {exc}") from exc
         from streaming_pipeline.lakehouse.settings import LiveSettings
 
-        return dg.Definitions(assets=[self.streamed_table().asset(LiveSettings.from_env())])
+        live = LiveSettings.from_env()
+        streams, _ = self.reads()
+        return dg.Definitions(
+            assets=[self.streamed_table().asset(live)],
+            asset_checks=[not_behind_sources_check(self.name, streams, live.freshness_seconds)],
+        )
 
     def _check(self, tree: dg.ComponentTree) -> None:
         if not _NAME.fullmatch(self.name):

@@ -30,12 +30,11 @@ import json
 import math
 import re
 import time
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass
 from typing import TYPE_CHECKING, Any
 
-from streaming_pipeline.lakehouse import tables
 from streaming_pipeline.lakehouse.engine.delta_log import latest_version, read_text
 from streaming_pipeline.lakehouse.engine.delta_tables import delta_path_sql
 from streaming_pipeline.lakehouse.errors import ConfigurationError, MaintenanceError
@@ -44,7 +43,6 @@ from streaming_pipeline.lakehouse.settings import DEFAULT_VACUUM_RETENTION_HOURS
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
-    from streaming_pipeline.lakehouse.sources import SourceTopic
 
 #: The shortest VACUUM retention allowed: Delta's default `delta.deletedFileRetentionDuration` (interval 1 week).
 #: Shorter, VACUUM could delete files that a stream behind by less than that, or a time travel or replay within the
@@ -67,16 +65,6 @@ _DELTA_INTERVAL = re.compile(r"^\s*(?:interval\s+)?(\d+)\s+(week|day|hour|minute
 #: Delta's conflict errors (DELTA_CONCURRENT_DELETE_READ, ConcurrentDeleteDeleteException, ...).
 _CONFLICT = re.compile(r"DELTA_CONCURRENT|Concurrent\w*Exception")
 _UNIT_HOURS = {"week": 168.0, "day": 24.0, "hour": 1.0, "minute": 1 / 60, "second": 1 / 3600}
-
-
-def lakehouse_table_names(sources: Iterable[SourceTopic]) -> list[str]:
-    """Every Delta table of the lakehouse: the tables of each source (its bronze table, a table topic's history),
-    then every table `tables` declares, in declaration order (the same names as the assets)."""
-    names = [table.name for source in sources for table in source.tables]
-    for value in vars(tables).values():
-        if isinstance(value, tables.Table) and value.name not in names:
-            names.append(value.name)
-    return names
 
 
 def check_retention(hours: float, *, what: str = "the VACUUM retention") -> float:

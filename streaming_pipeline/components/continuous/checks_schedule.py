@@ -41,13 +41,3 @@ def live_checks_definitions(live: LiveSettings) -> dg.Definitions:
         "with LIVE_MODE=continuous.",
     )
     return dg.Definitions(jobs=[job], schedules=[schedule])
-
-
-@dg.definitions
-def defs() -> dg.Definitions:
-    """Read when the definitions load: LIVE_MODE and CONTINUOUS_CHECKS_CRON.
-
-    Returns:
-        `live_checks_job` and `live_checks_schedule`.
-    """
-    return live_checks_definitions(LiveSettings.from_env())

@@ -1,5 +1,6 @@
 """Delta table maintenance: a job with one op per lakehouse table (OPTIMIZE, VACUUM, the log's newest checkpoint),
 run daily by a schedule, each op in the concurrency pool of the stream that writes its table (docs/maintenance.md).
+A project's first source brings it, for every table of the project's sources and streaming tables.
 
 The pools are what keeps OPTIMIZE away from a stream that MERGEs or overwrites the same table: the instance's
 dagster.yaml admits one step per pool at a time, so a table's maintenance op waits until no live step holds the
@@ -13,8 +14,7 @@ import dagster as dg
 from pydantic import Field, field_validator
 
 from streaming_pipeline.components.asset_metadata import checkpoint_pool
-from streaming_pipeline.components.kafka_delta_source import declared_sources
-from streaming_pipeline.components.streamed_table import StreamedTable, lakehouse_tables, streamed_tables, writing_steps
+from streaming_pipeline.components.streamed_table import StreamedTable, declared_tables, writing_steps
 from streaming_pipeline.lakehouse.engine.delta_tables import table_exists
 from streaming_pipeline.lakehouse.engine.maintenance import (
     MaintenanceResult,
@@ -103,7 +103,7 @@ def maintenance_definitions(
     table a step writes that `tables` does not declare), each in the pool of the step that writes it, and its
     schedule."""
     writers = writing_steps(sources, steps)
-    names = lakehouse_tables(sources, steps)
+    names = declared_tables(sources, steps)
     ops = [maintenance_op(table, writers.get(table)) for table in names]
     retention = MaintenanceConfig(vacuum_retention_hours=settings.vacuum_retention_hours)
 
@@ -127,10 +127,3 @@ def maintenance_definitions(
         description="Runs table_maintenance_job (TABLE_MAINTENANCE_CRON, default daily at 03:00 UTC).",
     )
     return dg.Definitions(jobs=[table_maintenance_job], schedules=[schedule])
-
-
-@dg.definitions
-def defs(context: dg.ComponentLoadContext) -> dg.Definitions:
-    """Read when the definitions load: the project's sources and streamed tables, and TABLE_MAINTENANCE_*."""
-    tree = context.component_tree
-    return maintenance_definitions(declared_sources(tree), streamed_tables(tree), MaintenanceSettings.from_env())
