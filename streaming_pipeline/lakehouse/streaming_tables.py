@@ -6,6 +6,9 @@ transformation, and its sink by shape:
 - `complete`: the whole result rewritten at each micro-batch (a small aggregate);
 - `upsert`: the rows each micro-batch changed, merged into the table by `keys` (Delta MERGE).
 
+A column the query gains (a new field of a source's schema, through `SELECT *`) joins the table, null in the rows
+written before it: the Delta sink merges the schema, and the MERGE evolves it.
+
 Exactly once: the query's checkpoint (one per table) records what it read; the Delta sink commits each micro-batch
 once, and a MERGE of the same micro-batch again writes the same rows.
 
@@ -112,6 +115,8 @@ class StreamingTableQuery:
                 .outputMode(self.mode)
                 .option("checkpointLocation", checkpoint)
                 .option("path", path)
+                # A column a streamed table gained (a new field of its source's schema) joins the table.
+                .option("mergeSchema", "true")
             )
 
         return StreamQuery(
@@ -166,7 +171,7 @@ class KeyedUpsert:
         condition = " AND ".join(f"t.`{key}` <=> s.`{key}`" for key in self.keys)
         newer = "" if self.sequence_by is None else f" AND s.`{self.sequence_by}` >= t.`{self.sequence_by}`"
         batch.sparkSession.sql(
-            f"MERGE INTO {delta_path_sql(self.table_path)} t USING {view} s ON {condition} "
+            f"MERGE WITH SCHEMA EVOLUTION INTO {delta_path_sql(self.table_path)} t USING {view} s ON {condition} "
             f"WHEN MATCHED{newer} THEN UPDATE SET * WHEN NOT MATCHED THEN INSERT *"
         )
         batch.sparkSession.catalog.dropTempView(view)

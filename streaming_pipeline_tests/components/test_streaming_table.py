@@ -336,9 +336,10 @@ def test_each_shape_streams_each_row_once_over_two_runs_and_the_helper_runs_the_
             "upsert",
             keys=("account",),
         ),
+        "everything": declared("everything", "SELECT * FROM STREAM(raw_payments)"),
         "owners_now": declared(
             "owners_now",
-            "SELECT account, version, owner FROM STREAM(account_changes)",
+            "SELECT * FROM STREAM(account_changes)",
             "upsert",
             keys=("account",),
             sequence_by="version",
@@ -364,10 +365,14 @@ def test_each_shape_streams_each_row_once_over_two_runs_and_the_helper_runs_the_
     )
     for table in tables.values():
         run_once(table.query(spark, lakehouse, parameters))
-    spark.createDataFrame([("a0", 2, "Old"), ("a1", 5, "Bob5"), ("a1", 4, "Bob4")], change).write.format("delta").mode(
+    # The second runs' sources have a column more (a new field of their schema): it joins the tables that select it.
+    later_change = f"{change}, note string"
+    spark.createDataFrame(
+        [("a0", 2, "Old", "n2"), ("a1", 5, "Bob5", "n5"), ("a1", 4, "Bob4", "n4")], later_change
+    ).write.format("delta").mode("append").option("mergeSchema", "true").save(changes)
+    spark.createDataFrame([(*p, "late") for p in second], f"{PAYMENTS}, note string").write.format("delta").mode(
         "append"
-    ).save(changes)
-    append_payments(second)
+    ).option("mergeSchema", "true").save(lakehouse.table_path("raw_payments"))
     spark.createDataFrame([("a2", "Cy")], "account string, owner string").write.format("delta").mode("append").save(
         owners
     )
@@ -389,7 +394,11 @@ def test_each_shape_streams_each_row_once_over_two_runs_and_the_helper_runs_the_
     assert rows("totals") == [(acc, len(ps), sum(p[2] for p in ps)) for acc, ps in sorted(by_account.items())]
     assert rows("latest") == [(acc, max(p[0] for p in ps)) for acc, ps in sorted(by_account.items())]
     # sequence_by: each account's highest version, whatever the order its versions arrived in
-    assert rows("owners_now") == [("a0", 3, "Ann3"), ("a1", 5, "Bob5")]
+    assert rows("owners_now") == [("a0", 3, "Ann3", None), ("a1", 5, "Bob5", "n5")]
+    assert rows("everything") == sorted(
+        [(*p[:3], p[3].replace(tzinfo=None), None) for p in first]
+        + [(*p[:3], p[3].replace(tzinfo=None), "late") for p in second]
+    )
     # append: a window is written once, with every payment of it, after a micro-batch's watermark (the latest
     # paid_at before it) passed its end; Spark emits it one micro-batch later than the one that closed it.
     latest = max(p[3] for p in every)
