@@ -21,8 +21,8 @@ def not_behind_sources_check(table: str, streams: Sequence[str], tolerance_secon
         asset=table,
         name=NOT_BEHIND_SOURCES,
         additional_deps=list(streams),
-        description=f"{table}'s query has read what {', '.join(streams)} committed more than {tolerance_seconds:g} s "
-        "ago (CONTINUOUS_FRESHNESS_SECONDS): a warning when rows have waited longer.",
+        description=f"Its query has read every row that {', '.join(streams)} committed more than {tolerance_seconds:g} "
+        "s ago (CONTINUOUS_FRESHNESS_SECONDS): a warning when rows have waited longer.",
     )
     def not_behind_sources(lakehouse: LakehouseResource) -> dg.AssetCheckResult:
         now = time.time()
