@@ -142,7 +142,9 @@ def test_a_declaration_builds_an_asset_that_depends_on_what_its_sql_reads_with_i
         {
             "name": "large_payments",
             "sql": "SELECT payment_id, amount FROM STREAM(raw_payments) WHERE amount > ${min_amount}",
-            "parameters": {"min_amount": {"default": "100", "env": "LARGE_PAYMENT_MIN", "description": "Smallest"}},
+            "parameters": {
+                "min_amount": {"default": 100, "type": "number", "env": "LARGE_PAYMENT_MIN", "description": "Smallest"}
+            },
             "group": "gold",
             "description": "Payments over the threshold.",
             "columns": {"amount": "Dollars."},
@@ -161,7 +163,7 @@ def test_a_declaration_builds_an_asset_that_depends_on_what_its_sql_reads_with_i
         assert [dep.asset_key for dep in spec.deps] == [dg.AssetKey("raw_payments")]
         assert spec.metadata["dagster/table_name"] == "gold.large_payments"
         config = asset.op.config_schema.as_field().default_value
-        assert config == {"min_amount": "250"}  # the environment's, read when the definitions load
+        assert config == {"min_amount": 250.0}  # the environment's, read when the definitions load
         assert "dagster/column_schema" not in spec.metadata  # no types: the columns are the query's, once written
 
 
@@ -197,6 +199,13 @@ def test_columns_with_a_type_each_declare_the_schema_the_ui_shows_before_the_fir
         ({"sql": "SELECT * FROM STREAM(raw_payments)", "mode": "complete"}, "the SQL does not aggregate"),
         ({"sql": "SELECT * FROM STREAM(raw_payments)", "sequence_by": "paid_at"}, "are for `mode: upsert`"),
         ({"sql": "SELECT * FROM STREAM(raw_payments) WHERE amount > ${m}"}, "declare each under `parameters`"),
+        (
+            {
+                "sql": "SELECT * FROM STREAM(raw_payments) WHERE amount > ${m}",
+                "parameters": {"m": {"default": "lots", "type": "number"}},
+            },
+            "parameter m: default 'lots' is not a number",
+        ),
         ({"sql": "SELECT * FROM raw_payments"}, "it streams no table: mark the table it streams from STREAM"),
         ({"name": "raw_payments", "sql": "SELECT * FROM STREAM(raw_payments)"}, "declared more than once"),
         (

@@ -72,7 +72,12 @@ class ColumnAttributes(dg.Model):
 
 
 class ParameterAttributes(dg.Model):
-    default: str = Field(description="The value without the environment variable, as the SQL takes it.")
+    default: str | int | float = Field(description="The value without the environment variable, as the SQL takes it.")
+    type: Literal["text", "number", "interval"] = Field(
+        default="text",
+        description="The config field's type, and how the environment variable is read: `text` as written, "
+        "`number` a float, `interval` a Spark interval ('10 minutes').",
+    )
     env: str | None = Field(
         default=None, description="The environment variable that sets it (default: its name, upper)."
     )
@@ -148,7 +153,7 @@ class StreamingTable(DeclaresStreamedTable, dg.Component, dg.Model, dg.Resolvabl
     # --- the declaration ---------------------------------------------------------------------------------------
 
     def parameter_defaults(self) -> dict[str, str]:
-        return {name: p.default for name, p in self.parameters.items()}
+        return {name: str(p.default) for name, p in self.parameters.items()}
 
     def reads(self) -> tuple[tuple[str, ...], tuple[str, ...]]:
         """The tables it streams, and those it reads as they are: from its SQL, or as its function declares them."""
@@ -220,17 +225,34 @@ class StreamingTable(DeclaresStreamedTable, dg.Component, dg.Model, dg.Resolvabl
             return None
         fields: dict[str, Any] = {
             name: (
-                str,
+                float if p.type == "number" else str,
                 parameter(
                     env=p.env or name.upper(),
-                    default=p.default,
-                    kind="text",
+                    default=self._typed_default(name),
+                    kind=p.type,
                     description=p.description or f"The SQL's ${{{name}}}",
                 ),
             )
             for name, p in self.parameters.items()
         }
         return pydantic.create_model(f"{self.name}_config", __base__=dg.Config, __module__=__name__, **fields)
+
+    def _typed_default(self, name: str) -> str | float:
+        """A parameter's default as its type takes it; a ConfigurationError naming it when it is not of its type."""
+        declared = self.parameters[name]
+        if declared.type == "number":
+            try:
+                return float(declared.default)
+            except ValueError:
+                raise ConfigurationError(
+                    f"{self.declared_at}: {self.name}: parameter {name}: default {declared.default!r} is not a number "
+                    "(`type: number`)"
+                ) from None
+        if declared.type == "interval":
+            interval_seconds(
+                str(declared.default), name=f"{self.declared_at}: {self.name}: the default of parameter {name}"
+            )
+        return str(declared.default)
 
     def streamed_table(self) -> StreamedTable:
         """Its step, as the continuous run, the fast runs and table maintenance find every step of the project."""
@@ -287,6 +309,8 @@ class StreamingTable(DeclaresStreamedTable, dg.Component, dg.Model, dg.Resolvabl
             )
         if self._transformation is not None:
             return self._check_declared_reads(tree)
+        for name in self.parameters:
+            self._typed_default(name)
         used = set(self.read_sql().parameters)
         unused = sorted(set(self.parameters) - used)
         if unused:
