@@ -14,8 +14,9 @@ NOT_BEHIND_SOURCES = "not_behind_sources"
 
 
 def not_behind_sources_check(table: str, streams: Sequence[str], tolerance_seconds: float) -> dg.AssetChecksDefinition:
-    """A warning when rows of a table `table` streams have waited for its query longer than `tolerance_seconds`
-    (`CONTINUOUS_FRESHNESS_SECONDS`). Read from the query's checkpoint and the sources' logs, no Spark."""
+    """The check of `table`: a warning when rows of the tables it streams (`streams`) have waited for its query longer
+    than `tolerance_seconds` (`CONTINUOUS_FRESHNESS_SECONDS`). Read from the query's checkpoint and the sources' logs,
+    no Spark."""
 
     @dg.asset_check(
         asset=table,
