@@ -32,13 +32,16 @@ def delta_source_version(offset: dict[str, Any]) -> int | None:
     return None
 
 
-def batch_source_offset(checkpoint_dir: str, batch_id: int) -> dict[str, Any] | None:
-    """The Delta source offset where micro-batch `batch_id` ended (`offsets/<batch>`); None when absent."""
+def batch_source_offset(checkpoint_dir: str, batch_id: int, table_id: str | None = None) -> dict[str, Any] | None:
+    """The Delta source offset where micro-batch `batch_id` ended (`offsets/<batch>`): its first Delta source's, or
+    the one of the Delta table whose id is `table_id` (a query streaming several); None when absent."""
     text = read_text(f"{checkpoint_dir.rstrip('/')}/offsets/{batch_id}")
     # v1, then the batch's metadata, then one line per source.
     for line in (text or "").splitlines()[2:]:
         if '"reservoirVersion"' in line:
-            return dict(json.loads(line))
+            offset = dict(json.loads(line))
+            if table_id is None or offset.get("reservoirId") == table_id:
+                return offset
     return None
 
 

@@ -9,13 +9,16 @@ says for how long.
 
 from __future__ import annotations
 
-import json
 import time
 from dataclasses import dataclass
 from typing import Any
 
-from streaming_pipeline.lakehouse.engine.delta_log import DeltaLog, read_text
-from streaming_pipeline.lakehouse.engine.sink_position import checkpoint_last_commit, delta_source_version
+from streaming_pipeline.lakehouse.engine.delta_log import DeltaLog
+from streaming_pipeline.lakehouse.engine.sink_position import (
+    batch_source_offset,
+    checkpoint_last_commit,
+    delta_source_version,
+)
 
 
 @dataclass(frozen=True)
@@ -26,10 +29,6 @@ class SourceLag:
     latest_version: int | None  # the source's newest version; None while it has no table
     read_version: int  # the newest version the query has read all of; -1 when it has read none
     oldest_unread_at: float | None  # commit time (epoch s) of the oldest unread commit that adds rows; None: none
-
-    @property
-    def unread_versions(self) -> int:
-        return 0 if self.latest_version is None else max(0, self.latest_version - self.read_version)
 
     def behind_seconds(self, now: float) -> float:
         """For how long rows of the source have waited for the query: 0 when none waits."""
@@ -86,15 +85,8 @@ def _read_version(checkpoint_dir: str, table_id: str | None) -> int:
     """The newest version of the table `table_id` that the query's last committed micro-batch had read all of;
     -1 when it has committed none (or reads the table under another id: a table created anew)."""
     batch = checkpoint_last_commit(checkpoint_dir)
-    if batch is None:
+    offset = None if batch is None else batch_source_offset(checkpoint_dir, batch, table_id)
+    if offset is None:
         return -1
-    text = read_text(f"{checkpoint_dir.rstrip('/')}/offsets/{batch}") or ""
-    for line in text.splitlines()[2:]:  # v1, the batch's metadata, then one line per source
-        if '"reservoirVersion"' not in line:
-            continue
-        offset = json.loads(line)
-        if table_id is not None and offset.get("reservoirId") != table_id:
-            continue
-        whole = delta_source_version(offset)
-        return whole if whole is not None else int(offset["reservoirVersion"]) - 1
-    return -1
+    whole = delta_source_version(offset)
+    return whole if whole is not None else int(offset["reservoirVersion"]) - 1
