@@ -18,8 +18,8 @@ import pytest
 
 from streaming_pipeline.defs.gold.ride_window_aggregates import windows_count_each_ride_once
 from streaming_pipeline.defs.gold.vendor_counts_check import vendor_counts_match_raw_rides
-from streaming_pipeline.defs.silver.amount_branches import branches_add_up_to_rides_with_an_amount
-from streaming_pipeline.defs.silver.rides_enriched import enriched_rows_equal_raw_rows
+from streaming_pipeline.defs.silver.amount_branches_check import branches_add_up_to_rides_with_an_amount
+from streaming_pipeline.defs.silver.rides_enriched_check import enriched_rows_equal_raw_rows
 from streaming_pipeline.lakehouse.bronze.offsets import settled_offsets
 from streaming_pipeline.lakehouse.engine.delta_log import latest_version
 from streaming_pipeline.lakehouse.engine.delta_tables import append_once
@@ -164,7 +164,7 @@ def test_a_check_without_its_table_passes_on_empty_raw_rides_warns_while_its_que
     checkpoints = {
         "vendor_counts": lakehouse.checkpoint_path("vendor_counts"),
         "rides_enriched": lakehouse.checkpoint_path("rides_enriched"),
-        "high_amount_rides and low_amount_rides": lakehouse.checkpoint_path("high_amount_rides+low_amount_rides"),
+        "high_amount_rides and low_amount_rides": lakehouse.checkpoint_path("high_amount_rides"),
     }
 
     raw = lakehouse.table_path("raw_rides")

@@ -14,7 +14,6 @@ from confluent_kafka import TopicPartition
 from confluent_kafka.admin import AdminClient
 
 from streaming_pipeline.definitions import pipeline_definitions
-from streaming_pipeline.defs.silver.amount_branches import AmountBranchesConfig
 from streaming_pipeline.devstack.cli import main as cli_main
 from streaming_pipeline.devstack.replay import ReplayStart, replay
 from streaming_pipeline.lakehouse.bronze.ingestion import ingest_topic
@@ -29,6 +28,7 @@ from streaming_pipeline.lakehouse.settings import SensorSettings
 from streaming_pipeline.lakehouse.tables import RIDES, RIDES_TOPIC
 from streaming_pipeline_tests.cli_helpers import produce_with_cli
 from streaming_pipeline_tests.kafka_helpers import all_coordinates, delete_topics, end_offsets
+from streaming_pipeline_tests.project_tables import default_high_amount_threshold
 
 pytestmark = pytest.mark.integration
 
@@ -150,7 +150,7 @@ def test_checkpoint_reset_stops_the_run_and_replay_rebuilds_everything_exactly_o
     # The branches were rebuilt too: their writers' idempotency ids belong to the new checkpoint, so the new
     # query's batch 0, 1, ... are not mistaken for batches the old query already wrote.
     amounts = [r["total_amount"] for r in spark.read.format("delta").load(table).select("total_amount").collect()]
-    threshold = AmountBranchesConfig().high_amount_threshold  # the default the run used
+    threshold = default_high_amount_threshold()  # the default the run used
     for branch, expected in (
         ("high_amount_rides", sum(1 for a in amounts if a is not None and a >= threshold)),
         ("low_amount_rides", sum(1 for a in amounts if a is not None and a < threshold)),

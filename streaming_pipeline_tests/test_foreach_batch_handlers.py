@@ -15,7 +15,7 @@ import pytest
 
 from streaming_pipeline.lakehouse.bronze.batches import BronzeBatchWriter
 from streaming_pipeline.lakehouse.gold.windows import WindowUpsert
-from streaming_pipeline.lakehouse.silver.branches import AmountBranchWriter
+from streaming_pipeline.lakehouse.streaming_tables import KeyedUpsert
 
 HANDLERS = {
     "bronze": BronzeBatchWriter(
@@ -29,14 +29,7 @@ HANDLERS = {
         checkpoint_dir="/lake/_checkpoints/raw_rides",
     ),
     "windows": WindowUpsert("/lake/ride_window_aggregates", 1_700_000_000_000_000),
-    "branches": AmountBranchWriter(
-        "/lake/high_amount_rides",
-        "/lake/low_amount_rides",
-        50.0,
-        "/lake/_checkpoints/b",
-        "high_amount_rides",
-        "low_amount_rides",
-    ),
+    "streaming_table_upsert": KeyedUpsert("/lake/latest_orders", ("order_id",), "version"),
 }
 
 _LOAD = """

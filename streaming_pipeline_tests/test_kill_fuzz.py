@@ -31,7 +31,6 @@ from pathlib import Path
 import pytest
 from pyspark.sql import functions as F
 
-from streaming_pipeline.defs.silver.amount_branches import AmountBranchesConfig
 from streaming_pipeline.devstack.embedded.processes import group_members
 from streaming_pipeline.devstack.synthetic import SyntheticOptions, synthetic_pickups, synthetic_rides
 from streaming_pipeline_tests.cli_helpers import (
@@ -44,6 +43,7 @@ from streaming_pipeline_tests.cli_helpers import (
 )
 from streaming_pipeline_tests.depth import scaled
 from streaming_pipeline_tests.kafka_helpers import REPO_ROOT, all_coordinates, end_offsets
+from streaming_pipeline_tests.project_tables import default_high_amount_threshold
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
@@ -207,7 +207,7 @@ def test_sigkill_at_random_moments_then_rerun_gives_every_record_exactly_once(
         .collect()
     }
     assert {key: on_time + late for key, (on_time, late) in windows.items()} == dict(per_window)
-    threshold = AmountBranchesConfig().high_amount_threshold  # the default the runs used
+    threshold = default_high_amount_threshold()  # the default the runs used
     high = sum(1 for r in rides if r["total_amount"] is not None and r["total_amount"] >= threshold)
     low = sum(1 for r in rides if r["total_amount"] is not None and r["total_amount"] < threshold)
     assert (table("high_amount_rides").count(), table("low_amount_rides").count()) == (high, low)

@@ -71,7 +71,8 @@ SENSOR_NAME = "raw_rides_offset_sensor"
 #: 0.5 s in or later, before the load ends); STREAMING_PIPELINE_TEST_DEPTH multiplies them.
 LOAD, KILL_LOAD = scaled(1_000), scaled(800)
 #: The names of the streaming tables' asset checks, which live_checks_job runs: three for each bronze table (the table
-#: topic's one_row_per_key in place of unique_kafka_coordinates), 16 checks in all.
+#: topic's one_row_per_key in place of unique_kafka_coordinates), a check of each silver and gold table, and
+#: not_behind_sources of each streaming table: 19 checks in all.
 LIVE_CHECKS = [
     "reconciles_with_kafka_offsets",
     "unique_kafka_coordinates",
@@ -584,7 +585,7 @@ def test_the_continuous_mode_streams_produced_rides_to_gold_exactly_once_through
         .records
     )
     evaluations = [record.event_log_entry.dagster_event.event_specific_data for record in records]
-    assert len(evaluations) == 16 and {e.check_name for e in evaluations} == set(LIVE_CHECKS)
+    assert len(evaluations) == 19 and {e.check_name for e in evaluations} == set(LIVE_CHECKS)
     assert [(e.asset_key.to_user_string(), e.check_name) for e in evaluations if not e.passed] == []
 
 
@@ -643,7 +644,7 @@ def test_a_new_field_registered_while_the_continuous_queries_run_reaches_the_sil
         "rides_enriched holds every ride", lambda: live.count("rides_enriched") == len(PRODUCED), log=log
     )
     assert _logged(live, run.run_id, "a source table's schema changed, restarting the query")
-    for query in ("amount_branches", "rides_enriched"):
+    for query in ("high_amount_rides", "low_amount_rides", "rides_enriched"):
         assert not _logged(live, run.run_id, f"{query}: failed"), f"{query} failed after the schema change"
     assert _continuous_run(live) is not None and _continuous_run(live).run_id == run.run_id  # type: ignore[union-attr]
 

@@ -305,8 +305,33 @@ def writing_steps(sources: Sequence[SourceTopic], steps: Sequence[StreamedTable]
 def declared_tables(sources: Sequence[SourceTopic], steps: Sequence[StreamedTable]) -> dict[str, Table]:
     """The declaration of every table the sources' and the steps' queries write, by name: each bronze table, the
     dead letters (every bronze query writes them) and each step's tables."""
-    return {
+    declared = {
         **{table.name: table for source in sources for table in source.tables},
         DEAD_LETTER_RECORDS.name: DEAD_LETTER_RECORDS,
         **{written.table.name: written.table for step in steps for written in step.writes},
     }
+    return _with_passed_through_descriptions(declared, steps)
+
+
+def _with_passed_through_descriptions(declared: dict[str, Table], steps: Sequence[StreamedTable]) -> dict[str, Table]:
+    """Each table whose columns are its query's (a streaming table without a declared schema) with the descriptions
+    of the columns it passes through: a column it does not describe, named as a column of a table its step reads,
+    takes that column's description (of the first table read that has one: streamed tables first), through any
+    number of steps."""
+    reads = {name: step.read_names for step in steps for name in step.table_names}
+    described: dict[str, Table] = {}
+
+    def describe(name: str, seen: frozenset[str]) -> Table:
+        if name in described:
+            return described[name]
+        table = declared[name]
+        inherited: dict[str, str] = {}
+        for read in reads.get(name, ()) if table.columns_from_query else ():
+            if read in declared and read not in seen:
+                for column in describe(read, seen | {name}).columns:
+                    if column.description:
+                        inherited.setdefault(column.name, column.description)
+        described[name] = table.described_by(inherited) if inherited else table
+        return described[name]
+
+    return {name: describe(name, frozenset()) for name in declared}

@@ -17,8 +17,8 @@ from typing import TYPE_CHECKING, Any, cast
 
 import dagster as dg
 
-from streaming_pipeline.defs.silver.amount_branches import HIGH_AMOUNT_RIDES, LOW_AMOUNT_RIDES
-from streaming_pipeline.defs.silver.rides_enriched import RIDES_ENRICHED
+from streaming_pipeline.defs.silver.amount_branches_check import HIGH_AMOUNT_RIDES, LOW_AMOUNT_RIDES
+from streaming_pipeline.defs.silver.rides_enriched_check import RIDES_ENRICHED
 from streaming_pipeline.devstack.errors import DemoError
 from streaming_pipeline.devstack.producer import ProduceResult, produce, produce_zone_lookup, rows_from_records
 from streaming_pipeline.devstack.project import QUIET_RUN_CONFIG, project_tables
@@ -68,15 +68,15 @@ PREFERRED_VIEWS: dict[str, tuple[list[str], list[str]]] = {
         ["query_id", "batch_id"],
         ["batch_id", "input_rows", "rows_dropped_by_watermark", "watermark"],
     ),
-    HIGH_AMOUNT_RIDES.name: (["total_amount"], ["vendor_id", "pickup_datetime", "total_amount", "kafka_offset"]),
-    LOW_AMOUNT_RIDES.name: (["total_amount"], ["vendor_id", "pickup_datetime", "total_amount", "kafka_offset"]),
+    HIGH_AMOUNT_RIDES: (["total_amount"], ["vendor_id", "pickup_datetime", "total_amount", "kafka_offset"]),
+    LOW_AMOUNT_RIDES: (["total_amount"], ["vendor_id", "pickup_datetime", "total_amount", "kafka_offset"]),
     tables.TAXI_ZONES.name: (["location_id"], ["location_id", "borough", "zone", "service_zone"]),
-    RIDES_ENRICHED.name: (
+    RIDES_ENRICHED: (
         ["pickup_datetime"],
         ["pickup_datetime", "pu_borough", "pu_zone", "do_borough", "do_zone", "total_amount"],
     ),
 }
-DESCENDING = {HIGH_AMOUNT_RIDES.name}
+DESCENDING = {HIGH_AMOUNT_RIDES}
 SHOWN_ROWS = 5
 
 

@@ -63,6 +63,10 @@ class BronzeStateError(StreamingPipelineError):
     """A bronze table, its checkpoint and its topic disagree; running on would lose or duplicate records."""
 
 
+class StreamingTableStateError(StreamingPipelineError):
+    """A streaming table holds rows while its query's checkpoint is missing; running on would append them again."""
+
+
 class SchemaEvolutionError(StreamingPipelineError):
     """A micro-batch's columns cannot join its Delta table (a column's type changed); nothing of it was written."""
 

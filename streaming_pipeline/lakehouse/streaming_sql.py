@@ -119,6 +119,8 @@ def read_sql(sql: str, values: Mapping[str, object]) -> StreamingSql:
     ctes = {cte.alias_or_name for cte in query.find_all(exp.CTE)}
     references = []
     for table in query.find_all(exp.Table):
+        if table.find_ancestor(exp.Hint) is not None:
+            continue  # `/*+ BROADCAST(z) */` names an alias of the query, not a table
         references.extend(_references(table, ctes, parsed_text))
     aggregates = any(True for _ in query.find_all(exp.AggFunc)) or any(True for _ in query.find_all(exp.Group))
     group = query.args.get("group")

@@ -21,8 +21,10 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal
 
-from streaming_pipeline.lakehouse.engine.delta_tables import delta_path_sql, table_exists
+from streaming_pipeline.lakehouse.engine.delta_tables import count_rows, delta_path_sql, table_exists
+from streaming_pipeline.lakehouse.engine.sink_position import checkpoint_query_id
 from streaming_pipeline.lakehouse.engine.streams import StreamQuery, delta_stream
+from streaming_pipeline.lakehouse.errors import StreamingTableStateError
 from streaming_pipeline.lakehouse.streaming_sql import read_sql
 
 if TYPE_CHECKING:
@@ -105,6 +107,8 @@ class StreamingTableQuery:
         path, checkpoint = lakehouse.table_path(self.name), lakehouse.checkpoint_path(self.name)
 
         def start_writer() -> DataStreamWriter:
+            if self.mode == "append":
+                refuse_rows_without_checkpoint(spark, self.name, path, checkpoint)
             rows = self.frame(spark, lakehouse, parameters)
             if self.mode == "upsert":
                 upsert = KeyedUpsert(path, self.keys, self.sequence_by)
@@ -141,6 +145,22 @@ class StreamingTableQuery:
         streams = {name: self.watermarked(name, inputs[name]) for name in self.streams}
         tables = {name: inputs[name] for name in self.tables}
         return self.transformation(spark, Inputs(streams, tables, dict(parameters or {})))
+
+
+def refuse_rows_without_checkpoint(spark: SparkSession, name: str, path: str, checkpoint: str) -> None:
+    """Raise StreamingTableStateError when the append table at `path` has rows and its query no checkpoint: a new
+    query would read its sources from the start and append every row again. (An empty table is fine: `replay`
+    empties the tables downstream and moves their checkpoints aside; a crash before the first commit leaves the
+    checkpoint, whose query id the Delta sink's writes carry.)"""
+    if checkpoint_query_id(checkpoint) is not None or not table_exists(path):
+        return
+    rows = count_rows(spark, path)
+    if rows:
+        raise StreamingTableStateError(
+            f"{name} holds {rows} row(s) but its checkpoint {checkpoint} does not exist: a new query would append "
+            f"every row of its sources again. Restore the checkpoint, or delete the table {path} to rebuild it from "
+            "its sources (`streaming-pipeline replay <source>` rebuilds everything downstream of a source)"
+        )
 
 
 @dataclass

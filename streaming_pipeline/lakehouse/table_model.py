@@ -3,7 +3,8 @@ bronze table carries. Plain Python, importing neither Dagster nor Spark."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, replace
 
 BRONZE = "bronze"
 SILVER = "silver"
@@ -34,6 +35,18 @@ class Table:
     @property
     def column_names(self) -> list[str]:
         return [c.name for c in self.columns]
+
+    def described_by(self, descriptions: Mapping[str, str]) -> Table:
+        """The table with `descriptions` for the columns it does not describe: a declared column without a description
+        takes one; a table whose columns are its query's also gains those it does not name (described, untyped)."""
+        columns = tuple(
+            c if c.description or c.name not in descriptions else replace(c, description=descriptions[c.name])
+            for c in self.columns
+        )
+        if self.columns_from_query:
+            named = set(self.column_names)
+            columns += tuple(Column(name, "", text) for name, text in descriptions.items() if name not in named)
+        return replace(self, columns=columns)
 
     @property
     def ddl(self) -> str:

@@ -4,7 +4,8 @@ its source's declaration (`streaming_pipeline.lakehouse.sources.SourceTopic`): t
 `rides` and `pickup_locations` streams and the `taxi_zones` table topic) are declared here, and the code location
 makes each a `KafkaDeltaSource` (`defs/bronze/<source>.py`). The silver and gold tables whose foreachBatch
 handlers or shared transformations need their DDL are declared here too; a table that needs none is declared in
-`defs/`, by its SQL (`gold/vendor_counts/defs.yaml`) or in its own module (`rides_enriched`, the amount branches).
+`defs/`, by its SQL (`silver/rides_enriched/defs.yaml`, `gold/vendor_counts/defs.yaml`) or in its own module (the
+amount branches).
 
 Plain Python, importing neither Dagster nor Spark: the foreachBatch handlers, which run in a Spark worker that
 must not import Dagster, take their DDL from here. The Dagster wiring derives the schemas the UI shows

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import datetime as dt
 import json
+import shutil
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -19,6 +20,7 @@ from dagster.components.testing import DefsFolderSandbox, create_defs_folder_san
 from streaming_pipeline.components import StreamingTable
 from streaming_pipeline.components.streaming_table.checks import not_behind_sources_check
 from streaming_pipeline.lakehouse.engine.source_lag import source_lag
+from streaming_pipeline.lakehouse.errors import StreamingTableStateError
 from streaming_pipeline.lakehouse.streaming_sql import StreamingSqlError, read_sql
 from streaming_pipeline_tests.avro_examples import PAYMENT_VALUE
 from streaming_pipeline_tests.error_helpers import error_chain
@@ -86,7 +88,7 @@ def _declare(sandbox: DefsFolderSandbox, folder: str, attributes: dict[str, Any]
 
 def test_the_sql_names_what_it_streams_what_it_reads_as_it_is_and_runs_as_written() -> None:
     sql = (
-        "SELECT p.payment_id, a.owner\n"
+        "SELECT /*+ BROADCAST(a) */ p.payment_id, a.owner\n"
         "FROM STREAM( raw_payments ) p JOIN `accounts` a ON p.account = a.id\n"
         "WHERE p.amount > ${min_amount} AND p.note RLIKE '{x}'"
     )
@@ -99,7 +101,7 @@ def test_the_sql_names_what_it_streams_what_it_reads_as_it_is_and_runs_as_writte
     )
     text, arguments = read.with_arguments()
     assert text == (
-        "SELECT p.payment_id, a.owner\nFROM {stream_0} p JOIN {table_1} a ON p.account = a.id\n"
+        "SELECT /*+ BROADCAST(a) */ p.payment_id, a.owner\nFROM {stream_0} p JOIN {table_1} a ON p.account = a.id\n"
         "WHERE p.amount > 10 AND p.note RLIKE '{{x}}'"
     )
     assert arguments == {"stream_0": ("raw_payments", True), "table_1": ("accounts", False)}
@@ -437,6 +439,16 @@ def test_each_shape_streams_each_row_once_over_two_runs_and_the_helper_runs_the_
         result = not_behind_sources_check("totals", ["raw_payments"], tolerance)(lakehouse=lakehouse)
         assert (result.passed, result.severity) == (passed, dg.AssetCheckSeverity.WARN)
         assert result.metadata["raw_payments_read_version"].value == caught_up.version
+
+    # An append table whose checkpoint is gone is refused, and gains no row: a new query would append every row of
+    # its sources again.
+    shutil.rmtree(lakehouse.checkpoint_path("large"))
+    kept = rows("large")
+    with pytest.raises(
+        StreamingTableStateError, match=r"large holds \d+ row\(s\) but its checkpoint .* does not exist"
+    ):
+        run_once(tables["large"].query(spark, lakehouse, parameters))
+    assert rows("large") == kept
 
     # The helper for unit tests: a declaration's query on rows the test gives, no lakehouse.
     given = spark.createDataFrame(_payments(0, 5), PAYMENTS)

@@ -6,11 +6,11 @@ from __future__ import annotations
 import pytest
 
 from streaming_pipeline.defs.gold.ride_window_aggregates import RideWindowsConfig
-from streaming_pipeline.defs.silver.amount_branches import AmountBranchesConfig
 from streaming_pipeline.defs.silver.ride_pickup_joins import RidePickupJoinsConfig
 from streaming_pipeline.lakehouse.errors import ConfigurationError
 from streaming_pipeline.lakehouse.settings import PipelineSettings
 from streaming_pipeline_tests.error_helpers import error_chain
+from streaming_pipeline_tests.project_tables import default_high_amount_threshold
 
 
 def test_the_defaults_are_the_documented_ones() -> None:
@@ -18,7 +18,7 @@ def test_the_defaults_are_the_documented_ones() -> None:
     assert (windows.window_duration, windows.watermark_delay) == ("10 minutes", "15 minutes")
     assert (windows.interval("window_duration"), windows.interval("watermark_delay")) == ("600 seconds", "900 seconds")
     assert (join.interval("join_max_gap"), join.interval("watermark_delay")) == ("600 seconds", "900 seconds")
-    assert AmountBranchesConfig().high_amount_threshold == 40.0
+    assert default_high_amount_threshold() == 40.0
 
 
 @pytest.mark.parametrize(
@@ -121,7 +121,8 @@ def test_the_defaults_come_from_the_environment_when_the_definitions_are_built(
 
         continuous = defs.resolve_job_def("continuous_streams_job").run_config_schema.config_type.fields["ops"]
         return {
-            "amount_branches": asset_defaults("high_amount_rides"),
+            "high_amount_rides": asset_defaults("high_amount_rides"),
+            "low_amount_rides": asset_defaults("low_amount_rides"),
             "ride_pickup_joins": asset_defaults("ride_pickup_joins"),
             "ride_window_aggregates": asset_defaults("ride_window_aggregates"),
             "continuous": continuous.default_value["continuous_streams"]["config"],
@@ -133,17 +134,15 @@ def test_the_defaults_come_from_the_environment_when_the_definitions_are_built(
     monkeypatch.setenv("RIDE_WINDOW_DURATION", "5 minutes")
     monkeypatch.setenv("RIDE_WATERMARK_DELAY", "1 minute")
     second = defaults(build_definitions())
-    assert first["amount_branches"] == {"high_amount_threshold": 40.0}
+    assert first["high_amount_rides"] == first["low_amount_rides"] == {"high_amount_threshold": 40.0}
     assert first["ride_pickup_joins"] == {"join_max_gap": "10 minutes", "watermark_delay": "15 minutes"}
     assert first["ride_window_aggregates"] == {"window_duration": "10 minutes", "watermark_delay": "15 minutes"}
-    assert second["amount_branches"] == {"high_amount_threshold": 55.5}
+    assert second["high_amount_rides"] == second["low_amount_rides"] == {"high_amount_threshold": 55.5}
     assert second["ride_pickup_joins"] == {"join_max_gap": "3 minutes", "watermark_delay": "1 minute"}
     assert second["ride_window_aggregates"] == {"window_duration": "5 minutes", "watermark_delay": "1 minute"}
     # The continuous run takes each step's parameters as its asset does.
-    assert {step: second["continuous"][step] for step in ("amount_branches", "ride_pickup_joins")} == {
-        "amount_branches": second["amount_branches"],
-        "ride_pickup_joins": second["ride_pickup_joins"],
-    }
+    steps = ("high_amount_rides", "low_amount_rides", "ride_pickup_joins")
+    assert {step: second["continuous"][step] for step in steps} == {step: second[step] for step in steps}
     assert second["continuous"]["ride_window_aggregates"] == second["ride_window_aggregates"]
 
 

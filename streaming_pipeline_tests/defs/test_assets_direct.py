@@ -15,10 +15,10 @@ import dagster as dg
 import pytest
 
 from streaming_pipeline.definitions import build_definitions
-from streaming_pipeline.defs.silver.amount_branches import AmountBranchesConfig
 from streaming_pipeline.lakehouse.tables import RAW_RIDES
 from streaming_pipeline.resources import LakehouseResource, SparkResource
 from streaming_pipeline_tests.conftest import SPARK_TEST_CONF, TLC_RIDE_COLUMNS
+from streaming_pipeline_tests.project_tables import default_config
 
 pytestmark = pytest.mark.integration
 
@@ -107,19 +107,19 @@ def test_vendor_counts_skips_while_raw_rides_is_missing_then_counts_every_ride_o
 def test_amount_branches_split_every_ride_once_by_the_threshold(resources, spark, rides_csv: Path) -> None:
     lakehouse: LakehouseResource = resources["lakehouse"]
     rides = _write_raw_rides(spark, rides_csv, lakehouse.table_path("raw_rides"))
-    config = AmountBranchesConfig(high_amount_threshold=40.0)
-    threshold = config.high_amount_threshold
+    threshold = 40.0
     amounts = [float(ride["total_amount"]) for ride in rides]
-    expected_high = sum(1 for amount in amounts if amount >= threshold)
+    expected = {
+        "high_amount_rides": [offset for offset, amount in enumerate(amounts) if amount >= threshold],
+        "low_amount_rides": [offset for offset, amount in enumerate(amounts) if amount < threshold],
+    }
+    assert 0 < len(expected["high_amount_rides"]) < len(rides)
 
-    results = {r.asset_key.to_user_string(): r for r in _step_results("high_amount_rides", config, **resources)}
-    assert set(results) == {"high_amount_rides", "low_amount_rides"}
-    # Each ride of raw_rides is read once, and lands in exactly one branch.
-    assert _metadata_value(results["high_amount_rides"], "rows_read") == len(rides) == 266
-    assert _metadata_value(results["high_amount_rides"], "rows_written") == expected_high
-    assert _metadata_value(results["low_amount_rides"], "rows_written") == len(rides) - expected_high
-    assert 0 < expected_high < len(rides)
-    high = spark.read.format("delta").load(lakehouse.table_path("high_amount_rides"))
-    assert sorted(r.kafka_offset for r in high.collect()) == [
-        offset for offset, amount in enumerate(amounts) if amount >= threshold
-    ]
+    for table, offsets in expected.items():
+        config_class = type(default_config(table))
+        (result,) = _step_results(table, config_class(high_amount_threshold=threshold), **resources)
+        # Each branch reads every ride of raw_rides once, and holds those on its side of the threshold.
+        assert _metadata_value(result, "rows_read") == len(rides) == 266
+        assert _metadata_value(result, "dagster/row_count") == len(offsets)
+        written = spark.read.format("delta").load(lakehouse.table_path(table))
+        assert sorted(r.kafka_offset for r in written.collect()) == offsets

@@ -129,7 +129,8 @@ def test_the_continuous_job_streams_the_checkpoint_of_every_triggered_step() -> 
         "raw_rides",
         "taxi_zones",
         "vendor_counts",
-        "amount_branches",
+        "high_amount_rides",
+        "low_amount_rides",
         "rides_enriched",
         "ride_pickup_joins",
         "ride_window_aggregates",
@@ -195,6 +196,8 @@ def test_in_continuous_mode_the_run_is_kept_alive_the_offset_sensors_rest_and_no
     }
     assert loaded["checks_job"] == [
         "high_amount_rides_branches_add_up_to_rides_with_an_amount",
+        "high_amount_rides_not_behind_sources",
+        "low_amount_rides_not_behind_sources",
         "raw_pickup_locations_consumer_lag_below_bound",
         "raw_pickup_locations_reconciles_with_kafka_offsets",
         "raw_pickup_locations_unique_kafka_coordinates",
@@ -205,6 +208,7 @@ def test_in_continuous_mode_the_run_is_kept_alive_the_offset_sensors_rest_and_no
         "ride_window_aggregates_unique_window_per_vendor",
         "ride_window_aggregates_windows_count_each_ride_once",
         "rides_enriched_enriched_rows_equal_raw_rows",
+        "rides_enriched_not_behind_sources",
         "taxi_zones_consumer_lag_below_bound",
         "taxi_zones_one_row_per_key",
         "taxi_zones_reconciles_with_kafka_offsets",

@@ -67,6 +67,7 @@ def test_checks_guard_the_streaming_tables() -> None:
         "ride_pickup_joins",
         "vendor_counts",
         "high_amount_rides",
+        "low_amount_rides",
         "rides_enriched",
     }
 
@@ -103,7 +104,8 @@ def test_live_job_reaches_vendor_counts_right_after_bronze_and_the_windows_last(
     assert _step_order("raw_rides_downstream_job") == [
         "raw_rides",
         "vendor_counts",
-        "amount_branches",
+        "high_amount_rides",
+        "low_amount_rides",
         "rides_enriched",
         "ride_pickup_joins",
         "dead_letter_records",

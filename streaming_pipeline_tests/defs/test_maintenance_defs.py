@@ -107,10 +107,10 @@ def test_a_retention_below_the_minimum_is_refused_before_anything_is_done(
 def test_a_run_in_flight_that_writes_a_table_keeps_maintain_off_it() -> None:
     instance = dg.DagsterInstance.ephemeral()
     live = create_run_for_test(instance, job_name="raw_rides_downstream_job", status=dg.DagsterRunStatus.STARTED)
-    branch = create_run_for_test(
+    join = create_run_for_test(
         instance,
         job_name="__ASSET_JOB",
-        asset_selection=frozenset({dg.AssetKey("high_amount_rides")}),
+        asset_selection=frozenset({dg.AssetKey("ride_pickup_joins")}),
         status=dg.DagsterRunStatus.NOT_STARTED,
     )
     create_run_for_test(instance, job_name="raw_pickup_locations_downstream_job", status=dg.DagsterRunStatus.SUCCESS)
@@ -120,7 +120,7 @@ def test_a_run_in_flight_that_writes_a_table_keeps_maintain_off_it() -> None:
 
     assert busy("vendor_counts") == {live.run_id}
     assert busy("dead_letter_records") == {live.run_id}  # every bronze run appends dead letters
-    assert busy("low_amount_rides") == {live.run_id, branch.run_id}  # one step writes both branches
+    assert busy("join_late_rows") == {live.run_id, join.run_id}  # one step writes the join and its late rows
     assert busy("taxi_zones", "raw_pickup_locations") == set()  # the finished run is over
     runs_before = len(instance.get_runs())
     with pytest.raises(MaintenanceError, match=f"run\\(s\\) in flight write the tables to maintain: {live.run_id}"):

@@ -99,8 +99,9 @@ def test_the_live_job_selects_bronze_and_everything_downstream_without_checks() 
     job = defs.resolve_job_def("raw_rides_to_gold_job")
     # Every node is an asset (no check steps), and they are bronze raw_rides and everything downstream of it.
     assert sorted(node.name for node in job.nodes) == [
-        "amount_branches",
         "dead_letter_records",
+        "high_amount_rides",
+        "low_amount_rides",
         "raw_rides",
         "ride_pickup_joins",
         "ride_window_aggregates",

@@ -4,17 +4,22 @@ expected row is written by hand."""
 
 from __future__ import annotations
 
+import csv
+from pathlib import Path
+
 import dagster as dg
+import pytest
 
-from streaming_pipeline.components import StreamingTable
+from streaming_pipeline.components import KafkaDeltaSource
+from streaming_pipeline.components.streamed_table import declared_tables, streamed_tables
 from streaming_pipeline.devstack.project import project_defs_folder
+from streaming_pipeline.lakehouse.tables import RIDE_COLUMNS
 from streaming_pipeline_tests.dataframe_helpers import assert_exact
+from streaming_pipeline_tests.lakehouse.silver.zone_helpers import lookup_by_csv_module
+from streaming_pipeline_tests.project_tables import declared
 
-
-def declared(name: str) -> StreamingTable:
-    tree = dg.ComponentTree.for_project(project_defs_folder())
-    (table,) = [c for c in tree.get_all_components(of_type=StreamingTable) if c.name == name]
-    return table
+RIDE_SCHEMA = "kafka_offset BIGINT, vendor_id INT, pu_location_id INT, do_location_id INT, total_amount DOUBLE"
+ZONE_COLUMNS = ["kafka_offset", "pu_borough", "pu_zone", "do_borough", "do_zone"]
 
 
 def test_vendor_counts_counts_rides_per_vendor_including_the_null_vendor(spark):
@@ -27,3 +32,80 @@ def test_vendor_counts_counts_rides_per_vendor_including_the_null_vendor(spark):
     assert_exact(spark, counted, [(1, 3), (2, 1), (None, 2), (7, 1)], "vendor_id int, trip_count long")
     no_rides = spark.createDataFrame([], "vendor_id int, total_amount double")
     assert_exact(spark, query.rows_for(spark, {"raw_rides": no_rides}), [], "vendor_id int, trip_count long")
+
+
+@pytest.fixture()
+def zones(spark):  # type: ignore[no-untyped-def]
+    """The taxi_zones table's columns, with the shipped lookup's zones."""
+    rows = [(k, *v) for k, v in lookup_by_csv_module().items()]
+    return spark.createDataFrame(rows, "location_id int, borough string, zone string, service_zone string")
+
+
+def _sorted_rows(frame, columns: list[str]) -> list[tuple]:  # type: ignore[no-untyped-def]
+    return sorted((tuple(row) for row in frame.select(*columns).collect()), key=repr)
+
+
+def test_rides_enriched_keeps_a_ride_with_an_unknown_zone_id_with_null_zone_columns(spark, zones) -> None:
+    rides = spark.createDataFrame([(0, 1, 1, 999, 10.0), (1, 2, 999, 265, 20.0), (2, 2, None, 132, 30.0)], RIDE_SCHEMA)
+    enriched = declared("rides_enriched").table_query().rows_for(spark, {"raw_rides": rides, "taxi_zones": zones})
+
+    assert enriched.columns == rides.columns + ["pu_borough", "pu_zone", "do_borough", "do_zone"]
+    assert _sorted_rows(enriched, ZONE_COLUMNS) == [
+        (0, "EWR", "Newark Airport", None, None),
+        (1, None, None, "Unknown", "NA"),
+        (2, None, None, "Queens", "JFK Airport"),
+    ]
+
+
+def test_rides_enriched_equals_a_csv_module_join_of_rides_csv_and_the_lookup(spark, zones, rides_csv: Path) -> None:
+    with rides_csv.open(newline="") as handle:
+        sample = [
+            (n, int(r["VendorID"]), int(r["PULocationID"]), int(r["DOLocationID"]), float(r["total_amount"]))
+            for n, r in enumerate(csv.DictReader(handle))
+        ][:40]
+    lookup = lookup_by_csv_module()
+    unknown = (None, None, None)
+    expected = sorted(
+        ((n, *lookup.get(pu, unknown)[:2], *lookup.get(do, unknown)[:2]) for n, _, pu, do, _ in sample), key=repr
+    )
+
+    rides = spark.createDataFrame(sample, RIDE_SCHEMA)
+    enriched = declared("rides_enriched").table_query().rows_for(spark, {"raw_rides": rides, "taxi_zones": zones})
+
+    assert _sorted_rows(enriched, ZONE_COLUMNS) == expected
+    assert enriched.count() == len(sample) == 40  # every ride exactly once
+    ride_columns = ["kafka_offset", "vendor_id", "pu_location_id", "do_location_id", "total_amount"]
+    assert _sorted_rows(enriched, ride_columns) == sorted(sample, key=repr)
+
+
+def test_rides_enriched_columns_passed_through_from_raw_rides_keep_their_descriptions() -> None:
+    tree = dg.ComponentTree.for_project(project_defs_folder())
+    sources = [c.source for c in tree.get_all_components(of_type=KafkaDeltaSource)]
+    described = {
+        c.name: c.description for c in declared_tables(sources, streamed_tables(tree))["rides_enriched"].columns
+    }
+    assert {c.name: described[c.name] for c in RIDE_COLUMNS} == {c.name: c.description for c in RIDE_COLUMNS}
+    assert described["pu_zone"] == "Pickup zone name; null for an unknown id."  # its own, from its declaration
+
+
+def test_the_amount_branches_put_40_and_above_high_below_low_and_a_null_amount_in_neither(spark) -> None:
+    amounts = [40.00, 39.99, None, 120.5, 0.0, 40.01, -5.0, None]
+    rides = spark.createDataFrame([(n, 1, 1, 2, amount) for n, amount in enumerate(amounts)], RIDE_SCHEMA)
+    threshold = {"high_amount_threshold": 40.0}
+
+    high = declared("high_amount_rides").table_query().rows_for(spark, {"raw_rides": rides}, threshold)
+    low = declared("low_amount_rides").table_query().rows_for(spark, {"raw_rides": rides}, threshold)
+
+    assert high.schema == rides.schema and low.schema == rides.schema  # whole rows
+    assert sorted(tuple(row) for row in high.collect()) == [
+        (0, 1, 1, 2, 40.0),
+        (3, 1, 1, 2, 120.5),
+        (5, 1, 1, 2, 40.01),
+    ]
+    assert sorted(tuple(row) for row in low.collect()) == [(1, 1, 1, 2, 39.99), (4, 1, 1, 2, 0.0), (6, 1, 1, 2, -5.0)]
+    low_at_100 = (
+        declared("low_amount_rides")
+        .table_query()
+        .rows_for(spark, {"raw_rides": rides}, {"high_amount_threshold": 100.0})
+    )
+    assert sorted(row.kafka_offset for row in low_at_100.collect()) == [0, 1, 4, 5, 6]

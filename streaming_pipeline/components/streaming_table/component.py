@@ -257,21 +257,22 @@ class StreamingTable(DeclaresStreamedTable, dg.Component, dg.Model, dg.Resolvabl
     def streamed_table(self) -> StreamedTable:
         """Its step, as the continuous run, the fast runs and table maintenance find every step of the project."""
         if self._step is None:
-            streams, tables = self.reads()
-            description = self.description or self._default_description()
-            preview_order = self.preview_order()
-            self._step = StreamedTable(
-                step=self.name,
-                writes=[WrittenTable(self.table(), description, tuple(self.owners))],
-                reads=[*streams, *tables],
-                query=functools.partial(_query, self.table_query()),
-                compute=functools.partial(_materialized, self.table(), preview_order),
-                priority=self.priority,
-                config=self.config_class(),
-                latency_critical=self.latency_critical,
-                updates_in_place=self.mode != "append",
-            )
+            self._step = self._step_writing(self.table())
         return self._step
+
+    def _step_writing(self, table: Table) -> StreamedTable:
+        streams, tables = self.reads()
+        return StreamedTable(
+            step=self.name,
+            writes=[WrittenTable(table, self.description or self._default_description(), tuple(self.owners))],
+            reads=[*streams, *tables],
+            query=functools.partial(_query, self.table_query()),
+            compute=functools.partial(_materialized, table, self.preview_order()),
+            priority=self.priority,
+            config=self.config_class(),
+            latency_critical=self.latency_critical,
+            updates_in_place=self.mode != "append",
+        )
 
     def _default_description(self) -> str:
         streams, tables = self.reads()
@@ -283,8 +284,9 @@ class StreamingTable(DeclaresStreamedTable, dg.Component, dg.Model, dg.Resolvabl
     def build_defs(self, context: dg.ComponentLoadContext) -> dg.Definitions:
         """Read when the definitions load: the checks of the declaration against the project (each refusal names
         this file), then the step's asset."""
+        tree = context.component_tree
         try:
-            self._check(context.component_tree)
+            self._check(tree)
         except ConfigurationError as exc:
             if str(self.declared_at) in str(exc):
                 raise
@@ -293,8 +295,10 @@ class StreamingTable(DeclaresStreamedTable, dg.Component, dg.Model, dg.Resolvabl
 
         live = LiveSettings.from_env()
         streams, _ = self.reads()
+        # the table as the project declares it: with the descriptions of the columns it passes through
+        table = declared_tables(_sources(tree), streamed_tables(tree))[self.name]
         return dg.Definitions(
-            assets=[self.streamed_table().asset(live)],
+            assets=[self._step_writing(table).asset(live)],
             asset_checks=[not_behind_sources_check(self.name, streams, live.freshness_seconds)],
         )
 
@@ -355,9 +359,7 @@ class StreamingTable(DeclaresStreamedTable, dg.Component, dg.Model, dg.Resolvabl
             )
 
     def _check_sources(self, tree: dg.ComponentTree, streams: Sequence[str], tables: Sequence[str]) -> None:
-        from streaming_pipeline.components.kafka_delta_source import KafkaDeltaSource
-
-        sources: list[SourceTopic] = [c.source for c in tree.get_all_components(of_type=KafkaDeltaSource)]
+        sources = _sources(tree)
         steps = streamed_tables(tree)
         writers = [step for step in steps if self.name in step.table_names]
         if len(writers) > 1 or any(self.name == t.name for s in sources for t in s.tables):
@@ -448,6 +450,12 @@ def streaming_table(
         return declared
 
     return declare
+
+
+def _sources(tree: dg.ComponentTree) -> list[SourceTopic]:
+    from streaming_pipeline.components.kafka_delta_source import KafkaDeltaSource
+
+    return [c.source for c in tree.get_all_components(of_type=KafkaDeltaSource)]
 
 
 def _query(table_query: StreamingTableQuery, inputs: QueryInputs, config: Any) -> Any:

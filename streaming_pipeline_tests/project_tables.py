@@ -1,0 +1,29 @@
+"""This project's streaming tables as their declarations (`defs/<layer>/<table>/defs.yaml`) give them, for tests."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import dagster as dg
+
+from streaming_pipeline.components import StreamingTable
+from streaming_pipeline.devstack.project import project_defs_folder
+
+
+def declared(name: str) -> StreamingTable:
+    """The component of the project's streaming table `name`."""
+    tree = dg.ComponentTree.for_project(project_defs_folder())
+    (table,) = [c for c in tree.get_all_components(of_type=StreamingTable) if c.name == name]
+    return table
+
+
+def default_config(name: str) -> Any:
+    """The run config of table `name` with its declared defaults (no environment variable read)."""
+    config_class = declared(name).config_class()
+    assert config_class is not None, f"{name} declares no parameters"
+    return config_class()
+
+
+def default_high_amount_threshold() -> float:
+    """The amount branches' threshold without HIGH_AMOUNT_THRESHOLD: what a run of them uses by default."""
+    return float(default_config("high_amount_rides").high_amount_threshold)
