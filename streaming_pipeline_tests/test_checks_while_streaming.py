@@ -36,7 +36,7 @@ RIDES_DDL = (
 WINDOWS = {"window_duration": "600 seconds", "watermark_delay": "900 seconds"}
 ASSETS = [
     pipeline_asset(table)
-    for table in ("rides_enriched", "high_amount_rides", "vendor_counts", "ride_window_aggregates")
+    for table in ("rides_enriched", "high_amount_rides", "low_amount_rides", "vendor_counts", "ride_window_aggregates")
 ]
 CHECKS = [
     enriched_rows_equal_raw_rows,
