@@ -6,8 +6,10 @@ from typing import Any
 
 import dagster as dg
 
-from streaming_pipeline.components import StreamingTable
+from streaming_pipeline.components import KafkaDeltaSource, StreamingTable
+from streaming_pipeline.components.streamed_table import declared_tables, streamed_tables
 from streaming_pipeline.devstack.project import project_defs_folder
+from streaming_pipeline.lakehouse.table_model import Table
 
 
 def declared(name: str) -> StreamingTable:
@@ -27,3 +29,10 @@ def default_config(name: str) -> Any:
 def default_high_amount_threshold() -> float:
     """The amount branches' threshold without HIGH_AMOUNT_THRESHOLD: what a run of them uses by default."""
     return float(default_config("high_amount_rides").high_amount_threshold)
+
+
+def project_table(name: str) -> Table:
+    """The declaration of the project's table `name` (its columns), as the definitions derive it."""
+    tree = dg.ComponentTree.for_project(project_defs_folder())
+    sources = [c.source for c in tree.get_all_components(of_type=KafkaDeltaSource)]
+    return declared_tables(sources, streamed_tables(tree))[name]

@@ -15,6 +15,7 @@ from confluent_kafka.admin import AdminClient
 
 from streaming_pipeline.definitions import pipeline_definitions
 from streaming_pipeline.devstack.cli import main as cli_main
+from streaming_pipeline.devstack.project import project_sources
 from streaming_pipeline.devstack.replay import ReplayStart, replay
 from streaming_pipeline.lakehouse.bronze.ingestion import ingest_topic
 from streaming_pipeline.lakehouse.bronze.offsets import (
@@ -126,7 +127,12 @@ def test_checkpoint_reset_stops_the_run_and_replay_rebuilds_everything_exactly_o
     assert len(_coordinates(spark, table)) == 40, "the refused run changed the table"
 
     report = replay(
-        "raw_rides", ReplayStart(), defs=defs, instance=dg.DagsterInstance.ephemeral(), progress=lambda _m: None
+        "raw_rides",
+        ReplayStart(),
+        defs=defs,
+        sources=project_sources(),
+        instance=dg.DagsterInstance.ephemeral(),
+        progress=lambda _m: None,
     )
     ends = end_offsets(stack.bootstrap_servers, RIDES_TOPIC)
     coordinates = _coordinates(spark, table)
@@ -216,6 +222,7 @@ def test_recreated_topic_is_reported_by_run_and_sensor_and_replay_reads_the_new_
         "raw_rides",
         ReplayStart(),
         defs=_defs(pipeline_resources),
+        sources=project_sources(),
         instance=dg.DagsterInstance.ephemeral(),
         progress=lambda _m: None,
     )
@@ -255,6 +262,7 @@ def test_records_deleted_unread_stop_the_run_and_replay_from_offsets_starts_wher
         "raw_rides",
         start,
         defs=_defs(pipeline_resources),
+        sources=project_sources(),
         instance=dg.DagsterInstance.ephemeral(),
         progress=lambda _m: None,
     )

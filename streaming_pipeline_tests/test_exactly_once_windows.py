@@ -16,7 +16,6 @@ from pyspark.sql import functions as F
 
 from streaming_pipeline.definitions import defs
 from streaming_pipeline.defs.gold.ride_window_aggregates import RideWindowsConfig
-from streaming_pipeline.defs.silver.ride_pickup_joins import RidePickupJoinsConfig
 from streaming_pipeline.lakehouse.engine.delta_log import latest_version
 from streaming_pipeline.lakehouse.engine.streams import run_once
 from streaming_pipeline.lakehouse.gold.window_reconcile import RECONCILE_WRITER, reconcile_ride_windows
@@ -26,8 +25,10 @@ from streaming_pipeline.lakehouse.gold.windows import (
     stream_ride_windows,
     window_run_result,
 )
-from streaming_pipeline.lakehouse.silver.joins import JoinRunResult, join_run_result, ride_pickup_joins_query
+from streaming_pipeline.lakehouse.late_rows import LateRows, late_rows_of
+from streaming_pipeline.lakehouse.settings import normalize_interval
 from streaming_pipeline.resources.lakehouse import LakehouseResource
+from streaming_pipeline_tests.project_tables import declared, default_config
 
 #: The windows' and the join's parameters, as the assets pass them by default.
 pytestmark = pytest.mark.slow
@@ -47,9 +48,11 @@ def update_ride_window_aggregates(spark, lakehouse, **windows: str) -> WindowRun
     return window_run_result(run_once(ride_windows_query(spark, lakehouse, **windows)))
 
 
-def update_ride_pickup_joins(spark, lakehouse, *, run_id: str | None = None, **join: str) -> JoinRunResult:
-    """One triggered run of the join, as the asset does it: the query run once, its late rows recorded."""
-    return join_run_result(run_once(ride_pickup_joins_query(spark, lakehouse, run_id=run_id, **join)))
+def update_ride_pickup_joins(spark, lakehouse, *, run_id: str | None = None, **join: str) -> LateRows:
+    """One triggered run of the join, as the asset does it: its declaration's query run once, its late rows
+    recorded."""
+    query = declared("ride_pickup_joins").table_query()
+    return late_rows_of(run_once(query.query(spark, lakehouse, join, run_id=run_id)))
 
 
 def at(hour: int, minute: int) -> dt.datetime:
@@ -67,7 +70,8 @@ def lakehouse(tmp_path) -> LakehouseResource:
         WINDOWS["window_duration"],
         WINDOWS["watermark_delay"],
     )
-    assert RidePickupJoinsConfig().interval("join_max_gap") == JOIN["join_max_gap"]
+    join = default_config("ride_pickup_joins")
+    assert {field: normalize_interval(getattr(join, field), name=field) for field in JOIN} == JOIN
     return LakehouseResource(root=str(tmp_path / "lakehouse"))
 
 

@@ -72,7 +72,7 @@ SENSOR_NAME = "raw_rides_offset_sensor"
 LOAD, KILL_LOAD = scaled(1_000), scaled(800)
 #: The names of the streaming tables' asset checks, which live_checks_job runs: three for each bronze table (the table
 #: topic's one_row_per_key in place of unique_kafka_coordinates), a check of each silver and gold table, and
-#: not_behind_sources of each streaming table: 19 checks in all.
+#: not_behind_sources of each streaming table: 20 checks in all.
 LIVE_CHECKS = [
     "reconciles_with_kafka_offsets",
     "unique_kafka_coordinates",
@@ -585,7 +585,7 @@ def test_the_continuous_mode_streams_produced_rides_to_gold_exactly_once_through
         .records
     )
     evaluations = [record.event_log_entry.dagster_event.event_specific_data for record in records]
-    assert len(evaluations) == 19 and {e.check_name for e in evaluations} == set(LIVE_CHECKS)
+    assert len(evaluations) == 20 and {e.check_name for e in evaluations} == set(LIVE_CHECKS)
     assert [(e.asset_key.to_user_string(), e.check_name) for e in evaluations if not e.passed] == []
 
 

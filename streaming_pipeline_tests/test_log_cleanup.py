@@ -16,6 +16,7 @@ import pytest
 from streaming_pipeline.components.kafka_delta_source.sensors import build_offset_sensor, live_job
 from streaming_pipeline.definitions import pipeline_definitions
 from streaming_pipeline.devstack.cli import main as cli_main
+from streaming_pipeline.devstack.project import project_sources
 from streaming_pipeline.devstack.replay import ReplayStart, empty_table, replay
 from streaming_pipeline.lakehouse.bronze.ingestion import ingest_topic
 from streaming_pipeline.lakehouse.bronze.offsets import (
@@ -185,7 +186,14 @@ def test_replay_from_earliest_a_time_and_offsets_rebuilds_exactly_after_log_clea
     def rebuilt(start: ReplayStart) -> set[tuple[str, int, int]]:
         spark.sql(f"OPTIMIZE delta.`{table}`")
         _clean_every_table(spark, lakehouse_dir)  # replay starts every stream on a new checkpoint
-        replay("raw_rides", start, defs=defs, instance=dg.DagsterInstance.ephemeral(), progress=lambda _m: None)
+        replay(
+            "raw_rides",
+            start,
+            defs=defs,
+            sources=project_sources(),
+            instance=dg.DagsterInstance.ephemeral(),
+            progress=lambda _m: None,
+        )
         coordinates = _coordinates(spark, table)
         assert len(coordinates) == len(set(coordinates))
         return set(coordinates)

@@ -18,18 +18,14 @@ import pytest
 from confluent_kafka.serialization import MessageField
 
 from streaming_pipeline.definitions import pipeline_definitions
+from streaming_pipeline.devstack.project import project_sources
 from streaming_pipeline.devstack.replay import ReplayStart, replay
 from streaming_pipeline.devstack.synthetic import SyntheticOptions, synthetic_rides
 from streaming_pipeline.lakehouse.registry_client import RegistryClient
-from streaming_pipeline.lakehouse.tables import (
-    JOIN_LATE_ROWS,
-    PICKUPS_TOPIC,
-    RIDE_PICKUP_JOINS,
-    RIDE_WINDOW_AGGREGATES,
-    RIDES_TOPIC,
-)
+from streaming_pipeline.lakehouse.tables import PICKUPS_TOPIC, RIDE_WINDOW_AGGREGATES, RIDES_TOPIC
 from streaming_pipeline_tests.cli_helpers import produce_with_cli
 from streaming_pipeline_tests.kafka_helpers import SCHEMA_DIR, avro_frame, produce_raw
+from streaming_pipeline_tests.project_tables import project_table
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
@@ -193,7 +189,7 @@ def _assert_every_table_exact(spark: Any, resources: dict[str, Any], produced: P
         assert columns[: len(RIDE_COLUMNS_OF_V1)] == RIDE_COLUMNS_OF_V1 and NEW_FIELD in columns, (table, columns)
     # The tables with columns of their own keep them, and are complete.
     assert _columns(spark, resources, "vendor_counts") == VENDOR_COUNT_COLUMNS
-    for table in (RIDE_WINDOW_AGGREGATES, RIDE_PICKUP_JOINS, JOIN_LATE_ROWS):
+    for table in (RIDE_WINDOW_AGGREGATES, project_table("ride_pickup_joins"), project_table("join_late_rows")):
         assert sorted(_columns(spark, resources, table.name)) == sorted(table.column_names)
     counts = {r.vendor_id: r.trip_count for r in _rows(spark, resources, "vendor_counts")}
     assert counts == produced.vendor_counts()
@@ -255,7 +251,14 @@ def test_a_field_added_dropped_and_written_by_old_producers_flows_through_every_
     defs = dg.Definitions.merge(
         pipeline_definitions(), dg.Definitions(resources=pipeline_resources, executor=dg.in_process_executor)
     )
-    replay("raw_rides", ReplayStart(), defs=defs, instance=dg.DagsterInstance.ephemeral(), progress=lambda _: None)
+    replay(
+        "raw_rides",
+        ReplayStart(),
+        defs=defs,
+        sources=project_sources(),
+        instance=dg.DagsterInstance.ephemeral(),
+        progress=lambda _: None,
+    )
     _assert_every_table_exact(spark, pipeline_resources, produced)
 
 
@@ -288,7 +291,14 @@ def test_a_type_change_the_tables_cannot_take_stops_bronze_loudly_and_a_replay_t
     defs = dg.Definitions.merge(
         pipeline_definitions(), dg.Definitions(resources=pipeline_resources, executor=dg.in_process_executor)
     )
-    replay("raw_rides", ReplayStart(), defs=defs, instance=dg.DagsterInstance.ephemeral(), progress=lambda _: None)
+    replay(
+        "raw_rides",
+        ReplayStart(),
+        defs=defs,
+        sources=project_sources(),
+        instance=dg.DagsterInstance.ephemeral(),
+        progress=lambda _: None,
+    )
     raw = spark.read.format("delta").load(pipeline_resources["lakehouse"].table_path("raw_rides"))
     assert dict(raw.dtypes)["passenger_count"] == "bigint"
     got = sorted((r.kafka_partition, r.kafka_offset, r.passenger_count) for r in raw.collect())

@@ -17,6 +17,7 @@ from confluent_kafka.serialization import MessageField
 
 from streaming_pipeline.components.kafka_delta_source.sensors import build_offset_sensor, live_job
 from streaming_pipeline.definitions import pipeline_definitions
+from streaming_pipeline.devstack.project import project_sources
 from streaming_pipeline.devstack.replay import ReplayStart, replay
 from streaming_pipeline.lakehouse.bronze import table_batches
 from streaming_pipeline.lakehouse.bronze.ingestion import ingest_topic
@@ -215,7 +216,14 @@ def test_a_table_topic_keeps_the_latest_value_per_key_and_every_version_through_
     defs = dg.Definitions.merge(
         pipeline_definitions(), dg.Definitions(resources=pipeline_resources, executor=dg.in_process_executor)
     )
-    replay("taxi_zones", ReplayStart(), defs=defs, instance=dg.DagsterInstance.ephemeral(), progress=lambda _m: None)
+    replay(
+        "taxi_zones",
+        ReplayStart(),
+        defs=defs,
+        sources=project_sources(),
+        instance=dg.DagsterInstance.ephemeral(),
+        progress=lambda _m: None,
+    )
     _assert_exact(spark, pipeline_resources, sent)
     assert len(_dead_letters(spark, pipeline_resources)) == 2
     assert _ingest(spark, pipeline_resources).report.input_rows == 0

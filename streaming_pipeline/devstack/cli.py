@@ -516,10 +516,13 @@ def _add_replay_parser(subparsers: argparse._SubParsersAction) -> None:
         "environment as the definitions (KAFKA_BOOTSTRAP_SERVERS, LAKEHOUSE_DIR, SPARK_REMOTE, DAGSTER_HOME, ...). "
         "The way out when a table and its checkpoint disagree, or a topic's offsets went backwards.",
     )
+    replay.add_argument("asset", help="the bronze table to rebuild")
     replay.add_argument(
-        "asset",
-        choices=[s.bronze_table for s in project_sources()],
-        help="the bronze table to rebuild",
+        "--project",
+        metavar="DIR",
+        type=Path,
+        help="a dg project whose tables to rebuild (a directory in it; its package installed): its sources, streaming "
+        "tables and resources (default: this package's own project)",
     )
     start = replay.add_mutually_exclusive_group()
     start.add_argument(
@@ -539,14 +542,21 @@ def _add_replay_parser(subparsers: argparse._SubParsersAction) -> None:
 def _run_replay(args: argparse.Namespace) -> int:
     import dagster as dg
 
+    from streaming_pipeline.components.kafka_delta_source.component import declared_sources
     from streaming_pipeline.definitions import build_definitions
     from streaming_pipeline.devstack.replay import ReplayStart, replay
     from streaming_pipeline.lakehouse import settings
 
     start = ReplayStart.parse(from_time=args.from_time, from_offsets=args.from_offsets)
-    defs = build_definitions()
+    if args.project is None:
+        defs, sources = build_definitions(), project_sources()
+    else:
+        tree = dg.ComponentTree.for_project(args.project.resolve())
+        defs, sources = tree.build_defs(), declared_sources(tree)
     instance = dg.DagsterInstance.get() if settings.dagster_home() else dg.DagsterInstance.ephemeral()
-    report = replay(args.asset, start, defs=defs, instance=instance, progress=lambda m: print(m, flush=True))
+    report = replay(
+        args.asset, start, defs=defs, sources=sources, instance=instance, progress=lambda m: print(m, flush=True)
+    )
     print(report.summary())
     return 0
 

@@ -60,11 +60,11 @@ PREFERRED_VIEWS: dict[str, tuple[list[str], list[str]]] = {
         ["window_start", "vendor_id"],
         ["window_start", "window_end", "vendor_id", "trip_count", "total_amount_sum", "late_trip_count", "is_final"],
     ),
-    tables.RIDE_PICKUP_JOINS.name: (
+    "ride_pickup_joins": (
         ["pickup_datetime", "vendor_id"],
         ["vendor_id", "location_id", "dropoff_datetime", "pickup_datetime"],
     ),
-    tables.JOIN_LATE_ROWS.name: (
+    "join_late_rows": (
         ["query_id", "batch_id"],
         ["batch_id", "input_rows", "rows_dropped_by_watermark", "watermark"],
     ),

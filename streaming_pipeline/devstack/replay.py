@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
@@ -30,7 +30,6 @@ import dagster as dg
 
 from streaming_pipeline.components.kafka_delta_source.sensors import live_job_names
 from streaming_pipeline.devstack.errors import ReplayError
-from streaming_pipeline.devstack.project import project_sources
 from streaming_pipeline.lakehouse.bronze.decode import reader_schema_of
 from streaming_pipeline.lakehouse.bronze.offsets import Offsets, replay_app_id
 from streaming_pipeline.lakehouse.engine.delta_log import filesystem, latest_version
@@ -253,16 +252,23 @@ def replay(
     start: ReplayStart,
     *,
     defs: dg.Definitions,
+    sources: Sequence[SourceTopic],
     instance: dg.DagsterInstance,
     progress: Callable[[str], None] = print,
 ) -> ReplayReport:
-    sources = {s.bronze_table: s for s in project_sources()}
-    if asset_name not in sources:
-        raise ReplayError(f"{asset_name!r} is not a bronze asset; replay one of {sorted(sources)}")
-    source = sources[asset_name]
+    """Rebuild the bronze table `asset_name` of one of `sources` and everything downstream of it in `defs` (a
+    project's definitions, with its resources), on `instance`."""
+    by_table = {s.bronze_table: s for s in sources}
+    if asset_name not in by_table:
+        raise ReplayError(f"{asset_name!r} is not a bronze asset; replay one of {sorted(by_table)}")
+    source = by_table[asset_name]
     topic = source.topic
     resources = defs.resources
-    assert resources is not None  # build_definitions() always binds the pipeline's resources
+    if resources is None or not {"kafka", "lakehouse", "spark", "schema_registry"} <= set(resources):
+        raise ReplayError(
+            "the definitions bind no kafka, lakehouse, spark and schema_registry resources: bind them once, as "
+            "`dg scaffold defs` does in defs/resources.py"
+        )
     kafka: KafkaResource = resolved(resources["kafka"])
     lakehouse: LakehouseResource = resources["lakehouse"]
     downstream = [name for name in downstream_assets(defs, asset_name) if name != DEAD_LETTER_RECORDS.name]

@@ -23,9 +23,10 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from streaming_pipeline.lakehouse.engine.delta_tables import count_rows, delta_path_sql, table_exists
 from streaming_pipeline.lakehouse.engine.sink_position import checkpoint_query_id
-from streaming_pipeline.lakehouse.engine.streams import StreamQuery, delta_stream
+from streaming_pipeline.lakehouse.engine.streams import Log, StreamQuery, delta_stream
 from streaming_pipeline.lakehouse.errors import StreamingTableStateError
-from streaming_pipeline.lakehouse.streaming_sql import read_sql
+from streaming_pipeline.lakehouse.late_rows import LateRowsRecorder
+from streaming_pipeline.lakehouse.streaming_sql import read_sql, substitute
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -39,10 +40,15 @@ MODES: tuple[Mode, ...] = ("append", "complete", "upsert")
 
 @dataclass(frozen=True)
 class Watermark:
-    """How late a streamed input's rows may arrive: `column` is its event time, `delay` a Spark interval."""
+    """How late a streamed input's rows may arrive: `column` is its event time, `delay` a Spark interval (or a
+    `${parameter}` of the table)."""
 
     column: str
     delay: str
+
+    def delay_given(self, parameters: Mapping[str, Any]) -> str:
+        """The delay with its parameters' values."""
+        return substitute(self.delay, parameters)
 
 
 @dataclass(frozen=True)
@@ -77,7 +83,8 @@ class SqlTransformation:
 @dataclass(frozen=True)
 class StreamingTableQuery:
     """A streaming table as the engine runs it: its name (which names its checkpoint), what it streams and reads,
-    its transformation, its shape and keys, and the watermark of each streamed input that has one."""
+    its transformation, its shape and keys, the watermark of each streamed input that has one, and the table that
+    records the micro-batches whose watermark dropped rows (`late_rows`)."""
 
     name: str
     streams: tuple[str, ...]
@@ -87,6 +94,7 @@ class StreamingTableQuery:
     keys: tuple[str, ...] = ()
     watermarks: Mapping[str, Watermark] = field(default_factory=dict)
     sequence_by: str | None = None
+    late_rows_table: str | None = None
 
     @property
     def reads(self) -> tuple[str, ...]:
@@ -94,16 +102,28 @@ class StreamingTableQuery:
 
     def frame(self, spark: SparkSession, lakehouse: Lakehouse, parameters: Mapping[str, Any]) -> DataFrame:
         """The table's rows as a streaming DataFrame over the lakehouse."""
-        streams = {name: self.watermarked(name, delta_stream(spark, lakehouse, name)) for name in self.streams}
+        streams = {
+            name: self.watermarked(name, delta_stream(spark, lakehouse, name), parameters) for name in self.streams
+        }
         tables = {name: spark.read.format("delta").load(lakehouse.table_path(name)) for name in self.tables}
         return self.transformation(spark, Inputs(streams, tables, parameters))
 
-    def watermarked(self, name: str, frame: DataFrame) -> DataFrame:
+    def watermarked(self, name: str, frame: DataFrame, parameters: Mapping[str, Any]) -> DataFrame:
         watermark = self.watermarks.get(name)
-        return frame if watermark is None else frame.withWatermark(watermark.column, watermark.delay)
+        return frame if watermark is None else frame.withWatermark(watermark.column, watermark.delay_given(parameters))
 
-    def query(self, spark: SparkSession, lakehouse: Lakehouse, parameters: Mapping[str, Any]) -> StreamQuery:
-        """The table's streaming query, ready to run once or keep running, with the source paths it waits for."""
+    def query(
+        self,
+        spark: SparkSession,
+        lakehouse: Lakehouse,
+        parameters: Mapping[str, Any],
+        *,
+        run_id: str | None = None,
+        log: Log | None = None,
+    ) -> StreamQuery:
+        """The table's streaming query, ready to run once or keep running, with the source paths it waits for; with
+        a late-rows table, what its watermark drops is recorded there (for the Dagster run `run_id`, a warning
+        to `log`)."""
         path, checkpoint = lakehouse.table_path(self.name), lakehouse.checkpoint_path(self.name)
 
         def start_writer() -> DataStreamWriter:
@@ -123,11 +143,15 @@ class StreamingTableQuery:
                 .option("mergeSchema", "true")
             )
 
+        late = self.late_rows_table
         return StreamQuery(
             self.name,
             start_writer,
-            tables=(self.name,),
+            tables=(self.name,) if late is None else (self.name, late),
             source_paths=tuple(lakehouse.table_path(name) for name in self.reads),
+            on_progress=None
+            if late is None
+            else LateRowsRecorder(spark, self.name, late, lakehouse.table_path(late), run_id, log),
         )
 
     def rows_for(
@@ -142,9 +166,10 @@ class StreamingTableQuery:
         missing = sorted(set(self.reads) - set(inputs))
         if missing:
             raise ValueError(f"{self.name} reads {', '.join(missing)}: give a DataFrame for each")
-        streams = {name: self.watermarked(name, inputs[name]) for name in self.streams}
+        given = dict(parameters or {})
+        streams = {name: self.watermarked(name, inputs[name], given) for name in self.streams}
         tables = {name: inputs[name] for name in self.tables}
-        return self.transformation(spark, Inputs(streams, tables, dict(parameters or {})))
+        return self.transformation(spark, Inputs(streams, tables, given))
 
 
 def refuse_rows_without_checkpoint(spark: SparkSession, name: str, path: str, checkpoint: str) -> None:

@@ -2,10 +2,9 @@
 its columns (name, Spark SQL type, description), as docs/tables.md documents them. A bronze table is derived from
 its source's declaration (`streaming_pipeline.lakehouse.sources.SourceTopic`): the project's three sources (the
 `rides` and `pickup_locations` streams and the `taxi_zones` table topic) are declared here, and the code location
-makes each a `KafkaDeltaSource` (`defs/bronze/<source>.py`). The silver and gold tables whose foreachBatch
-handlers or shared transformations need their DDL are declared here too; a table that needs none is declared in
-`defs/`, by its SQL (`silver/rides_enriched/defs.yaml`, `gold/vendor_counts/defs.yaml`) or in its own module (the
-amount branches).
+makes each a `KafkaDeltaSource` (`defs/bronze/<source>.py`). The windows, whose foreachBatch handler needs
+their DDL, are declared here too; the other silver and gold tables are declared in `defs/` by their SQL
+(`silver/rides_enriched/defs.yaml`, `gold/vendor_counts/defs.yaml`, ...).
 
 Plain Python, importing neither Dagster nor Spark: the foreachBatch handlers, which run in a Spark worker that
 must not import Dagster, take their DDL from here. The Dagster wiring derives the schemas the UI shows
@@ -83,42 +82,6 @@ DEAD_LETTER_RECORDS = Table(
         Column("raw_value", "binary", "Value bytes exactly as received."),
         Column("error", "string", "Why the record could not be decoded."),
         Column("failed_at", "timestamp", "When ingestion set it aside (UTC)."),
-    ),
-)
-
-# ------------------------------------------------------------------------------------------------ silver
-
-RIDE_PICKUP_JOINS = Table(
-    "ride_pickup_joins",
-    SILVER,
-    (
-        Column("vendor_id", "int", "Vendor of the ride."),
-        Column("location_id", "int", "Zone where the ride dropped off and the pickup happened."),
-        Column("pickup_datetime", "timestamp", "Time of the pickup event."),
-        Column("dropoff_datetime", "timestamp", "Dropoff time of the ride."),
-        Column("ride_kafka_partition", "int"),
-        Column("ride_kafka_offset", "bigint"),
-        Column("pickup_kafka_partition", "int"),
-        Column("pickup_kafka_offset", "bigint"),
-    ),
-)
-
-JOIN_LATE_ROWS = Table(
-    "join_late_rows",
-    SILVER,
-    (
-        Column("query_id", "string", "The join query (its checkpoint); batch ids restart with a new one."),
-        Column("batch_id", "bigint", "Micro-batch of the join query."),
-        Column("input_rows", "bigint", "Rides and pickups the micro-batch read."),
-        Column(
-            "rows_dropped_by_watermark",
-            "bigint",
-            "Rides or pickups that arrived at or before the watermark of the previous micro-batch: "
-            "too late to be joined, dropped by Spark.",
-        ),
-        Column("watermark", "timestamp", "The join's watermark in this micro-batch (UTC)."),
-        Column("run_id", "string", "The Dagster run."),
-        Column("recorded_at", "timestamp", "When the row was written (UTC)."),
     ),
 )
 

@@ -9,7 +9,8 @@ with basic auth) with the session's engine, reach every table:
 1. by `dagster asset materialize` (with a record that cannot be decoded);
 2. by the offset sensors of `dagster dev` (its daemon launching the live jobs), with a later schema version;
 3. by the continuous run of `dagster dev` with LIVE_MODE=continuous, whose process is SIGKILLed while records
-   arrive and which its sensor launches again.
+   arrive and which its sensor launches again;
+4. by `streaming-pipeline replay` of the append topic's table, which rebuilds it and everything downstream.
 
 After each, every table's rows equal what the test computes from the records it sent: each row once."""
 
@@ -50,6 +51,8 @@ ORDER_VALUE = {
         {"name": "ordered_at", "type": {"type": "long", "logicalType": "timestamp-micros"}, "doc": "When."},
     ],
 }
+#: The column docs of large_orders: its own for total, raw_orders' (the Avro docs) for those it passes through.
+LARGE_ORDERS_DOCS = {"order_id": "The shop's order number.", "customer_id": "Who ordered.", "total": "Total, EUR."}
 #: A later version of the value schema, registered by a producer, not declared in the defs.yaml.
 ORDER_VALUE_V2 = {
     **ORDER_VALUE,
@@ -302,11 +305,8 @@ def test_a_new_dg_project_declares_its_own_streaming_lakehouse_and_streams_it_ex
         **{f["name"]: f["doc"] for f in ORDER_VALUE["fields"]},  # type: ignore[union-attr]
         **KAFKA_COLUMN_DOCS,
     }
-    assert _column_docs(info.dagster_home, "large_orders") == {
-        "order_id": None,
-        "customer_id": None,
-        "total": "Total, EUR.",
-    }
+    # its own column's description, and raw_orders' for the columns it passes through
+    assert _column_docs(info.dagster_home, "large_orders") == LARGE_ORDERS_DOCS
     # 2. The offset sensors of `dagster dev`: the daemon launches raw_orders' live job, with every table downstream.
     dev_env = {**env, "OFFSET_SENSOR_INTERVAL_SECONDS": "5", "OFFSET_SENSOR_RETRY_BACKOFF_SECONDS": "2"}
     target = ["-m", "shop.definitions"]
@@ -368,11 +368,12 @@ def test_a_new_dg_project_declares_its_own_streaming_lakehouse_and_streams_it_ex
         wait_until("the new run writes every table", lambda: _tables(lakehouse) == _expected(sent), log=log)
 
     # the continuous run's reports describe the SQL table's columns as the materializations do
-    assert _column_docs(info.dagster_home, "large_orders") == {
-        "order_id": None,
-        "customer_id": None,
-        "total": "Total, EUR.",
-    }
+    assert _column_docs(info.dagster_home, "large_orders") == LARGE_ORDERS_DOCS
+
+    # 4. `streaming-pipeline replay` of the project's source rebuilds it and every table downstream, each row once.
+    replayed = _run([str(BIN / "streaming-pipeline"), "replay", "raw_orders", "--project", str(project)], project, env)
+    assert "rebuilt downstream" in replayed, replayed
+    assert _tables(lakehouse) == _expected(sent)
     assert definitions.read_text() == written
     rows = DeltaTable(str(lakehouse / "raw_orders")).to_pyarrow_table().to_pylist()
     assert sorted(r["order_id"] for r in rows) == [o["order_id"] for o in sent]

@@ -218,6 +218,17 @@ def test_columns_with_a_type_each_declare_the_schema_the_ui_shows_before_the_fir
             "payments_out: the watermark delay of raw_payments",
         ),
         (
+            {
+                "sql": "SELECT * FROM STREAM(raw_payments)",
+                "watermarks": {"raw_payments": {"column": "paid_at", "delay": "${lateness}"}},
+            },
+            "the watermark delay of raw_payments uses ${lateness}: declare it under `parameters`",
+        ),
+        (
+            {"sql": "SELECT * FROM STREAM(raw_payments)", "late_rows_table": "late_payments"},
+            "`late_rows_table` records the rows its watermark drops: declare `watermarks`",
+        ),
+        (
             {"sql": "SELECT * FROM STREAM(raw_accounts)"},
             "streams raw_accounts, which is updated in place (a table topic",
         ),

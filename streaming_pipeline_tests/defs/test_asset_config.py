@@ -6,18 +6,17 @@ from __future__ import annotations
 import pytest
 
 from streaming_pipeline.defs.gold.ride_window_aggregates import RideWindowsConfig
-from streaming_pipeline.defs.silver.ride_pickup_joins import RidePickupJoinsConfig
 from streaming_pipeline.lakehouse.errors import ConfigurationError
 from streaming_pipeline.lakehouse.settings import PipelineSettings
 from streaming_pipeline_tests.error_helpers import error_chain
-from streaming_pipeline_tests.project_tables import default_high_amount_threshold
+from streaming_pipeline_tests.project_tables import default_config, default_high_amount_threshold
 
 
 def test_the_defaults_are_the_documented_ones() -> None:
-    windows, join = RideWindowsConfig(), RidePickupJoinsConfig()
+    windows, join = RideWindowsConfig(), default_config("ride_pickup_joins")
     assert (windows.window_duration, windows.watermark_delay) == ("10 minutes", "15 minutes")
     assert (windows.interval("window_duration"), windows.interval("watermark_delay")) == ("600 seconds", "900 seconds")
-    assert (join.interval("join_max_gap"), join.interval("watermark_delay")) == ("600 seconds", "900 seconds")
+    assert (join.join_max_gap, join.watermark_delay) == ("10 minutes", "15 minutes")
     assert default_high_amount_threshold() == 40.0
 
 
@@ -29,7 +28,10 @@ def test_the_defaults_are_the_documented_ones() -> None:
             "ride_window_aggregates window_duration='ten minutes'",
         ),
         (lambda: RideWindowsConfig(watermark_delay="0 seconds"), "ride_window_aggregates watermark_delay='0 seconds'"),
-        (lambda: RidePickupJoinsConfig(join_max_gap="10 parsecs"), "ride_pickup_joins join_max_gap='10 parsecs'"),
+        (
+            lambda: type(default_config("ride_pickup_joins"))(join_max_gap="10 parsecs"),
+            "ride_pickup_joins join_max_gap='10 parsecs'",
+        ),
     ],
 )
 def test_a_bad_value_from_the_launchpad_is_refused_by_name(make, message: str) -> None:

@@ -204,6 +204,7 @@ def test_in_continuous_mode_the_run_is_kept_alive_the_offset_sensors_rest_and_no
         "raw_rides_consumer_lag_below_bound",
         "raw_rides_reconciles_with_kafka_offsets",
         "raw_rides_unique_kafka_coordinates",
+        "ride_pickup_joins_not_behind_sources",
         "ride_pickup_joins_unique_join_pairs",
         "ride_window_aggregates_unique_window_per_vendor",
         "ride_window_aggregates_windows_count_each_ride_once",

@@ -5,6 +5,7 @@ expected row is written by hand."""
 from __future__ import annotations
 
 import csv
+import datetime as dt
 from pathlib import Path
 
 import dagster as dg
@@ -14,10 +15,11 @@ from streaming_pipeline.components import KafkaDeltaSource
 from streaming_pipeline.components.streamed_table import declared_tables, streamed_tables
 from streaming_pipeline.devstack.project import project_defs_folder
 from streaming_pipeline.lakehouse.tables import RIDE_COLUMNS
-from streaming_pipeline_tests.dataframe_helpers import assert_exact
+from streaming_pipeline_tests.dataframe_helpers import assert_exact, at
 from streaming_pipeline_tests.lakehouse.silver.zone_helpers import lookup_by_csv_module
 from streaming_pipeline_tests.project_tables import declared
 
+TEN_MIN = dt.timedelta(minutes=10)
 RIDE_SCHEMA = "kafka_offset BIGINT, vendor_id INT, pu_location_id INT, do_location_id INT, total_amount DOUBLE"
 ZONE_COLUMNS = ["kafka_offset", "pu_borough", "pu_zone", "do_borough", "do_zone"]
 
@@ -109,3 +111,97 @@ def test_the_amount_branches_put_40_and_above_high_below_low_and_a_null_amount_i
         .rows_for(spark, {"raw_rides": rides}, {"high_amount_threshold": 100.0})
     )
     assert sorted(row.kafka_offset for row in low_at_100.collect()) == [0, 1, 4, 5, 6]
+
+
+# ---------------------------------------------------------------- ride_pickup_joins
+
+JOIN_RIDES_DDL = (
+    "vendor_id int, pickup_datetime timestamp, dropoff_datetime timestamp, pu_location_id int, "
+    "do_location_id int, total_amount double, kafka_partition int, kafka_offset long"
+)
+JOIN_PICKUPS_DDL = "pu_location_id int, pickup_datetime timestamp, kafka_partition int, kafka_offset long"
+JOIN_OUT_KAFKA_DDL = (
+    "vendor_id int, location_id int, pickup_datetime timestamp, dropoff_datetime timestamp, "
+    "ride_kafka_partition int, ride_kafka_offset long, pickup_kafka_partition int, pickup_kafka_offset long"
+)
+
+DROP = at(12, 0, 0)
+JOIN_RIDES = [
+    # vendor, pickup, dropoff, pu_location, do_location, total, partition, offset
+    (1, at(11, 40), DROP, 7, 100, 20.0, 0, 10),
+    (2, at(11, 55), at(12, 5), 100, 7, 9.0, 1, 3),
+    (None, at(12, 1), at(12, 20), 300, 100, 5.0, 0, 11),
+]
+JOIN_PICKUPS = [
+    # pu_location, pickup time, partition, offset
+    (100, DROP - dt.timedelta(minutes=10), 0, 1),  # exactly 10 min before ride 1: joins
+    (100, DROP - dt.timedelta(minutes=10, seconds=1), 0, 2),  # 10 min 1 s before: no
+    (100, DROP + dt.timedelta(minutes=10), 1, 1),  # exactly 10 min after ride 1: joins (and ride 3: 10 min before)
+    (100, DROP + dt.timedelta(minutes=10, seconds=1), 1, 2),  # 10:01 after ride 1: no; 9:59 before ride 3: joins
+    (100, DROP, 0, 3),  # same instant as ride 1's dropoff
+    (7, DROP, 2, 1),  # zone 7 = ride 1's pickup zone: no match for ride 1; ride 2 drops off at 7, 5 min later
+    (101, DROP, 2, 2),  # no ride drops off at 101
+    (300, at(12, 1), 2, 3),  # ride 3 picked up at 300 but dropped off at 100: no match
+]
+
+
+def _joined(spark, rides, pickups, max_gap: str = "10 minutes"):  # type: ignore[no-untyped-def]
+    """The declaration's join on given rows, with the watermark delay's default."""
+    query = declared("ride_pickup_joins").table_query()
+    given = {"raw_rides": rides, "raw_pickup_locations": pickups}
+    return query.rows_for(spark, given, {"join_max_gap": max_gap, "watermark_delay": "15 minutes"})
+
+
+def test_ride_pickup_joins_bound_is_inclusive_before_and_after_dropoff(spark):
+    rides = spark.createDataFrame([JOIN_RIDES[0]], JOIN_RIDES_DDL)
+    pickups = spark.createDataFrame(JOIN_PICKUPS[:5], JOIN_PICKUPS_DDL)
+    assert_exact(
+        spark,
+        _joined(spark, rides, pickups),
+        [
+            (1, 100, at(11, 50, 0), DROP, 0, 10, 0, 1),
+            (1, 100, at(12, 10, 0), DROP, 0, 10, 1, 1),
+            (1, 100, DROP, DROP, 0, 10, 0, 3),
+        ],
+        JOIN_OUT_KAFKA_DDL,
+    )
+
+
+@pytest.mark.parametrize("max_gap", ["600 seconds", "10 minutes"])
+def test_ride_pickup_joins_matches_dropoff_location_one_row_per_pair(spark, max_gap):
+    rides = spark.createDataFrame(JOIN_RIDES, JOIN_RIDES_DDL)
+    pickups = spark.createDataFrame(JOIN_PICKUPS, JOIN_PICKUPS_DDL)
+    expected_rows = [
+        (vendor, location, p_time, d_time, r_part, r_off, p_part, p_off)
+        for vendor, _, d_time, _, do_location, _, r_part, r_off in JOIN_RIDES
+        for location, p_time, p_part, p_off in JOIN_PICKUPS
+        if do_location == location and abs(p_time - d_time) <= TEN_MIN
+    ]
+    assert len(expected_rows) == 6  # by hand: ride 1 -> 3 pickups, ride 2 -> 1, ride 3 (null vendor) -> 2
+    actual = _joined(spark, rides, pickups, max_gap)
+    assert actual.columns == [
+        "vendor_id",
+        "location_id",
+        "pickup_datetime",
+        "dropoff_datetime",
+        "ride_kafka_partition",
+        "ride_kafka_offset",
+        "pickup_kafka_partition",
+        "pickup_kafka_offset",
+    ]
+    assert_exact(spark, actual, expected_rows, JOIN_OUT_KAFKA_DDL)
+
+
+def test_ride_pickup_joins_gives_a_row_per_pickup_record_a_ride_matches(spark):
+    rides = spark.createDataFrame([(3, at(9, 0), at(9, 30), 50, 60, 1.0, 0, 5)], JOIN_RIDES_DDL)
+    # two records of one pickup (their own offsets), one too late, one at another zone
+    pickups = spark.createDataFrame(
+        [(60, at(9, 25), 0, 1), (60, at(9, 25), 0, 2), (60, at(9, 41), 0, 3), (50, at(9, 30), 0, 4)],
+        JOIN_PICKUPS_DDL,
+    )
+    assert_exact(
+        spark,
+        _joined(spark, rides, pickups),
+        [(3, 60, at(9, 25), at(9, 30), 0, 5, 0, 1), (3, 60, at(9, 25), at(9, 30), 0, 5, 0, 2)],
+        JOIN_OUT_KAFKA_DDL,
+    )

@@ -21,9 +21,9 @@ from __future__ import annotations
 import functools
 import inspect
 import re
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
-from typing import Any, Literal, Self
+from typing import Any, ClassVar, Literal, Self
 
 import dagster as dg
 import pydantic
@@ -42,10 +42,12 @@ from streaming_pipeline.components.streamed_table import (
 )
 from streaming_pipeline.components.streaming_table.checks import not_behind_sources_check
 from streaming_pipeline.components.streaming_table.scaffolder import StreamingTableScaffolder
+from streaming_pipeline.lakehouse.engine.delta_tables import sum_columns
 from streaming_pipeline.lakehouse.errors import ConfigurationError
-from streaming_pipeline.lakehouse.settings import interval_seconds
+from streaming_pipeline.lakehouse.late_rows import LATE_ROWS_COLUMNS, late_rows_of
+from streaming_pipeline.lakehouse.settings import interval_seconds, normalize_interval
 from streaming_pipeline.lakehouse.sources import SourceTopic
-from streaming_pipeline.lakehouse.streaming_sql import StreamingSql, parameters_in, read_sql
+from streaming_pipeline.lakehouse.streaming_sql import StreamingSql, parameters_in, read_sql, substitute
 from streaming_pipeline.lakehouse.streaming_tables import (
     SqlTransformation,
     StreamingTableQuery,
@@ -59,7 +61,9 @@ _NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 
 class WatermarkAttributes(dg.Model):
     column: str = Field(description="The streamed table's event-time column.")
-    delay: str = Field(description="How late a row may arrive, a Spark interval: '10 minutes'.")
+    delay: str = Field(
+        description="How late a row may arrive, a Spark interval ('10 minutes') or a parameter ('${delay}')."
+    )
 
 
 class ColumnAttributes(dg.Model):
@@ -132,6 +136,12 @@ class StreamingTable(DeclaresStreamedTable, dg.Component, dg.Model, dg.Resolvabl
         "the one bronze table it reads writes it too.",
     )
     priority: int = Field(default=0, description="Its place among the ready steps of a run (higher first).")
+    late_rows_table: str | None = Field(
+        default=None,
+        description="With `watermarks`: a table of its own, written by its query, with one row per micro-batch whose "
+        "watermark dropped rows (too late to be joined or counted) and how many, so that they are counted, not lost "
+        "silently.",
+    )
 
     _transformation: Transformation | None = PrivateAttr(default=None)
     _reads: tuple[tuple[str, ...], tuple[str, ...]] | None = PrivateAttr(default=None)
@@ -195,6 +205,7 @@ class StreamingTable(DeclaresStreamedTable, dg.Component, dg.Model, dg.Resolvabl
             keys=tuple(self.keys),
             watermarks={name: Watermark(w.column, w.delay) for name, w in self.watermarks.items()},
             sequence_by=self.sequence_by,
+            late_rows_table=self.late_rows_table,
         )
 
     def declared_columns(self) -> dict[str, ColumnAttributes]:
@@ -209,6 +220,20 @@ class StreamingTable(DeclaresStreamedTable, dg.Component, dg.Model, dg.Resolvabl
         columns = tuple(Column(name, (c.type or "").lower(), c.description) for name, c in declared.items())
         typed = bool(declared) and all(c.type for c in declared.values())
         return Table(self.name, self.group, columns, columns_from_query=not typed)
+
+    def late_rows(self) -> WrittenTable | None:
+        """The table of the micro-batches whose watermark dropped rows, when it declares one."""
+        if self.late_rows_table is None:
+            return None
+        streams, _ = self.reads()
+        return WrittenTable(
+            Table(self.late_rows_table, self.group, LATE_ROWS_COLUMNS),
+            f"Per micro-batch of the {self.name} query that dropped rows: how many rows of "
+            f"{' and '.join(streams)} arrived behind its watermark and were dropped (never joined or counted), so that "
+            f"they are counted, not lost silently. The first run of {self.name} creates it (empty until the "
+            "watermark drops a row).",
+            tuple(self.owners),
+        )
 
     def preview_order(self) -> tuple[str, ...]:
         """How its preview is sorted: an upsert table by its keys, a complete one by the columns it groups by; an
@@ -235,7 +260,9 @@ class StreamingTable(DeclaresStreamedTable, dg.Component, dg.Model, dg.Resolvabl
             )
             for name, p in self.parameters.items()
         }
-        return pydantic.create_model(f"{self.name}_config", __base__=dg.Config, __module__=__name__, **fields)
+        model = pydantic.create_model(f"{self.name}_config", __base__=_ParametersConfig, __module__=__name__, **fields)
+        model.TABLE = self.name
+        return model
 
     def _typed_default(self, name: str) -> str | float:
         """A parameter's default as its type takes it; a ConfigurationError naming it when it is not of its type."""
@@ -262,12 +289,22 @@ class StreamingTable(DeclaresStreamedTable, dg.Component, dg.Model, dg.Resolvabl
 
     def _step_writing(self, table: Table) -> StreamedTable:
         streams, tables = self.reads()
+        late_rows = self.late_rows()
         return StreamedTable(
             step=self.name,
-            writes=[WrittenTable(table, self.description or self._default_description(), tuple(self.owners))],
+            writes=[
+                WrittenTable(table, self.description or self._default_description(), tuple(self.owners)),
+                *([late_rows] if late_rows is not None else []),
+            ],
             reads=[*streams, *tables],
             query=functools.partial(_query, self.table_query()),
-            compute=functools.partial(_materialized, table, self.preview_order()),
+            compute=functools.partial(
+                _materialized,
+                table,
+                self.preview_order(),
+                late_rows.table if late_rows is not None else None,
+                bool(self.watermarks),
+            ),
             priority=self.priority,
             config=self.config_class(),
             latency_critical=self.latency_critical,
@@ -315,7 +352,7 @@ class StreamingTable(DeclaresStreamedTable, dg.Component, dg.Model, dg.Resolvabl
             return self._check_declared_reads(tree)
         for name in self.parameters:
             self._typed_default(name)
-        used = set(self.read_sql().parameters)
+        used = set(self.read_sql().parameters) | {p for w in self.watermarks.values() for p in parameters_in(w.delay)}
         unused = sorted(set(self.parameters) - used)
         if unused:
             raise ConfigurationError(f"{self.name}: parameter(s) {', '.join(unused)} are not used by the SQL")
@@ -338,7 +375,18 @@ class StreamingTable(DeclaresStreamedTable, dg.Component, dg.Model, dg.Resolvabl
                 f"{', '.join(streams)})"
             )
         for name, watermark in self.watermarks.items():
-            interval_seconds(watermark.delay, name=f"{self.name}: the watermark delay of {name}")
+            undeclared = [p for p in parameters_in(watermark.delay) if p not in self.parameters]
+            if undeclared:
+                raise ConfigurationError(
+                    f"{self.name}: the watermark delay of {name} uses ${{{undeclared[0]}}}: declare it under "
+                    "`parameters` with its default"
+                )
+            delay = substitute(watermark.delay, self.parameter_defaults())
+            interval_seconds(delay, name=f"{self.name}: the watermark delay of {name}")
+        if self.late_rows_table is not None and not self.watermarks:
+            raise ConfigurationError(
+                f"{self.name}: `late_rows_table` records the rows its watermark drops: declare `watermarks`"
+            )
         if self.mode == "upsert" and not self.keys:
             raise ConfigurationError(f"{self.name}: `mode: upsert` merges rows by key: set `keys`, the key columns")
         if self.mode != "upsert" and (self.keys or self.sequence_by):
@@ -458,16 +506,54 @@ def _sources(tree: dg.ComponentTree) -> list[SourceTopic]:
     return [c.source for c in tree.get_all_components(of_type=KafkaDeltaSource)]
 
 
+class _ParametersConfig(dg.Config):
+    """The run config of a streaming table's parameters: an `interval` is checked when the config is made (a
+    launchpad value too), with an error naming the table, the field and the value."""
+
+    TABLE: ClassVar[str] = ""
+
+    @pydantic.model_validator(mode="after")
+    def _check_intervals(self) -> Self:
+        for p in parameters_of(type(self)):
+            if p.kind == "interval":
+                normalize_interval(getattr(self, p.field), name=f"{self.TABLE} {p.field}")
+        return self
+
+
 def _query(table_query: StreamingTableQuery, inputs: QueryInputs, config: Any) -> Any:
     values = {} if config is None else {p.field: getattr(config, p.field) for p in parameters_of(type(config))}
-    return table_query.query(inputs.spark, inputs.lakehouse, values)
+    return table_query.query(inputs.spark, inputs.lakehouse, values, run_id=inputs.run_id, log=inputs.log)
 
 
-def _materialized(table: Table, preview_order: tuple[str, ...], step: StepRun) -> dg.MaterializeResult:
+def _materialized(
+    table: Table, preview_order: tuple[str, ...], late_rows_table: Table | None, watermarked: bool, step: StepRun
+) -> Iterator[dg.MaterializeResult]:
+    """The materialization of the table, and of its late-rows table: with a watermark, the rows it dropped."""
     run = step.run()
-    return dg.MaterializeResult(
+    late: dict[str, Any] = {}
+    if watermarked:
+        dropped = late_rows_of(run)
+        late["rows_dropped_by_watermark"] = dg.MetadataValue.int(dropped.rows_dropped_by_watermark)
+        if dropped.watermark is not None:
+            late["watermark"] = dg.MetadataValue.text(str(dropped.watermark))
+    yield dg.MaterializeResult(
+        asset_key=table.name,
         metadata={
             **stream_metadata(run.report),
+            **late,
             **delta_table_metadata(step.spark, step.lakehouse, table, preview_order=list(preview_order) or None),
-        }
+        },
+    )
+    if late_rows_table is None:
+        return
+    path = step.lakehouse.table_path(late_rows_table.name)
+    total = sum_columns(step.spark, path, ["rows_dropped_by_watermark"])["rows_dropped_by_watermark"]
+    yield dg.MaterializeResult(
+        asset_key=late_rows_table.name,
+        metadata={
+            **late,
+            "rows_dropped_by_watermark_total": dg.MetadataValue.int(int(total or 0)),
+            "micro_batches_recorded": dg.MetadataValue.int(late_rows_of(run).batches_recorded),
+            **delta_table_metadata(step.spark, step.lakehouse, late_rows_table, preview_order=["query_id", "batch_id"]),
+        },
     )

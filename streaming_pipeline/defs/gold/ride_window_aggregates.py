@@ -5,7 +5,6 @@ import dagster as dg
 from streaming_pipeline.components.asset_metadata import IntervalsConfig, delta_table_metadata, stream_metadata
 from streaming_pipeline.components.parameters import parameter
 from streaming_pipeline.components.streamed_table import QueryInputs, StepRun, StreamedTable
-from streaming_pipeline.defs.event_time import watermark_delay_parameter
 from streaming_pipeline.lakehouse.engine.delta_tables import count_duplicate_keys, count_rows, small_table, table_exists
 from streaming_pipeline.lakehouse.engine.streams import StreamQuery
 from streaming_pipeline.lakehouse.gold.windows import ride_windows_query, window_run_result
@@ -22,8 +21,12 @@ class RideWindowsConfig(IntervalsConfig):
     window_duration: str = parameter(
         env="RIDE_WINDOW_DURATION", default="10 minutes", kind="interval", description="The tumbling windows' length"
     )
-    watermark_delay: str = watermark_delay_parameter(
-        "How far behind the latest pickup a ride may arrive and still count on time"
+    # RIDE_WATERMARK_DELAY is the join's too (`silver/ride_pickup_joins/defs.yaml`), with the same default
+    watermark_delay: str = parameter(
+        env="RIDE_WATERMARK_DELAY",
+        default="15 minutes",
+        kind="interval",
+        description="How far behind the latest pickup a ride may arrive and still count on time",
     )
 
 

@@ -1,1 +1,0 @@
-"""Silver: streams from bronze into cleaned, branched, enriched and joined tables."""
