@@ -8,6 +8,7 @@ import pytest
 
 from streaming_pipeline.definitions import pipeline_definitions
 from streaming_pipeline.devstack.errors import ReplayError
+from streaming_pipeline.devstack.project import project_sources
 from streaming_pipeline.devstack.replay import ReplayStart, replay
 from streaming_pipeline.lakehouse.settings import PipelineSettings
 from streaming_pipeline.resources.from_settings import build_resources
@@ -28,7 +29,14 @@ def _instance_with(job_name: str, status: dg.DagsterRunStatus) -> tuple[dg.Dagst
 def test_replay_refuses_while_the_continuous_run_streams_and_says_how_to_stop_it(tmp_path):
     instance, run_id = _instance_with("continuous_streams_job", dg.DagsterRunStatus.STARTED)
     with pytest.raises(ReplayError) as raised:
-        replay("raw_rides", ReplayStart(), defs=_defs(tmp_path), instance=instance, progress=lambda _: None)
+        replay(
+            "raw_rides",
+            ReplayStart(),
+            defs=_defs(tmp_path),
+            sources=project_sources(),
+            instance=instance,
+            progress=lambda _: None,
+        )
     assert run_id in str(raised.value)
     assert "stop continuous_streams_sensor" in str(raised.value)
     assert not (tmp_path / "lakehouse").exists()  # nothing moved or emptied
@@ -38,4 +46,11 @@ def test_replay_refuses_while_the_continuous_run_streams_and_says_how_to_stop_it
 def test_replay_refuses_while_the_sources_live_job_runs(tmp_path, job_name):
     instance, run_id = _instance_with(job_name, dg.DagsterRunStatus.STARTING)
     with pytest.raises(ReplayError, match=run_id):
-        replay("raw_rides", ReplayStart(), defs=_defs(tmp_path), instance=instance, progress=lambda _: None)
+        replay(
+            "raw_rides",
+            ReplayStart(),
+            defs=_defs(tmp_path),
+            sources=project_sources(),
+            instance=instance,
+            progress=lambda _: None,
+        )
