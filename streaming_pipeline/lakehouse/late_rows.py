@@ -42,7 +42,7 @@ class LateRows:
 
     rows_dropped_by_watermark: int  # rows of its streamed inputs behind the watermark, this run
     batches_recorded: int  # rows appended to the late-rows table (one per micro-batch that dropped rows)
-    watermark: datetime | None = None  # the query's watermark in the run's last micro-batch
+    watermark: datetime | None = None  # the watermark in the run's last micro-batch; None before one is set
 
 
 def late_rows_of(run: QueryRun) -> LateRows:
@@ -51,7 +51,8 @@ def late_rows_of(run: QueryRun) -> LateRows:
     progresses = run.report.progresses
     last = (progresses[-1].get("eventTime") or {}).get("watermark") if progresses else None
     watermark = datetime.fromisoformat(last.replace("Z", "+00:00")) if last else None
-    return LateRows(dropped, recorded, watermark)
+    # Spark reports the epoch until a micro-batch has seen event times: no watermark yet.
+    return LateRows(dropped, recorded, watermark if watermark != EPOCH else None)
 
 
 @dataclass
