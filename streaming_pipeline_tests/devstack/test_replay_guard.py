@@ -19,6 +19,17 @@ def _defs(tmp_path) -> dg.Definitions:
     return dg.Definitions.merge(pipeline_definitions(), dg.Definitions(resources=build_resources(settings)))
 
 
+def _replay_raw_rides(tmp_path, instance: dg.DagsterInstance) -> None:
+    replay(
+        "raw_rides",
+        ReplayStart(),
+        defs=_defs(tmp_path),
+        sources=project_sources(),
+        instance=instance,
+        progress=lambda _: None,
+    )
+
+
 def _instance_with(job_name: str, status: dg.DagsterRunStatus) -> tuple[dg.DagsterInstance, str]:
     instance = dg.DagsterInstance.ephemeral()
     run = dg.DagsterRun(job_name=job_name, status=status)
@@ -29,14 +40,7 @@ def _instance_with(job_name: str, status: dg.DagsterRunStatus) -> tuple[dg.Dagst
 def test_replay_refuses_while_the_continuous_run_streams_and_says_how_to_stop_it(tmp_path):
     instance, run_id = _instance_with("continuous_streams_job", dg.DagsterRunStatus.STARTED)
     with pytest.raises(ReplayError) as raised:
-        replay(
-            "raw_rides",
-            ReplayStart(),
-            defs=_defs(tmp_path),
-            sources=project_sources(),
-            instance=instance,
-            progress=lambda _: None,
-        )
+        _replay_raw_rides(tmp_path, instance)
     assert run_id in str(raised.value)
     assert "stop continuous_streams_sensor" in str(raised.value)
     assert not (tmp_path / "lakehouse").exists()  # nothing moved or emptied
@@ -46,11 +50,4 @@ def test_replay_refuses_while_the_continuous_run_streams_and_says_how_to_stop_it
 def test_replay_refuses_while_the_sources_live_job_runs(tmp_path, job_name):
     instance, run_id = _instance_with(job_name, dg.DagsterRunStatus.STARTING)
     with pytest.raises(ReplayError, match=run_id):
-        replay(
-            "raw_rides",
-            ReplayStart(),
-            defs=_defs(tmp_path),
-            sources=project_sources(),
-            instance=instance,
-            progress=lambda _: None,
-        )
+        _replay_raw_rides(tmp_path, instance)
