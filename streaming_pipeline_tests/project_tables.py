@@ -8,15 +8,14 @@ import dagster as dg
 
 from streaming_pipeline.components import KafkaDeltaSource, StreamingTable
 from streaming_pipeline.components.streamed_table import declared_tables, streamed_tables
-from streaming_pipeline.devstack.project import project_defs_folder
+from streaming_pipeline.devstack.project import project_defs_folder, project_streaming_table
+from streaming_pipeline.lakehouse.engine.streams import StreamQuery, run_available_now
 from streaming_pipeline.lakehouse.table_model import Table
 
 
 def declared(name: str) -> StreamingTable:
     """The component of the project's streaming table `name`."""
-    tree = dg.ComponentTree.for_project(project_defs_folder())
-    (table,) = [c for c in tree.get_all_components(of_type=StreamingTable) if c.name == name]
-    return table
+    return project_streaming_table(name)
 
 
 def default_config(name: str) -> Any:
@@ -36,3 +35,15 @@ def project_table(name: str) -> Table:
     tree = dg.ComponentTree.for_project(project_defs_folder())
     sources = [c.source for c in tree.get_all_components(of_type=KafkaDeltaSource)]
     return declared_tables(sources, streamed_tables(tree))[name]
+
+
+def windows_query(spark: Any, lakehouse: Any, **windows: str) -> StreamQuery:
+    """The windows' query with the parameter values `windows`, from their declaration
+    (`defs/gold/ride_window_aggregates.py`)."""
+    return declared("ride_window_aggregates").table_query().query(spark, lakehouse, windows)
+
+
+def stream_ride_windows(spark: Any, lakehouse: Any, **windows: str) -> None:
+    """The streaming half of a windows run: the query run once, not reconciled."""
+    query = windows_query(spark, lakehouse, **windows)
+    run_available_now(query.name, query.start_writer)

@@ -24,10 +24,10 @@ from streaming_pipeline.lakehouse.bronze.offsets import settled_offsets
 from streaming_pipeline.lakehouse.engine.delta_log import latest_version
 from streaming_pipeline.lakehouse.engine.delta_tables import append_once
 from streaming_pipeline.lakehouse.engine.sink_position import DELTA_END_INDEX, delta_source_version
-from streaming_pipeline.lakehouse.gold.windows import stream_ride_windows
 from streaming_pipeline.resources import LakehouseResource, SparkResource
 from streaming_pipeline_tests.conftest import SPARK_TEST_CONF
 from streaming_pipeline_tests.pipeline_assets import pipeline_asset
+from streaming_pipeline_tests.project_tables import stream_ride_windows
 
 RIDES_DDL = (
     "vendor_id int, pickup_datetime timestamp, dropoff_datetime timestamp, pu_location_id int, do_location_id int, "

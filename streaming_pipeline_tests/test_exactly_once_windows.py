@@ -15,20 +15,14 @@ import pytest
 from pyspark.sql import functions as F
 
 from streaming_pipeline.definitions import defs
-from streaming_pipeline.defs.gold.ride_window_aggregates import RideWindowsConfig
 from streaming_pipeline.lakehouse.engine.delta_log import latest_version
 from streaming_pipeline.lakehouse.engine.streams import run_once
 from streaming_pipeline.lakehouse.gold.window_reconcile import RECONCILE_WRITER, reconcile_ride_windows
-from streaming_pipeline.lakehouse.gold.windows import (
-    WindowRunResult,
-    ride_windows_query,
-    stream_ride_windows,
-    window_run_result,
-)
+from streaming_pipeline.lakehouse.gold.windows import WindowRunResult, window_run_result
 from streaming_pipeline.lakehouse.late_rows import LateRows, late_rows_of
 from streaming_pipeline.lakehouse.settings import normalize_interval
 from streaming_pipeline.resources.lakehouse import LakehouseResource
-from streaming_pipeline_tests.project_tables import declared, default_config
+from streaming_pipeline_tests.project_tables import declared, default_config, stream_ride_windows, windows_query
 
 #: The windows' and the join's parameters, as the assets pass them by default.
 pytestmark = pytest.mark.slow
@@ -45,7 +39,7 @@ UTC = dt.UTC
 
 def update_ride_window_aggregates(spark, lakehouse, **windows: str) -> WindowRunResult:
     """One triggered run of the windows, as the asset does it: the query run once, then its reconcile."""
-    return window_run_result(run_once(ride_windows_query(spark, lakehouse, **windows)))
+    return window_run_result(run_once(windows_query(spark, lakehouse, **windows)))
 
 
 def update_ride_pickup_joins(spark, lakehouse, *, run_id: str | None = None, **join: str) -> LateRows:
@@ -66,12 +60,11 @@ def epoch(hour: int, minute: int) -> int:
 @pytest.fixture()
 def lakehouse(tmp_path) -> LakehouseResource:
     # The assets' defaults, as these tests pass them to the streams.
-    assert (RideWindowsConfig().interval("window_duration"), RideWindowsConfig().interval("watermark_delay")) == (
-        WINDOWS["window_duration"],
-        WINDOWS["watermark_delay"],
-    )
-    join = default_config("ride_pickup_joins")
-    assert {field: normalize_interval(getattr(join, field), name=field) for field in JOIN} == JOIN
+    for config, values in (
+        (default_config("ride_window_aggregates"), WINDOWS),
+        (default_config("ride_pickup_joins"), JOIN),
+    ):
+        assert {field: normalize_interval(getattr(config, field), name=field) for field in values} == values
     return LakehouseResource(root=str(tmp_path / "lakehouse"))
 
 

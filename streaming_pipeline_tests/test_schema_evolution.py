@@ -22,7 +22,7 @@ from streaming_pipeline.devstack.project import project_sources
 from streaming_pipeline.devstack.replay import ReplayStart, replay
 from streaming_pipeline.devstack.synthetic import SyntheticOptions, synthetic_rides
 from streaming_pipeline.lakehouse.registry_client import RegistryClient
-from streaming_pipeline.lakehouse.tables import PICKUPS_TOPIC, RIDE_WINDOW_AGGREGATES, RIDES_TOPIC
+from streaming_pipeline.lakehouse.tables import PICKUPS_TOPIC, RIDES_TOPIC
 from streaming_pipeline_tests.cli_helpers import produce_with_cli
 from streaming_pipeline_tests.kafka_helpers import SCHEMA_DIR, avro_frame, produce_raw
 from streaming_pipeline_tests.project_tables import project_table
@@ -189,7 +189,7 @@ def _assert_every_table_exact(spark: Any, resources: dict[str, Any], produced: P
         assert columns[: len(RIDE_COLUMNS_OF_V1)] == RIDE_COLUMNS_OF_V1 and NEW_FIELD in columns, (table, columns)
     # The tables with columns of their own keep them, and are complete.
     assert _columns(spark, resources, "vendor_counts") == VENDOR_COUNT_COLUMNS
-    for table in (RIDE_WINDOW_AGGREGATES, project_table("ride_pickup_joins"), project_table("join_late_rows")):
+    for table in map(project_table, ("ride_window_aggregates", "ride_pickup_joins", "join_late_rows")):
         assert sorted(_columns(spark, resources, table.name)) == sorted(table.column_names)
     counts = {r.vendor_id: r.trip_count for r in _rows(spark, resources, "vendor_counts")}
     assert counts == produced.vendor_counts()

@@ -5,10 +5,9 @@ compares a table with the raw_rides version it was computed from."""
 from __future__ import annotations
 
 from datetime import timedelta
-from typing import TYPE_CHECKING, Any, ClassVar, TypedDict
+from typing import TYPE_CHECKING, Any, TypedDict
 
 import dagster as dg
-from pydantic import model_validator
 
 from streaming_pipeline.lakehouse import tables
 from streaming_pipeline.lakehouse.engine.catalog import has_persistent_catalog, register
@@ -22,7 +21,7 @@ from streaming_pipeline.lakehouse.engine.sink_position import (
 )
 from streaming_pipeline.lakehouse.engine.table_snapshot import columns as snapshot_columns
 from streaming_pipeline.lakehouse.engine.table_snapshot import first_rows, row_count
-from streaming_pipeline.lakehouse.settings import LiveSettings, normalize_interval
+from streaming_pipeline.lakehouse.settings import LiveSettings
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -125,24 +124,6 @@ class StreamStepArgs(TypedDict):
 def stream_step_args(step_name: str, *, priority: int) -> StreamStepArgs:
     """The pool of the step's checkpoint and its priority in a run, for a step that streams from other tables."""
     return StreamStepArgs(pool=checkpoint_pool(step_name), op_tags=step_priority(priority))
-
-
-class IntervalsConfig(dg.Config):
-    """Run config of an asset whose `INTERVALS` fields are Spark-style intervals ('10 minutes'): each is checked when
-    the config is made (a launchpad value too), with an error naming the asset, the field and the value."""
-
-    ASSET: ClassVar[str]
-    INTERVALS: ClassVar[tuple[str, ...]]
-
-    @model_validator(mode="after")
-    def _check_intervals(self) -> IntervalsConfig:
-        for field in self.INTERVALS:
-            normalize_interval(getattr(self, field), name=f"{self.ASSET} {field}")
-        return self
-
-    def interval(self, field: str) -> str:
-        """The field as Spark takes it: '600 seconds'."""
-        return normalize_interval(getattr(self, field), name=f"{self.ASSET} {field}")
 
 
 PREVIEW_ROWS = 10

@@ -56,7 +56,7 @@ PREFERRED_VIEWS: dict[str, tuple[list[str], list[str]]] = {
         ["kafka_topic", "kafka_partition", "kafka_offset"],
         ["kafka_topic", "kafka_partition", "kafka_offset", "error"],
     ),
-    tables.RIDE_WINDOW_AGGREGATES.name: (
+    "ride_window_aggregates": (
         ["window_start", "vendor_id"],
         ["window_start", "window_end", "vendor_id", "trip_count", "total_amount_sum", "late_trip_count", "is_final"],
     ),
@@ -246,7 +246,7 @@ def run_demo(options: DemoOptions) -> int:
         spark = resources["spark"].get_session()
         counts = _show_tables(spark, resources["lakehouse"])
         windows: pd.DataFrame = read_table(
-            spark, resources["lakehouse"].table_path(tables.RIDE_WINDOW_AGGREGATES.name)
+            spark, resources["lakehouse"].table_path("ride_window_aggregates")
         ).toPandas()
         options.output_dir.mkdir(parents=True, exist_ok=True)
         chart = options.output_dir / "ride_window_aggregates.png"

@@ -5,6 +5,7 @@ them, and the run config of the tools that run its assets in their own process."
 from __future__ import annotations
 
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import dagster as dg
 
@@ -12,6 +13,9 @@ import streaming_pipeline.defs
 from streaming_pipeline.components.kafka_delta_source import declared_sources
 from streaming_pipeline.lakehouse.sources import SourceTopic, check_declared_once
 from streaming_pipeline.lakehouse.table_model import Table
+
+if TYPE_CHECKING:
+    from streaming_pipeline.components import StreamingTable
 
 
 def project_defs_folder() -> Path:
@@ -24,6 +28,15 @@ def project_sources() -> tuple[SourceTopic, ...]:
     found = declared_sources(dg.ComponentTree.for_project(project_defs_folder()))
     check_declared_once(found)
     return found
+
+
+def project_streaming_table(name: str) -> StreamingTable:
+    """The declaration of this project's streaming table `name` (in SQL or in Python)."""
+    from streaming_pipeline.components import StreamingTable
+
+    tree = dg.ComponentTree.for_project(project_defs_folder())
+    (table,) = [c for c in tree.get_all_components(of_type=StreamingTable) if c.name == name]
+    return table
 
 
 def project_tables() -> dict[str, Table]:

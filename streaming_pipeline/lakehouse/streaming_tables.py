@@ -17,6 +17,7 @@ Plain Python and Spark, no Dagster: the upsert handler runs in the engine's Pyth
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal
@@ -66,6 +67,27 @@ Transformation = Callable[["SparkSession", Inputs], "DataFrame"]
 
 
 @dataclass(frozen=True)
+class TableTarget:
+    """Where a streaming table's query writes, as its Python hooks are given it (`foreach_batch`, `after_run`): the
+    session, the lakehouse, the table's name, path and checkpoint, the run's parameter values, and where to log."""
+
+    spark: SparkSession
+    lakehouse: Lakehouse
+    name: str
+    table_path: str
+    checkpoint_path: str
+    parameters: Mapping[str, Any]
+    log: Log | None = None
+
+
+#: A foreachBatch sink of a table's own: from the target, when its query starts, the handler of each micro-batch
+#: (the rows, the batch id), as Spark's `foreachBatch` takes it.
+ForeachBatch = Callable[[TableTarget], Callable[["DataFrame", int], None]]
+#: Work on the table that needs its query at rest: after each triggered run, and now and then in continuous mode.
+AfterRun = Callable[[TableTarget], Any]
+
+
+@dataclass(frozen=True)
 class SqlTransformation:
     """A streaming table's SQL (`streaming_sql`), run with each table reference replaced by its input."""
 
@@ -95,6 +117,8 @@ class StreamingTableQuery:
     watermarks: Mapping[str, Watermark] = field(default_factory=dict)
     sequence_by: str | None = None
     late_rows_table: str | None = None
+    foreach_batch: ForeachBatch | None = None
+    after_run: AfterRun | None = None
 
     @property
     def reads(self) -> tuple[str, ...]:
@@ -123,17 +147,23 @@ class StreamingTableQuery:
     ) -> StreamQuery:
         """The table's streaming query, ready to run once or keep running, with the source paths it waits for; with
         a late-rows table, what its watermark drops is recorded there (for the Dagster run `run_id`, a warning
-        to `log`)."""
+        to `log`). A sink of its own (`foreach_batch`) gets each micro-batch instead of the shape's sink (an `upsert`
+        table's micro-batches are its changed rows), and `after_run` is the query's `after_stop`."""
         path, checkpoint = lakehouse.table_path(self.name), lakehouse.checkpoint_path(self.name)
+        target = TableTarget(spark, lakehouse, self.name, path, checkpoint, dict(parameters), log)
 
         def start_writer() -> DataStreamWriter:
             if self.mode == "append":
                 refuse_rows_without_checkpoint(spark, self.name, path, checkpoint)
             rows = self.frame(spark, lakehouse, parameters)
-            if self.mode == "upsert":
-                upsert = KeyedUpsert(path, self.keys, self.sequence_by)
-                writer = rows.writeStream.outputMode("update").foreachBatch(upsert)
-                return writer.option("checkpointLocation", checkpoint)
+            if self.foreach_batch is not None or self.mode == "upsert":
+                handler = (
+                    KeyedUpsert(path, self.keys, self.sequence_by)
+                    if self.foreach_batch is None
+                    else self.foreach_batch(target)
+                )
+                writer = rows.writeStream.outputMode("update" if self.mode == "upsert" else self.mode)
+                return writer.foreachBatch(handler).option("checkpointLocation", checkpoint)
             return (
                 rows.writeStream.format("delta")
                 .outputMode(self.mode)
@@ -152,6 +182,7 @@ class StreamingTableQuery:
             on_progress=None
             if late is None
             else LateRowsRecorder(spark, self.name, late, lakehouse.table_path(late), run_id, log),
+            after_stop=None if self.after_run is None else functools.partial(self.after_run, target),
         )
 
     def rows_for(

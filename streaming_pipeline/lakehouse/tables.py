@@ -2,9 +2,9 @@
 its columns (name, Spark SQL type, description), as docs/tables.md documents them. A bronze table is derived from
 its source's declaration (`streaming_pipeline.lakehouse.sources.SourceTopic`): the project's three sources (the
 `rides` and `pickup_locations` streams and the `taxi_zones` table topic) are declared here, and the code location
-makes each a `KafkaDeltaSource` (`defs/bronze/<source>.py`). The windows, whose foreachBatch handler needs
-their DDL, are declared here too; the other silver and gold tables are declared in `defs/` by their SQL
-(`silver/rides_enriched/defs.yaml`, `gold/vendor_counts/defs.yaml`, ...).
+makes each a `KafkaDeltaSource` (`defs/bronze/<source>.py`). The silver and gold tables are declared in `defs/` by
+their SQL (`silver/rides_enriched/defs.yaml`, `gold/vendor_counts/defs.yaml`, ...) or in Python
+(`gold/ride_window_aggregates.py`).
 
 Plain Python, importing neither Dagster nor Spark: the foreachBatch handlers, which run in a Spark worker that
 must not import Dagster, take their DDL from here. The Dagster wiring derives the schemas the UI shows
@@ -82,22 +82,5 @@ DEAD_LETTER_RECORDS = Table(
         Column("raw_value", "binary", "Value bytes exactly as received."),
         Column("error", "string", "Why the record could not be decoded."),
         Column("failed_at", "timestamp", "When ingestion set it aside (UTC)."),
-    ),
-)
-
-# -------------------------------------------------------------------------------------------------- gold
-
-RIDE_WINDOW_AGGREGATES = Table(
-    "ride_window_aggregates",
-    GOLD,
-    (
-        Column("window_start", "timestamp", "Tumbling window start (inclusive, UTC)."),
-        Column("window_end", "timestamp", "Window end (exclusive)."),
-        Column("vendor_id", "int"),
-        Column("trip_count", "bigint", "Rides counted before the window was final."),
-        Column("total_amount_sum", "double", "Sum of total_amount of those rides."),
-        Column("is_final", "boolean", "The watermark has passed window_end."),
-        Column("late_trip_count", "bigint", "Rides that arrived after the window was final."),
-        Column("max_pickup_datetime", "timestamp", "Latest on-time pickup in the window."),
     ),
 )

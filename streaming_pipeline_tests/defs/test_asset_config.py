@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import pytest
 
-from streaming_pipeline.defs.gold.ride_window_aggregates import RideWindowsConfig
 from streaming_pipeline.lakehouse.errors import ConfigurationError
 from streaming_pipeline.lakehouse.settings import PipelineSettings
 from streaming_pipeline_tests.error_helpers import error_chain
@@ -13,9 +12,8 @@ from streaming_pipeline_tests.project_tables import default_config, default_high
 
 
 def test_the_defaults_are_the_documented_ones() -> None:
-    windows, join = RideWindowsConfig(), default_config("ride_pickup_joins")
+    windows, join = default_config("ride_window_aggregates"), default_config("ride_pickup_joins")
     assert (windows.window_duration, windows.watermark_delay) == ("10 minutes", "15 minutes")
-    assert (windows.interval("window_duration"), windows.interval("watermark_delay")) == ("600 seconds", "900 seconds")
     assert (join.join_max_gap, join.watermark_delay) == ("10 minutes", "15 minutes")
     assert default_high_amount_threshold() == 40.0
 
@@ -24,10 +22,13 @@ def test_the_defaults_are_the_documented_ones() -> None:
     ("make", "message"),
     [
         (
-            lambda: RideWindowsConfig(window_duration="ten minutes"),
+            lambda: type(default_config("ride_window_aggregates"))(window_duration="ten minutes"),
             "ride_window_aggregates window_duration='ten minutes'",
         ),
-        (lambda: RideWindowsConfig(watermark_delay="0 seconds"), "ride_window_aggregates watermark_delay='0 seconds'"),
+        (
+            lambda: type(default_config("ride_window_aggregates"))(watermark_delay="0 seconds"),
+            "ride_window_aggregates watermark_delay='0 seconds'",
+        ),
         (
             lambda: type(default_config("ride_pickup_joins"))(join_max_gap="10 parsecs"),
             "ride_pickup_joins join_max_gap='10 parsecs'",

@@ -21,7 +21,7 @@ from __future__ import annotations
 import functools
 import inspect
 import re
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any, ClassVar, Literal, Self
 
@@ -49,14 +49,20 @@ from streaming_pipeline.lakehouse.settings import interval_seconds, normalize_in
 from streaming_pipeline.lakehouse.sources import SourceTopic
 from streaming_pipeline.lakehouse.streaming_sql import StreamingSql, parameters_in, read_sql, substitute
 from streaming_pipeline.lakehouse.streaming_tables import (
+    AfterRun,
+    ForeachBatch,
     SqlTransformation,
     StreamingTableQuery,
+    TableTarget,
     Transformation,
     Watermark,
 )
 from streaming_pipeline.lakehouse.table_model import Column, Table
 
 _NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+
+#: A Python table's metadata of a triggered run: from its target and what its `after_run` returned.
+RunMetadata = Callable[[TableTarget, Any], Mapping[str, Any]]
 
 
 class WatermarkAttributes(dg.Model):
@@ -144,6 +150,9 @@ class StreamingTable(DeclaresStreamedTable, dg.Component, dg.Model, dg.Resolvabl
     )
 
     _transformation: Transformation | None = PrivateAttr(default=None)
+    _foreach_batch: ForeachBatch | None = PrivateAttr(default=None)
+    _after_run: AfterRun | None = PrivateAttr(default=None)
+    _metadata: RunMetadata | None = PrivateAttr(default=None)
     _reads: tuple[tuple[str, ...], tuple[str, ...]] | None = PrivateAttr(default=None)
     _sql: StreamingSql | None = PrivateAttr(default=None)
     _declared_at: Path | None = PrivateAttr(default=None)
@@ -206,6 +215,8 @@ class StreamingTable(DeclaresStreamedTable, dg.Component, dg.Model, dg.Resolvabl
             watermarks={name: Watermark(w.column, w.delay) for name, w in self.watermarks.items()},
             sequence_by=self.sequence_by,
             late_rows_table=self.late_rows_table,
+            foreach_batch=self._foreach_batch,
+            after_run=self._after_run,
         )
 
     def declared_columns(self) -> dict[str, ColumnAttributes]:
@@ -304,6 +315,7 @@ class StreamingTable(DeclaresStreamedTable, dg.Component, dg.Model, dg.Resolvabl
                 self.preview_order(),
                 late_rows.table if late_rows is not None else None,
                 bool(self.watermarks),
+                self._metadata,
             ),
             priority=self.priority,
             config=self.config_class(),
@@ -441,6 +453,9 @@ class StreamingTable(DeclaresStreamedTable, dg.Component, dg.Model, dg.Resolvabl
         *,
         streams: Sequence[str],
         tables: Sequence[str] = (),
+        foreach_batch: ForeachBatch | None = None,
+        after_run: AfterRun | None = None,
+        metadata: RunMetadata | None = None,
         **attributes: Any,
     ) -> Self:
         """The component of a table whose query is a Python function (`streaming_table`)."""
@@ -448,6 +463,7 @@ class StreamingTable(DeclaresStreamedTable, dg.Component, dg.Model, dg.Resolvabl
         if component.description is None:
             component.description = inspect.getdoc(function)
         component._transformation = _FunctionTransformation(function)
+        component._foreach_batch, component._after_run, component._metadata = foreach_batch, after_run, metadata
         component._reads = (tuple(streams), tuple(tables))
         component._declared_at = context.path
         return component
@@ -482,9 +498,20 @@ def streaming_table(
     The function takes each table it reads by name (a streaming DataFrame for `streams`, the table as it is for
     `tables`), and `parameters` (a dict of the declared parameters' values) when it names that argument, and returns
     the table's rows; the other arguments are the YAML's attributes (`mode`, `keys`,
-    `watermarks`, `group`, `columns`, `owners`, ...). The module's name for the function becomes the component's
-    load function; the function stays reachable as its `function` attribute, for unit tests
-    (`StreamingTable.table_query().rows_for`)."""
+    `watermarks`, `group`, `columns`, `owners`, ...), and what only Python can give, each called with the table's
+    `TableTarget` (session, lakehouse, path, checkpoint, parameter values):
+
+    - `foreach_batch`: a sink of its own (Spark's foreachBatch, Lakeflow's `foreach_batch_sink`): returns the
+      handler of each micro-batch, when the query starts; it must write a micro-batch run again after a crash to the
+      same rows (a MERGE by key), as the shapes' sinks do. With `mode: upsert` it gets the rows each micro-batch
+      changed;
+    - `after_run`: work that needs the query at rest (a reconcile, a compaction): after each triggered run, and
+      every CONTINUOUS_RECONCILE_SECONDS in continuous mode, the query stopped for it;
+    - `metadata`: called with the target and what `after_run` returned, the metadata a triggered run adds to the
+      table's materialization.
+
+    The module's name for the function becomes the component's load function; the function stays reachable as
+    its `function` attribute, for unit tests (`StreamingTable.table_query().rows_for`)."""
 
     def declare(function: Callable[..., Any]) -> Callable[[dg.ComponentLoadContext], StreamingTable]:
         def load(context: dg.ComponentLoadContext) -> StreamingTable:
@@ -520,15 +547,25 @@ class _ParametersConfig(dg.Config):
         return self
 
 
+def _parameter_values(config: Any) -> dict[str, Any]:
+    return {} if config is None else {p.field: getattr(config, p.field) for p in parameters_of(type(config))}
+
+
 def _query(table_query: StreamingTableQuery, inputs: QueryInputs, config: Any) -> Any:
-    values = {} if config is None else {p.field: getattr(config, p.field) for p in parameters_of(type(config))}
+    values = _parameter_values(config)
     return table_query.query(inputs.spark, inputs.lakehouse, values, run_id=inputs.run_id, log=inputs.log)
 
 
 def _materialized(
-    table: Table, preview_order: tuple[str, ...], late_rows_table: Table | None, watermarked: bool, step: StepRun
+    table: Table,
+    preview_order: tuple[str, ...],
+    late_rows_table: Table | None,
+    watermarked: bool,
+    metadata: RunMetadata | None,
+    step: StepRun,
 ) -> Iterator[dg.MaterializeResult]:
-    """The materialization of the table, and of its late-rows table: with a watermark, the rows it dropped."""
+    """The materialization of the table, and of its late-rows table: with a watermark, the rows it dropped; with a
+    `metadata` hook, what it adds."""
     run = step.run()
     late: dict[str, Any] = {}
     if watermarked:
@@ -536,12 +573,30 @@ def _materialized(
         late["rows_dropped_by_watermark"] = dg.MetadataValue.int(dropped.rows_dropped_by_watermark)
         if dropped.watermark is not None:
             late["watermark"] = dg.MetadataValue.text(str(dropped.watermark))
+    lakehouse = step.lakehouse
+    added = (
+        {}
+        if metadata is None
+        else metadata(
+            TableTarget(
+                step.spark,
+                lakehouse,
+                table.name,
+                lakehouse.table_path(table.name),
+                lakehouse.checkpoint_path(table.name),
+                _parameter_values(step.config),
+                step.context.log,
+            ),
+            run.after_stop,
+        )
+    )
     yield dg.MaterializeResult(
         asset_key=table.name,
         metadata={
             **stream_metadata(run.report),
             **late,
-            **delta_table_metadata(step.spark, step.lakehouse, table, preview_order=list(preview_order) or None),
+            **delta_table_metadata(step.spark, lakehouse, table, preview_order=list(preview_order) or None),
+            **added,
         },
     )
     if late_rows_table is None:

@@ -95,17 +95,23 @@ def run_windows_bench(
     Returns:
         The timings per history size and their ratio.
     """
-    from streaming_pipeline.defs.gold.ride_window_aggregates import RideWindowsConfig
+    from streaming_pipeline.devstack.project import project_streaming_table
     from streaming_pipeline.lakehouse.engine.spark import connect_session
+    from streaming_pipeline.lakehouse.engine.streams import run_available_now
     from streaming_pipeline.lakehouse.gold.window_reconcile import reconcile_ride_windows
-    from streaming_pipeline.lakehouse.gold.windows import stream_ride_windows
     from streaming_pipeline.resources import LakehouseResource
 
     result = WindowsResult(new_rides=new_rides, machine=machine_description(), runs=runs, history_rides=list(histories))
     options = SyntheticOptions(seed=7, late_fraction=0.01)
-    # The asset's defaults.
-    defaults = RideWindowsConfig()
-    window, watermark = defaults.interval("window_duration"), defaults.interval("watermark_delay")
+    # The table's declaration with its parameters' defaults; its query streamed, then reconciled, each timed.
+    windows = project_streaming_table("ride_window_aggregates")
+    defaults = windows.parameter_defaults()
+    window = defaults["window_duration"]
+
+    def stream_ride_windows(lakehouse: LakehouseResource) -> None:
+        query = windows.table_query().query(spark, lakehouse, defaults)
+        run_available_now(query.name, query.start_writer)
+
     with tempfile.TemporaryDirectory(prefix="bench-windows-") as tmp, bench_stack(Path(tmp), stack_dir) as stack:
         assert stack.spark_remote
         spark = connect_session(stack.spark_remote)
@@ -117,7 +123,7 @@ def run_windows_bench(
             say(f"history {history:,}: writing raw_rides, then one untimed windows run over it")
             with bench_stage(f"history {history:,}: writing raw_rides, untimed windows run"):
                 _append_rides(spark, lakehouses[history].table_path(RAW_RIDES.name), rides[history][:history], 0)
-                stream_ride_windows(spark, lakehouses[history], window_duration=window, watermark_delay=watermark)
+                stream_ride_windows(lakehouses[history])
                 reconcile_ride_windows(spark, lakehouses[history], window_duration=window)
         totals: dict[int, list[float]] = {h: [] for h in histories}
         streams: dict[int, list[float]] = {h: [] for h in histories}
@@ -131,7 +137,7 @@ def run_windows_bench(
                         spark, lakehouse.table_path(RAW_RIDES.name), rides[history][start : start + new_rides], start
                     )
                     began = time.monotonic()
-                    stream_ride_windows(spark, lakehouse, window_duration=window, watermark_delay=watermark)
+                    stream_ride_windows(lakehouse)
                     streamed = time.monotonic()
                     reconcile = reconcile_ride_windows(spark, lakehouse, window_duration=window)
                     ended = time.monotonic()

@@ -1,36 +1,27 @@
-"""The ride_window_aggregates stream: event-time windows of raw_rides, upserted, then reconciled (late rides and
-finality, `gold.window_reconcile`). Upserts are SQL MERGE INTO delta.`path`, which works over Spark Connect and
-in-process."""
+"""The ride_window_aggregates table's own sink and reconcile, the hooks its declaration
+(`defs/gold/ride_window_aggregates.py`) gives its query: event-time windows of raw_rides upserted (`window_upsert`),
+then reconciled (late rides and finality, `gold.window_reconcile`). Upserts are SQL MERGE INTO delta.`path`, which
+works over Spark Connect and in-process."""
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from streaming_pipeline.lakehouse.engine.delta_tables import delta_path_sql, table_exists
-from streaming_pipeline.lakehouse.engine.run_log import Log
-from streaming_pipeline.lakehouse.engine.streams import (
-    QueryRun,
-    StreamQuery,
-    StreamRunReport,
-    delta_stream,
-    run_available_now,
-)
-from streaming_pipeline.lakehouse.gold.transformations import ride_window_aggregates
+from streaming_pipeline.lakehouse.engine.streams import QueryRun, StreamRunReport
 from streaming_pipeline.lakehouse.gold.window_reconcile import (
     WINDOW_KEY,
-    WINDOWS,
     WindowReconcile,
     reconcile_ride_windows,
     stream_position,
 )
-from streaming_pipeline.lakehouse.tables import RAW_RIDES
 
 if TYPE_CHECKING:
-    from pyspark.sql import DataFrame, SparkSession
-    from pyspark.sql.streaming import DataStreamWriter
+    from pyspark.sql import DataFrame
 
-    from streaming_pipeline.lakehouse.connections import Lakehouse
+    from streaming_pipeline.lakehouse.streaming_tables import TableTarget
 
 
 @dataclass
@@ -96,76 +87,35 @@ class WindowRunResult:
     reconcile: WindowReconcile = field(default_factory=WindowReconcile)
 
 
+def window_upsert(target: TableTarget) -> WindowUpsert:
+    """The windows' foreachBatch handler for a run of their query starting now: the windows final when it starts
+    (by the watermark its checkpoint recorded) are frozen for it (see WindowUpsert)."""
+    before = stream_position(target.checkpoint_path)
+    return WindowUpsert(target.table_path, before.watermark_micros if before else None)
+
+
+def reconcile_after_run(target: TableTarget) -> WindowReconcile:
+    """The windows' reconcile, with the query at rest (it reads the table and the checkpoint at the same
+    micro-batch): `late_trip_count` of the windows that rides added since the previous reconcile fall in (windows
+    made only of late rides are added), and `is_final` where the watermark (latest pickup seen minus the watermark
+    delay) has passed the window's end; its `seconds` set."""
+    started = time.monotonic()
+    reconcile = reconcile_ride_windows(
+        target.spark, target.lakehouse, window_duration=target.parameters["window_duration"], log=target.log
+    )
+    reconcile.seconds = time.monotonic() - started
+    return reconcile
+
+
 def window_run_result(run: QueryRun) -> WindowRunResult:
-    """What one availableNow run of `ride_windows_query` (`engine.streams.run_once`) did: its stream's report, then
-    its reconcile (the query's `after_stop`), which set `late_trip_count` of the windows that rides added since the
-    previous reconcile fall in (windows made only of late rides are added), and `is_final` where the watermark
-    (latest pickup seen minus the watermark delay) has passed the window's end.
+    """What one availableNow run of the windows' query (`engine.streams.run_once`) did: its stream's report, then
+    its reconcile (`reconcile_after_run`, the query's `after_stop`).
 
     Args:
         run: The run.
 
     Returns:
-        The stream's report and the reconcile's outcome (its `seconds` set).
+        The stream's report and the reconcile's outcome.
     """
     reconcile: WindowReconcile = run.after_stop
-    reconcile.seconds = run.after_stop_seconds
     return WindowRunResult(run.report, reconcile.watermark, reconcile.windows, reconcile)
-
-
-def ride_windows_query(
-    spark: SparkSession, lakehouse: Lakehouse, *, window_duration: str, watermark_delay: str, log: Log | None = None
-) -> StreamQuery:
-    """The windows of `window_duration` (a Spark interval) streamed from raw_rides, watermarked `watermark_delay`
-    behind the latest pickup, and upserted. The reconcile needs the query stopped (it reads the table and the
-    checkpoint at the same micro-batch): it is the query's `after_stop`.
-
-    Args:
-        spark: The session to run on.
-        lakehouse: Where raw_rides, the windows table and its checkpoint are.
-        window_duration: The windows' length, a Spark interval.
-        watermark_delay: How far behind the latest pickup a ride still counts on time, a Spark interval.
-        log: Where the reconcile reports (none when None).
-
-    Returns:
-        The query, named after the windows table, ready to start with any trigger.
-    """
-
-    def start_writer() -> DataStreamWriter:
-        # The windows final when this run of the query starts are frozen for it (see WindowUpsert).
-        before = stream_position(lakehouse.checkpoint_path(WINDOWS))
-        handler = WindowUpsert(lakehouse.table_path(WINDOWS), before.watermark_micros if before else None)
-        windows = ride_window_aggregates(
-            delta_stream(spark, lakehouse, RAW_RIDES.name), window_duration, watermark_delay
-        )
-        return (
-            windows.writeStream.outputMode("update")
-            .foreachBatch(handler)
-            .option("checkpointLocation", lakehouse.checkpoint_path(WINDOWS))
-        )
-
-    return StreamQuery(
-        WINDOWS,
-        start_writer,
-        tables=(WINDOWS,),
-        after_stop=lambda: reconcile_ride_windows(spark, lakehouse, window_duration=window_duration, log=log),
-    )
-
-
-def stream_ride_windows(
-    spark: SparkSession, lakehouse: Lakehouse, *, window_duration: str, watermark_delay: str, log: Log | None = None
-) -> StreamRunReport:
-    """The streaming half of a windows run: one availableNow run of `ride_windows_query`, not reconciled.
-
-    Args:
-        spark: The session to run on.
-        lakehouse: Where raw_rides, the windows table and its checkpoint are.
-        window_duration: The windows' length, a Spark interval.
-        watermark_delay: How far behind the latest pickup a ride still counts on time, a Spark interval.
-        log: Where to report the micro-batches (the streams' logger when None).
-
-    Returns:
-        What the run's micro-batches reported.
-    """
-    query = ride_windows_query(spark, lakehouse, window_duration=window_duration, watermark_delay=watermark_delay)
-    return run_available_now(query.name, query.start_writer, log=log)
