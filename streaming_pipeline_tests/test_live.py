@@ -72,7 +72,7 @@ SENSOR_NAME = "raw_rides_offset_sensor"
 LOAD, KILL_LOAD = scaled(1_000), scaled(800)
 #: The names of the streaming tables' asset checks, which live_checks_job runs: three for each bronze table (the table
 #: topic's one_row_per_key in place of unique_kafka_coordinates), a check of each silver and gold table, and
-#: not_behind_sources of each streaming table: 20 checks in all.
+#: not_behind_sources of each streaming table: 21 checks in all.
 LIVE_CHECKS = [
     "reconciles_with_kafka_offsets",
     "unique_kafka_coordinates",

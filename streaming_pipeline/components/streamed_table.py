@@ -1,12 +1,10 @@
-"""A silver or gold table streamed from others, declared once in its own module of `defs/` as a Python component:
+"""The streaming step of a silver or gold table, as a `StreamingTable` declaration (in SQL or in Python) makes it:
+the tables it writes (the table, and its late-rows table), the tables it reads, its one query factory, what a
+triggered run reports, its config, priority and place in the continuous run.
 
-    @dg.component_instance
-    def load(context: dg.ComponentLoadContext) -> StreamedTable:
-        return StreamedTable(step=..., writes=[...], reads=[...], query=..., compute=..., priority=...)
-
-The declaration builds the step's asset (or multi-asset, for a query writing several tables) when the definitions
-load, with the settings of that moment: its config's defaults (from its parameters' environment variables), its
-automation condition in triggered mode, its freshness policy in continuous mode. What the step reads is declared
+The step builds its asset (a multi-asset, for a query writing several tables) when the definitions load, with the
+settings of that moment: its config's defaults (from its parameters' environment variables), its automation
+condition in triggered mode, its freshness policy in continuous mode. What the step reads is declared
 once (`reads`): the assets' deps, the skip while a source table is missing and the query's source paths derive from
 it. Its query factory is its one entry point: a triggered run runs it once (availableNow) and the continuous run
 keeps it running. Everything else finds the declarations through the component tree (`streamed_tables`): the
@@ -29,7 +27,6 @@ import dagster as dg
 from streaming_pipeline.components.asset_metadata import SPARK_KINDS, missing_sources, stream_step_args, table_args
 from streaming_pipeline.components.parameters import with_environment_defaults
 from streaming_pipeline.lakehouse.engine.streams import QueryRun, run_once
-from streaming_pipeline.lakehouse.errors import ConfigurationError
 from streaming_pipeline.lakehouse.settings import LiveSettings
 from streaming_pipeline.lakehouse.table_model import Table
 from streaming_pipeline.lakehouse.tables import DEAD_LETTER_RECORDS
@@ -82,7 +79,7 @@ class WrittenTable:
     owners: tuple[str, ...] | None = None  # None: the project's (asset_metadata.OWNERS)
 
 
-class StreamedTable(dg.Component):
+class StreamedTable:
     """A streaming step: one query from other tables of the lakehouse into `writes`.
 
     - `step`: the step's name, which names its checkpoint and its concurrency pool too;
@@ -199,18 +196,6 @@ class StreamedTable(dg.Component):
         results = self.compute(StepRun(context, session, lakehouse, config, query))
         yield from [results] if isinstance(results, dg.MaterializeResult) else results
 
-    def build_defs(self, context: dg.ComponentLoadContext) -> dg.Definitions:
-        """Read when the definitions load: LIVE_MODE and the parameters' environment variables. A step the
-        component tree does not list as a StreamedTable (its load function's return annotation is a string) is a
-        ConfigurationError: the continuous run, the maintenance job and the fast runs would leave it out."""
-        if not any(step is self for step in context.component_tree.get_all_components(of_type=StreamedTable)):
-            raise ConfigurationError(
-                f"{context.path}: Dagster does not see step {self.step!r} as a StreamedTable, because the return "
-                "annotation of its load function is a string (`from __future__ import annotations`): remove that "
-                "import from the module"
-            )
-        return dg.Definitions(assets=[self.asset(LiveSettings.from_env())])
-
 
 def _named(body: Callable[..., Any], step: str) -> Callable[..., Any]:
     """The asset body named after its step, its annotations resolved: Dagster reads the resources' types from them,
@@ -248,8 +233,8 @@ def with_config_class(compute: Callable[..., Any], config_class: type[dg.Config]
 
 
 class DeclaresStreamedTable:
-    """A component that declares a streaming step by other means (YAML, a decorator): `streamed_tables` finds its
-    step as it finds a `StreamedTable`."""
+    """A component that declares a streaming step (`StreamingTable`, in YAML or by a decorator): `streamed_tables`
+    finds its step."""
 
     def streamed_table(self) -> StreamedTable:
         raise NotImplementedError
@@ -257,10 +242,7 @@ class DeclaresStreamedTable:
 
 def streamed_tables(tree: dg.ComponentTree) -> list[StreamedTable]:
     """Every streaming step the project declares, the higher priority first (then by name)."""
-    steps = [
-        *tree.get_all_components(of_type=StreamedTable),
-        *(c.streamed_table() for c in tree.get_all_components(of_type=DeclaresStreamedTable)),  # type: ignore[type-var]
-    ]
+    steps = [c.streamed_table() for c in tree.get_all_components(of_type=DeclaresStreamedTable)]  # type: ignore[type-var]
     return sorted(steps, key=lambda t: (-t.priority, t.step))
 
 

@@ -4,7 +4,10 @@ transformation, and its sink by shape:
 
 - `append`: each micro-batch's new rows appended to Delta (an aggregation emits a group once its watermark passes);
 - `complete`: the whole result rewritten at each micro-batch (a small aggregate);
-- `upsert`: the rows each micro-batch changed, merged into the table by `keys` (Delta MERGE).
+- `upsert`: the rows each micro-batch changed, merged into the table by `keys` (Delta MERGE);
+
+or by a foreachBatch sink of the table's own (`foreach_batch`), with work done after each run with the query at
+rest (`after_run`).
 
 A column the query gains (a new field of a source's schema, through `SELECT *`) joins the table, null in the rows
 written before it: the Delta sink merges the schema, and the MERGE evolves it.

@@ -206,6 +206,7 @@ def test_in_continuous_mode_the_run_is_kept_alive_the_offset_sensors_rest_and_no
         "raw_rides_unique_kafka_coordinates",
         "ride_pickup_joins_not_behind_sources",
         "ride_pickup_joins_unique_join_pairs",
+        "ride_window_aggregates_not_behind_sources",
         "ride_window_aggregates_unique_window_per_vendor",
         "ride_window_aggregates_windows_count_each_ride_once",
         "rides_enriched_enriched_rows_equal_raw_rows",

@@ -1,6 +1,6 @@
-"""A silver or gold table is one module: a step declared with `StreamedTable` in the project's defs folder (written
-there for the test) gets its asset, its place in the continuous run with its config, its maintenance op in its
-pool and its place in raw_rides' fast runs, with nothing else written."""
+"""A silver or gold table in Python is one module: a function declared with `streaming_table` in the project's defs
+folder (written there for the test) gets its asset, its place in the continuous run with its config, its
+maintenance op in its pool and its place in raw_rides' fast runs, with nothing else written."""
 
 from __future__ import annotations
 
@@ -13,65 +13,32 @@ import pytest
 from streaming_pipeline.components.streamed_table import fast_run_tables, latency_critical_query_names, streamed_tables
 from streaming_pipeline.definitions import build_definitions
 from streaming_pipeline.devstack.project import project_defs_folder, project_sources
-from streaming_pipeline.lakehouse.errors import ConfigurationError
 from streaming_pipeline.lakehouse.settings import PipelineSettings
-from streaming_pipeline_tests.error_helpers import error_chain
 
 MODULE = '''
 """The sum of the rides' total_amount at or above a minimum: a gold table in one module."""
 
-import dagster as dg
 from pyspark.sql import functions as F
 
-from streaming_pipeline.components.asset_metadata import stream_metadata
-from streaming_pipeline.components.parameters import parameter
-from streaming_pipeline.components.streamed_table import QueryInputs, StepRun, StreamedTable
-from streaming_pipeline.lakehouse.engine.streams import StreamQuery, delta_stream
-from streaming_pipeline.lakehouse.table_model import GOLD, Column, Table
-from streaming_pipeline.lakehouse.tables import RAW_RIDES
-
-RIDE_TOTALS = Table("ride_totals", GOLD, (Column("total", "double", "Sum of total_amount."),))
+from streaming_pipeline.components import streaming_table
 
 
-class RideTotalsConfig(dg.Config):
-    minimum: float = parameter(
-        env="RIDE_TOTALS_MINIMUM", default=0.0, kind="number", description="The smallest total_amount counted"
-    )
-
-
-def ride_totals_query(inputs: QueryInputs, config: RideTotalsConfig) -> StreamQuery:
-    lakehouse = inputs.lakehouse
-
-    def start_writer():
-        rides = delta_stream(inputs.spark, lakehouse, RAW_RIDES.name)
-        totals = rides.where(F.col("total_amount") >= config.minimum).agg(F.sum("total_amount").alias("total"))
-        return (
-            totals.writeStream.format("delta")
-            .outputMode("complete")
-            .option("checkpointLocation", lakehouse.checkpoint_path(RIDE_TOTALS.name))
-            .option("path", lakehouse.table_path(RIDE_TOTALS.name))
-        )
-
-    return StreamQuery(RIDE_TOTALS.name, start_writer, tables=(RIDE_TOTALS.name,))
-
-
-def ride_totals(step: StepRun) -> dg.MaterializeResult:
+@streaming_table(
+    streams=["raw_rides"],
+    mode="complete",
+    group="gold",
+    parameters={
+        "minimum": {"type": "number", "default": 0, "env": "RIDE_TOTALS_MINIMUM", "description": "The smallest amount"}
+    },
+    columns={"total": "Sum of total_amount."},
+    metadata=lambda target, after_run: {"minimum": target.parameters["minimum"]},
+    priority=35,
+    latency_critical=True,
+)
+def ride_totals(raw_rides, parameters):
     """The sum of every ride's total_amount at or above the minimum."""
-    return dg.MaterializeResult(metadata={**stream_metadata(step.run().report), "minimum": step.config.minimum})
-
-
-@dg.component_instance
-def load(context: dg.ComponentLoadContext) -> StreamedTable:
-    return StreamedTable(
-        step=RIDE_TOTALS.name,
-        writes=[RIDE_TOTALS],
-        reads=[RAW_RIDES],
-        query=ride_totals_query,
-        compute=ride_totals,
-        config=RideTotalsConfig,
-        priority=35,
-        latency_critical=True,
-    )
+    rides = raw_rides.where(F.col("total_amount") >= parameters["minimum"])
+    return rides.agg(F.sum("total_amount").alias("total"))
 '''
 
 
@@ -141,21 +108,3 @@ def test_the_new_table_module_streams_its_table_in_a_triggered_run(
     assert result.metadata["rows_read"].value == len(amounts) == 266
     (row,) = spark.read.format("delta").load(lakehouse.table_path("ride_totals")).collect()
     assert row.total == pytest.approx(expected)
-
-
-def test_a_module_whose_load_annotation_is_a_string_is_refused_naming_it(
-    ride_totals_module: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """Dagster finds a component by its load function's return annotation: with `from __future__ import
-    annotations` it is a string, and the step would be left out of the continuous run; the definitions refuse it."""
-    import sys
-
-    docstring, rest = MODULE.split("\n\n", 1)
-    ride_totals_module.write_text(f"{docstring}\n\nfrom __future__ import annotations\n\n{rest}")
-    monkeypatch.delitem(sys.modules, "streaming_pipeline.defs.gold.scratch_ride_totals", raising=False)
-    with pytest.raises(Exception) as caught:  # noqa: PT011 - Dagster wraps the error of the module that declares it
-        build_definitions(PipelineSettings.from_env({}))
-    causes = error_chain(caught.value)
-    refused = [str(e) for e in causes if isinstance(e, ConfigurationError)]
-    assert refused, causes
-    assert str(ride_totals_module) in refused[0] and "from __future__ import annotations" in refused[0]

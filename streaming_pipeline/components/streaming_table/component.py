@@ -10,10 +10,10 @@ project by a `defs.yaml` with its SQL, or in Python by a function (`streaming_ta
 
 What the table reads comes from its SQL (`STREAM(t)` streams `t`, any other table is read as it is at each
 micro-batch): its asset's deps, the skip while a source is missing, the continuous run's wait. The component turns
-its YAML into the library's declaration (`lakehouse.streaming_tables.StreamingTableQuery`) and builds its step as
-this project's own tables are built (`StreamedTable`): the asset with its group, owners, catalog name and column
-docs, its config (the SQL's parameters, their defaults from the environment), its triggered runs, and its place in
-the continuous run and the fast runs (and, in this project, in table maintenance).
+its YAML into the library's declaration (`lakehouse.streaming_tables.StreamingTableQuery`) and builds its step
+(`streamed_table.StreamedTable`): the asset with its group, owners, catalog name and column docs, its config (the
+SQL's parameters, their defaults from the environment), its triggered runs, and its place in the continuous run,
+the fast runs and table maintenance.
 """
 
 from __future__ import annotations
