@@ -10,15 +10,15 @@ from __future__ import annotations
 
 import datetime as dt
 import json
+from dataclasses import dataclass
 
 import pytest
 from pyspark.sql import functions as F
 
 from streaming_pipeline.definitions import defs
 from streaming_pipeline.lakehouse.engine.delta_log import latest_version
-from streaming_pipeline.lakehouse.engine.streams import run_once
-from streaming_pipeline.lakehouse.gold.window_reconcile import RECONCILE_WRITER, reconcile_ride_windows
-from streaming_pipeline.lakehouse.gold.windows import WindowRunResult, window_run_result
+from streaming_pipeline.lakehouse.engine.streams import StreamRunReport, run_once
+from streaming_pipeline.lakehouse.gold.window_reconcile import RECONCILE_WRITER, WindowReconcile, reconcile_ride_windows
 from streaming_pipeline.lakehouse.late_rows import LateRows, late_rows_of
 from streaming_pipeline.lakehouse.settings import normalize_interval
 from streaming_pipeline.resources.lakehouse import LakehouseResource
@@ -37,9 +37,18 @@ RIDES_DDL = (
 UTC = dt.UTC
 
 
-def update_ride_window_aggregates(spark, lakehouse, **windows: str) -> WindowRunResult:
+@dataclass
+class WindowsRun:
+    """What one triggered run of the windows did: its micro-batches, then its reconcile (the query's after_run)."""
+
+    report: StreamRunReport
+    reconcile: WindowReconcile
+
+
+def update_ride_window_aggregates(spark, lakehouse, **windows: str) -> WindowsRun:
     """One triggered run of the windows, as the asset does it: the query run once, then its reconcile."""
-    return window_run_result(run_once(windows_query(spark, lakehouse, **windows)))
+    run = run_once(windows_query(spark, lakehouse, **windows))
+    return WindowsRun(run.report, run.after_stop)
 
 
 def update_ride_pickup_joins(spark, lakehouse, *, run_id: str | None = None, **join: str) -> LateRows:

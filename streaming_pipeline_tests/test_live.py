@@ -585,7 +585,7 @@ def test_the_continuous_mode_streams_produced_rides_to_gold_exactly_once_through
         .records
     )
     evaluations = [record.event_log_entry.dagster_event.event_specific_data for record in records]
-    assert len(evaluations) == 20 and {e.check_name for e in evaluations} == set(LIVE_CHECKS)
+    assert len(evaluations) == 21 and {e.check_name for e in evaluations} == set(LIVE_CHECKS)
     assert [(e.asset_key.to_user_string(), e.check_name) for e in evaluations if not e.passed] == []
 
 

@@ -6,11 +6,10 @@ works over Spark Connect and in-process."""
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from streaming_pipeline.lakehouse.engine.delta_tables import delta_path_sql, table_exists
-from streaming_pipeline.lakehouse.engine.streams import QueryRun, StreamRunReport
 from streaming_pipeline.lakehouse.gold.window_reconcile import (
     WINDOW_KEY,
     WindowReconcile,
@@ -77,16 +76,6 @@ class WindowUpsert:
         spark.catalog.dropTempView(view)
 
 
-@dataclass
-class WindowRunResult:
-    """What a windows run (`window_run_result`) did: the stream's report, then its reconcile."""
-
-    report: StreamRunReport
-    watermark: Any
-    windows_changed_by_reconcile: int
-    reconcile: WindowReconcile = field(default_factory=WindowReconcile)
-
-
 def window_upsert(target: TableTarget) -> WindowUpsert:
     """The windows' foreachBatch handler for a run of their query starting now: the windows final when it starts
     (by the watermark its checkpoint recorded) are frozen for it (see WindowUpsert)."""
@@ -105,17 +94,3 @@ def reconcile_after_run(target: TableTarget) -> WindowReconcile:
     )
     reconcile.seconds = time.monotonic() - started
     return reconcile
-
-
-def window_run_result(run: QueryRun) -> WindowRunResult:
-    """What one availableNow run of the windows' query (`engine.streams.run_once`) did: its stream's report, then
-    its reconcile (`reconcile_after_run`, the query's `after_stop`).
-
-    Args:
-        run: The run.
-
-    Returns:
-        The stream's report and the reconcile's outcome.
-    """
-    reconcile: WindowReconcile = run.after_stop
-    return WindowRunResult(run.report, reconcile.watermark, reconcile.windows, reconcile)
