@@ -14,16 +14,14 @@ if TYPE_CHECKING:
     from pyspark.sql import DataFrame
 
 
-def ride_window_aggregates(rides: DataFrame, window_duration: str, watermark_delay: str | None = None) -> DataFrame:
+def ride_window_aggregates(rides: DataFrame, window_duration: str) -> DataFrame:
     """Rides and revenue per vendor in tumbling event-time windows of `window_duration` on pickup time.
 
-    With `watermark_delay` (streaming), windows are finalized once the watermark passes their end and
-    later rides are left out of the aggregate (`window_late_counts` counts them).
+    On a stream watermarked on pickup_datetime (the table's declaration), windows are finalized once the watermark
+    passes their end and later rides are left out of the aggregate (`window_late_counts` counts them).
     """
     from pyspark.sql import functions as F
 
-    if watermark_delay is not None:
-        rides = rides.withWatermark("pickup_datetime", watermark_delay)
     return (
         rides.groupBy(F.window("pickup_datetime", window_duration), F.col("vendor_id"))
         .agg(
