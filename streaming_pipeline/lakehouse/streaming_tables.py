@@ -135,6 +135,15 @@ class StreamingTableQuery:
         tables = {name: spark.read.format("delta").load(lakehouse.table_path(name)) for name in self.tables}
         return self.transformation(spark, Inputs(streams, tables, parameters))
 
+    def target(
+        self, spark: SparkSession, lakehouse: Lakehouse, parameters: Mapping[str, Any], log: Log | None = None
+    ) -> TableTarget:
+        """Where its query writes in `lakehouse`, with the run's parameter values: what its hooks are given."""
+        name = self.name
+        return TableTarget(
+            spark, lakehouse, name, lakehouse.table_path(name), lakehouse.checkpoint_path(name), dict(parameters), log
+        )
+
     def watermarked(self, name: str, frame: DataFrame, parameters: Mapping[str, Any]) -> DataFrame:
         watermark = self.watermarks.get(name)
         return frame if watermark is None else frame.withWatermark(watermark.column, watermark.delay_given(parameters))
@@ -152,8 +161,8 @@ class StreamingTableQuery:
         a late-rows table, what its watermark drops is recorded there (for the Dagster run `run_id`, a warning
         to `log`). A sink of its own (`foreach_batch`) gets each micro-batch instead of the shape's sink (an `upsert`
         table's micro-batches are its changed rows), and `after_run` is the query's `after_stop`."""
-        path, checkpoint = lakehouse.table_path(self.name), lakehouse.checkpoint_path(self.name)
-        target = TableTarget(spark, lakehouse, self.name, path, checkpoint, dict(parameters), log)
+        target = self.target(spark, lakehouse, parameters, log)
+        path, checkpoint = target.table_path, target.checkpoint_path
 
         def start_writer() -> DataStreamWriter:
             if self.mode == "append":

@@ -315,7 +315,7 @@ class StreamingTable(DeclaresStreamedTable, dg.Component, dg.Model, dg.Resolvabl
                 self.preview_order(),
                 late_rows.table if late_rows is not None else None,
                 bool(self.watermarks),
-                self._metadata,
+                None if self._metadata is None else (self.table_query(), self._metadata),
             ),
             priority=self.priority,
             config=self.config_class(),
@@ -561,7 +561,7 @@ def _materialized(
     preview_order: tuple[str, ...],
     late_rows_table: Table | None,
     watermarked: bool,
-    metadata: RunMetadata | None,
+    metadata: tuple[StreamingTableQuery, RunMetadata] | None,
     step: StepRun,
 ) -> Iterator[dg.MaterializeResult]:
     """The materialization of the table, and of its late-rows table: with a watermark, the rows it dropped; with a
@@ -574,22 +574,11 @@ def _materialized(
         if dropped.watermark is not None:
             late["watermark"] = dg.MetadataValue.text(str(dropped.watermark))
     lakehouse = step.lakehouse
-    added = (
-        {}
-        if metadata is None
-        else metadata(
-            TableTarget(
-                step.spark,
-                lakehouse,
-                table.name,
-                lakehouse.table_path(table.name),
-                lakehouse.checkpoint_path(table.name),
-                _parameter_values(step.config),
-                step.context.log,
-            ),
-            run.after_stop,
-        )
-    )
+    added: Mapping[str, Any] = {}
+    if metadata is not None:
+        table_query, metadata_of = metadata
+        target = table_query.target(step.spark, lakehouse, _parameter_values(step.config), step.context.log)
+        added = metadata_of(target, run.after_stop)
     yield dg.MaterializeResult(
         asset_key=table.name,
         metadata={

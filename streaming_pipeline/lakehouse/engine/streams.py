@@ -269,7 +269,6 @@ class QueryRun:
     report: StreamRunReport
     progress: Any = None  # what `on_progress` returned for the run's micro-batches
     after_stop: Any = None  # what `after_stop` returned
-    after_stop_seconds: float = 0.0
 
 
 def run_once(query: StreamQuery, *, log: Log | None = None) -> QueryRun:
@@ -285,9 +284,8 @@ def run_once(query: StreamQuery, *, log: Log | None = None) -> QueryRun:
     """
     report = run_available_now(query.name, query.start_writer, log=log)
     progress = query.on_progress(report) if query.on_progress is not None else None
-    started = time.monotonic()
     after_stop = query.after_stop() if query.after_stop is not None else None
-    return QueryRun(report, progress, after_stop, time.monotonic() - started if query.after_stop else 0.0)
+    return QueryRun(report, progress, after_stop)
 
 
 def is_worker_start_timeout(message: str) -> bool:
