@@ -94,7 +94,8 @@ class StreamedTable:
     - `priority`: its place among the ready steps of a run (higher first);
     - `latency_critical`: in continuous mode it triggers as often as the bronze tables it reads, and a triggered
       fast run of that bronze table writes it too;
-    - `updates_in_place`: its query changes rows it wrote (complete, MERGE), so no other query may stream it.
+    - `updates_in_place`: its query changes rows it wrote (complete, MERGE), so no other query may stream it;
+    - `checks`: the asset checks its `compute` evaluates with each triggered run (the table's expectations).
     """
 
     def __init__(
@@ -104,11 +105,12 @@ class StreamedTable:
         writes: Sequence[Table | WrittenTable],
         reads: Sequence[Table | str],
         query: Callable[[QueryInputs, Any], StreamQuery],
-        compute: Callable[[StepRun], dg.MaterializeResult | Iterator[dg.MaterializeResult]],
+        compute: Callable[[StepRun], dg.MaterializeResult | Iterator[dg.MaterializeResult | dg.AssetCheckResult]],
         priority: int,
         config: type[dg.Config] | None = None,
         latency_critical: bool = False,
         updates_in_place: bool = False,
+        checks: Sequence[dg.AssetCheckSpec] = (),
     ) -> None:
         self.step = step
         self.writes = tuple(w if isinstance(w, WrittenTable) else WrittenTable(w) for w in writes)
@@ -119,6 +121,7 @@ class StreamedTable:
         self.config = config
         self.latency_critical = latency_critical
         self.updates_in_place = updates_in_place
+        self.checks = tuple(checks)
 
     @property
     def table_names(self) -> list[str]:
@@ -156,33 +159,33 @@ class StreamedTable:
             )
         config_class = self.config_class(environ)
         body = self._body() if config_class is None else with_config_class(self._body_with_config(), config_class)
-        return dg.multi_asset(name=self.step, specs=specs, **stream_step_args(self.step, priority=self.priority))(
-            naming_a_store_gone_away(body)
-        )
+        return dg.multi_asset(
+            name=self.step, specs=specs, check_specs=self.checks, **stream_step_args(self.step, priority=self.priority)
+        )(naming_a_store_gone_away(body))
 
-    def _body(self) -> Callable[..., Iterator[dg.MaterializeResult]]:
+    def _body(self) -> Callable[..., Iterator[dg.MaterializeResult | dg.AssetCheckResult]]:
         step = self
 
         def run_step(
             context: dg.AssetExecutionContext, spark: SparkResource, lakehouse: LakehouseResource
-        ) -> Iterator[dg.MaterializeResult]:
+        ) -> Iterator[dg.MaterializeResult | dg.AssetCheckResult]:
             yield from step.run_triggered(context, spark, lakehouse, None)
 
         return _named(run_step, self.step)
 
-    def _body_with_config(self) -> Callable[..., Iterator[dg.MaterializeResult]]:
+    def _body_with_config(self) -> Callable[..., Iterator[dg.MaterializeResult | dg.AssetCheckResult]]:
         step = self
 
         def run_step(
             context: dg.AssetExecutionContext, config: Any, spark: SparkResource, lakehouse: LakehouseResource
-        ) -> Iterator[dg.MaterializeResult]:
+        ) -> Iterator[dg.MaterializeResult | dg.AssetCheckResult]:
             yield from step.run_triggered(context, spark, lakehouse, config)
 
         return _named(run_step, self.step)
 
     def run_triggered(
         self, context: dg.AssetExecutionContext, spark: SparkResource, lakehouse: LakehouseResource, config: Any
-    ) -> Iterator[dg.MaterializeResult]:
+    ) -> Iterator[dg.MaterializeResult | dg.AssetCheckResult]:
         """A triggered run of the step: nothing while a table it reads is missing (each table it writes gets a
         materialization saying so), else its query run once and its compute's materializations."""
         missing = missing_sources(context, lakehouse, *sorted(self.reads))

@@ -75,6 +75,10 @@ class StreamingRunError(StreamingPipelineError):
     """A streaming query failed; the message names the query and Spark's reason."""
 
 
+class ExpectationError(StreamingPipelineError):
+    """A table's expectation cannot be evaluated on its rows (an unknown column, not a boolean); nothing was read."""
+
+
 class MaintenanceError(StreamingPipelineError):
     """A table cannot be maintained (OPTIMIZE, VACUUM): it does not exist, or a run that writes it is in flight."""
 

@@ -48,6 +48,7 @@ class StreamingSql:
     parameters: tuple[str, ...]
     aggregates: bool
     grouped_by: tuple[str, ...] = ()
+    columns: tuple[str, ...] | None = None  # its outermost query's columns, when it names each (no `*`)
 
     @property
     def streamed(self) -> tuple[str, ...]:
@@ -125,7 +126,19 @@ def read_sql(sql: str, values: Mapping[str, object]) -> StreamingSql:
     aggregates = any(True for _ in query.find_all(exp.AggFunc)) or any(True for _ in query.find_all(exp.Group))
     group = query.args.get("group")
     grouped_by = tuple(c.name for c in group.expressions if isinstance(c, exp.Column)) if group else ()
-    return StreamingSql(text, tuple(references), parameters_in(sql), aggregates, grouped_by)
+    return StreamingSql(text, tuple(references), parameters_in(sql), aggregates, grouped_by, _columns(query))
+
+
+def _columns(query: exp.Query) -> tuple[str, ...] | None:
+    """The columns of the outermost query when it names each of them; None when it has a `*` (or a set operation)."""
+    if not isinstance(query, exp.Select) or any(
+        isinstance(e.unalias(), exp.Star) or isinstance(e, exp.Star) for e in query.expressions
+    ):
+        return None
+    if any(isinstance(e, exp.Column) and isinstance(e.this, exp.Star) for e in query.expressions):
+        return None
+    names = tuple(query.named_selects)
+    return names if len(names) == len(query.expressions) and all(names) else None
 
 
 def _references(table: exp.Table, ctes: set[str], text: str) -> list[TableReference]:

@@ -29,6 +29,16 @@ from streaming_pipeline.lakehouse.engine.delta_tables import count_rows, delta_p
 from streaming_pipeline.lakehouse.engine.sink_position import checkpoint_query_id
 from streaming_pipeline.lakehouse.engine.streams import Log, StreamQuery, delta_stream
 from streaming_pipeline.lakehouse.errors import StreamingTableStateError
+from streaming_pipeline.lakehouse.expectations import (
+    DeltaWriteOnce,
+    Expectation,
+    FailOnViolation,
+    QuarantiningAppend,
+    checked,
+    drop_rules,
+    fail_rules,
+    table_app_id,
+)
 from streaming_pipeline.lakehouse.late_rows import LateRowsRecorder
 from streaming_pipeline.lakehouse.streaming_sql import read_sql, substitute
 
@@ -122,18 +132,28 @@ class StreamingTableQuery:
     late_rows_table: str | None = None
     foreach_batch: ForeachBatch | None = None
     after_run: AfterRun | None = None
+    expectations: tuple[Expectation, ...] = ()
+    quarantine_table: str | None = None
+
+    @property
+    def tables_written(self) -> tuple[str, ...]:
+        """The table, and the late-rows and quarantine tables its query writes too."""
+        others = (self.late_rows_table, self.quarantine_table if drop_rules(self.expectations) else None)
+        return (self.name, *(name for name in others if name is not None))
 
     @property
     def reads(self) -> tuple[str, ...]:
         return tuple(dict.fromkeys([*self.streams, *self.tables]))
 
     def frame(self, spark: SparkSession, lakehouse: Lakehouse, parameters: Mapping[str, Any]) -> DataFrame:
-        """The table's rows as a streaming DataFrame over the lakehouse."""
+        """The table's rows as a streaming DataFrame over the lakehouse, its expectations applied
+        (`expectations.checked`)."""
         streams = {
             name: self.watermarked(name, delta_stream(spark, lakehouse, name), parameters) for name in self.streams
         }
         tables = {name: spark.read.format("delta").load(lakehouse.table_path(name)) for name in self.tables}
-        return self.transformation(spark, Inputs(streams, tables, parameters))
+        rows = self.transformation(spark, Inputs(streams, tables, parameters))
+        return checked(rows, self.name, self.expectations) if self.expectations else rows
 
     def target(
         self, spark: SparkSession, lakehouse: Lakehouse, parameters: Mapping[str, Any], log: Log | None = None
@@ -168,12 +188,8 @@ class StreamingTableQuery:
             if self.mode == "append":
                 refuse_rows_without_checkpoint(spark, self.name, path, checkpoint)
             rows = self.frame(spark, lakehouse, parameters)
-            if self.foreach_batch is not None or self.mode == "upsert":
-                handler = (
-                    KeyedUpsert(path, self.keys, self.sequence_by)
-                    if self.foreach_batch is None
-                    else self.foreach_batch(target)
-                )
+            handler = self.handler(target)
+            if handler is not None:
                 writer = rows.writeStream.outputMode("update" if self.mode == "upsert" else self.mode)
                 return writer.foreachBatch(handler).option("checkpointLocation", checkpoint)
             return (
@@ -189,13 +205,34 @@ class StreamingTableQuery:
         return StreamQuery(
             self.name,
             start_writer,
-            tables=(self.name,) if late is None else (self.name, late),
+            tables=self.tables_written,
             source_paths=tuple(lakehouse.table_path(name) for name in self.reads),
             on_progress=None
             if late is None
             else LateRowsRecorder(spark, self.name, late, lakehouse.table_path(late), run_id, log),
             after_stop=None if self.after_run is None else functools.partial(self.after_run, target),
         )
+
+    def handler(self, target: TableTarget) -> Callable[[DataFrame, int], None] | None:
+        """The foreachBatch handler of its micro-batches; None for the Delta sink. `drop` rules write the kept rows
+        and the quarantined ones; a sink of its own gets them otherwise, then an `upsert` table's MERGE; `fail`
+        rules check each micro-batch before any of these writes it."""
+        app_id = table_app_id(self.name, target.checkpoint_path)
+        fails = fail_rules(self.expectations)
+        handler: Callable[[DataFrame, int], None]
+        if drop_rules(self.expectations):
+            assert self.quarantine_table is not None  # the declaration names it with its `drop` rules
+            quarantine = target.lakehouse.table_path(self.quarantine_table)
+            handler = QuarantiningAppend(target.table_path, quarantine, app_id, drop_rules(self.expectations))
+        elif self.foreach_batch is not None:
+            handler = self.foreach_batch(target)
+        elif self.mode == "upsert":
+            handler = KeyedUpsert(target.table_path, self.keys, self.sequence_by)
+        elif fails:
+            handler = DeltaWriteOnce(target.table_path, app_id, self.mode)
+        else:
+            return None
+        return FailOnViolation(handler, self.name, fails) if fails else handler
 
     def rows_for(
         self,

@@ -30,6 +30,7 @@ import pydantic
 from pydantic import BaseModel, Field, PrivateAttr
 
 from streaming_pipeline.components.asset_metadata import delta_table_metadata, stream_metadata
+from streaming_pipeline.components.expectation_checks import expectation_checks, expectation_metadata
 from streaming_pipeline.components.parameters import parameter, parameters_of
 from streaming_pipeline.components.streamed_table import (
     DeclaresStreamedTable,
@@ -44,6 +45,15 @@ from streaming_pipeline.components.streaming_table.checks import not_behind_sour
 from streaming_pipeline.components.streaming_table.scaffolder import StreamingTableScaffolder
 from streaming_pipeline.lakehouse.engine.delta_tables import sum_columns
 from streaming_pipeline.lakehouse.errors import ConfigurationError
+from streaming_pipeline.lakehouse.expectations import (
+    BATCH_ID,
+    QUARANTINED_AT,
+    RULES_BROKEN,
+    Expectation,
+    check_expectations,
+    counts_of,
+    drop_rules,
+)
 from streaming_pipeline.lakehouse.late_rows import LATE_ROWS_COLUMNS, late_rows_of
 from streaming_pipeline.lakehouse.settings import interval_seconds, normalize_interval
 from streaming_pipeline.lakehouse.sources import SourceTopic
@@ -60,6 +70,11 @@ from streaming_pipeline.lakehouse.streaming_tables import (
 from streaming_pipeline.lakehouse.table_model import Column, Table
 
 _NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+_CONSEQUENCE = {
+    "warn": "are written and counted",
+    "drop": "are set aside in the quarantine table",
+    "fail": "fail the micro-batch before anything of it is written",
+}
 
 #: A Python table's metadata of a triggered run: from its target and what its `after_run` returned.
 RunMetadata = Callable[[TableTarget, Any], Mapping[str, Any]]
@@ -92,6 +107,23 @@ class ParameterAttributes(dg.Model):
         default=None, description="The environment variable that sets it (default: its name, upper)."
     )
     description: str = Field(default="", description="What the parameter does.")
+
+
+class ExpectationAttributes(dg.Model):
+    name: str = Field(description="The rule's name: its asset check's name, and what a quarantined row lists.")
+    expect: str = Field(
+        description="A Spark SQL boolean expression over the table's row: the row keeps the rule when it is true "
+        "(false and NULL break it).",
+        examples=["total >= 0"],
+    )
+    on_violation: Literal["warn", "drop", "fail"] = Field(
+        default="warn",
+        description="`warn`: the row is written and counted; `drop`: it goes to the quarantine table instead; "
+        "`fail`: the micro-batch fails before anything of it is written.",
+    )
+
+    def rule(self) -> Expectation:
+        return Expectation(self.name, self.expect, self.on_violation)
 
 
 @dg.scaffold_with(StreamingTableScaffolder)
@@ -147,6 +179,16 @@ class StreamingTable(DeclaresStreamedTable, dg.Component, dg.Model, dg.Resolvabl
         description="With `watermarks`: a table of its own, written by its query, with one row per micro-batch whose "
         "watermark dropped rows (too late to be joined or counted) and how many, so that they are counted, not lost "
         "silently.",
+    )
+    expectations: list[ExpectationAttributes] = Field(
+        default_factory=list,
+        description="Rules on the table's rows, each a name, a Spark SQL boolean expression and what a violation "
+        "does (`warn`, `drop`, `fail`), as Lakeflow's expectations; each is an asset check with a run's counts.",
+    )
+    quarantine_table: str | None = Field(
+        default=None,
+        description="With `drop` rules: the table of the rows they drop, as they were, with the rules each broke "
+        "(default: `<name>_quarantine`).",
     )
 
     _transformation: Transformation | None = PrivateAttr(default=None)
@@ -217,7 +259,50 @@ class StreamingTable(DeclaresStreamedTable, dg.Component, dg.Model, dg.Resolvabl
             late_rows_table=self.late_rows_table,
             foreach_batch=self._foreach_batch,
             after_run=self._after_run,
+            expectations=self.rules(),
+            quarantine_table=self.quarantine_table_name(),
         )
+
+    def rules(self) -> tuple[Expectation, ...]:
+        """Its expectations, as the library takes them."""
+        return tuple(e.rule() for e in self.expectations)
+
+    def quarantine_table_name(self) -> str | None:
+        """The table of the rows its `drop` rules set aside; None when it has none."""
+        if not drop_rules(self.rules()):
+            return None
+        return self.quarantine_table or f"{self.name}_quarantine"
+
+    def quarantine(self, table: Table) -> WrittenTable | None:
+        """The quarantine table of `table` (its columns, then the rules broken, the micro-batch and the time)."""
+        name = self.quarantine_table_name()
+        if name is None:
+            return None
+        added = (
+            Column(RULES_BROKEN, "array<string>", "The names of the rules the row broke (every rule, of any action)."),
+            Column(BATCH_ID, "bigint", f"The micro-batch of the {self.name} query that set the row aside."),
+            Column(QUARANTINED_AT, "timestamp", "When the row was set aside."),
+        )
+        rules = ", ".join(f"{r.name} ({r.constraint})" for r in self.rules() if r.on_violation == "drop")
+        return WrittenTable(
+            Table(name, self.group, table.columns + added, columns_from_query=table.columns_from_query),
+            f"The rows of {self.name} that broke a `drop` rule ({rules}), as they were, with the rules each broke, "
+            f"set aside instead of written to {self.name}. A row fixed upstream can be written back: "
+            f"`INSERT INTO {self.name} SELECT * EXCEPT ({RULES_BROKEN}, {BATCH_ID}, {QUARANTINED_AT}) FROM ...`.",
+            tuple(self.owners),
+        )
+
+    def check_specs(self) -> list[dg.AssetCheckSpec]:
+        """An asset check per rule, evaluated by each triggered run (and reported by the continuous run)."""
+        return [
+            dg.AssetCheckSpec(
+                r.name,
+                asset=self.name,
+                description=f"{r.on_violation}: rows where `{r.constraint}` is not true "
+                f"{_CONSEQUENCE[r.on_violation]}.",
+            )
+            for r in self.rules()
+        ]
 
     def declared_columns(self) -> dict[str, ColumnAttributes]:
         return {
@@ -301,12 +386,15 @@ class StreamingTable(DeclaresStreamedTable, dg.Component, dg.Model, dg.Resolvabl
     def _step_writing(self, table: Table) -> StreamedTable:
         streams, tables = self.reads()
         late_rows = self.late_rows()
+        quarantine = self.quarantine(table)
         return StreamedTable(
             step=self.name,
             writes=[
                 WrittenTable(table, self.description or self._default_description(), tuple(self.owners)),
                 *([late_rows] if late_rows is not None else []),
+                *([quarantine] if quarantine is not None else []),
             ],
+            checks=self.check_specs(),
             reads=[*streams, *tables],
             query=functools.partial(_query, self.table_query()),
             compute=functools.partial(
@@ -316,6 +404,8 @@ class StreamingTable(DeclaresStreamedTable, dg.Component, dg.Model, dg.Resolvabl
                 late_rows.table if late_rows is not None else None,
                 bool(self.watermarks),
                 None if self._metadata is None else (self.table_query(), self._metadata),
+                self.rules(),
+                quarantine.table if quarantine is not None else None,
             ),
             priority=self.priority,
             config=self.config_class(),
@@ -360,6 +450,7 @@ class StreamingTable(DeclaresStreamedTable, dg.Component, dg.Model, dg.Resolvabl
                 f"{self.name}: `columns` gives the type of some columns and not of {', '.join(untyped)}: declare the "
                 "type of every column (a declared schema) or of none"
             )
+        self._check_expectations()
         if self._transformation is not None:
             return self._check_declared_reads(tree)
         for name in self.parameters:
@@ -369,6 +460,32 @@ class StreamingTable(DeclaresStreamedTable, dg.Component, dg.Model, dg.Resolvabl
         if unused:
             raise ConfigurationError(f"{self.name}: parameter(s) {', '.join(unused)} are not used by the SQL")
         self._check_declared_reads(tree)
+
+    def _check_expectations(self) -> None:
+        table = self.table()
+        if not table.columns_from_query:
+            columns: Sequence[str] | None = table.column_names
+        else:
+            columns = None if self._transformation is not None else self.read_sql().columns
+        try:
+            check_expectations(self.rules(), columns)
+        except ConfigurationError as exc:
+            raise ConfigurationError(f"{self.name}: {exc}") from None
+        dropping = drop_rules(self.rules())
+        if dropping and self.mode != "append":
+            raise ConfigurationError(
+                f"{self.name}: expectation {dropping[0]!r} drops rows, which only an append table can set aside "
+                f"(this one is `mode: {self.mode}`): use `warn` or `fail`"
+            )
+        if dropping and self._foreach_batch is not None:
+            raise ConfigurationError(
+                f"{self.name}: expectation {dropping[0]!r} drops rows to the quarantine table, which the table's "
+                "own sink (`foreach_batch`) does not write: use `warn` or `fail`"
+            )
+        if self.quarantine_table is not None and not dropping:
+            raise ConfigurationError(
+                f"{self.name}: `quarantine_table` takes the rows that `drop` rules set aside, and it has none"
+            )
 
     def _check_declared_reads(self, tree: dg.ComponentTree) -> None:
         streams, tables = self.reads()
@@ -562,11 +679,14 @@ def _materialized(
     late_rows_table: Table | None,
     watermarked: bool,
     metadata: tuple[StreamingTableQuery, RunMetadata] | None,
+    rules: tuple[Expectation, ...],
+    quarantine_table: Table | None,
     step: StepRun,
-) -> Iterator[dg.MaterializeResult]:
-    """The materialization of the table, and of its late-rows table: with a watermark, the rows it dropped; with a
-    `metadata` hook, what it adds."""
+) -> Iterator[dg.MaterializeResult | dg.AssetCheckResult]:
+    """The materialization of the table, and of its late-rows and quarantine tables: with a watermark, the rows it
+    dropped; with a `metadata` hook, what it adds; with expectations, what each rule found (and its check)."""
     run = step.run()
+    counts = counts_of(run.report.progresses, rules)
     late: dict[str, Any] = {}
     if watermarked:
         dropped = late_rows_of(run)
@@ -585,9 +705,19 @@ def _materialized(
             **stream_metadata(run.report),
             **late,
             **delta_table_metadata(step.spark, lakehouse, table, preview_order=list(preview_order) or None),
+            **expectation_metadata(counts, rules),
             **added,
         },
     )
+    yield from expectation_checks(table.name, counts, rules)
+    if quarantine_table is not None:
+        yield dg.MaterializeResult(
+            asset_key=quarantine_table.name,
+            metadata={
+                "rows_quarantined": dg.MetadataValue.int(counts.dropped),
+                **delta_table_metadata(step.spark, lakehouse, quarantine_table, preview_order=[BATCH_ID]),
+            },
+        )
     if late_rows_table is None:
         return
     path = step.lakehouse.table_path(late_rows_table.name)

@@ -1,0 +1,66 @@
+"""What a table's expectations found, as Dagster shows it: an asset check result per rule (the rows checked, the
+violations, a few violating rows' values; a warning for `warn` and `drop`, an error for `fail`), and the counts in
+the table's materialization. A triggered run yields them with its materialization; the continuous run logs them
+with each report of the table."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+from typing import Any
+
+import dagster as dg
+
+from streaming_pipeline.lakehouse.expectations import Expectation, ExpectationCounts
+
+
+def expectation_metadata(counts: ExpectationCounts, rules: Sequence[Expectation]) -> dict[str, Any]:
+    """The materialization's metadata of what the rules found: the rows checked, each rule's violations, and the
+    rows set aside."""
+    if not rules:
+        return {}
+    metadata: dict[str, Any] = {"rows_checked": dg.MetadataValue.int(counts.rows)}
+    for rule in rules:
+        metadata[f"violations_{rule.name}"] = dg.MetadataValue.int(counts.violations.get(rule.name, 0))
+    if any(rule.on_violation == "drop" for rule in rules):
+        metadata["rows_quarantined"] = dg.MetadataValue.int(counts.dropped)
+    return metadata
+
+
+def expectation_checks(
+    asset: str, counts: ExpectationCounts, rules: Sequence[Expectation]
+) -> Iterator[dg.AssetCheckResult]:
+    """A check result per rule for the micro-batches `counts` sums."""
+    for rule in rules:
+        yield dg.AssetCheckResult(asset_key=asset, **check_result_args(counts, rule))
+
+
+def check_evaluations(
+    asset: str, counts: ExpectationCounts, rules: Sequence[Expectation]
+) -> list[dg.AssetCheckEvaluation]:
+    """The same results as events that a run logs (the continuous run's report of the table)."""
+    key = dg.AssetKey(asset)
+    return [
+        dg.AssetCheckEvaluation(asset_key=key, check_name=rule.name, **check_result_args(counts, rule))
+        for rule in rules
+    ]
+
+
+def check_result_args(counts: ExpectationCounts, rule: Expectation) -> dict[str, Any]:
+    violations = counts.violations.get(rule.name, 0)
+    sample = counts.samples.get(rule.name, ())
+    metadata: dict[str, Any] = {
+        "rows_checked": dg.MetadataValue.int(counts.rows),
+        "violations": dg.MetadataValue.int(violations),
+        "on_violation": dg.MetadataValue.text(rule.on_violation),
+        "constraint": dg.MetadataValue.text(rule.constraint),
+    }
+    if sample:
+        metadata["violating_values"] = dg.MetadataValue.json(list(sample))
+    return {
+        "passed": violations == 0,
+        "severity": dg.AssetCheckSeverity.ERROR if rule.on_violation == "fail" else dg.AssetCheckSeverity.WARN,
+        "metadata": metadata,
+        "description": f"{violations} of {counts.rows} row(s) broke `{rule.constraint}`"
+        if violations
+        else f"none of {counts.rows} row(s) broke `{rule.constraint}`",
+    }
