@@ -12,6 +12,25 @@ import dagster as dg
 
 from streaming_pipeline.lakehouse.expectations import Expectation, ExpectationCounts
 
+_CONSEQUENCE = {
+    "warn": "are written and counted",
+    "drop": "are set aside in the quarantine table",
+    "fail": "fail the micro-batch before anything of it is written",
+}
+
+
+def check_specs(asset: str, rules: Sequence[Expectation]) -> list[dg.AssetCheckSpec]:
+    """An asset check per rule on `asset`, named as the rule."""
+    return [
+        dg.AssetCheckSpec(
+            rule.name,
+            asset=asset,
+            description=f"{rule.on_violation}: rows where `{rule.constraint}` is not true "
+            f"{_CONSEQUENCE[rule.on_violation]}.",
+        )
+        for rule in rules
+    ]
+
 
 def expectation_metadata(counts: ExpectationCounts, rules: Sequence[Expectation]) -> dict[str, Any]:
     """The materialization's metadata of what the rules found: the rows checked, each rule's violations, and the

@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING, Any
 import dagster as dg
 
 from streaming_pipeline.components.asset_metadata import SPARK_KINDS, missing_sources, stream_step_args, table_args
+from streaming_pipeline.components.expectation_checks import check_specs
 from streaming_pipeline.components.parameters import with_environment_defaults
 from streaming_pipeline.lakehouse.engine.streams import QueryRun, run_once
 from streaming_pipeline.lakehouse.settings import LiveSettings
@@ -40,6 +41,7 @@ if TYPE_CHECKING:
 
     from streaming_pipeline.lakehouse.connections import Lakehouse
     from streaming_pipeline.lakehouse.engine.streams import Log, StreamQuery
+    from streaming_pipeline.lakehouse.expectations import Expectation
     from streaming_pipeline.lakehouse.sources import SourceTopic
 
 
@@ -77,6 +79,7 @@ class WrittenTable:
     table: Table
     description: str | None = None
     owners: tuple[str, ...] | None = None  # None: the project's (asset_metadata.OWNERS)
+    downstream_of: tuple[str, ...] = ()  # tables of the same step it derives from (a quarantine, its table)
 
 
 class StreamedTable:
@@ -95,7 +98,8 @@ class StreamedTable:
     - `latency_critical`: in continuous mode it triggers as often as the bronze tables it reads, and a triggered
       fast run of that bronze table writes it too;
     - `updates_in_place`: its query changes rows it wrote (complete, MERGE), so no other query may stream it;
-    - `checks`: the asset checks its `compute` evaluates with each triggered run (the table's expectations).
+    - `expectations`: the rules on the rows of its first table, each an asset check that its `compute` evaluates
+      with each triggered run, and that the continuous run reports.
     """
 
     def __init__(
@@ -110,7 +114,7 @@ class StreamedTable:
         config: type[dg.Config] | None = None,
         latency_critical: bool = False,
         updates_in_place: bool = False,
-        checks: Sequence[dg.AssetCheckSpec] = (),
+        expectations: Sequence[Expectation] = (),
     ) -> None:
         self.step = step
         self.writes = tuple(w if isinstance(w, WrittenTable) else WrittenTable(w) for w in writes)
@@ -121,7 +125,7 @@ class StreamedTable:
         self.config = config
         self.latency_critical = latency_critical
         self.updates_in_place = updates_in_place
-        self.checks = tuple(checks)
+        self.expectations = tuple(expectations)
 
     @property
     def table_names(self) -> list[str]:
@@ -149,7 +153,7 @@ class StreamedTable:
         deps = sorted(self.reads)
         specs = []
         for written in self.writes:
-            args = table_args(written.table, kinds=SPARK_KINDS, live=live, deps=deps)
+            args = table_args(written.table, kinds=SPARK_KINDS, live=live, deps=[*deps, *written.downstream_of])
             if written.owners is not None:
                 args["owners"] = list(written.owners)
             specs.append(
@@ -160,7 +164,10 @@ class StreamedTable:
         config_class = self.config_class(environ)
         body = self._body() if config_class is None else with_config_class(self._body_with_config(), config_class)
         return dg.multi_asset(
-            name=self.step, specs=specs, check_specs=self.checks, **stream_step_args(self.step, priority=self.priority)
+            name=self.step,
+            specs=specs,
+            check_specs=check_specs(self.table_names[0], self.expectations),
+            **stream_step_args(self.step, priority=self.priority),
         )(naming_a_store_gone_away(body))
 
     def _body(self) -> Callable[..., Iterator[dg.MaterializeResult | dg.AssetCheckResult]]:

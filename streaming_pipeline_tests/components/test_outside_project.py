@@ -83,6 +83,12 @@ SQL_TABLES = {
         "sql": "SELECT order_id, customer_id, total FROM STREAM(raw_orders) WHERE total > ${min_total}",
         "parameters": {"min_total": {"default": "50", "env": "LARGE_ORDER_MIN_TOTAL"}},
         "columns": {"total": "Total, EUR."},
+        "expectations": [
+            {"name": "known_customer", "expect": "customer_id < 3", "on_violation": "warn"},
+            {"name": "below_90", "expect": "total < 90", "on_violation": "drop"},
+            {"name": "even_order", "expect": "order_id % 2 = 0", "on_violation": "drop"},
+            {"name": "below_1000", "expect": "total < 1000", "on_violation": "fail"},
+        ],
     },
     "silver/orders_named": {
         "name": "orders_named",
@@ -119,13 +125,32 @@ def _orders(first: int, count: int) -> list[dict[str, Any]]:
     ]
 
 
+def _broken(order: dict[str, Any]) -> list[str]:
+    """The rules of large_orders an order breaks, in their order."""
+    holds = {
+        "known_customer": order["customer_id"] < 3,
+        "below_90": order["total"] < 90,
+        "even_order": order["order_id"] % 2 == 0,
+        "below_1000": order["total"] < 1000,
+    }
+    return [name for name, kept in holds.items() if not kept]
+
+
+def _dropped(order: dict[str, Any]) -> bool:
+    return bool({"below_90", "even_order"} & set(_broken(order)))
+
+
 def _expected(orders: list[dict[str, Any]]) -> dict[str, list[tuple[Any, ...]]]:
     """Every table's rows, sorted, from the orders sent (and CUSTOMERS)."""
     by_customer: dict[int, list[dict[str, Any]]] = {}
     for order in orders:
         by_customer.setdefault(order["customer_id"], []).append(order)
+    large = [o for o in orders if o["total"] > 60]
     return {
-        "large_orders": sorted((o["order_id"], o["customer_id"], o["total"]) for o in orders if o["total"] > 60),
+        "large_orders": sorted((o["order_id"], o["customer_id"], o["total"]) for o in large if not _dropped(o)),
+        "large_orders_quarantine": sorted(
+            (o["order_id"], o["customer_id"], o["total"], _broken(o)) for o in large if _dropped(o)
+        ),
         "orders_named": sorted(
             (o["order_id"], CUSTOMERS[o["customer_id"]], o["total"]) for o in orders if o["customer_id"] in CUSTOMERS
         ),
@@ -140,6 +165,7 @@ def _tables(lakehouse: Path) -> dict[str, list[tuple[Any, ...]]]:
 
     columns = {
         "large_orders": ["order_id", "customer_id", "total"],
+        "large_orders_quarantine": ["order_id", "customer_id", "total", "_rules_broken"],
         "orders_named": ["order_id", "name", "total"],
         "customer_totals": ["customer_id", "orders", "total"],
         "last_orders": ["customer_id", "last_order_id"],
@@ -169,6 +195,18 @@ def _latest_materialization(dagster_home: Path | None, asset: str) -> dict[str, 
         event = instance.get_latest_materialization_event(dg.AssetKey(asset))
     assert event is not None and event.asset_materialization is not None, f"{asset} was never materialized"
     return dict(event.asset_materialization.metadata)
+
+
+def _check_evaluation(dagster_home: Path | None, asset: str, check: str) -> tuple[str, Any]:
+    """The run and the evaluation of the asset check's latest execution, read from the project's Dagster instance."""
+    import dagster as dg
+
+    assert dagster_home is not None
+    key = dg.AssetCheckKey(dg.AssetKey(asset), check)
+    with dg.DagsterInstance.from_config(str(dagster_home)) as instance:
+        record = instance.event_log_storage.get_latest_asset_check_execution_by_key([key])[key]
+    assert record.event is not None and record.event.dagster_event is not None
+    return record.run_id, record.event.dagster_event.event_specific_data
 
 
 def _column_docs(dagster_home: Path | None, asset: str) -> dict[str, str | None]:
@@ -271,7 +309,9 @@ def test_a_new_dg_project_declares_its_own_streaming_lakehouse_and_streams_it_ex
     listed_defs = json.loads(_run([str(BIN / "dg"), "list", "defs", "--json"], project, env, stdout_only=True))
     assets = {asset["asset_key"]: asset for asset in listed_defs["assets"]}
     tables = ["customer_totals", "large_orders", "last_orders", "orders_named"]
-    assert sorted(assets) == sorted(["dead_letter_records", "raw_customers", "raw_orders", *tables])
+    assert sorted(assets) == sorted(
+        ["dead_letter_records", "raw_customers", "raw_orders", "large_orders_quarantine", *tables]
+    )
     assert {name: sorted(assets[name]["dependency_keys"]) for name in tables} == {
         "customer_totals": ["raw_orders"],
         "large_orders": ["raw_orders"],
@@ -307,6 +347,20 @@ def test_a_new_dg_project_declares_its_own_streaming_lakehouse_and_streams_it_ex
     }
     # its own column's description, and raw_orders' for the columns it passes through
     assert _column_docs(info.dagster_home, "large_orders") == LARGE_ORDERS_DOCS
+    # what its expectations found in the run, in its materialization and as one check each
+    checked = [o for o in sent if o["total"] > 60]
+    found = {rule: sum(rule in _broken(o) for o in checked) for rule in ("known_customer", "below_90", "even_order")}
+    assert all(found.values())  # every warn and drop rule is broken by some order, some break two at once
+    assert any(len(_broken(o)) >= 2 for o in checked)
+    metadata = _latest_materialization(info.dagster_home, "large_orders")
+    assert metadata["rows_checked"].value == len(checked)
+    assert metadata["rows_quarantined"].value == sum(_dropped(o) for o in checked)
+    for rule, violations in {**found, "below_1000": 0}.items():
+        assert metadata[f"violations_{rule}"].value == violations
+        _, evaluation = _check_evaluation(info.dagster_home, "large_orders", rule)
+        assert (evaluation.passed, evaluation.metadata["violations"].value) == (violations == 0, violations)
+        severity = dg.AssetCheckSeverity.ERROR if rule == "below_1000" else dg.AssetCheckSeverity.WARN
+        assert (evaluation.severity, evaluation.metadata["rows_checked"].value) == (severity, len(checked))
     # 2. The offset sensors of `dagster dev`: the daemon launches raw_orders' live job, with every table downstream.
     dev_env = {**env, "OFFSET_SENSOR_INTERVAL_SECONDS": "5", "OFFSET_SENSOR_RETRY_BACKOFF_SECONDS": "2"}
     target = ["-m", "shop.definitions"]
@@ -366,9 +420,13 @@ def test_a_new_dg_project_declares_its_own_streaming_lakehouse_and_streams_it_ex
             log=log,
         )
         wait_until("the new run writes every table", lambda: _tables(lakehouse) == _expected(sent), log=log)
+        continuous_run_id = continuous_run().run_id
 
-    # the continuous run's reports describe the SQL table's columns as the materializations do
+    # the continuous run's reports describe the SQL table's columns as the materializations do, and evaluate its
+    # expectations' checks
     assert _column_docs(info.dagster_home, "large_orders") == LARGE_ORDERS_DOCS
+    run_id, evaluation = _check_evaluation(info.dagster_home, "large_orders", "below_90")
+    assert run_id in {killed.run_id, continuous_run_id} and evaluation.metadata["rows_checked"].value > 0
 
     # 4. `streaming-pipeline replay` of the project's source rebuilds it and every table downstream, each row once.
     replayed = _run([str(BIN / "streaming-pipeline"), "replay", "raw_orders", "--project", str(project)], project, env)

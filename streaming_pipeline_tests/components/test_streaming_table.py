@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import datetime as dt
 import json
+import math
 import shutil
 from collections.abc import Iterator
 from pathlib import Path
@@ -81,6 +82,10 @@ def _declare(sandbox: DefsFolderSandbox, folder: str, attributes: dict[str, Any]
         )
     )
     return path
+
+
+def _rule(name: str, expect: str, on_violation: str = "warn") -> dict[str, str]:
+    return {"name": name, "expect": expect, "on_violation": on_violation}
 
 
 # --- the SQL --------------------------------------------------------------------------------------------------------
@@ -236,6 +241,49 @@ def test_columns_with_a_type_each_declare_the_schema_the_ui_shows_before_the_fir
             {"sql": "SELECT * FROM STREAM(raw_payments)", "columns": {"a": {"type": "int"}, "b": "B."}},
             "gives the type of some columns and not of b",
         ),
+        (
+            {"sql": "SELECT * FROM STREAM(raw_payments)", "expectations": [_rule("paid", "amount >= 0")] * 2},
+            "expectation 'paid' is declared twice",
+        ),
+        (
+            {"sql": "SELECT * FROM STREAM(raw_payments)", "expectations": [_rule("paid", "amount >= 0", "ignore")]},
+            "on_violation",
+        ),
+        (
+            {"sql": "SELECT * FROM STREAM(raw_payments)", "expectations": [_rule("paid", "amount + 1")]},
+            "expectation 'paid': 'amount + 1' is not a boolean expression",
+        ),
+        (
+            {"sql": "SELECT * FROM STREAM(raw_payments)", "expectations": [_rule("paid", "amount >=")]},
+            "expectation 'paid': 'amount >=' does not parse",
+        ),
+        (
+            {"sql": "SELECT * FROM STREAM(raw_payments)", "expectations": [_rule("paid", "count(*) > 0")]},
+            "aggregates; a rule reads one row at a time",
+        ),
+        (
+            {
+                "sql": "SELECT payment_id, amount FROM STREAM(raw_payments)",
+                "expectations": [_rule("a", "account > ''")],
+            },
+            "names account, not a column of the table (its columns: payment_id, amount)",
+        ),
+        (
+            {
+                "sql": "SELECT account, count(*) AS n FROM STREAM(raw_payments) GROUP BY account",
+                "mode": "complete",
+                "expectations": [_rule("some", "n > 0", "drop")],
+            },
+            "only an append table can set aside (this one is `mode: complete`)",
+        ),
+        (
+            {
+                "sql": "SELECT * FROM STREAM(raw_payments)",
+                "quarantine_table": "q",
+                "expectations": [_rule("a", "true")],
+            },
+            "`quarantine_table` takes the rows that `drop` rules set aside, and it has none",
+        ),
     ],
 )
 def test_a_declaration_that_cannot_run_is_refused_naming_its_file_and_the_fault(
@@ -246,6 +294,26 @@ def test_a_declaration_that_cannot_run_is_refused_naming_its_file_and_the_fault(
         pass
     chain = _messages(raised.value)
     assert str(path / "defs.yaml") in chain and fault in chain, chain
+
+
+def test_each_expectation_is_an_asset_check_and_drop_rules_bring_a_quarantine_table_downstream(
+    sandbox: DefsFolderSandbox,
+) -> None:
+    rules = [
+        _rule("known_account", "account IS NOT NULL"),
+        _rule("non_negative", "amount >= 0", "drop"),
+        _rule("below_limit", "amount < 1000000", "fail"),
+    ]
+    path = _declare(
+        sandbox, "checked", {"name": "checked", "sql": "SELECT * FROM STREAM(raw_payments)", "expectations": rules}
+    )
+    with sandbox.load_component_and_build_defs(defs_path=path) as (_, defs):
+        asset = defs.get_assets_def("checked")
+        assert sorted(key.name for key in asset.check_keys) == ["below_limit", "known_account", "non_negative"]
+        assert all(key.asset_key == dg.AssetKey("checked") for key in asset.check_keys)
+        quarantine = asset.specs_by_key[dg.AssetKey("checked_quarantine")]
+        assert sorted(dep.asset_key.path[-1] for dep in quarantine.deps) == ["checked", "raw_payments"]
+        assert "non_negative (amount >= 0)" in (quarantine.description or "")
 
 
 def test_a_parameter_without_a_default_is_refused_naming_the_field(sandbox: DefsFolderSandbox) -> None:
@@ -470,6 +538,125 @@ def test_each_shape_streams_each_row_once_over_two_runs_and_the_helper_runs_the_
     )
     helped = declaration.table_query().rows_for(spark, {"raw_payments": given})
     assert sorted(tuple(r) for r in helped.collect()) == [("a0", 2, 30.0), ("a1", 2, 50.0), ("a2", 1, 20.0)]
+
+
+RULES = (
+    ("known_account", "account IS NOT NULL", "warn"),
+    ("non_negative", "amount >= 0", "drop"),
+    ("whole", "amount = floor(amount)", "drop"),
+    ("below_limit", "amount < 1000000", "fail"),
+)
+
+
+def _defective_payments(first: int, count: int) -> list[tuple[int, str | None, float]]:
+    """Payments, some without an account, some negative, some negative and not whole (breaking three rules)."""
+    return [
+        (i, None if i % 4 == 1 else f"a{i % 3}", -1.5 if i % 6 == 5 else (-float(i) if i % 5 == 3 else float(i * 10)))
+        for i in range(first, first + count)
+    ]
+
+
+def _broken(payment: tuple[int, str | None, float]) -> list[str]:
+    """The rules a payment breaks, in their order, computed in Python."""
+    _, account, amount = payment
+    holds = {
+        "known_account": account is not None,
+        "non_negative": amount >= 0,
+        "whole": amount == math.floor(amount),
+        "below_limit": amount < 1_000_000,
+    }
+    return [name for name, _, _ in RULES if not holds[name]]
+
+
+def test_expectations_warn_drop_and_fail_and_each_row_is_written_once_across_a_crash_between_the_two_writes(
+    spark: Any, tmp_path: Path
+) -> None:
+    from streaming_pipeline.lakehouse.engine.streams import run_once
+    from streaming_pipeline.lakehouse.errors import StreamingRunError
+    from streaming_pipeline.lakehouse.expectations import Expectation, counts_of
+    from streaming_pipeline.lakehouse.streaming_tables import SqlTransformation, StreamingTableQuery
+    from streaming_pipeline.resources import LakehouseResource
+
+    lakehouse = LakehouseResource(root=str(tmp_path / "lakehouse"))
+    schema = "payment_id long, account string, amount double"
+    sql = "SELECT payment_id, account, amount FROM STREAM(raw_payments)"
+
+    def table(rules: tuple[tuple[str, str, str], ...] = RULES) -> StreamingTableQuery:
+        expectations = tuple(Expectation(name, constraint, action) for name, constraint, action in rules)  # type: ignore[arg-type]
+        return StreamingTableQuery(
+            "checked",
+            ("raw_payments",),
+            (),
+            SqlTransformation(sql),
+            expectations=expectations,
+            quarantine_table="checked_quarantine",
+        )
+
+    def send(payments: list[tuple[int, str | None, float]]) -> None:
+        frame = spark.createDataFrame(payments, schema)
+        frame.write.format("delta").mode("append").save(lakehouse.table_path("raw_payments"))
+
+    def rows(name: str) -> list[tuple[Any, ...]]:
+        frame = spark.read.format("delta").load(lakehouse.table_path(name))
+        frame = frame.drop("_quarantined_at") if "_quarantined_at" in frame.columns else frame
+        return sorted(tuple(r) for r in frame.collect())
+
+    def expected(payments: list[tuple[int, str | None, float]]) -> tuple[list[Any], list[Any]]:
+        dropped = {"non_negative", "whole"}
+        kept = sorted(p for p in payments if not dropped & set(_broken(p)))
+        return kept, sorted((*p, _broken(p)) for p in payments if dropped & set(_broken(p)))
+
+    def counted(payments: list[tuple[int, str | None, float]]) -> tuple[int, dict[str, int], int]:
+        violations = {name: sum(name in _broken(p) for p in payments) for name, _, _ in RULES}
+        return len(payments), violations, len(expected(payments)[1])
+
+    first, second = _defective_payments(0, 12), _defective_payments(12, 12)
+    assert _broken(first[5]) == ["known_account", "non_negative", "whole"]  # rows breaking several rules are sent
+    send(first)
+    run = run_once(table().query(spark, lakehouse, {}))
+    counts = counts_of(run.report.progresses, table().expectations)
+    assert (counts.rows, dict(counts.violations), counts.dropped) == counted(first)
+    violating = [f'{{"amount":{p[2]}}}' for p in first if "non_negative" in _broken(p)]
+    assert len(counts.samples["non_negative"]) == min(len(violating), 5)
+    assert set(counts.samples["non_negative"]) <= set(violating)
+    kept, quarantined = expected(first)
+    assert rows("checked") == kept
+    assert [r[:4] for r in rows("checked_quarantine")] == quarantined
+    assert {r[4] for r in rows("checked_quarantine")} == {0}  # the micro-batch that set each aside
+
+    # A crash between the table's write and the quarantine's: the quarantine's place is taken by a file.
+    send(second)
+    quarantine = Path(lakehouse.table_path("checked_quarantine"))
+    quarantine.rename(tmp_path / "aside")
+    quarantine.write_text("in the way")
+    with pytest.raises(StreamingRunError):
+        run_once(table().query(spark, lakehouse, {}))
+    assert rows("checked") == expected(first + second)[0]  # the table's write came before the crash
+    quarantine.unlink()
+    (tmp_path / "aside").rename(quarantine)
+    run = run_once(table().query(spark, lakehouse, {}))  # the micro-batch again: its quarantine only is written
+    counts = counts_of(run.report.progresses, table().expectations)
+    assert (counts.rows, dict(counts.violations), counts.dropped) == counted(second)  # the crashed attempt: uncounted
+    kept, quarantined = expected(first + second)
+    assert rows("checked") == kept
+    assert [r[:4] for r in rows("checked_quarantine")] == quarantined
+
+    # fail: nothing of the micro-batch is written, the error names the table, the rule and the values, and the next
+    # run reads the same records again.
+    third = [(24, "a0", 5_000_000.0), (25, "a1", -2.0)]
+    send(third)
+    for _ in range(2):
+        with pytest.raises(StreamingRunError) as failed:
+            run_once(table().query(spark, lakehouse, {}))
+        assert "checked: micro-batch 2 broke the expectation(s) 'below_limit' (amount < 1000000)" in str(failed.value)
+        assert '{"amount":5000000.0}' in str(failed.value)
+        assert (rows("checked"), [r[:4] for r in rows("checked_quarantine")]) == (kept, quarantined)
+    relaxed = tuple(
+        (name, constraint, "warn" if name == "below_limit" else action) for name, constraint, action in RULES
+    )
+    run_once(table(relaxed).query(spark, lakehouse, {}))
+    kept, quarantined = expected(first + second + third)
+    assert (rows("checked"), [r[:4] for r in rows("checked_quarantine")]) == (kept, quarantined)
 
 
 def test_the_first_source_brings_the_maintenance_of_every_table_of_the_project(sandbox: DefsFolderSandbox) -> None:

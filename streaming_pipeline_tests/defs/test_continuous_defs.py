@@ -319,6 +319,45 @@ def test_the_run_reports_new_commits_and_a_caught_up_table_now_and_then_but_not_
     }
     assert named == ["raw_rides", "vendor_counts"]  # once per run
 
+    # A table with expectations: what its query's micro-batches found is in its materialization, and each rule's
+    # check is evaluated on them.
+    from streaming_pipeline.lakehouse.engine.streams import StreamRunReport
+    from streaming_pipeline.lakehouse.expectations import Expectation
+
+    rule = Expectation("positive", "n > 0")
+    checked = TableReporter(
+        _NoKafka(),  # type: ignore[arg-type]
+        lakehouse,
+        queries,
+        project_sources(),
+        declared_tables(project_sources(), _project_steps()),
+        caught_up_every=60,
+        expectations={"vendor_counts": ("vendor_counts", (rule,))},
+    )
+    write_deltalake(lakehouse.table_path("vendor_counts"), pa.table({"n": [0, 4]}), mode="append")
+    report = StreamRunReport("vendor_counts")
+    for violations in (1, 0):  # two micro-batches of one row each
+        observed = {"rows": 1, "violations_positive": violations, "sample_positive": ['{"n":0}'] * violations}
+        report.add({"numInputRows": 1, "observedMetrics": {"expectations": observed}})
+    events = checked.events({"vendor_counts": report}, set())
+    (evaluation,) = [e for e in events if isinstance(e, dg.AssetCheckEvaluation)]
+    assert (evaluation.asset_key, evaluation.check_name, evaluation.passed, evaluation.severity) == (
+        dg.AssetKey("vendor_counts"),
+        "positive",
+        False,
+        dg.AssetCheckSeverity.WARN,
+    )
+    assert {k: evaluation.metadata[k].value for k in ("rows_checked", "violations", "violating_values")} == {
+        "rows_checked": 2,
+        "violations": 1,
+        "violating_values": ['{"n":0}'],
+    }
+    (materialization,) = [e for e in events if isinstance(e, dg.AssetMaterialization)]
+    assert (materialization.metadata["rows_checked"].value, materialization.metadata["violations_positive"].value) == (
+        2,
+        1,
+    )
+
 
 class _Log:
     def __init__(self) -> None:

@@ -204,6 +204,7 @@ def _stream(
         declared,
         caught_up_every=config.caught_up_report_seconds,
         name_table=name_table if has_persistent_catalog(session) else None,
+        expectations={step.step: (step.table_names[0], step.expectations) for step in steps if step.expectations},
     )
     lent: set[str] = set()
     next_report = next_lending_check = time.monotonic()
@@ -218,7 +219,7 @@ def _stream(
                     next_lending_check = now + LENDING_CHECK_SECONDS
                 if now >= next_report:
                     for event in reporter.events(runner.take_reports(), runner.caught_up()):
-                        context.log_event(event)
+                        context.log_event(event)  # type: ignore[arg-type]  # it logs AssetCheckEvaluation too
                     context.log.info(reporter.summary())
                     next_report = now + config.report_every_seconds
             time.sleep(POLL_SECONDS)

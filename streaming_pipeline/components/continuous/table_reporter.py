@@ -9,12 +9,14 @@ from typing import Any
 import dagster as dg
 
 from streaming_pipeline.components.asset_metadata import current_column_schema
+from streaming_pipeline.components.expectation_checks import check_evaluations, expectation_metadata
 from streaming_pipeline.components.kafka_delta_source.sensors import lag_observation
 from streaming_pipeline.lakehouse.bronze.offsets import consumed_offsets, consumer_lag
 from streaming_pipeline.lakehouse.engine.delta_log import commits, latest_version
 from streaming_pipeline.lakehouse.engine.streams import StreamQuery, StreamRunReport
 from streaming_pipeline.lakehouse.engine.table_snapshot import row_count
 from streaming_pipeline.lakehouse.errors import StreamingPipelineError
+from streaming_pipeline.lakehouse.expectations import Expectation, counts_of
 from streaming_pipeline.lakehouse.sources import SourceTopic
 from streaming_pipeline.lakehouse.table_model import Table
 from streaming_pipeline.resources import KafkaResource, LakehouseResource
@@ -35,6 +37,8 @@ class TableReporter:
         caught_up_every: How often a caught-up table with no new commit is reported, in seconds.
         clock: Seconds, monotonic (a test's own clock).
         name_table: Gives a table its catalog name; called once per run for each table, when it is first seen.
+        expectations: Per query, the table its rules are on and the rules: what its micro-batches found is in the
+            table's materialization, and each rule's check is evaluated on them.
     """
 
     def __init__(
@@ -48,6 +52,7 @@ class TableReporter:
         caught_up_every: float,
         clock: Callable[[], float] = time.monotonic,
         name_table: Callable[[str], object] | None = None,
+        expectations: Mapping[str, tuple[str, Sequence[Expectation]]] | None = None,
     ) -> None:
         self._kafka = kafka
         self._name_table = name_table  # gives a table its catalog name, once per run, when it is first seen
@@ -66,10 +71,11 @@ class TableReporter:
         self._lags: dict[str, int] = {}
         self._rows: dict[str, int] = {}
         self._reports: dict[str, StreamRunReport] = {}
+        self._expectations = dict(expectations or {})
 
     def events(
         self, reports: dict[str, StreamRunReport], caught_up: set[str]
-    ) -> list[dg.AssetMaterialization | dg.AssetObservation]:
+    ) -> list[dg.AssetMaterialization | dg.AssetObservation | dg.AssetCheckEvaluation]:
         """The events of one report.
 
         Args:
@@ -77,20 +83,27 @@ class TableReporter:
             caught_up: The queries waiting for data (`ContinuousQueries.caught_up`).
 
         Returns:
-            A materialization per table to report, then an observation per bronze table whose lag changed.
+            A materialization per table to report (with the check evaluations of its expectations, when its
+            micro-batches checked rows), then an observation per bronze table whose lag changed.
         """
-        events: list[dg.AssetMaterialization | dg.AssetObservation] = []
+        events: list[dg.AssetMaterialization | dg.AssetObservation | dg.AssetCheckEvaluation] = []
         self._rows = {}
         self._reports = reports
         consumed = {table: self._consumed(table) for table in self._sources}
         current = self._current_tables(caught_up)
         for query, tables in self._tables.items():
             report = reports.get(query)
+            checked_table, rules = self._expectations.get(query, ("", ()))
+            counts = counts_of(report.progresses if report is not None else [], rules)
             for table in tables:
-                materialization = self._materialization(table, report, consumed.get(table), table in current)
+                found = counts if table == checked_table and counts.rows else None
+                checked = expectation_metadata(found, rules) if found is not None else {}
+                materialization = self._materialization(table, report, consumed.get(table), table in current, checked)
                 if materialization is not None:
                     self._reported_at[table] = self._clock()
                     events.append(materialization)
+                if found is not None:
+                    events.extend(check_evaluations(table, found, rules))
         for table, offsets in consumed.items():
             observation = self._lag(table, offsets) if offsets is not None else None
             if observation is not None:
@@ -141,7 +154,12 @@ class TableReporter:
             return None
 
     def _materialization(
-        self, table: str, report: StreamRunReport | None, consumed: dict[int, int] | None, current: bool
+        self,
+        table: str,
+        report: StreamRunReport | None,
+        consumed: dict[int, int] | None,
+        current: bool,
+        checked: Mapping[str, Any] | None = None,
     ) -> dg.AssetMaterialization | None:
         path = self._lakehouse.table_path(table)
         version, previous = latest_version(path), self._versions.get(table)
@@ -174,6 +192,7 @@ class TableReporter:
             schema = current_column_schema(None, path, version, self._declared[table])
             if schema is not None:
                 metadata["dagster/column_schema"] = schema
+        metadata.update(checked or {})  # what the table's expectations found in the micro-batches reported
         if consumed is not None:
             metadata["consumed_offsets"] = dg.MetadataValue.json({str(p): o for p, o in consumed.items()})
         return dg.AssetMaterialization(asset_key=table, description=description, metadata=metadata)

@@ -70,11 +70,6 @@ from streaming_pipeline.lakehouse.streaming_tables import (
 from streaming_pipeline.lakehouse.table_model import Column, Table
 
 _NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
-_CONSEQUENCE = {
-    "warn": "are written and counted",
-    "drop": "are set aside in the quarantine table",
-    "fail": "fail the micro-batch before anything of it is written",
-}
 
 #: A Python table's metadata of a triggered run: from its target and what its `after_run` returned.
 RunMetadata = Callable[[TableTarget, Any], Mapping[str, Any]]
@@ -290,19 +285,8 @@ class StreamingTable(DeclaresStreamedTable, dg.Component, dg.Model, dg.Resolvabl
             f"set aside instead of written to {self.name}. A row fixed upstream can be written back: "
             f"`INSERT INTO {self.name} SELECT * EXCEPT ({RULES_BROKEN}, {BATCH_ID}, {QUARANTINED_AT}) FROM ...`.",
             tuple(self.owners),
+            downstream_of=(self.name,),
         )
-
-    def check_specs(self) -> list[dg.AssetCheckSpec]:
-        """An asset check per rule, evaluated by each triggered run (and reported by the continuous run)."""
-        return [
-            dg.AssetCheckSpec(
-                r.name,
-                asset=self.name,
-                description=f"{r.on_violation}: rows where `{r.constraint}` is not true "
-                f"{_CONSEQUENCE[r.on_violation]}.",
-            )
-            for r in self.rules()
-        ]
 
     def declared_columns(self) -> dict[str, ColumnAttributes]:
         return {
@@ -394,7 +378,7 @@ class StreamingTable(DeclaresStreamedTable, dg.Component, dg.Model, dg.Resolvabl
                 *([late_rows] if late_rows is not None else []),
                 *([quarantine] if quarantine is not None else []),
             ],
-            checks=self.check_specs(),
+            expectations=self.rules(),
             reads=[*streams, *tables],
             query=functools.partial(_query, self.table_query()),
             compute=functools.partial(
