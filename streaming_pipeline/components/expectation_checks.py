@@ -50,7 +50,7 @@ def expectation_checks(
 ) -> Iterator[dg.AssetCheckResult]:
     """A check result per rule for the micro-batches `counts` sums."""
     for rule in rules:
-        yield dg.AssetCheckResult(asset_key=asset, **check_result_args(counts, rule))
+        yield dg.AssetCheckResult(asset_key=asset, check_name=rule.name, **check_result_args(counts, rule))
 
 
 def check_evaluations(

@@ -18,7 +18,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import inspect
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Collection, Iterator, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -130,6 +130,11 @@ class StreamedTable:
     @property
     def table_names(self) -> list[str]:
         return [written.table.name for written in self.writes]
+
+    @property
+    def check_keys(self) -> list[dg.AssetCheckKey]:
+        """The keys of the checks its runs evaluate (its expectations')."""
+        return [spec.key for spec in check_specs(self.table_names[0], self.expectations)]
 
     @property
     def reads(self) -> set[str]:
@@ -282,6 +287,24 @@ def fast_run_tables(bronze_table: str, steps: Sequence[StreamedTable]) -> list[s
     bronze table and the tables of the latency-critical steps that read only it."""
     fast = [step for step in steps if step.latency_critical and step.reads == {bronze_table}]
     return [bronze_table, *(name for step in fast for name in step.table_names)]
+
+
+def tables_downstream_of(table: str, steps: Sequence[StreamedTable]) -> set[str]:
+    """The tables the steps write from `table`, through any number of steps."""
+    found: set[str] = set()
+    reached = {table}
+    while True:
+        more = {name for step in steps if step.reads & reached for name in step.table_names} - found
+        if not more:
+            return found
+        found |= more
+        reached |= more
+
+
+def expectation_checks(tables: Collection[str], steps: Sequence[StreamedTable]) -> list[dg.AssetCheckKey]:
+    """The checks of the expectations on `tables`, which the runs that write them evaluate: a job that runs a
+    table's step selects them with its asset."""
+    return [key for step in steps if step.table_names[0] in tables for key in step.check_keys]
 
 
 def writing_steps(sources: Sequence[SourceTopic], steps: Sequence[StreamedTable]) -> dict[str, str]:

@@ -34,6 +34,7 @@ import sqlglot.expressions as exp
 from sqlglot.errors import ParseError, TokenError
 
 from streaming_pipeline.lakehouse.engine.delta_tables import append_once
+from streaming_pipeline.lakehouse.engine.sink_position import checkpoint_query_id
 from streaming_pipeline.lakehouse.errors import ConfigurationError, ExpectationError
 
 if TYPE_CHECKING:
@@ -255,16 +256,18 @@ class DeltaWriteOnce:
     """foreachBatch handler writing each micro-batch to the Delta table once, as the Delta sink does: `append` its
     rows, or `complete` the whole result overwritten (Delta's idempotent writes, one writer id per checkpoint)."""
 
+    table: str
     table_path: str
-    app_id: str
+    checkpoint: str
     mode: Literal["append", "complete"]
 
     def __call__(self, batch: DataFrame, batch_id: int) -> None:
+        app_id = table_app_id(self.table, self.checkpoint)
         if self.mode == "append":
-            append_once(batch, self.table_path, self.app_id, batch_id, uuid.uuid4().hex, merge_schema=True)
+            append_once(batch, self.table_path, app_id, batch_id, uuid.uuid4().hex, merge_schema=True)
             return
         writer = batch.write.format("delta").mode("overwrite").option("overwriteSchema", "true")
-        writer.option("txnAppId", self.app_id).option("txnVersion", batch_id).save(self.table_path)
+        writer.option("txnAppId", app_id).option("txnVersion", batch_id).save(self.table_path)
 
 
 @dataclass
@@ -273,36 +276,38 @@ class QuarantiningAppend:
     appended to the table, then those that did to its quarantine table (the row, the rules it broke, the batch, the
     time), each once per micro-batch (Delta's idempotent writes, one writer id per checkpoint)."""
 
+    table: str
     table_path: str
     quarantine_path: str
-    app_id: str
+    checkpoint: str
     drop_rules: tuple[str, ...]
 
     def __call__(self, batch: DataFrame, batch_id: int) -> None:
         from pyspark.sql import functions as F
 
-        attempt = uuid.uuid4().hex
+        attempt, app_id = uuid.uuid4().hex, table_app_id(self.table, self.checkpoint)
         dropped = F.arrays_overlap(F.col(RULES_BROKEN), F.array(*[F.lit(name) for name in self.drop_rules]))
         batch = batch.persist()
         try:
             kept = batch.where(~dropped).drop(RULES_BROKEN)
-            append_once(kept, self.table_path, self.app_id, batch_id, attempt, merge_schema=True)
+            append_once(kept, self.table_path, app_id, batch_id, attempt, merge_schema=True)
             quarantined = batch.where(dropped).select(
                 *[F.col(f"`{c}`") for c in batch.columns],
                 F.lit(batch_id).cast("bigint").alias(BATCH_ID),
                 F.current_timestamp().alias(QUARANTINED_AT),
             )
             append_once(
-                quarantined, self.quarantine_path, quarantine_app_id(self.app_id), batch_id, attempt, merge_schema=True
+                quarantined, self.quarantine_path, quarantine_app_id(app_id), batch_id, attempt, merge_schema=True
             )
         finally:
             batch.unpersist()
 
 
 def table_app_id(table: str, checkpoint: str) -> str:
-    """The Delta txnAppId of a table's query that writes through a handler: one per checkpoint, so that a new
-    checkpoint never inherits the batch ids of an old one."""
-    return f"{table}@{checkpoint}"
+    """The Delta txnAppId of a table's query that writes through a handler: one per checkpoint (the id Spark wrote
+    into it when it created it), so that a new checkpoint in the same place (a replay) never inherits the batch ids
+    of the old one."""
+    return f"{table}@{checkpoint_query_id(checkpoint)}"
 
 
 def quarantine_app_id(app_id: str) -> str:

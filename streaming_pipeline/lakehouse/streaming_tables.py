@@ -37,7 +37,6 @@ from streaming_pipeline.lakehouse.expectations import (
     checked,
     drop_rules,
     fail_rules,
-    table_app_id,
 )
 from streaming_pipeline.lakehouse.late_rows import LateRowsRecorder
 from streaming_pipeline.lakehouse.streaming_sql import read_sql, substitute
@@ -217,19 +216,20 @@ class StreamingTableQuery:
         """The foreachBatch handler of its micro-batches; None for the Delta sink. `drop` rules write the kept rows
         and the quarantined ones; a sink of its own gets them otherwise, then an `upsert` table's MERGE; `fail`
         rules check each micro-batch before any of these writes it."""
-        app_id = table_app_id(self.name, target.checkpoint_path)
+        checkpoint = target.checkpoint_path
         fails = fail_rules(self.expectations)
         handler: Callable[[DataFrame, int], None]
         if drop_rules(self.expectations):
             assert self.quarantine_table is not None  # the declaration names it with its `drop` rules
             quarantine = target.lakehouse.table_path(self.quarantine_table)
-            handler = QuarantiningAppend(target.table_path, quarantine, app_id, drop_rules(self.expectations))
+            dropping = drop_rules(self.expectations)
+            handler = QuarantiningAppend(self.name, target.table_path, quarantine, checkpoint, dropping)
         elif self.foreach_batch is not None:
             handler = self.foreach_batch(target)
         elif self.mode == "upsert":
             handler = KeyedUpsert(target.table_path, self.keys, self.sequence_by)
         elif fails:
-            handler = DeltaWriteOnce(target.table_path, app_id, self.mode)
+            handler = DeltaWriteOnce(self.name, target.table_path, checkpoint, self.mode)
         else:
             return None
         return FailOnViolation(handler, self.name, fails) if fails else handler

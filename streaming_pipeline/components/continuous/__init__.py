@@ -43,5 +43,5 @@ def continuous_definitions(sources: Sequence[SourceTopic], steps: Sequence[Strea
     job = build_continuous_job(sources, steps, live)
     return dg.Definitions.merge(
         dg.Definitions(jobs=[job], sensors=[build_continuous_sensor(job, SensorSettings.from_env(), live)]),
-        live_checks_definitions(live),
+        live_checks_definitions(live, [key for step in steps for key in step.check_keys]),
     )

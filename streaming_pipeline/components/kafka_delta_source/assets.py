@@ -18,6 +18,7 @@ from streaming_pipeline.components.asset_metadata import (
 )
 from streaming_pipeline.components.kafka_delta_source.checks import bronze_checks
 from streaming_pipeline.components.kafka_delta_source.sensors import build_offset_sensor, live_job
+from streaming_pipeline.components.streamed_table import StreamedTable, expectation_checks, tables_downstream_of
 from streaming_pipeline.lakehouse.bronze.ingestion import BronzeRunResult, ingest_topic
 from streaming_pipeline.lakehouse.bronze.offsets import consumed_offsets
 from streaming_pipeline.lakehouse.bronze.table_batches import marker_counts
@@ -152,12 +153,17 @@ def _history_result(
 
 
 def source_definitions(
-    source: SourceTopic, policy: SensorSettings, live: LiveSettings, fast_run: Sequence[str]
+    source: SourceTopic,
+    policy: SensorSettings,
+    live: LiveSettings,
+    fast_run: Sequence[str],
+    steps: Sequence[StreamedTable] = (),
 ) -> dg.Definitions:
     """Everything Dagster knows of one source topic: its bronze asset and checks, its live job and offset sensor
-    (`fast_run`: the tables of its fast runs, `streamed_table.fast_run_tables`)."""
+    (`fast_run`: the tables of its fast runs, `streamed_table.fast_run_tables`; `steps`: the project's streaming
+    tables, whose expectations' checks the runs of those downstream evaluate)."""
     key = dg.AssetKey(source.bronze_table)
-    job = live_job(key)
+    job = live_job(key, expectation_checks(tables_downstream_of(source.bronze_table, steps), steps))
     return dg.Definitions(
         assets=[bronze_asset(source, live)],
         asset_checks=bronze_checks(source),
@@ -171,6 +177,7 @@ def source_definitions(
                 fast_run,
                 running_by_default=not live.continuous,
                 table_topic=source.is_table_topic,
+                fast_run_checks=expectation_checks(fast_run, steps),
             )
         ],
     )

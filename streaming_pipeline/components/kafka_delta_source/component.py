@@ -180,7 +180,7 @@ class KafkaDeltaSource(dg.Component, dg.Model, dg.Resolvable):
         components = _in_path_order(tree)
         bound = dict(build_resources(PipelineSettings.from_env())) if self.resources == "from_environment" else {}
         own = dg.Definitions.merge(
-            source_definitions(self.source, SensorSettings.from_env(), live, fast_run),
+            source_definitions(self.source, SensorSettings.from_env(), live, fast_run, streamed_tables(tree)),
             dg.Definitions(resources=bound),
         )
         if components[0] is not self:

@@ -152,10 +152,15 @@ def lag_observation(asset_key: dg.AssetKey, end_offsets: dict[int, int], lag: di
 
 
 def _run_request(
-    topic: str, state: _TopicState, number: int, fast_run: list[dg.AssetKey] | None = None
+    topic: str,
+    state: _TopicState,
+    number: int,
+    fast_run: list[dg.AssetKey] | None = None,
+    fast_run_checks: Sequence[dg.AssetCheckKey] = (),
 ) -> dg.RunRequest:
     """A whole run of the live job, or a fast run of `fast_run`'s assets only (tagged `fast_run`); neither runs the
-    assets' checks (an asset selection would bring them along: they scan whole tables)."""
+    assets' checks (an asset selection would bring them along: they scan whole tables), but the checks a table's
+    run evaluates on the rows it writes (its expectations, `fast_run_checks` in a fast run)."""
     snapshot = ",".join(f"{p}:{o}" for p, o in sorted(state.end_offsets.items()))
     tags = {"source_topic": topic, **({FAST_RUN_TAG: "true"} if fast_run else {})}
     # The request number makes every key unique: a key never stands in the way of retrying a failed run.
@@ -163,7 +168,7 @@ def _run_request(
         run_key=f"{topic}@{snapshot}#{number}",
         tags=tags,
         asset_selection=fast_run,
-        asset_check_keys=[] if fast_run else None,
+        asset_check_keys=list(fast_run_checks) if fast_run else None,
     )
 
 
@@ -176,10 +181,12 @@ def build_offset_sensor(
     *,
     running_by_default: bool = True,
     table_topic: bool = False,
+    fast_run_checks: Sequence[dg.AssetCheckKey] = (),
 ) -> dg.SensorDefinition:
     """The topic's offset sensor; `running_by_default` False in continuous mode (the continuous run streams the
     topic; started by hand, the sensor still stands aside while a continuous run is in flight). A `table_topic`'s
-    records deleted before they were read (compaction) are no alarm."""
+    records deleted before they were read (compaction) are no alarm. A fast run evaluates `fast_run_checks` (the
+    expectations of the tables it writes)."""
     asset_name = asset_key.to_user_string()
     fast_keys = frozenset(dg.AssetKey(name) for name in fast_run)
     sensor_name = f"{asset_name}_offset_sensor"
@@ -243,7 +250,7 @@ def build_offset_sensor(
         requests = int(cursor.get("requests", 0)) + int(decision.request)
         fast = sorted(fast_keys, key=lambda k: k.to_user_string()) if runs.whole_run_in_flight else None
         return dg.SensorResult(
-            run_requests=[_run_request(topic, state, requests, fast)] if decision.request else None,
+            run_requests=[_run_request(topic, state, requests, fast, fast_run_checks)] if decision.request else None,
             skip_reason=None if decision.request else dg.SkipReason(f"{topic}: {decision.reason}"),
             cursor=json.dumps({"lag": reported_lag, "observed_at": observed_at, "requests": requests}),
             asset_events=events,
@@ -252,10 +259,11 @@ def build_offset_sensor(
     return offset_sensor
 
 
-def live_job(asset_key: dg.AssetKey) -> dg.UnresolvedAssetJobDefinition:
-    """The bronze asset and everything downstream of it, without asset checks (they scan whole tables)."""
+def live_job(asset_key: dg.AssetKey, checks: Sequence[dg.AssetCheckKey] = ()) -> dg.UnresolvedAssetJobDefinition:
+    """The bronze asset and everything downstream of it, without asset checks (they scan whole tables) but `checks`,
+    those its tables' runs evaluate on the rows they write (their expectations)."""
     description = f"New records from Kafka through bronze {asset_key.to_user_string()} to every table downstream."
-    return downstream_job(live_job_names(asset_key)[0], asset_key, description)
+    return downstream_job(live_job_names(asset_key)[0], asset_key, description, checks)
 
 
 def live_job_names(asset_key: dg.AssetKey) -> tuple[str, str]:
@@ -265,9 +273,12 @@ def live_job_names(asset_key: dg.AssetKey) -> tuple[str, str]:
     return f"{name}_downstream_job", f"{name}_to_gold_job"
 
 
-def downstream_job(name: str, asset_key: dg.AssetKey, description: str) -> dg.UnresolvedAssetJobDefinition:
+def downstream_job(
+    name: str, asset_key: dg.AssetKey, description: str, checks: Sequence[dg.AssetCheckKey] = ()
+) -> dg.UnresolvedAssetJobDefinition:
+    selection = dg.AssetSelection.assets(asset_key).downstream().without_checks()
     return dg.define_asset_job(
         name=name,
-        selection=dg.AssetSelection.assets(asset_key).downstream().without_checks(),
+        selection=selection | dg.AssetSelection.checks(*checks) if checks else selection,
         description=description,
     )
