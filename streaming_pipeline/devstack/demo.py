@@ -242,7 +242,11 @@ def run_demo(options: DemoOptions) -> int:
         _produce(options, resolved(resources["kafka"]), resolved(resources["schema_registry"]).get_client(), stages)
         result = _materialize(resources, stages)
         evaluations = result.get_asset_check_evaluations()
-        failed_checks = [e.check_name for e in evaluations if not e.passed]
+        # an expectation of warning severity that counted rows warns (the rows flowed on); any other check fails
+        expectations = [e for e in evaluations if "violations" in e.metadata and "rows_checked" in e.metadata]
+        warned = [e for e in expectations if not e.passed and e.severity == dg.AssetCheckSeverity.WARN]
+        warnings = [e.check_name for e in warned]
+        failed_checks = [e.check_name for e in evaluations if not e.passed and e not in warned]
         spark = resources["spark"].get_session()
         counts = _show_tables(spark, resources["lakehouse"])
         windows: pd.DataFrame = read_table(
@@ -254,10 +258,21 @@ def run_demo(options: DemoOptions) -> int:
         spark.stop()
         print("\n== summary ==")
         print("rows per table: " + ", ".join(f"{table} {n:,}" for table, n in counts.items()))
+        passed = len(evaluations) - len(failed_checks) - len(warnings)
         print(
-            f"asset checks: {len(evaluations) - len(failed_checks)} of {len(evaluations)} passed"
+            f"asset checks: {passed} of {len(evaluations)} passed"
+            + (f"; warnings: {', '.join(warnings)}" if warnings else "")
             + (f"; failed: {', '.join(failed_checks)}" if failed_checks else "")
         )
+        if expectations:
+            print(
+                "expectations (rows that broke each rule): "
+                + ", ".join(
+                    f"{e.asset_key.to_user_string()}.{e.check_name} {e.metadata['violations'].value:,} of "
+                    f"{e.metadata['rows_checked'].value:,}"
+                    for e in expectations
+                )
+            )
         print(f"window chart: {chart.resolve()}")
         dir_arg = "" if stack.directory == default_stack_dir().resolve() else f" --dir {stack.directory}"
         print(
