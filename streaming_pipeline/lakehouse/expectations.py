@@ -49,7 +49,7 @@ SAMPLE_SIZE = 5
 #: The quarantine table's columns after the row's own.
 RULES_BROKEN, BATCH_ID, QUARANTINED_AT = "_rules_broken", "_batch_id", "_quarantined_at"
 _NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
-# What cannot be a row's truth value: a literal that is not a boolean, arithmetic, a query, an aggregate.
+# What cannot be a row's truth value: a literal (TRUE and FALSE are booleans, not literals, to sqlglot), arithmetic.
 _NOT_A_CONDITION = (exp.Literal, exp.Add, exp.Sub, exp.Mul, exp.Div, exp.Mod, exp.DPipe, exp.Concat)
 
 
@@ -119,7 +119,7 @@ def check_expectations(expectations: Sequence[Expectation], columns: Sequence[st
             raise ConfigurationError(f"{where}: {rule.constraint!r} holds a query; a rule reads the row only")
         if any(True for _ in parsed.find_all(exp.AggFunc)):
             raise ConfigurationError(f"{where}: {rule.constraint!r} aggregates; a rule reads one row at a time")
-        if isinstance(inner, _NOT_A_CONDITION) or (isinstance(inner, exp.Literal) and not inner.is_string):
+        if isinstance(inner, _NOT_A_CONDITION):
             raise ConfigurationError(
                 f"{where}: {rule.constraint!r} is not a boolean expression (a condition on the row, such as "
                 "`total >= 0`)"
@@ -320,21 +320,3 @@ def drop_rules(expectations: Sequence[Expectation]) -> tuple[str, ...]:
 
 def fail_rules(expectations: Sequence[Expectation]) -> tuple[Expectation, ...]:
     return tuple(rule for rule in expectations if rule.on_violation == "fail")
-
-
-__all__ = [
-    "ACTIONS",
-    "BATCH_ID",
-    "OBSERVATION",
-    "QUARANTINED_AT",
-    "RULES_BROKEN",
-    "Action",
-    "DeltaWriteOnce",
-    "Expectation",
-    "ExpectationCounts",
-    "FailOnViolation",
-    "QuarantiningAppend",
-    "check_expectations",
-    "checked",
-    "counts_of",
-]

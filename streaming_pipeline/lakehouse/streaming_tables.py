@@ -7,7 +7,9 @@ transformation, and its sink by shape:
 - `upsert`: the rows each micro-batch changed, merged into the table by `keys` (Delta MERGE);
 
 or by a foreachBatch sink of the table's own (`foreach_batch`), with work done after each run with the query at
-rest (`after_run`).
+rest (`after_run`). Its expectations (`lakehouse.expectations`) are observed as its rows pass; `drop` rules write
+through a handler that sets rows aside in the quarantine table, and `fail` rules check each micro-batch in the
+handler before anything of it is written.
 
 A column the query gains (a new field of a source's schema, through `SELECT *`) joins the table, null in the rows
 written before it: the Delta sink merges the schema, and the MERGE evolves it.

@@ -288,11 +288,13 @@ def _measured_run(root: Path, env: dict[str, str], engine_pid: int, log_file: Pa
 
 def _step_costs(home: Path, cpu: EngineCpu) -> dict[str, StepCost]:
     """Per step of the instance's newest run: wall and engine CPU from its start and end events, and the parts
-    its materializations report; the check steps summed as CHECKS."""
+    its materializations report; the check steps (which evaluate checks and materialize nothing; a table's step
+    evaluates its expectations too) summed as CHECKS."""
     with dg.DagsterInstance.from_config(str(home)) as instance:
         events = instance.all_logs(instance.get_runs(limit=1)[0].run_id)
     evaluated = [e for e in events if e.dagster_event and e.dagster_event.event_type_value == "ASSET_CHECK_EVALUATION"]
-    checks = {e.step_key for e in evaluated}
+    materialized = {e.step_key for e in events if e.dagster_event and e.dagster_event.is_step_materialization}
+    checks = {e.step_key for e in evaluated} - materialized
     starts: dict[str, float] = {}
     steps: dict[str, StepCost] = {}
     for event in events:
