@@ -9,6 +9,7 @@ import datetime as dt
 import json
 import math
 import shutil
+from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -657,6 +658,31 @@ def test_expectations_warn_drop_and_fail_and_each_row_is_written_once_across_a_c
     run_once(table(relaxed).query(spark, lakehouse, {}))
     kept, quarantined = expected(first + second + third)
     assert (rows("checked"), [r[:4] for r in rows("checked_quarantine")]) == (kept, quarantined)
+
+    # A complete table with a fail rule writes each micro-batch's whole result once, until a group breaks it.
+    grouped = "SELECT account, count(*) AS n FROM STREAM(raw_payments) GROUP BY account"
+    totals = StreamingTableQuery(
+        "totals",
+        ("raw_payments",),
+        (),
+        SqlTransformation(grouped),
+        "complete",
+        expectations=(Expectation("fewer_than_20", "n < 20", "fail"),),
+    )
+    run_once(totals.query(spark, lakehouse, {}))
+    sent = first + second + third
+    per_account = list(Counter(p[1] for p in sent).items())  # None, a missing account, is a group too
+
+    def totals_now() -> list[tuple[Any, ...]]:
+        return sorted(
+            (tuple(r) for r in spark.read.format("delta").load(lakehouse.table_path("totals")).collect()), key=str
+        )
+
+    assert totals_now() == sorted(per_account, key=str)
+    send([(100 + i, "a0", 1.0) for i in range(20)])
+    with pytest.raises(StreamingRunError, match=r"totals: micro-batch 1 broke the expectation\(s\) 'fewer_than_20'"):
+        run_once(totals.query(spark, lakehouse, {}))
+    assert totals_now() == sorted(per_account, key=str)
 
 
 def test_the_first_source_brings_the_maintenance_of_every_table_of_the_project(sandbox: DefsFolderSandbox) -> None:
