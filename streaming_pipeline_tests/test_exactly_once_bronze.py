@@ -204,10 +204,13 @@ def test_recreated_topic_is_reported_by_run_and_sensor_and_replay_reads_the_new_
     assert "offsets went backwards" in str(caught.value) and "streaming-pipeline replay raw_rides" in str(caught.value)
 
     # The sensor says the same instead of "no new records", and requests no run that would fail.
-    from streaming_pipeline.components.kafka_delta_source.sensors import build_offset_sensor, live_job
+    from streaming_pipeline.components.kafka_delta_source.sensors import build_offset_sensor
+    from streaming_pipeline_tests.pipeline_assets import pipeline_live_job
 
     key = dg.AssetKey("raw_rides")
-    sensor = build_offset_sensor(key, RIDES_TOPIC, live_job(key), SensorSettings(), [RIDES.bronze_table])
+    sensor = build_offset_sensor(
+        key, RIDES_TOPIC, pipeline_live_job("raw_rides"), SensorSettings(), [RIDES.bronze_table]
+    )
     with dg.instance_for_test() as instance:
         context = dg.build_sensor_context(
             instance=instance,

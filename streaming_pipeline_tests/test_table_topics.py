@@ -15,7 +15,7 @@ from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient, NewTopic
 from confluent_kafka.serialization import MessageField
 
-from streaming_pipeline.components.kafka_delta_source.sensors import build_offset_sensor, live_job
+from streaming_pipeline.components.kafka_delta_source.sensors import build_offset_sensor
 from streaming_pipeline.definitions import pipeline_definitions
 from streaming_pipeline.devstack.project import project_sources
 from streaming_pipeline.devstack.replay import ReplayStart, replay
@@ -28,6 +28,7 @@ from streaming_pipeline.lakehouse.schemas import load_schema
 from streaming_pipeline.lakehouse.settings import SensorSettings
 from streaming_pipeline.lakehouse.tables import TAXI_ZONE_LOOKUP
 from streaming_pipeline_tests.kafka_helpers import avro_frame, end_offsets
+from streaming_pipeline_tests.pipeline_assets import pipeline_live_job
 
 pytestmark = pytest.mark.integration
 
@@ -272,7 +273,12 @@ def test_a_compacted_table_topic_is_exact_and_raises_no_alarm_where_a_stream_sou
     _send(stack, registry, sent, [(1, "zone 1 last")])
     key = dg.AssetKey("taxi_zones")
     sensor = build_offset_sensor(
-        key, TOPIC, live_job(key), SensorSettings(min_records=1), ["taxi_zones", "taxi_zones_history"], table_topic=True
+        key,
+        TOPIC,
+        pipeline_live_job("taxi_zones"),
+        SensorSettings(min_records=1),
+        ["taxi_zones", "taxi_zones_history"],
+        table_topic=True,
     )
     defs = pipeline_definitions()
     with dg.instance_for_test() as instance:
