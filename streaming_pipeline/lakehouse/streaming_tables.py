@@ -221,10 +221,10 @@ class StreamingTableQuery:
         checkpoint = target.checkpoint_path
         fails = fail_rules(self.expectations)
         handler: Callable[[DataFrame, int], None]
-        if drop_rules(self.expectations):
+        dropping = drop_rules(self.expectations)
+        if dropping:
             assert self.quarantine_table is not None  # the declaration names it with its `drop` rules
             quarantine = target.lakehouse.table_path(self.quarantine_table)
-            dropping = drop_rules(self.expectations)
             handler = QuarantiningAppend(self.name, target.table_path, quarantine, checkpoint, dropping)
         elif self.foreach_batch is not None:
             handler = self.foreach_batch(target)

@@ -4,6 +4,7 @@ checkpoint's pool, and which sensors run by default in each mode."""
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import dagster as dg
 import pytest
@@ -277,16 +278,19 @@ def test_the_run_reports_new_commits_and_a_caught_up_table_now_and_then_but_not_
     ]
     now = [1000.0]
     named: list[str] = []
-    reporter = TableReporter(
-        _NoKafka(),  # type: ignore[arg-type]
-        lakehouse,
-        queries,
-        project_sources(),
-        declared_tables(project_sources(), _project_steps()),
-        caught_up_every=60,
-        clock=lambda: now[0],
-        name_table=named.append,
-    )
+
+    def reporter_of(**options: Any) -> TableReporter:
+        return TableReporter(
+            _NoKafka(),  # type: ignore[arg-type]
+            lakehouse,
+            queries,
+            project_sources(),
+            declared_tables(project_sources(), _project_steps()),
+            caught_up_every=60,
+            **options,
+        )
+
+    reporter = reporter_of(clock=lambda: now[0], name_table=named.append)
 
     def reported(caught_up: set[str]) -> dict[str, tuple[int, str | None]]:
         events = reporter.events({}, caught_up)
@@ -325,15 +329,7 @@ def test_the_run_reports_new_commits_and_a_caught_up_table_now_and_then_but_not_
     from streaming_pipeline.lakehouse.expectations import Expectation
 
     rule = Expectation("positive", "n > 0")
-    checked = TableReporter(
-        _NoKafka(),  # type: ignore[arg-type]
-        lakehouse,
-        queries,
-        project_sources(),
-        declared_tables(project_sources(), _project_steps()),
-        caught_up_every=60,
-        expectations={"vendor_counts": ("vendor_counts", (rule,))},
-    )
+    checked = reporter_of(expectations={"vendor_counts": ("vendor_counts", (rule,))})
     write_deltalake(lakehouse.table_path("vendor_counts"), pa.table({"n": [0, 4]}), mode="append")
     report = StreamRunReport("vendor_counts")
     for violations in (1, 0):  # two micro-batches of one row each
