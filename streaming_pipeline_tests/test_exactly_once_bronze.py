@@ -491,3 +491,118 @@ def test_a_batch_of_good_records_is_read_once_and_leaves_the_dead_letter_table_a
     assert (second.report.input_rows, second.rows_written, second.dead_letters) == (4, 4, 0)
     dead_letters = lakehouse.table_path("dead_letter_records")
     assert not Path(dead_letters, "_delta_log").exists(), "a batch without dead letters committed to their table"
+
+
+def test_a_source_s_rules_warn_drop_to_its_quarantine_and_fail_each_micro_batch_once(
+    stack, pipeline_resources, spark, tmp_path, monkeypatch
+):
+    """A source's expectations in its bronze handler: batch 0 has rides breaking a warn rule, a drop rule, two drop
+    rules at once, and a warn and a drop rule; the run crashes between the table's append and the quarantine's,
+    and the rerun of the batch leaves each ride in one of the two tables, once, and the counts in the table's
+    commit once. Batch 1 breaks the fail rule: an error naming table, rule and value, and nothing of it written."""
+    import json
+    from datetime import timedelta
+
+    from confluent_kafka.serialization import MessageField
+
+    import streaming_pipeline.lakehouse.bronze.batches as batches
+    from streaming_pipeline.devstack.synthetic import SyntheticOptions, synthetic_rides
+    from streaming_pipeline.lakehouse.bronze.ingestion import batch_writer
+    from streaming_pipeline.lakehouse.engine.delta_log import commits, latest_version
+    from streaming_pipeline.lakehouse.errors import ExpectationError
+    from streaming_pipeline.lakehouse.expectations import Expectation, counts_of_observed
+    from streaming_pipeline.lakehouse.registry_client import RegistryClient
+    from streaming_pipeline.lakehouse.sources import SourceTopic
+    from streaming_pipeline_tests.kafka_helpers import SCHEMA_DIR, avro_frame, produce_raw
+
+    rules = (
+        Expectation("dropoff_after_pickup", "dropoff_datetime > pickup_datetime", "warn"),
+        Expectation("amount_not_negative", "total_amount >= 0", "drop"),
+        Expectation("distance_not_negative", "trip_distance >= 0", "drop"),
+        Expectation("known_vendor", "vendor_id IN (1, 2)", "fail"),
+    )
+    source = SourceTopic.declared(topic="checked_rides", value_schema="ride_value.avsc", expectations=rules)
+    lakehouse = pipeline_resources["lakehouse"]
+    handler = batch_writer(pipeline_resources["schema_registry"], lakehouse, source)
+    handler.checkpoint_dir = str(tmp_path / "no-checkpoint")
+    table, quarantine = lakehouse.table_path("raw_checked_rides"), lakehouse.table_path("raw_checked_rides_quarantine")
+    assert source.quarantine is not None and handler.quarantine_path == quarantine
+
+    registry = RegistryClient(stack.schema_registry_url)
+    schema = (SCHEMA_DIR / "ride_value.avsc").read_text()
+    registry.register("checked_rides-value", schema)
+    rides = list(synthetic_rides(12, SyntheticOptions(seed=41)))
+    swapped = {"pickup_datetime": rides[1]["dropoff_datetime"], "dropoff_datetime": rides[1]["pickup_datetime"]}
+    rides[1] = {**rides[1], **swapped}  # warn only
+    rides[0] = {**rides[0], "total_amount": -5.0}  # one drop rule
+    rides[2] = {**rides[2], "total_amount": -1.0, "trip_distance": -0.5}  # two drop rules
+    late = rides[3]["pickup_datetime"] - timedelta(minutes=1)
+    rides[3] = {**rides[3], "dropoff_datetime": late, "trip_distance": -2.0}  # a warn and a drop rule
+
+    def broken(ride: dict) -> list[str]:
+        holds = {
+            "dropoff_after_pickup": ride["dropoff_datetime"] > ride["pickup_datetime"],
+            "amount_not_negative": ride["total_amount"] >= 0,
+            "distance_not_negative": ride["trip_distance"] >= 0,
+            "known_vendor": ride["vendor_id"] in (1, 2),
+        }
+        return [name for name, ok in holds.items() if not ok]
+
+    def send(batch_rides: list[dict], after: dict[int, int] | None = None) -> tuple[list[tuple[int, int]], object]:
+        placed = produce_raw(
+            stack.bootstrap_servers,
+            "checked_rides",
+            [(None, avro_frame(registry, schema, r, "checked_rides", MessageField.VALUE)) for r in batch_rides],
+            partition=0,
+        )
+        ends = end_offsets(stack.bootstrap_servers, "checked_rides")
+        start = after or {p: 0 for p in ends}
+        frame = (
+            spark.read.format("kafka")
+            .options(**pipeline_resources["kafka"].spark_options())
+            .option("subscribe", "checked_rides")
+            .option("startingOffsets", json.dumps({"checked_rides": {str(p): o for p, o in start.items()}}))
+            .option("endingOffsets", json.dumps({"checked_rides": {str(p): o for p, o in ends.items()}}))
+            .load()
+        )
+        return placed, frame
+
+    placed, batch = send(rides)
+    real_append_once = batches.append_once
+
+    def crash_before_quarantine(frame, path, *args, **kwargs):
+        if path == quarantine:
+            raise RuntimeError("the engine died")
+        return real_append_once(frame, path, *args, **kwargs)
+
+    monkeypatch.setattr(batches, "append_once", crash_before_quarantine)
+    with pytest.raises(RuntimeError, match="the engine died"):
+        handler(batch, 0)
+    monkeypatch.setattr(batches, "append_once", real_append_once)
+    assert latest_version(table) == 0 and latest_version(quarantine) is None  # the crash came between the two
+    handler(batch, 0)  # the rerun of batch 0
+
+    dropping = {"amount_not_negative", "distance_not_negative"}
+    offset_of = {i: offset for i, (_, offset) in enumerate(placed)}
+    kept = sorted(offset_of[i] for i, r in enumerate(rides) if not dropping & set(broken(r)))
+    set_aside = {offset_of[i]: broken(r) for i, r in enumerate(rides) if dropping & set(broken(r))}
+    assert sorted(r.kafka_offset for r in spark.read.format("delta").load(table).collect()) == kept
+    rows = spark.read.format("delta").load(quarantine).collect()
+    assert {r.kafka_offset: list(r._rules_broken) for r in rows} == set_aside and len(rows) == len(set_aside) == 3
+    assert {r._batch_id for r in rows} == {0}
+    counted = counts_of_observed([(c.user_metadata or {}).get("expectations") for c in commits(table) or []], rules)
+    assert counted.rows == 12 and counted.dropped == 3
+    assert counted.violations == {rule.name: sum(rule.name in broken(r) for r in rides) for rule in rules}
+    assert counted.violations["dropoff_after_pickup"] == 2
+
+    versions = latest_version(table), latest_version(quarantine)
+    more = [dict(r) for r in synthetic_rides(3, SyntheticOptions(seed=42))]
+    more[1]["vendor_id"] = 7
+    _, batch = send(more, end_offsets(stack.bootstrap_servers, "checked_rides"))
+    for _attempt in range(2):  # the next run reads the same records, and fails the same way
+        with pytest.raises(ExpectationError) as failed:
+            handler(batch, 1)
+        message = str(failed.value)
+        assert "raw_checked_rides: micro-batch 1" in message and "'known_vendor' (vendor_id IN (1, 2))" in message
+        assert '{"vendor_id":7}' in message
+        assert (latest_version(table), latest_version(quarantine)) == versions

@@ -1,4 +1,5 @@
-"""What a table's expectations found, as Dagster shows it: an asset check result per rule (the rows checked, the
+"""Expectations in Dagster: how a component declares them (`ExpectationAttributes`, the same for a source and a
+streaming table), and what they found as Dagster shows it: an asset check result per rule (the rows checked, the
 violations, a few violating rows' values; a warning for `warn` and `drop`, an error for `fail`), and the counts in
 the table's materialization. A triggered run yields them with its materialization; the continuous run logs them
 with each report of the table."""
@@ -6,11 +7,33 @@ with each report of the table."""
 from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
-from typing import Any
+from typing import Any, Literal
 
 import dagster as dg
+from pydantic import Field
 
 from streaming_pipeline.lakehouse.expectations import Expectation, ExpectationCounts
+from streaming_pipeline.lakehouse.sources import SourceTopic
+
+
+class ExpectationAttributes(dg.Model):
+    """A rule on the rows, as a component's YAML declares it (`expectations:`)."""
+
+    name: str = Field(description="The rule's name: its asset check's name, and what a quarantined row lists.")
+    expect: str = Field(
+        description="A Spark SQL boolean expression over the table's row: the row keeps the rule when it is true "
+        "(false and NULL break it).",
+        examples=["total >= 0"],
+    )
+    on_violation: Literal["warn", "drop", "fail"] = Field(
+        default="warn",
+        description="`warn`: the row is written and counted; `drop`: it goes to the quarantine table instead; "
+        "`fail`: the micro-batch fails before anything of it is written.",
+    )
+
+    def rule(self) -> Expectation:
+        return Expectation(self.name, self.expect, self.on_violation)
+
 
 _CONSEQUENCE = {
     "warn": "are written and counted",
@@ -30,6 +53,11 @@ def check_specs(asset: str, rules: Sequence[Expectation]) -> list[dg.AssetCheckS
         )
         for rule in rules
     ]
+
+
+def source_check_keys(source: SourceTopic) -> list[dg.AssetCheckKey]:
+    """The checks of a source's expectations, which its bronze runs evaluate: a job that runs it selects them."""
+    return [spec.key for spec in check_specs(source.bronze_table, source.expectations)]
 
 
 def expectation_metadata(counts: ExpectationCounts, rules: Sequence[Expectation]) -> dict[str, Any]:

@@ -311,7 +311,7 @@ def tables_downstream_of(table: str, steps: Sequence[StreamedTable]) -> set[str]
         reached |= more
 
 
-def expectation_checks(tables: Collection[str], steps: Sequence[StreamedTable]) -> list[dg.AssetCheckKey]:
+def expectation_check_keys(tables: Collection[str], steps: Sequence[StreamedTable]) -> list[dg.AssetCheckKey]:
     """The checks of the expectations on `tables`, which the runs that write them evaluate: a job that runs a
     table's step selects them with its asset."""
     return [key for step in steps if step.table_names[0] in tables for key in step.check_keys]

@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import re
 import uuid
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal
 
@@ -36,6 +36,7 @@ from sqlglot.errors import ParseError, TokenError
 from streaming_pipeline.lakehouse.engine.delta_tables import append_once
 from streaming_pipeline.lakehouse.engine.sink_position import checkpoint_query_id
 from streaming_pipeline.lakehouse.errors import ConfigurationError, ExpectationError
+from streaming_pipeline.lakehouse.table_model import Column as TableColumn
 
 if TYPE_CHECKING:
     from pyspark.sql import Column, DataFrame
@@ -157,6 +158,18 @@ def checked(rows: DataFrame, table: str, expectations: Sequence[Expectation]) ->
                 f"{table}: expectation {rule.name!r} ({rule.constraint}) is of type {kind.simpleString()}, not a "
                 "boolean: a rule is a condition on the row"
             )
+    rows = rows.observe(OBSERVATION, *rule_metrics(expectations, columns))
+    if not drop_rules(expectations):
+        return rows
+    return rows.withColumn(RULES_BROKEN, broken_rules(expectations))
+
+
+def rule_metrics(expectations: Sequence[Expectation], columns: Sequence[str]) -> list[Column]:
+    """The aggregates of what rules find in rows of `columns`: the rows, each rule's violations and a few violating
+    rows' values, and the rows a `drop` rule sets aside (`dropped`, with drop rules only): what `counts_of_observed`
+    sums."""
+    from pyspark.sql import functions as F
+
     metrics = [F.count(F.lit(1)).alias("rows")]
     for rule in expectations:
         metrics.append(F.count(F.when(rule.violated(), 1)).alias(f"violations_{rule.name}"))
@@ -165,13 +178,16 @@ def checked(rows: DataFrame, table: str, expectations: Sequence[Expectation]) ->
     dropping = [rule for rule in expectations if rule.on_violation == "drop"]
     if dropping:
         metrics.append(F.count(F.when(_any(rule.violated() for rule in dropping), 1)).alias("dropped"))
-    rows = rows.observe(OBSERVATION, *metrics)
-    if not dropping:
-        return rows
-    broken = F.filter(
+    return metrics
+
+
+def broken_rules(expectations: Sequence[Expectation]) -> Column:
+    """The names of the rules a row breaks (every rule, so that a quarantined row says all it broke)."""
+    from pyspark.sql import functions as F
+
+    return F.filter(
         F.array(*[F.when(rule.violated(), F.lit(rule.name)) for rule in expectations]), lambda name: name.isNotNull()
     )
-    return rows.withColumn(RULES_BROKEN, broken)
 
 
 def _any(conditions: Any) -> Column:
@@ -194,11 +210,19 @@ class ExpectationCounts:
 
 def counts_of(progresses: Sequence[Mapping[str, Any]], expectations: Sequence[Expectation]) -> ExpectationCounts:
     """The sums over micro-batches' progress reports (each one committed, reported once) of what the rules found."""
+    return counts_of_observed(
+        [(progress.get("observedMetrics") or {}).get(OBSERVATION) for progress in progresses], expectations
+    )
+
+
+def counts_of_observed(
+    found: Sequence[Mapping[str, Any] | None], expectations: Sequence[Expectation]
+) -> ExpectationCounts:
+    """The sums of what the rules found in micro-batches, each the values of `rule_metrics` (None: not checked)."""
     rows = dropped = 0
     violations = {rule.name: 0 for rule in expectations}
     samples: dict[str, list[str]] = {rule.name: [] for rule in expectations}
-    for progress in progresses:
-        observed = (progress.get("observedMetrics") or {}).get(OBSERVATION)
+    for observed in found:
         if not observed:
             continue
         rows += int(observed.get("rows") or 0)
@@ -225,23 +249,14 @@ class FailOnViolation:
 
         batch = batch.persist()  # computed once: by this check, then by the writes
         try:
-            broken = F.filter(
-                F.array(*[F.when(rule.violated(), F.lit(rule.name)) for rule in self.rules]), lambda n: n.isNotNull()
-            )
             values = F.to_json(
                 F.struct(*[F.col(f"`{c}`") for c in self._columns(batch.columns)]), {"ignoreNullFields": "false"}
             )
-            found = batch.select(broken.alias("broken"), values.alias("values")).where(F.size("broken") > 0)
-            violating = found.limit(SAMPLE_SIZE).collect()
+            found = batch.select(broken_rules(self.rules).alias("broken"), values.alias("values"))
+            violating = found.where(F.size("broken") > 0).limit(SAMPLE_SIZE).collect()
             if violating:
                 names = list(dict.fromkeys(name for row in violating for name in row["broken"]))
-                rules = "; ".join(f"{r.name!r} ({r.constraint})" for r in self.rules if r.name in names)
-                raise ExpectationError(
-                    f"{self.table}: micro-batch {batch_id} broke the expectation(s) {rules}, whose on_violation is "
-                    f"fail, on rows such as {', '.join(row['values'] for row in violating)}. Nothing of this "
-                    "micro-batch was written, and the next run reads its records again: correct them upstream, or "
-                    "change the rule"
-                )
+                raise violation_error(self.table, batch_id, self.rules, names, [row["values"] for row in violating])
             self.handler(batch, batch_id)
         finally:
             batch.unpersist()
@@ -249,6 +264,19 @@ class FailOnViolation:
     def _columns(self, columns: Sequence[str]) -> list[str]:
         named = {n.lower() for rule in self.rules for n in constraint_columns(rule.constraint)}
         return [c for c in columns if c.lower() in named] or list(columns)
+
+
+def violation_error(
+    table: str, batch_id: int, rules: Sequence[Expectation], broken: Collection[str], values: Sequence[str]
+) -> ExpectationError:
+    """The error of a micro-batch in which rows broke `fail` rules: the table, the rules `broken` (of `rules`) and a
+    few violating rows' `values`."""
+    named = "; ".join(f"{r.name!r} ({r.constraint})" for r in rules if r.name in broken)
+    return ExpectationError(
+        f"{table}: micro-batch {batch_id} broke the expectation(s) {named}, whose on_violation is fail, on rows such "
+        f"as {', '.join(values)}. Nothing of this micro-batch was written, and the next run reads its records again: "
+        "correct them upstream, or change the rule"
+    )
 
 
 @dataclass
@@ -283,24 +311,49 @@ class QuarantiningAppend:
     drop_rules: tuple[str, ...]
 
     def __call__(self, batch: DataFrame, batch_id: int) -> None:
-        from pyspark.sql import functions as F
-
         attempt, app_id = uuid.uuid4().hex, table_app_id(self.table, self.checkpoint)
-        dropped = F.arrays_overlap(F.col(RULES_BROKEN), F.array(*[F.lit(name) for name in self.drop_rules]))
+        dropped = dropped_rows(self.drop_rules)
         batch = batch.persist()
         try:
             kept = batch.where(~dropped).drop(RULES_BROKEN)
             append_once(kept, self.table_path, app_id, batch_id, attempt, merge_schema=True)
-            quarantined = batch.where(dropped).select(
-                *[F.col(f"`{c}`") for c in batch.columns],
-                F.lit(batch_id).cast("bigint").alias(BATCH_ID),
-                F.current_timestamp().alias(QUARANTINED_AT),
-            )
             append_once(
-                quarantined, self.quarantine_path, quarantine_app_id(app_id), batch_id, attempt, merge_schema=True
+                quarantine_rows(batch.where(dropped), batch_id),
+                self.quarantine_path,
+                quarantine_app_id(app_id),
+                batch_id,
+                attempt,
+                merge_schema=True,
             )
         finally:
             batch.unpersist()
+
+
+def dropped_rows(drop_rules: Sequence[str]) -> Column:
+    """True for a row (with `RULES_BROKEN`) that broke one of the `drop` rules named."""
+    from pyspark.sql import functions as F
+
+    return F.arrays_overlap(F.col(RULES_BROKEN), F.array(*[F.lit(name) for name in drop_rules]))
+
+
+def quarantine_rows(dropped: DataFrame, batch_id: int) -> DataFrame:
+    """Rows set aside (with `RULES_BROKEN`) as the quarantine table holds them: with the micro-batch and the time."""
+    from pyspark.sql import functions as F
+
+    return dropped.select(
+        *[F.col(f"`{c}`") for c in dropped.columns],
+        F.lit(batch_id).cast("bigint").alias(BATCH_ID),
+        F.current_timestamp().alias(QUARANTINED_AT),
+    )
+
+
+def quarantine_columns(writer: str) -> tuple[TableColumn, ...]:
+    """The columns a quarantine table adds to the row's own, for the rows `writer`'s query sets aside."""
+    return (
+        TableColumn(RULES_BROKEN, "array<string>", "The names of the rules the row broke (every rule, of any action)."),
+        TableColumn(BATCH_ID, "bigint", f"The micro-batch of the {writer} query that set the row aside."),
+        TableColumn(QUARANTINED_AT, "timestamp", "When the row was set aside."),
+    )
 
 
 def table_app_id(table: str, checkpoint: str) -> str:

@@ -14,11 +14,12 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Literal
 
 from streaming_pipeline.lakehouse.errors import ConfigurationError
+from streaming_pipeline.lakehouse.expectations import Expectation, drop_rules, quarantine_columns
 from streaming_pipeline.lakehouse.schemas import avro_columns, load_schema
 from streaming_pipeline.lakehouse.table_model import BRONZE, KAFKA_COLUMNS, Column, Table
 
 if TYPE_CHECKING:
-    from collections.abc import Iterable
+    from collections.abc import Iterable, Sequence
 
 
 #: `append`: a stream, every record a row; `upsert`: a table topic, the latest value per key.
@@ -62,6 +63,11 @@ class SourceTopic:
     history: bool = False
     #: With `history`: the value's timestamp field a version is valid from (default the Kafka timestamp).
     valid_from_field: str = ""
+    #: Rules on the decoded rows (a stream's): `warn` counts, `drop` sets rows aside in `quarantine_table`, `fail`
+    #: fails the micro-batch (`lakehouse.expectations`).
+    expectations: tuple[Expectation, ...] = ()
+    #: The table of the rows its `drop` rules set aside; default `<bronze table>_quarantine`.
+    quarantine_table: str = ""
 
     @classmethod
     def declared(
@@ -76,6 +82,8 @@ class SourceTopic:
         mode: SourceMode = APPEND,
         history: bool = False,
         valid_from_field: str = "",
+        expectations: Sequence[Expectation] = (),
+        quarantine_table: str | None = None,
     ) -> SourceTopic:
         """A source from the fields of its declaration, with their defaults.
 
@@ -89,6 +97,8 @@ class SourceTopic:
             mode: `append` (a stream) or `upsert` (a table topic: the latest value per key).
             history: with `upsert`, every version of each key too, in `<table>_history`.
             valid_from_field: with `history`, the value's timestamp field a version is valid from.
+            expectations: rules on the decoded rows (a stream's), each `warn`, `drop` or `fail`.
+            quarantine_table: the table of the rows `drop` rules set aside (default `<table>_quarantine`).
 
         Returns:
             The source."""
@@ -102,6 +112,8 @@ class SourceTopic:
             mode=mode,
             history=history,
             valid_from_field=valid_from_field,
+            expectations=tuple(expectations),
+            quarantine_table=quarantine_table or "",
         )
 
     @property
@@ -141,10 +153,19 @@ class SourceTopic:
         return Table(f"{self.bronze_table}_history", BRONZE, (*self.table.columns, *HISTORY_COLUMNS))
 
     @property
+    def quarantine(self) -> Table | None:
+        """The table of the rows its `drop` rules set aside (the row, the rules it broke, the micro-batch, when);
+        None without drop rules."""
+        if not drop_rules(self.expectations):
+            return None
+        name = self.quarantine_table or f"{self.bronze_table}_quarantine"
+        return Table(name, BRONZE, (*self.table.columns, *quarantine_columns(self.bronze_table)))
+
+    @property
     def tables(self) -> tuple[Table, ...]:
-        """The tables this source's query writes besides the dead letters: its bronze table, and its history."""
-        history = self.history_table
-        return (self.table, *([history] if history else []))
+        """The tables this source's query writes besides the dead letters: its bronze table, its history and its
+        quarantine."""
+        return (self.table, *(t for t in (self.history_table, self.quarantine) if t is not None))
 
     @property
     def key_subject(self) -> str:

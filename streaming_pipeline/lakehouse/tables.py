@@ -13,6 +13,7 @@ must not import Dagster, take their DDL from here. The Dagster wiring derives th
 
 from __future__ import annotations
 
+from streaming_pipeline.lakehouse.expectations import Expectation
 from streaming_pipeline.lakehouse.sources import UPSERT, SourceTopic
 from streaming_pipeline.lakehouse.table_model import (
     BRONZE,
@@ -39,6 +40,11 @@ RIDES = SourceTopic.declared(
     table="raw_rides",
     description="Every ride from the `rides` topic, decoded with its writer schema and resolved to the latest "
     "registered schema, with its Kafka coordinates. Exactly once across re-runs and crashes.",
+    # What the TLC data calls for, as warnings: every ride keeps flowing, each rule's check counts those breaking it.
+    expectations=(
+        Expectation("dropoff_after_pickup", "dropoff_datetime > pickup_datetime"),
+        Expectation("amount_not_negative", "total_amount >= 0"),
+    ),
 )
 #: A taxi picking up a passenger, keyed by taxi zone: joined with the rides.
 PICKUP_LOCATIONS = SourceTopic.declared(

@@ -24,6 +24,7 @@ import dagster as dg
 from streaming_pipeline.components.continuous.checks_schedule import live_checks_definitions
 from streaming_pipeline.components.continuous.job import build_continuous_job
 from streaming_pipeline.components.continuous.sensor import build_continuous_sensor
+from streaming_pipeline.components.expectation_checks import source_check_keys
 from streaming_pipeline.components.streamed_table import StreamedTable
 from streaming_pipeline.lakehouse.settings import LiveSettings, SensorSettings
 from streaming_pipeline.lakehouse.sources import SourceTopic
@@ -43,5 +44,11 @@ def continuous_definitions(sources: Sequence[SourceTopic], steps: Sequence[Strea
     job = build_continuous_job(sources, steps, live)
     return dg.Definitions.merge(
         dg.Definitions(jobs=[job], sensors=[build_continuous_sensor(job, SensorSettings.from_env(), live)]),
-        live_checks_definitions(live, [key for step in steps for key in step.check_keys]),
+        live_checks_definitions(
+            live,
+            [
+                *(key for source in sources for key in source_check_keys(source)),
+                *(key for step in steps for key in step.check_keys),
+            ],
+        ),
     )

@@ -16,7 +16,7 @@ from streaming_pipeline.lakehouse.engine.delta_log import commits, latest_versio
 from streaming_pipeline.lakehouse.engine.streams import StreamQuery, StreamRunReport
 from streaming_pipeline.lakehouse.engine.table_snapshot import row_count
 from streaming_pipeline.lakehouse.errors import StreamingPipelineError
-from streaming_pipeline.lakehouse.expectations import Expectation, counts_of
+from streaming_pipeline.lakehouse.expectations import Expectation, ExpectationCounts, counts_of, counts_of_observed
 from streaming_pipeline.lakehouse.sources import SourceTopic
 from streaming_pipeline.lakehouse.table_model import Table
 from streaming_pipeline.resources import KafkaResource, LakehouseResource
@@ -96,14 +96,18 @@ class TableReporter:
             checked_table, rules = self._expectations.get(query, ("", ()))
             counts = counts_of(report.progresses if report is not None else [], rules)
             for table in tables:
-                found = counts if table == checked_table and counts.rows else None
-                checked = expectation_metadata(found, rules) if found is not None else {}
+                table_rules, found = rules, counts if table == checked_table and counts.rows else None
+                source = self._sources.get(table)
+                if source is not None and source.expectations:  # a source's: in its table's commits
+                    table_rules = source.expectations
+                    found = self._source_counts(table, table_rules)
+                checked = expectation_metadata(found, table_rules) if found is not None else {}
                 materialization = self._materialization(table, report, consumed.get(table), table in current, checked)
                 if materialization is not None:
                     self._reported_at[table] = self._clock()
                     events.append(materialization)
                 if found is not None:
-                    events.extend(check_evaluations(table, found, rules))
+                    events.extend(check_evaluations(table, found, table_rules))
         for table, offsets in consumed.items():
             observation = self._lag(table, offsets) if offsets is not None else None
             if observation is not None:
@@ -152,6 +156,13 @@ class TableReporter:
             )
         except StreamingPipelineError:
             return None
+
+    def _source_counts(self, table: str, rules: Sequence[Expectation]) -> ExpectationCounts | None:
+        """What a source's rules found in the micro-batches its bronze table committed since the last report (each
+        commit's marker holds its batch's counts); None when it committed none that checked rows."""
+        since = commits(self._lakehouse.table_path(table), after=self._versions.get(table))
+        found = counts_of_observed([(c.user_metadata or {}).get("expectations") for c in since or []], rules)
+        return found if found.rows else None
 
     def _materialization(
         self,

@@ -16,13 +16,20 @@ from streaming_pipeline.components.asset_metadata import (
     stream_metadata,
     table_args,
 )
+from streaming_pipeline.components.expectation_checks import (
+    check_specs,
+    expectation_checks,
+    expectation_metadata,
+    source_check_keys,
+)
 from streaming_pipeline.components.kafka_delta_source.checks import bronze_checks
 from streaming_pipeline.components.kafka_delta_source.sensors import build_offset_sensor, live_job
-from streaming_pipeline.components.streamed_table import StreamedTable, expectation_checks, tables_downstream_of
+from streaming_pipeline.components.streamed_table import StreamedTable, expectation_check_keys, tables_downstream_of
 from streaming_pipeline.lakehouse.bronze.ingestion import BronzeRunResult, ingest_topic
 from streaming_pipeline.lakehouse.bronze.offsets import consumed_offsets
 from streaming_pipeline.lakehouse.bronze.table_batches import marker_counts
 from streaming_pipeline.lakehouse.engine.delta_tables import create_if_missing, read_table
+from streaming_pipeline.lakehouse.expectations import ExpectationCounts, counts_of_observed
 from streaming_pipeline.lakehouse.settings import LiveSettings, SensorSettings
 from streaming_pipeline.lakehouse.sources import SourceTopic
 from streaming_pipeline.lakehouse.tables import DEAD_LETTER_RECORDS, KAFKA_KEY, Table
@@ -35,8 +42,10 @@ if TYPE_CHECKING:
 
 def bronze_asset(source: SourceTopic, live: LiveSettings) -> dg.AssetsDefinition:
     """The asset of a source's bronze table: one availableNow run of the topic's stream into it. A table topic with
-    history writes its history table in the same run: the two are one multi-asset."""
-    table, topic, history = source.table, source.topic, source.history_table
+    history writes its history table in the same run, a source with `drop` rules its quarantine table: they are one
+    multi-asset, with a check per rule of the source."""
+    table, topic, history, quarantine = source.table, source.topic, source.history_table, source.quarantine
+    rules = source.expectations
     args = table_args(table, kinds=KAFKA_KINDS, live=live, metadata={"source_topic": topic})
 
     def run(
@@ -45,14 +54,24 @@ def bronze_asset(source: SourceTopic, live: LiveSettings) -> dg.AssetsDefinition
         kafka: KafkaResource,
         schema_registry: SchemaRegistryResource,
         lakehouse: LakehouseResource,
-    ) -> Iterator[dg.MaterializeResult]:
+    ) -> Iterator[dg.MaterializeResult | dg.AssetCheckResult]:
         session = spark.get_session()
         ingested = ingest_topic(session, kafka, schema_registry, lakehouse, source=source, log=context.log)
-        yield _bronze_result(context, session, lakehouse, ingested, source)
+        counts = counts_of_observed([b.marker.get("expectations") for b in ingested.batches], rules)
+        yield _bronze_result(context, session, lakehouse, ingested, source, counts)
         if history is not None:
             yield _history_result(session, lakehouse, ingested, source, history)
+        if quarantine is not None:
+            yield dg.MaterializeResult(
+                asset_key=quarantine.name,
+                metadata={
+                    "rows_quarantined": dg.MetadataValue.int(counts.dropped),
+                    **delta_table_metadata(session, lakehouse, quarantine),
+                },
+            )
+        yield from expectation_checks(table.name, counts, rules)
 
-    if history is None:
+    if history is None and not rules:
 
         @dg.asset(name=table.name, description=source.description, **args, pool=checkpoint_pool(table.name))
         @naming_a_store_gone_away
@@ -63,35 +82,53 @@ def bronze_asset(source: SourceTopic, live: LiveSettings) -> dg.AssetsDefinition
             schema_registry: SchemaRegistryResource,
             lakehouse: LakehouseResource,
         ) -> dg.MaterializeResult:
-            return next(run(context, spark, kafka, schema_registry, lakehouse))
+            result = next(run(context, spark, kafka, schema_registry, lakehouse))
+            assert isinstance(result, dg.MaterializeResult)
+            return result
 
         return bronze_table
 
-    history_args = table_args(history, kinds=KAFKA_KINDS, live=live, metadata={"source_topic": topic})
-    history_args["deps"] = [table.name]
-    specs = [
-        dg.AssetSpec(table.name, description=source.description, **args),
-        dg.AssetSpec(
-            history.name,
-            description=f"Every version of each key of the `{topic}` table topic (SCD type 2): valid from its record "
-            "(valid_from) until the next record of its key, a new value or a tombstone (valid_to); is_current for "
-            "the key's current version. Written by the same run as the table.",
-            **history_args,
-        ),
-    ]
+    specs = [dg.AssetSpec(table.name, description=source.description, **args)]
+    if history is not None:
+        history_args = table_args(history, kinds=KAFKA_KINDS, live=live, metadata={"source_topic": topic})
+        history_args["deps"] = [table.name]
+        specs.append(
+            dg.AssetSpec(
+                history.name,
+                description=f"Every version of each key of the `{topic}` table topic (SCD type 2): valid from its "
+                "record (valid_from) until the next record of its key, a new value or a tombstone (valid_to); "
+                "is_current for the key's current version. Written by the same run as the table.",
+                **history_args,
+            )
+        )
+    if quarantine is not None:
+        quarantine_args = table_args(quarantine, kinds=KAFKA_KINDS, live=live, metadata={"source_topic": topic})
+        quarantine_args["deps"] = [table.name]
+        dropping = ", ".join(f"{r.name} ({r.constraint})" for r in rules if r.on_violation == "drop")
+        specs.append(
+            dg.AssetSpec(
+                quarantine.name,
+                description=f"The records of `{topic}` that broke a `drop` rule of {table.name} ({dropping}), "
+                "decoded, with the rules each broke, the micro-batch and when, set aside instead of written to "
+                f"{table.name}. Written by the same run as the table.",
+                **quarantine_args,
+            )
+        )
 
-    @dg.multi_asset(name=table.name, specs=specs, pool=checkpoint_pool(table.name))
+    @dg.multi_asset(
+        name=table.name, specs=specs, check_specs=check_specs(table.name, rules), pool=checkpoint_pool(table.name)
+    )
     @naming_a_store_gone_away
-    def table_topic_with_history(
+    def bronze_tables(
         context: dg.AssetExecutionContext,
         spark: SparkResource,
         kafka: KafkaResource,
         schema_registry: SchemaRegistryResource,
         lakehouse: LakehouseResource,
-    ) -> Iterator[dg.MaterializeResult]:
+    ) -> Iterator[dg.MaterializeResult | dg.AssetCheckResult]:
         yield from run(context, spark, kafka, schema_registry, lakehouse)
 
-    return table_topic_with_history
+    return bronze_tables
 
 
 def _bronze_result(
@@ -100,6 +137,7 @@ def _bronze_result(
     lakehouse: LakehouseResource,
     run: BronzeRunResult,
     source: SourceTopic,
+    counts: ExpectationCounts,
 ) -> dg.MaterializeResult:
     table, topic = source.table, source.topic
     asset_name, offsets = table.name, run.kafka_offset_ranges()
@@ -118,6 +156,7 @@ def _bronze_result(
             "rows_written": dg.MetadataValue.int(run.rows_written),
             **table_topic_counts,
             "dead_letters": dg.MetadataValue.int(run.dead_letters),
+            **expectation_metadata(counts, source.expectations),
             "kafka_offsets": dg.MetadataValue.json(offsets),
             "consumed_offsets": dg.MetadataValue.json(
                 {
@@ -163,7 +202,8 @@ def source_definitions(
     (`fast_run`: the tables of its fast runs, `streamed_table.fast_run_tables`; `steps`: the project's streaming
     tables, whose expectations' checks the runs of those downstream evaluate)."""
     key = dg.AssetKey(source.bronze_table)
-    job = live_job(key, expectation_checks(tables_downstream_of(source.bronze_table, steps), steps))
+    own = source_check_keys(source)
+    job = live_job(key, [*own, *expectation_check_keys(tables_downstream_of(source.bronze_table, steps), steps)])
     return dg.Definitions(
         assets=[bronze_asset(source, live)],
         asset_checks=bronze_checks(source),
@@ -177,7 +217,7 @@ def source_definitions(
                 fast_run,
                 running_by_default=not live.continuous,
                 table_topic=source.is_table_topic,
-                fast_run_checks=expectation_checks(fast_run, steps),
+                fast_run_checks=[*own, *expectation_check_keys(fast_run, steps)],
             )
         ],
     )

@@ -21,6 +21,7 @@ import dagster as dg
 from pydantic import BaseModel, Field, PrivateAttr
 
 from streaming_pipeline.components.continuous import continuous_definitions
+from streaming_pipeline.components.expectation_checks import ExpectationAttributes
 from streaming_pipeline.components.kafka_delta_source.assets import dead_letter_asset, source_definitions
 from streaming_pipeline.components.kafka_delta_source.fields import (
     key_schema_file,
@@ -32,6 +33,7 @@ from streaming_pipeline.components.kafka_delta_source.scaffolder import KafkaDel
 from streaming_pipeline.components.maintenance import maintenance_definitions
 from streaming_pipeline.components.streamed_table import fast_run_tables, streamed_tables
 from streaming_pipeline.lakehouse.errors import ConfigurationError
+from streaming_pipeline.lakehouse.expectations import check_expectations
 from streaming_pipeline.lakehouse.schemas import avro_columns, load_schema
 from streaming_pipeline.lakehouse.settings import LiveSettings, MaintenanceSettings, PipelineSettings, SensorSettings
 from streaming_pipeline.lakehouse.sources import SourceTopic
@@ -97,6 +99,18 @@ class KafkaDeltaSource(dg.Component, dg.Model, dg.Resolvable):
         description="With `history`: the value's timestamp field a version is valid from (default: the record's "
         "Kafka timestamp).",
     )
+    expectations: list[ExpectationAttributes] = Field(
+        default_factory=list,
+        description="Rules on the decoded rows of a stream (`mode: append`), as Lakeflow's expectations: each a name, "
+        "a Spark SQL boolean expression over the row (`expect`) and `on_violation`: `warn` (written and counted), "
+        "`drop` (set aside in the quarantine table) or `fail` (the micro-batch fails before anything of it is "
+        "written). Each rule is an asset check of the table.",
+    )
+    quarantine_table: str | None = Field(
+        default=None,
+        description="The table of the rows the `drop` rules set aside: the row, the rules it broke, the micro-batch "
+        "and when (default `<table>_quarantine`).",
+    )
     resources: Literal["from_environment"] | None = Field(
         default=None,
         description="`from_environment`: this source binds the four resources its assets use (kafka, "
@@ -141,6 +155,11 @@ class KafkaDeltaSource(dg.Component, dg.Model, dg.Resolvable):
             mode=source.mode,
             history=source.history,
             valid_from_field=source.valid_from_field,
+            expectations=[
+                ExpectationAttributes(name=r.name, expect=r.constraint, on_violation=r.on_violation)
+                for r in source.expectations
+            ],
+            quarantine_table=source.quarantine_table or None,
             resources=resources,
         )
         component._declared_at = context.path
@@ -164,12 +183,15 @@ class KafkaDeltaSource(dg.Component, dg.Model, dg.Resolvable):
             mode=self.mode,
             history=self.history,
             valid_from_field=self.valid_from_field,
+            expectations=[e.rule() for e in self.expectations],
+            quarantine_table=self.quarantine_table,
         )
 
     def build_defs(self, context: dg.ComponentLoadContext) -> dg.Definitions:
         _check_declared_once(self, context)
         _check_key_field(self, context)
         _check_table_topic(self, context)
+        _check_expectations(self, context)
         _check_resources_bound_once(self, context)
         tree, live = context.component_tree, LiveSettings.from_env()
         # A table topic's history is written by the same run as its table (one multi-asset).
@@ -242,6 +264,26 @@ def _check_table_topic(component: KafkaDeltaSource, context: dg.ComponentLoadCon
                 f"{where}: valid_from_field {component.valid_from_field!r} is not a timestamp field of the value "
                 f"schema {component.value_schema} (its timestamp fields: {', '.join(timestamps)})"
             )
+
+
+def _check_expectations(component: KafkaDeltaSource, context: dg.ComponentLoadContext) -> None:
+    """A ConfigurationError naming the declaration for rules that cannot be the source's (`check_expectations`:
+    two of one name, not a condition over the bronze table's columns), rules on a table topic, or a
+    `quarantine_table` without a `drop` rule."""
+    where, source = _declaration_file(context), component.source
+    if component.mode == "upsert" and source.expectations:
+        raise ConfigurationError(
+            f"{where}: `expectations` check the rows of a stream (`mode: append`); a table topic's are not checked "
+            "yet: declare them on a streaming table that reads it"
+        )
+    try:
+        check_expectations(source.expectations, source.table.column_names)
+    except ConfigurationError as exc:
+        raise ConfigurationError(f"{where}: {exc}") from None
+    if component.quarantine_table is not None and source.quarantine is None:
+        raise ConfigurationError(
+            f"{where}: `quarantine_table` takes the rows that `drop` rules set aside, and this source has none"
+        )
 
 
 def _check_declared_once(component: KafkaDeltaSource, context: dg.ComponentLoadContext) -> None:

@@ -30,7 +30,11 @@ import pydantic
 from pydantic import BaseModel, Field, PrivateAttr
 
 from streaming_pipeline.components.asset_metadata import delta_table_metadata, stream_metadata
-from streaming_pipeline.components.expectation_checks import expectation_checks, expectation_metadata
+from streaming_pipeline.components.expectation_checks import (
+    ExpectationAttributes,
+    expectation_checks,
+    expectation_metadata,
+)
 from streaming_pipeline.components.parameters import parameter, parameters_of
 from streaming_pipeline.components.streamed_table import (
     DeclaresStreamedTable,
@@ -53,6 +57,7 @@ from streaming_pipeline.lakehouse.expectations import (
     check_expectations,
     counts_of,
     drop_rules,
+    quarantine_columns,
 )
 from streaming_pipeline.lakehouse.late_rows import LATE_ROWS_COLUMNS, late_rows_of
 from streaming_pipeline.lakehouse.settings import interval_seconds, normalize_interval
@@ -102,23 +107,6 @@ class ParameterAttributes(dg.Model):
         default=None, description="The environment variable that sets it (default: its name, upper)."
     )
     description: str = Field(default="", description="What the parameter does.")
-
-
-class ExpectationAttributes(dg.Model):
-    name: str = Field(description="The rule's name: its asset check's name, and what a quarantined row lists.")
-    expect: str = Field(
-        description="A Spark SQL boolean expression over the table's row: the row keeps the rule when it is true "
-        "(false and NULL break it).",
-        examples=["total >= 0"],
-    )
-    on_violation: Literal["warn", "drop", "fail"] = Field(
-        default="warn",
-        description="`warn`: the row is written and counted; `drop`: it goes to the quarantine table instead; "
-        "`fail`: the micro-batch fails before anything of it is written.",
-    )
-
-    def rule(self) -> Expectation:
-        return Expectation(self.name, self.expect, self.on_violation)
 
 
 @dg.scaffold_with(StreamingTableScaffolder)
@@ -273,11 +261,7 @@ class StreamingTable(DeclaresStreamedTable, dg.Component, dg.Model, dg.Resolvabl
         name = self.quarantine_table_name()
         if name is None:
             return None
-        added = (
-            Column(RULES_BROKEN, "array<string>", "The names of the rules the row broke (every rule, of any action)."),
-            Column(BATCH_ID, "bigint", f"The micro-batch of the {self.name} query that set the row aside."),
-            Column(QUARANTINED_AT, "timestamp", "When the row was set aside."),
-        )
+        added = quarantine_columns(self.name)
         rules = ", ".join(f"{r.name} ({r.constraint})" for r in self.rules() if r.on_violation == "drop")
         return WrittenTable(
             Table(name, self.group, table.columns + added, columns_from_query=table.columns_from_query),

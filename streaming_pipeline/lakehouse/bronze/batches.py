@@ -23,6 +23,19 @@ from streaming_pipeline.lakehouse.bronze.offsets import bronze_app_prefix, check
 from streaming_pipeline.lakehouse.engine.delta_log import DeltaLog
 from streaming_pipeline.lakehouse.engine.delta_tables import append_once
 from streaming_pipeline.lakehouse.errors import RegistryUnavailableError
+from streaming_pipeline.lakehouse.expectations import (
+    RULES_BROKEN,
+    SAMPLE_SIZE,
+    Expectation,
+    broken_rules,
+    drop_rules,
+    dropped_rows,
+    fail_rules,
+    quarantine_app_id,
+    quarantine_rows,
+    rule_metrics,
+    violation_error,
+)
 from streaming_pipeline.lakehouse.tables import DEAD_LETTER_RECORDS
 
 if TYPE_CHECKING:
@@ -65,6 +78,9 @@ class BronzeBatchWriter:
     checkpoint_dir: str
     registry_ca: str | None = None  # the registry's HTTPS: its CA file, this client's key and certificates
     registry_keystore: str | None = None
+    #: The source's rules on the decoded rows, and where its `drop` rules set rows aside (`write_checked`).
+    expectations: tuple[Expectation, ...] = ()
+    quarantine_path: str | None = None
 
     def __call__(self, batch: DataFrame, batch_id: int) -> None:
         from pyspark.sql import Observation
@@ -113,6 +129,9 @@ class BronzeBatchWriter:
         reader_schema = reader_schema_of(writer_schemas, latest)
         decoded = decode_avro_frames(split_confluent_frames(batch), writer_schemas, reader_schema)
         attempt = uuid.uuid4().hex
+        if self.expectations:
+            self._write_checked(decoded, batch_id, app_id, attempt, extra, replayed=written is not None)
+            return
         observation = Observation(f"bronze-{batch_id}-{attempt}")
         observed = decoded.observe(
             observation,
@@ -131,6 +150,60 @@ class BronzeBatchWriter:
         append_once(
             dead_letter_rows(decoded), self.dead_letter_path, dead_letter_app_id(app_id), batch_id, attempt, extra=extra
         )
+
+    def _write_checked(
+        self, decoded: DataFrame, batch_id: int, app_id: str, attempt: str, extra: dict[str, Any], *, replayed: bool
+    ) -> None:
+        """Write a micro-batch with the source's rules: first what they find in its rows (`rule_metrics`, in the
+        table commit's marker, where the runs' checks read it), a `fail` rule broken raising before anything is
+        written; then the rows no `drop` rule set aside to the table, the others to the quarantine table, and the
+        undecodable records to the dead letters, each once (a replay after a crash writes what it lacks: the rows
+        and the rules' verdicts are the same, decoded with the same schemas)."""
+        from pyspark.sql import functions as F
+
+        from streaming_pipeline.lakehouse.bronze.decode import bronze_rows, dead_letter_rows
+
+        rules, dropping = self.expectations, drop_rules(self.expectations)
+        decoded = decoded.persist()
+        try:
+            rows = bronze_rows(decoded).withColumn(RULES_BROKEN, broken_rules(rules))
+            found: dict[str, Any] = {}
+            has_dead_letters = True
+            if not replayed:
+                found = (
+                    rows.agg(*rule_metrics(rules, [c for c in rows.columns if c != RULES_BROKEN])).collect()[0].asDict()
+                )
+                broken = [r.name for r in fail_rules(rules) if found[f"violations_{r.name}"]]
+                if broken:
+                    values = [v for name in broken for v in found[f"sample_{name}"]][:SAMPLE_SIZE]
+                    raise violation_error(self.asset_name, batch_id, rules, broken, values)
+                has_dead_letters = not decoded.where(F.col("error").isNotNull()).isEmpty()
+            kept = rows.where(~dropped_rows(dropping)) if dropping else rows
+            written = append_once(
+                kept.drop(RULES_BROKEN),
+                self.table_path,
+                app_id,
+                batch_id,
+                attempt,
+                extra={**extra, "expectations": found},
+                merge_schema=True,
+            )
+            if dropping and self.quarantine_path and (not written or found.get("dropped")):
+                quarantined = quarantine_rows(rows.where(dropped_rows(dropping)), batch_id)
+                append_once(
+                    quarantined, self.quarantine_path, quarantine_app_id(app_id), batch_id, attempt, merge_schema=True
+                )
+            if not written or has_dead_letters:
+                append_once(
+                    dead_letter_rows(decoded),
+                    self.dead_letter_path,
+                    dead_letter_app_id(app_id),
+                    batch_id,
+                    attempt,
+                    extra=extra,
+                )
+        finally:
+            decoded.unpersist()
 
     def _schemas_of(
         self, registry: RegistryClient, marker: dict[str, Any], batch_id: int

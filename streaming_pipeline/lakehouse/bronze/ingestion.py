@@ -126,8 +126,13 @@ def batch_writer(
         "checkpoint_dir": lakehouse.checkpoint_path(asset_name),
     }
     if not source.is_table_topic:
+        quarantine = source.quarantine
         return BronzeBatchWriter(
-            subject=source.value_subject, fallback_reader_schema=load_schema(source.value_schema), **common
+            subject=source.value_subject,
+            fallback_reader_schema=load_schema(source.value_schema),
+            expectations=source.expectations,
+            quarantine_path=lakehouse.table_path(quarantine.name) if quarantine else None,
+            **common,
         )
     assert source.key_schema is not None
     history = source.history_table
