@@ -354,6 +354,38 @@ def test_the_run_reports_new_commits_and_a_caught_up_table_now_and_then_but_not_
         1,
     )
 
+    # A source's rules: what its bronze handler found in each micro-batch is in the marker of the table's commit of it.
+    import json
+
+    from deltalake import CommitProperties
+
+    for batch_id, broken in ((0, 1), (1, 0)):
+        found = {
+            "rows": 2,
+            "violations_amount_not_negative": broken,
+            "sample_amount_not_negative": ['{"t":-1}'] * broken,
+        }
+        marker = {"app_id": "bronze", "batch_id": batch_id, "expectations": found}
+        write_deltalake(
+            lakehouse.table_path("raw_rides"),
+            pa.table({"n": [5, 6]}),
+            mode="append",
+            commit_properties=CommitProperties(custom_metadata={"userMetadata": json.dumps(marker)}),
+        )
+    events = checked.events({}, set())
+    evaluations = {e.check_name: e for e in events if isinstance(e, dg.AssetCheckEvaluation)}
+    assert {name: (e.asset_key, e.passed) for name, e in evaluations.items()} == {
+        "dropoff_after_pickup": (dg.AssetKey("raw_rides"), True),
+        "amount_not_negative": (dg.AssetKey("raw_rides"), False),
+    }
+    failing = evaluations["amount_not_negative"].metadata
+    assert (failing["rows_checked"].value, failing["violations"].value, failing["violating_values"].value) == (
+        4,
+        1,
+        ['{"t":-1}'],
+    )
+    assert checked.events({}, set()) == []  # each commit is counted once
+
 
 class _Log:
     def __init__(self) -> None:
