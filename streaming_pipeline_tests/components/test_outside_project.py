@@ -103,6 +103,11 @@ SQL_TABLES = {
         "FROM STREAM(raw_orders) GROUP BY customer_id",
     },
 }
+#: The source's rules, on every decoded order: orders 0, 29 and 43 (a total below 4) are set aside.
+SOURCE_EXPECTATIONS = [
+    {"name": "customer_below_3", "expect": "customer_id < 3"},
+    {"name": "total_at_least_4", "expect": "total >= 4", "on_violation": "drop"},
+]
 PYTHON_TABLE = '''\
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
@@ -136,17 +141,33 @@ def _broken(order: dict[str, Any]) -> list[str]:
     return [name for name, kept in holds.items() if not kept]
 
 
+def _source_broken(order: dict[str, Any]) -> list[str]:
+    """The rules of the source raw_orders an order breaks, in their order."""
+    holds = {"customer_below_3": order["customer_id"] < 3, "total_at_least_4": order["total"] >= 4}
+    return [name for name, kept in holds.items() if not kept]
+
+
+def _dropped_by_source(order: dict[str, Any]) -> bool:
+    return "total_at_least_4" in _source_broken(order)
+
+
 def _dropped(order: dict[str, Any]) -> bool:
     return bool({"below_90", "even_order"} & set(_broken(order)))
 
 
 def _expected(orders: list[dict[str, Any]]) -> dict[str, list[tuple[Any, ...]]]:
-    """Every table's rows, sorted, from the orders sent (and CUSTOMERS)."""
+    """Every table's rows, sorted, from the orders sent (and CUSTOMERS): those the source set aside in its quarantine,
+    the others in the tables downstream."""
+    quarantined = sorted(
+        (o["order_id"], o["customer_id"], o["total"], _source_broken(o)) for o in orders if _dropped_by_source(o)
+    )
+    orders = [o for o in orders if not _dropped_by_source(o)]
     by_customer: dict[int, list[dict[str, Any]]] = {}
     for order in orders:
         by_customer.setdefault(order["customer_id"], []).append(order)
     large = [o for o in orders if o["total"] > 60]
     return {
+        "raw_orders_quarantine": quarantined,
         "large_orders": sorted((o["order_id"], o["customer_id"], o["total"]) for o in large if not _dropped(o)),
         "large_orders_quarantine": sorted(
             (o["order_id"], o["customer_id"], o["total"], _broken(o)) for o in large if _dropped(o)
@@ -164,6 +185,7 @@ def _tables(lakehouse: Path) -> dict[str, list[tuple[Any, ...]]]:
     from deltalake import DeltaTable
 
     columns = {
+        "raw_orders_quarantine": ["order_id", "customer_id", "total", "_rules_broken"],
         "large_orders": ["order_id", "customer_id", "total"],
         "large_orders_quarantine": ["order_id", "customer_id", "total", "_rules_broken"],
         "orders_named": ["order_id", "name", "total"],
@@ -294,6 +316,9 @@ def test_a_new_dg_project_declares_its_own_streaming_lakehouse_and_streams_it_ex
         "attributes": {"topic": "orders", "value_schema": "value.avsc"},
     }
     assert "@dg.definitions" in (defs / "resources.py").read_text()
+    declared = yaml.safe_load((defs / "orders" / "defs.yaml").read_text())
+    declared["attributes"]["expectations"] = SOURCE_EXPECTATIONS
+    (defs / "orders" / "defs.yaml").write_text(yaml.safe_dump(declared))
     (defs / "orders" / "value.avsc").write_text(json.dumps(ORDER_VALUE))
     (defs / "customers" / "key.avsc").write_text(json.dumps(CUSTOMER_KEY))
     (defs / "customers" / "value.avsc").write_text(json.dumps(CUSTOMER_VALUE))
@@ -310,7 +335,14 @@ def test_a_new_dg_project_declares_its_own_streaming_lakehouse_and_streams_it_ex
     assets = {asset["asset_key"]: asset for asset in listed_defs["assets"]}
     tables = ["customer_totals", "large_orders", "last_orders", "orders_named"]
     assert sorted(assets) == sorted(
-        ["dead_letter_records", "raw_customers", "raw_orders", "large_orders_quarantine", *tables]
+        [
+            "dead_letter_records",
+            "raw_customers",
+            "raw_orders",
+            "raw_orders_quarantine",
+            "large_orders_quarantine",
+            *tables,
+        ]
     )
     assert {name: sorted(assets[name]["dependency_keys"]) for name in tables} == {
         "customer_totals": ["raw_orders"],
@@ -347,7 +379,17 @@ def test_a_new_dg_project_declares_its_own_streaming_lakehouse_and_streams_it_ex
     }
     # its own column's description, and raw_orders' for the columns it passes through
     assert _column_docs(info.dagster_home, "large_orders") == LARGE_ORDERS_DOCS
-    # what its expectations found in the run, in its materialization and as one check each
+    # what the source's expectations found in the run's 20 decoded orders, and large_orders' in the orders it read
+    source_found = {
+        rule: sum(rule in _source_broken(o) for o in sent) for rule in ("customer_below_3", "total_at_least_4")
+    }
+    assert source_found == {"customer_below_3": 5, "total_at_least_4": 1}
+    metadata = _latest_materialization(info.dagster_home, "raw_orders")
+    assert (metadata["rows_checked"].value, metadata["rows_quarantined"].value) == (20, 1)
+    for rule, violations in source_found.items():
+        assert metadata[f"violations_{rule}"].value == violations
+        _, evaluation = _check_evaluation(info.dagster_home, "raw_orders", rule)
+        assert (evaluation.passed, evaluation.metadata["violations"].value) == (False, violations)
     checked = [o for o in sent if o["total"] > 60]
     found = {rule: sum(rule in _broken(o) for o in checked) for rule in ("known_customer", "below_90", "even_order")}
     assert all(found.values())  # every warn and drop rule is broken by some order, some break two at once
@@ -427,6 +469,8 @@ def test_a_new_dg_project_declares_its_own_streaming_lakehouse_and_streams_it_ex
     assert _column_docs(info.dagster_home, "large_orders") == LARGE_ORDERS_DOCS
     run_id, evaluation = _check_evaluation(info.dagster_home, "large_orders", "below_90")
     assert run_id in {killed.run_id, continuous_run_id} and evaluation.metadata["rows_checked"].value > 0
+    run_id, evaluation = _check_evaluation(info.dagster_home, "raw_orders", "customer_below_3")
+    assert run_id in {killed.run_id, continuous_run_id} and evaluation.metadata["rows_checked"].value > 0
 
     # 4. `streaming-pipeline replay` of the project's source rebuilds it and every table downstream, each row once.
     replayed = _run([str(BIN / "streaming-pipeline"), "replay", "raw_orders", "--project", str(project)], project, env)
@@ -434,7 +478,7 @@ def test_a_new_dg_project_declares_its_own_streaming_lakehouse_and_streams_it_ex
     assert _tables(lakehouse) == _expected(sent)
     assert definitions.read_text() == written
     rows = DeltaTable(str(lakehouse / "raw_orders")).to_pyarrow_table().to_pylist()
-    assert sorted(r["order_id"] for r in rows) == [o["order_id"] for o in sent]
+    assert sorted(r["order_id"] for r in rows) == [o["order_id"] for o in sent if not _dropped_by_source(o)]
     assert not [c for c, n in Counter((r["kafka_partition"], r["kafka_offset"]) for r in rows).items() if n > 1]
     dead = [
         r
