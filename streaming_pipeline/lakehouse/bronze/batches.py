@@ -159,6 +159,7 @@ class BronzeBatchWriter:
         written; then the rows no `drop` rule set aside to the table, the others to the quarantine table, and the
         undecodable records to the dead letters, each once (a replay after a crash writes what it lacks: the rows
         and the rules' verdicts are the same, decoded with the same schemas)."""
+        from pyspark.sql import Observation
         from pyspark.sql import functions as F
 
         from streaming_pipeline.lakehouse.bronze.decode import bronze_rows, dead_letter_rows
@@ -170,14 +171,16 @@ class BronzeBatchWriter:
             found: dict[str, Any] = {}
             has_dead_letters = True
             if not replayed:
-                found = (
-                    rows.agg(*rule_metrics(rules, [c for c in rows.columns if c != RULES_BROKEN])).collect()[0].asDict()
-                )
+                # One job: the rules' counts, and (observed on the way) whether any record is a dead letter.
+                decoding = Observation(f"bronze-checked-{batch_id}-{attempt}")
+                observed = decoded.observe(decoding, F.count(F.col("error")).alias("dead_letters"))
+                columns = [c for c in rows.columns if c != RULES_BROKEN]
+                found = bronze_rows(observed).agg(*rule_metrics(rules, columns)).collect()[0].asDict()
+                has_dead_letters = int(decoding.get["dead_letters"]) > 0
                 broken = [r.name for r in fail_rules(rules) if found[f"violations_{r.name}"]]
                 if broken:
                     values = [v for name in broken for v in found[f"sample_{name}"]][:SAMPLE_SIZE]
                     raise violation_error(self.asset_name, batch_id, rules, broken, values)
-                has_dead_letters = not decoded.where(F.col("error").isNotNull()).isEmpty()
             kept = rows.where(~dropped_rows(dropping)) if dropping else rows
             written = append_once(
                 kept.drop(RULES_BROKEN),
