@@ -29,16 +29,13 @@ from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal
 
-import sqlglot
-import sqlglot.expressions as exp
-from sqlglot.errors import ParseError, TokenError
-
 from streaming_pipeline.lakehouse.engine.delta_tables import append_once
 from streaming_pipeline.lakehouse.engine.sink_position import checkpoint_query_id
 from streaming_pipeline.lakehouse.errors import ConfigurationError, ExpectationError
 from streaming_pipeline.lakehouse.table_model import Column as TableColumn
 
 if TYPE_CHECKING:
+    import sqlglot.expressions as exp
     from pyspark.sql import Column, DataFrame
 
 Action = Literal["warn", "drop", "fail"]
@@ -50,8 +47,7 @@ SAMPLE_SIZE = 5
 #: The quarantine table's columns after the row's own.
 RULES_BROKEN, BATCH_ID, QUARANTINED_AT = "_rules_broken", "_batch_id", "_quarantined_at"
 _NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
-# What cannot be a row's truth value: a literal (TRUE and FALSE are booleans, not literals, to sqlglot), arithmetic.
-_NOT_A_CONDITION = (exp.Literal, exp.Add, exp.Sub, exp.Mul, exp.Div, exp.Mod, exp.DPipe, exp.Concat)
+_IDENTIFIER = re.compile(r"`([^`]+)`|([A-Za-z_][A-Za-z0-9_]*)")
 
 
 @dataclass(frozen=True)
@@ -74,17 +70,29 @@ class Expectation:
         them), as JSON: what a count's sample and a failure show."""
         from pyspark.sql import functions as F
 
-        named = [c for c in columns if c.lower() in {n.lower() for n in constraint_columns(self.constraint)}]
+        named = spelled_columns([self], columns)
         values = F.struct(*[F.col(f"`{c}`") for c in named or columns])
         return F.to_json(values, {"ignoreNullFields": "false"})
 
 
+def spelled_columns(expectations: Sequence[Expectation], columns: Sequence[str]) -> list[str]:
+    """The columns of `columns` whose names the rules' constraints spell (a word or a `quoted` name, any case): what
+    a violating row's values show. Without parsing (sqlglot stays out of the engine's Python worker)."""
+    words = {(quoted or word).lower() for rule in expectations for quoted, word in _IDENTIFIER.findall(rule.constraint)}
+    return [c for c in columns if c.lower() in words]
+
+
 def constraint_columns(constraint: str) -> tuple[str, ...]:
     """The columns a constraint names (parsed with sqlglot, Spark's dialect)."""
+    import sqlglot.expressions as exp
+
     return tuple(dict.fromkeys(c.name for c in _parsed(constraint).find_all(exp.Column)))
 
 
 def _parsed(constraint: str) -> exp.Expr:
+    import sqlglot
+    from sqlglot.errors import ParseError, TokenError
+
     try:
         parsed = sqlglot.parse_one(constraint, read="spark")
     except (ParseError, TokenError) as exc:
@@ -99,6 +107,10 @@ def check_expectations(expectations: Sequence[Expectation], columns: Sequence[st
     one name, an unknown action, a constraint that does not parse or cannot be a row's truth value (a query, an
     aggregate, a value), or that names a column the table does not have (`columns`, when the table's columns are
     known before it runs)."""
+    import sqlglot.expressions as exp
+
+    # What cannot be a row's truth value: a literal (TRUE and FALSE are booleans, not literals, to sqlglot), arithmetic.
+    not_a_condition = (exp.Literal, exp.Add, exp.Sub, exp.Mul, exp.Div, exp.Mod, exp.DPipe, exp.Concat)
     seen: set[str] = set()
     for rule in expectations:
         where = f"expectation {rule.name!r}"
@@ -120,7 +132,7 @@ def check_expectations(expectations: Sequence[Expectation], columns: Sequence[st
             raise ConfigurationError(f"{where}: {rule.constraint!r} holds a query; a rule reads the row only")
         if any(True for _ in parsed.find_all(exp.AggFunc)):
             raise ConfigurationError(f"{where}: {rule.constraint!r} aggregates; a rule reads one row at a time")
-        if isinstance(inner, _NOT_A_CONDITION):
+        if isinstance(inner, not_a_condition):
             raise ConfigurationError(
                 f"{where}: {rule.constraint!r} is not a boolean expression (a condition on the row, such as "
                 "`total >= 0`)"
@@ -234,6 +246,34 @@ def counts_of_observed(
     return ExpectationCounts(rows, violations, {name: tuple(values) for name, values in samples.items()}, dropped)
 
 
+@dataclass(frozen=True)
+class CheckedRows:
+    """What a table's rules make of some rows (`checked_rows`): the rows written, those set aside (with
+    `RULES_BROKEN`), and the counts."""
+
+    kept: DataFrame
+    quarantined: DataFrame
+    counts: ExpectationCounts
+
+
+def checked_rows(rows: DataFrame, table: str, expectations: Sequence[Expectation]) -> CheckedRows:
+    """The rules applied to batch `rows` as a micro-batch of the table gets them, for a unit test: a `fail` rule
+    broken raises the ExpectationError the run would; otherwise the rows kept, those quarantined and the counts."""
+    flagged = rows.withColumn(RULES_BROKEN, broken_rules(expectations)) if expectations else rows
+    found = flagged.agg(*rule_metrics(expectations, rows.columns)).collect()[0].asDict()
+    broken = [rule.name for rule in fail_rules(expectations) if found[f"violations_{rule.name}"]]
+    if broken:
+        values = [value for name in broken for value in found[f"sample_{name}"]][:SAMPLE_SIZE]
+        raise violation_error(table, 0, expectations, broken, values)
+    dropping = drop_rules(expectations)
+    dropped = dropped_rows(dropping) if dropping else None
+    kept = flagged.where(~dropped) if dropped is not None else flagged
+    quarantined = flagged.where(dropped) if dropped is not None else flagged.limit(0)
+    return CheckedRows(
+        kept.drop(RULES_BROKEN) if expectations else kept, quarantined, counts_of_observed([found], expectations)
+    )
+
+
 @dataclass
 class FailOnViolation:
     """foreachBatch handler of a table with `fail` rules, around the one that writes its micro-batches: a micro-batch
@@ -262,8 +302,7 @@ class FailOnViolation:
             batch.unpersist()
 
     def _columns(self, columns: Sequence[str]) -> list[str]:
-        named = {n.lower() for rule in self.rules for n in constraint_columns(rule.constraint)}
-        return [c for c in columns if c.lower() in named] or list(columns)
+        return spelled_columns(self.rules, columns) or list(columns)
 
 
 def violation_error(

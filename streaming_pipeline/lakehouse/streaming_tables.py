@@ -32,11 +32,13 @@ from streaming_pipeline.lakehouse.engine.sink_position import checkpoint_query_i
 from streaming_pipeline.lakehouse.engine.streams import Log, StreamQuery, delta_stream
 from streaming_pipeline.lakehouse.errors import StreamingTableStateError
 from streaming_pipeline.lakehouse.expectations import (
+    CheckedRows,
     DeltaWriteOnce,
     Expectation,
     FailOnViolation,
     QuarantiningAppend,
     checked,
+    checked_rows,
     drop_rules,
     fail_rules,
 )
@@ -252,6 +254,16 @@ class StreamingTableQuery:
         streams = {name: self.watermarked(name, inputs[name], given) for name in self.streams}
         tables = {name: inputs[name] for name in self.tables}
         return self.transformation(spark, Inputs(streams, tables, given))
+
+    def checked_rows_for(
+        self,
+        spark: SparkSession,
+        inputs: Mapping[str, DataFrame],
+        parameters: Mapping[str, Any] | None = None,
+    ) -> CheckedRows:
+        """`rows_for` through the table's expectations, for a unit test of its rules: the rows written, those set
+        aside in the quarantine table and the counts, or the ExpectationError of a `fail` rule broken."""
+        return checked_rows(self.rows_for(spark, inputs, parameters), self.name, self.expectations)
 
 
 def refuse_rows_without_checkpoint(spark: SparkSession, name: str, path: str, checkpoint: str) -> None:

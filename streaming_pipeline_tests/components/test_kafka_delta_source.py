@@ -149,6 +149,10 @@ def load(context: dg.ComponentLoadContext) -> KafkaDeltaSource:
 """
 
 
+def _rule(expect: str, on_violation: str = "warn") -> dict[str, str]:
+    return {"name": "positive", "expect": expect, "on_violation": on_violation}
+
+
 @pytest.mark.parametrize("key_field", ["payment_id", "id"])
 def test_a_source_declared_in_python_builds_as_its_yaml_would_and_its_errors_name_the_module(
     sandbox: DefsFolderSandbox, key_field: str
@@ -254,6 +258,49 @@ def test_two_instances_build_together_and_the_one_that_says_so_binds_the_resourc
             ["attributes.table", "table 'raw-payments' is not a table name"],
             id="bad-table",
         ),
+        pytest.param(
+            {"topic": "payments", "value_schema": "payment_value.avsc", "expectations": [_rule("amont >= 0")]},
+            PAYMENT_VALUE,
+            ["expectation 'positive': 'amont >= 0' names amont, not a column of the table"],
+            id="rule-on-an-unknown-column",
+        ),
+        pytest.param(
+            {
+                "topic": "payments",
+                "value_schema": "payment_value.avsc",
+                "expectations": [_rule("amount > 0"), _rule("amount < 10")],
+            },
+            PAYMENT_VALUE,
+            ["expectation 'positive' is declared twice"],
+            id="rule-named-twice",
+        ),
+        pytest.param(
+            {"topic": "payments", "value_schema": "payment_value.avsc", "expectations": [_rule("amount * 2", "warn")]},
+            PAYMENT_VALUE,
+            ["'amount * 2' is not a boolean expression"],
+            id="rule-not-a-condition",
+        ),
+        pytest.param(
+            {
+                "topic": "payments",
+                "value_schema": "payment_value.avsc",
+                "expectations": [_rule("amount > 0", "ignore")],
+            },
+            PAYMENT_VALUE,
+            ["attributes.expectations", "on_violation"],
+            id="rule-of-an-unknown-action",
+        ),
+        pytest.param(
+            {
+                "topic": "payments",
+                "value_schema": "payment_value.avsc",
+                "expectations": [_rule("amount > 0")],
+                "quarantine_table": "set_aside",
+            },
+            PAYMENT_VALUE,
+            ["`quarantine_table` takes the rows that `drop` rules set aside, and this source has none"],
+            id="quarantine-without-a-drop-rule",
+        ),
     ],
 )
 def test_a_bad_defs_yaml_names_the_file_the_field_and_the_value(
@@ -268,6 +315,24 @@ def test_a_bad_defs_yaml_names_the_file_the_field_and_the_value(
     assert str(path / "defs.yaml") in message
     for part in expected:
         assert part in message
+
+
+def test_a_source_s_rules_are_checks_of_its_table_and_its_drop_rules_fill_a_quarantine_table_downstream(
+    sandbox: DefsFolderSandbox,
+) -> None:
+    rules = [_rule("amount > 0", "drop"), {"name": "paid", "expect": "paid_at IS NOT NULL"}]
+    declared = {"topic": "payments", "value_schema": "payment_value.avsc", "expectations": rules}
+    _declare(sandbox, "payments", {**declared, "resources": "from_environment"})
+
+    with sandbox.build_all_defs() as defs:
+        bronze = defs.get_assets_def("raw_payments")
+        assert {key.name for key in bronze.check_keys} == {"positive", "paid"}
+        assert bronze.keys == {dg.AssetKey("raw_payments"), dg.AssetKey("raw_payments_quarantine")}
+        assert bronze.asset_deps[dg.AssetKey("raw_payments_quarantine")] == {dg.AssetKey("raw_payments")}
+        columns = bronze.specs_by_key[dg.AssetKey("raw_payments_quarantine")].metadata["dagster/column_schema"]
+        assert [c.name for c in columns.columns][-3:] == ["_rules_broken", "_batch_id", "_quarantined_at"]
+        selected = defs.resolve_job_def("raw_payments_downstream_job").asset_layer.asset_graph.asset_check_keys
+        assert {key.name for key in selected} >= {"positive", "paid"}  # its live job evaluates them
 
 
 def test_a_key_field_that_is_not_a_field_of_the_value_names_the_file_and_the_fields(sandbox: DefsFolderSandbox) -> None:

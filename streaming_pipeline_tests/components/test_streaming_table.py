@@ -573,7 +573,7 @@ def test_expectations_warn_drop_and_fail_and_each_row_is_written_once_across_a_c
     spark: Any, tmp_path: Path
 ) -> None:
     from streaming_pipeline.lakehouse.engine.streams import run_once
-    from streaming_pipeline.lakehouse.errors import StreamingRunError
+    from streaming_pipeline.lakehouse.errors import ExpectationError, StreamingRunError
     from streaming_pipeline.lakehouse.expectations import Expectation, counts_of
     from streaming_pipeline.lakehouse.streaming_tables import SqlTransformation, StreamingTableQuery
     from streaming_pipeline.resources import LakehouseResource
@@ -658,6 +658,15 @@ def test_expectations_warn_drop_and_fail_and_each_row_is_written_once_across_a_c
     run_once(table(relaxed).query(spark, lakehouse, {}))
     kept, quarantined = expected(first + second + third)
     assert (rows("checked"), [r[:4] for r in rows("checked_quarantine")]) == (kept, quarantined)
+
+    # The unit-test helper: the same rules on rows a test gives, with no lakehouse.
+    helped = table().checked_rows_for(spark, {"raw_payments": spark.createDataFrame(first, schema)})
+    kept, quarantined = expected(first)
+    assert sorted(tuple(r) for r in helped.kept.collect()) == kept
+    assert sorted(tuple(r) for r in helped.quarantined.collect()) == quarantined
+    assert (helped.counts.rows, dict(helped.counts.violations), helped.counts.dropped) == counted(first)
+    with pytest.raises(ExpectationError, match=r"checked: .*'below_limit' .* \{\"amount\":5000000.0\}"):
+        table().checked_rows_for(spark, {"raw_payments": spark.createDataFrame(third, schema)})
 
     # A complete table with a fail rule writes each micro-batch's whole result once, until a group breaks it.
     grouped = "SELECT account, count(*) AS n FROM STREAM(raw_payments) GROUP BY account"
