@@ -1,5 +1,5 @@
-"""Expectations: rules on the rows of a streaming table, each a name, a Spark SQL boolean expression over the row
-and what a violation does, with the meaning of Lakeflow's expectations:
+"""Expectations: rules on the rows of a streaming table or a source, each a name, a Spark SQL boolean expression over
+the row and what a violation does, with the meaning of Lakeflow's expectations:
 
 - `warn`: the row is written; its violation is counted;
 - `drop`: the row is not written to the table but set aside in the table's quarantine table, as it was, with the
@@ -10,9 +10,11 @@ and what a violation does, with the meaning of Lakeflow's expectations:
 A rule holds for a row when its expression is true: false and NULL are violations, as in Delta's CHECK constraints
 (write `x IS NULL OR x >= 0` to accept a missing value).
 
-What each micro-batch broke is observed as it passes (`DataFrame.observe`, in the query's progress): the rows
-checked, each rule's violations and a few violating values. A micro-batch's progress is reported once it is
-committed, so a micro-batch run again after a crash is counted once.
+What each micro-batch broke (`rule_metrics`: the rows checked, each rule's violations and a few violating values) is
+observed as it passes, in a streaming table's query's progress (`DataFrame.observe`), which reports a micro-batch
+once it is committed; a source's bronze handler computes it on the decoded micro-batch and keeps it in the marker of
+the table's commit (`streaming_pipeline.lakehouse.bronze.batches`). Either way a micro-batch run again after a crash
+is counted once.
 
 A table that drops rows writes each micro-batch twice, the kept rows then the quarantined ones, each with Delta's
 idempotent writes (txnAppId, txnVersion): a micro-batch run again after a crash between the two writes skips the
