@@ -99,6 +99,23 @@ def _rides_handler(stack, lakehouse, tmp_path: Path):
     )
 
 
+def _crash_before_writing(path: str, handler, batch, monkeypatch) -> None:
+    """Batch 0 given to the bronze handler, whose process dies as it is about to append to the table at `path`."""
+    import streaming_pipeline.lakehouse.bronze.batches as batches
+
+    real_append_once = batches.append_once
+
+    def crash_before(frame, to, *args, **kwargs):
+        if to == path:
+            raise RuntimeError("the engine died")
+        return real_append_once(frame, to, *args, **kwargs)
+
+    monkeypatch.setattr(batches, "append_once", crash_before)
+    with pytest.raises(RuntimeError, match="the engine died"):
+        handler(batch, 0)
+    monkeypatch.setattr(batches, "append_once", real_append_once)
+
+
 @pytest.mark.slow
 def test_checkpoint_reset_stops_the_run_and_replay_rebuilds_everything_exactly_once(stack, pipeline_resources, spark):
     lakehouse = pipeline_resources["lakehouse"]
@@ -410,7 +427,6 @@ def test_a_batch_replayed_after_a_crash_gets_its_dead_letters_from_the_schemas_i
 
     from confluent_kafka.serialization import MessageField
 
-    import streaming_pipeline.lakehouse.bronze.batches as ingestion
     from streaming_pipeline.devstack.synthetic import SyntheticOptions, synthetic_rides
     from streaming_pipeline.lakehouse.registry_client import RegistryClient
     from streaming_pipeline_tests.kafka_helpers import SCHEMA_DIR, avro_frame, produce_raw
@@ -444,17 +460,7 @@ def test_a_batch_replayed_after_a_crash_gets_its_dead_letters_from_the_schemas_i
     )
     handler = _rides_handler(stack, lakehouse, tmp_path)
 
-    real_append_once = ingestion.append_once
-
-    def crash_before_dead_letters(frame, path, *args, **kwargs):
-        if path == lakehouse.table_path("dead_letter_records"):
-            raise RuntimeError("the engine died")
-        return real_append_once(frame, path, *args, **kwargs)
-
-    monkeypatch.setattr(ingestion, "append_once", crash_before_dead_letters)
-    with pytest.raises(RuntimeError, match="the engine died"):
-        handler(batch, 0)
-    monkeypatch.setattr(ingestion, "append_once", real_append_once)
+    _crash_before_writing(lakehouse.table_path("dead_letter_records"), handler, batch, monkeypatch)
     assert registry.register("rides-value", v2_schema) == v2_id  # today, v2's id is a version of rides-value
 
     handler(batch, 0)  # the replay of batch 0
@@ -505,7 +511,6 @@ def test_a_source_s_rules_warn_drop_to_its_quarantine_and_fail_each_micro_batch_
 
     from confluent_kafka.serialization import MessageField
 
-    import streaming_pipeline.lakehouse.bronze.batches as batches
     from streaming_pipeline.devstack.synthetic import SyntheticOptions, synthetic_rides
     from streaming_pipeline.lakehouse.bronze.ingestion import batch_writer
     from streaming_pipeline.lakehouse.engine.delta_log import commits, latest_version
@@ -568,17 +573,7 @@ def test_a_source_s_rules_warn_drop_to_its_quarantine_and_fail_each_micro_batch_
         return placed, frame
 
     placed, batch = send(rides)
-    real_append_once = batches.append_once
-
-    def crash_before_quarantine(frame, path, *args, **kwargs):
-        if path == quarantine:
-            raise RuntimeError("the engine died")
-        return real_append_once(frame, path, *args, **kwargs)
-
-    monkeypatch.setattr(batches, "append_once", crash_before_quarantine)
-    with pytest.raises(RuntimeError, match="the engine died"):
-        handler(batch, 0)
-    monkeypatch.setattr(batches, "append_once", real_append_once)
+    _crash_before_writing(quarantine, handler, batch, monkeypatch)
     assert latest_version(table) == 0 and latest_version(quarantine) is None  # the crash came between the two
     handler(batch, 0)  # the rerun of batch 0
 

@@ -263,10 +263,7 @@ def checked_rows(rows: DataFrame, table: str, expectations: Sequence[Expectation
     broken raises the ExpectationError the run would; otherwise the rows kept, those quarantined and the counts."""
     flagged = rows.withColumn(RULES_BROKEN, broken_rules(expectations)) if expectations else rows
     found = flagged.agg(*rule_metrics(expectations, rows.columns)).collect()[0].asDict()
-    broken = [rule.name for rule in fail_rules(expectations) if found[f"violations_{rule.name}"]]
-    if broken:
-        values = [value for name in broken for value in found[f"sample_{name}"]][:SAMPLE_SIZE]
-        raise violation_error(table, 0, expectations, broken, values)
+    refuse_fail_violations(found, table, 0, expectations)
     dropping = drop_rules(expectations)
     dropped = dropped_rows(dropping) if dropping else None
     kept = flagged.where(~dropped) if dropped is not None else flagged
@@ -305,6 +302,17 @@ class FailOnViolation:
 
     def _columns(self, columns: Sequence[str]) -> list[str]:
         return spelled_columns(self.rules, columns) or list(columns)
+
+
+def refuse_fail_violations(
+    found: Mapping[str, Any], table: str, batch_id: int, expectations: Sequence[Expectation]
+) -> None:
+    """Raise `violation_error` when what `rule_metrics` found in a micro-batch (`found`) has violations of a `fail`
+    rule, with the values it sampled."""
+    broken = [rule.name for rule in fail_rules(expectations) if found[f"violations_{rule.name}"]]
+    if broken:
+        values = [value for name in broken for value in found[f"sample_{name}"]][:SAMPLE_SIZE]
+        raise violation_error(table, batch_id, expectations, broken, values)
 
 
 def violation_error(

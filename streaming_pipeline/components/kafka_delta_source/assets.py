@@ -203,7 +203,7 @@ def source_definitions(
     tables, whose expectations' checks the runs of those downstream evaluate)."""
     key = dg.AssetKey(source.bronze_table)
     own = source_check_keys(source)
-    job = live_job(key, [*own, *expectation_check_keys(tables_downstream_of(source.bronze_table, steps), steps)])
+    job = live_job(key, live_job_checks(source, steps))
     return dg.Definitions(
         assets=[bronze_asset(source, live)],
         asset_checks=bronze_checks(source),
@@ -221,6 +221,13 @@ def source_definitions(
             )
         ],
     )
+
+
+def live_job_checks(source: SourceTopic, steps: Sequence[StreamedTable]) -> list[dg.AssetCheckKey]:
+    """The checks a run of the source's live job evaluates on the rows it writes: its own expectations', and those
+    of every streaming table downstream of it (a job that runs a table's step selects them with its asset)."""
+    downstream = tables_downstream_of(source.bronze_table, steps)
+    return [*source_check_keys(source), *expectation_check_keys(downstream, steps)]
 
 
 def dead_letter_asset(sources: Sequence[SourceTopic], live: LiveSettings) -> dg.AssetsDefinition:

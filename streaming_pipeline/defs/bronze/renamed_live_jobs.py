@@ -6,13 +6,11 @@ from collections.abc import Sequence
 
 import dagster as dg
 
-from streaming_pipeline.components.expectation_checks import source_check_keys
+from streaming_pipeline.components.kafka_delta_source.assets import live_job_checks
 from streaming_pipeline.components.kafka_delta_source.sensors import downstream_job, live_job_names
 from streaming_pipeline.components.streamed_table import (
     StreamedTable,
-    expectation_check_keys,
     streamed_tables,
-    tables_downstream_of,
 )
 from streaming_pipeline.lakehouse.sources import SourceTopic
 from streaming_pipeline.lakehouse.tables import PICKUP_LOCATIONS, RIDES
@@ -22,8 +20,7 @@ def _renamed(source: SourceTopic, steps: Sequence[StreamedTable]) -> "dg.Unresol
     bronze_table = source.bronze_table
     new, old = live_job_names(dg.AssetKey(bronze_table))
     description = f"Deprecated: {new} under its name until 0.9.0, removed in 0.11.0. Launch {new} instead."
-    checks = [*source_check_keys(source), *expectation_check_keys(tables_downstream_of(bronze_table, steps), steps)]
-    return downstream_job(old, dg.AssetKey(bronze_table), description, checks)
+    return downstream_job(old, dg.AssetKey(bronze_table), description, live_job_checks(source, steps))
 
 
 @dg.definitions

@@ -25,16 +25,14 @@ from streaming_pipeline.lakehouse.engine.delta_tables import append_once
 from streaming_pipeline.lakehouse.errors import RegistryUnavailableError
 from streaming_pipeline.lakehouse.expectations import (
     RULES_BROKEN,
-    SAMPLE_SIZE,
     Expectation,
     broken_rules,
     drop_rules,
     dropped_rows,
-    fail_rules,
     quarantine_app_id,
     quarantine_rows,
+    refuse_fail_violations,
     rule_metrics,
-    violation_error,
 )
 from streaming_pipeline.lakehouse.tables import DEAD_LETTER_RECORDS
 
@@ -177,10 +175,7 @@ class BronzeBatchWriter:
                 columns = [c for c in rows.columns if c != RULES_BROKEN]
                 found = bronze_rows(observed).agg(*rule_metrics(rules, columns)).collect()[0].asDict()
                 has_dead_letters = int(decoding.get["dead_letters"]) > 0
-                broken = [r.name for r in fail_rules(rules) if found[f"violations_{r.name}"]]
-                if broken:
-                    values = [v for name in broken for v in found[f"sample_{name}"]][:SAMPLE_SIZE]
-                    raise violation_error(self.asset_name, batch_id, rules, broken, values)
+                refuse_fail_violations(found, self.asset_name, batch_id, rules)
             kept = rows.where(~dropped_rows(dropping)) if dropping else rows
             written = append_once(
                 kept.drop(RULES_BROKEN),
